@@ -1,0 +1,112 @@
+"""The small interface every federated algorithm implements.
+
+A round, as the engine runs it:
+
+1. server (driver): ``broadcast(state, round)`` -> message, put into the object store once;
+2. client (worker), for each sampled client: ``client_update(runtime, client, round, message,
+   client_state)`` -> :class:`ClientResult` (upload, new persistent state, metrics);
+3. worker: ``reduce(results)`` over the clients of one fixed client group, in client order
+   (e.g. a weighted sum), so only one partial per group travels back;
+4. server: ``aggregate(state, partials, round)`` with the partials in group order -> new state.
+
+Evaluation uses ``global_weights(state)`` on the global test set and, for algorithms with
+personal models, ``personal_weights(client_state)`` on each client's own test share.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from raysim.data.dataset import DataInfo
+from raysim.engine.weights import Weights
+from raysim.schema import StrictModel, TrainingConfig
+
+if TYPE_CHECKING:
+    from raysim.engine.runtime import ClientRuntime
+
+ALGORITHMS: dict[str, type[Algorithm]] = {}
+
+
+@dataclass(frozen=True)
+class RunContext:
+    """What an algorithm knows about the run it belongs to."""
+
+    seed: int
+    info: DataInfo
+    model: StrictModel
+    training: TrainingConfig
+    num_clients: int
+    clients_per_round: int
+
+
+@dataclass
+class ClientResult:
+    """What one client's local work produced."""
+
+    upload: dict[str, Any]
+    """Message type -> payload sent to the server (counted in ``bytes_up``)."""
+    state: Any = None
+    """Persistent client state, kept resident on the client's worker."""
+    metrics: dict[str, float] = field(default_factory=dict)
+    """Per-client numbers for the ``clients`` table (train_loss, num_samples, ...)."""
+
+
+class Algorithm(ABC):
+    """Base class of federated algorithms; subclasses override the hooks they need."""
+
+    params_class: ClassVar[type[StrictModel]]
+    pooled: ClassVar[bool] = False
+    """True when the algorithm trains on the union of all clients' data (centralized)."""
+    personalized: ClassVar[bool] = False
+    """True when clients keep personal models (evaluated on their own test shares)."""
+
+    def __init__(self, params: StrictModel, context: RunContext):
+        self.params = params
+        self.context = context
+
+    # ----- server side (runs on the driver) -----
+    def init_server_state(self, initial_weights: Weights) -> Any:
+        """The server state before round 0 (default: the initial global model)."""
+        return initial_weights
+
+    def broadcast(self, state: Any, round_: int) -> dict[str, Any]:
+        """Message type -> payload sent to every sampled client (default: nothing)."""
+        return {}
+
+    def aggregate(self, state: Any, partials: Sequence[Any], round_: int) -> Any:
+        """The next server state from the per-group partials (default: unchanged)."""
+        return state
+
+    def global_weights(self, state: Any) -> Weights | None:
+        """The model evaluated on the global test set, or None if there is no global model."""
+        return None
+
+    # ----- client side (runs on the workers) -----
+    @abstractmethod
+    def client_update(
+        self,
+        runtime: ClientRuntime,
+        client: int,
+        round_: int,
+        message: dict[str, Any],
+        state: Any,
+    ) -> ClientResult:
+        """One client's local work in a round."""
+
+    def reduce(self, results: Sequence[tuple[int, ClientResult]]) -> Any:
+        """Pre-aggregate the results of one client group, given in client order."""
+        return None
+
+    def personal_weights(self, state: Any) -> Weights | None:
+        """A client's own model, evaluated on its test share and the global test set."""
+        return None
+
+
+def register_algorithm(cls: type[Algorithm]) -> type[Algorithm]:
+    """Class decorator: register an algorithm under its params' ``name`` literal."""
+    ALGORITHMS[cls.params_class.model_fields["name"].default] = cls
+    return cls
+

@@ -1,0 +1,96 @@
+"""Command line: ``raysim run|validate|report``."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Sequence
+
+from raysim.errors import RaysimError
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="raysim", description="Simulate federated learning on medical images with Ray.")
+    commands = parser.add_subparsers(dest="command", required=True)
+    run = commands.add_parser("run", help="run an experiment (every seed, concurrently)")
+    run.add_argument("config", help="experiment YAML file")
+    run.add_argument("--set", dest="overrides", action="append", default=[],
+                     metavar="KEY=VALUE", help="override a config field, e.g. training.rounds=5")
+    run.add_argument("--output", help="parent directory of the results (default: config output)")
+    run.add_argument("--data-root", help="directory holding the MedMNIST npz files")
+    run.add_argument("--no-progress", action="store_true", help="hide the progress bars")
+    validate = commands.add_parser("validate", help="check a config without running it")
+    validate.add_argument("config")
+    validate.add_argument("--set", dest="overrides", action="append", default=[],
+                          metavar="KEY=VALUE")
+    report = commands.add_parser("report", help="summary table and learning curves of results")
+    report.add_argument("path", help="a results directory (one run, experiment or a tree)")
+    report.add_argument("--metric", default="accuracy", help="metric of the learning curves")
+    return parser
+
+
+def _run(args: argparse.Namespace) -> int:
+    from raysim.config import load_config
+    from raysim.engine.runner import run_experiment
+    from raysim.results.report import format_summary, report, summary_table
+    from raysim.results.load import load
+
+    config = load_config(args.config, args.overrides)
+    outcomes = run_experiment(config, data_root=args.data_root, output=args.output,
+                              progress=not args.no_progress)
+    root = outcomes[0].run_dir.parent
+    failed = [o for o in outcomes if o.error]
+    for outcome in failed:
+        print(f"seed {outcome.seed} failed: {outcome.error} (rows written so far are kept in "
+              f"{outcome.run_dir})", file=sys.stderr)
+    rounds = load(root, "rounds")
+    if not rounds.empty and rounds["accuracy"].notna().any():
+        print(format_summary(summary_table(rounds)))
+        _, png = report(root)
+        print(f"learning curves: {png}")
+    print(f"results (Parquet, read with raysim.results.load): {root}")
+    return 1 if failed else 0
+
+
+def _validate(args: argparse.Namespace) -> int:
+    from raysim.config import load_config
+
+    config = load_config(args.config, args.overrides)
+    print(f"{args.config}: valid ({config.algorithm.name} on {config.dataset.name}, "
+          f"{config.partition.num_clients} clients, {config.training.rounds} rounds, "
+          f"seeds {config.seeds})")
+    return 0
+
+
+def _report(args: argparse.Namespace) -> int:
+    from raysim.results.report import report
+
+    if not os.path.exists(args.path):
+        raise RaysimError(f"Results path {args.path!r} does not exist. Pass a directory that "
+                          "`raysim run` printed.")
+    text, png = report(args.path, args.metric)
+    print(text)
+    if png is not None:
+        print(f"learning curves: {png}")
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``raysim`` console script; returns the exit code."""
+    args = _parser().parse_args(argv)
+    handlers = {"run": _run, "validate": _validate, "report": _report}
+    try:
+        return handlers[args.command](args)
+    except RaysimError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return error.exit_code
+    except KeyboardInterrupt:
+        print("interrupted: rows written so far are kept in the results directory",
+              file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,156 @@
+"""The experiment configuration: YAML + ``--set key=value`` overrides, validated with one clear
+message per problem (unknown keys are errors)."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+from typing import Annotated, Any, Union
+
+import yaml
+from pydantic import Field, ValidationError, model_validator
+
+from raysim.algorithms import ALGORITHMS
+from raysim.errors import ConfigError
+from raysim.models import MODELS
+from raysim.schema import (
+    DatasetConfig,
+    EngineConfig,
+    EvaluationConfig,
+    PartitionConfig,
+    StrictModel,
+    TrainingConfig,
+)
+
+ModelParams = Annotated[
+    Union[tuple(entry.params for entry in MODELS.values())],  # noqa: UP007
+    Field(discriminator="name"),
+]
+AlgorithmParams = Annotated[
+    Union[tuple(cls.params_class for cls in ALGORITHMS.values())],  # noqa: UP007
+    Field(discriminator="name"),
+]
+
+
+class ExperimentConfig(StrictModel):
+    """One experiment: data, partition, model, algorithm, training, evaluation, seeds, engine."""
+
+    name: str = Field("experiment", pattern=r"^[A-Za-z0-9_.-]+$")
+    dataset: DatasetConfig
+    partition: PartitionConfig = PartitionConfig()
+    model: ModelParams
+    algorithm: AlgorithmParams
+    training: TrainingConfig = TrainingConfig()
+    evaluation: EvaluationConfig = EvaluationConfig()
+    seeds: list[int] = Field([0], min_length=1)
+    engine: EngineConfig = EngineConfig()
+    output: str = "results"
+
+    @model_validator(mode="after")
+    def _check_cross_fields(self) -> ExperimentConfig:
+        per_round = self.training.clients_per_round
+        if per_round is not None and per_round > self.partition.num_clients:
+            raise ValueError(
+                f"training.clients_per_round={per_round} exceeds partition.num_clients="
+                f"{self.partition.num_clients}; sample at most as many clients as there are"
+            )
+        if len(set(self.seeds)) != len(self.seeds):
+            raise ValueError(f"seeds {self.seeds} repeat a seed; list each seed once")
+        return self
+
+    @property
+    def clients_per_round(self) -> int:
+        """Clients sampled per round (default: all)."""
+        return self.training.clients_per_round or self.partition.num_clients
+
+
+def _describe_allowed(error: dict[str, Any]) -> str:
+    kind, message = error["type"], error["msg"]
+    if kind == "extra_forbidden":
+        return "this key is not allowed here (check its spelling and indentation)"
+    if kind == "union_tag_invalid":
+        expected = error.get("ctx", {}).get("expected_tags", "")
+        return f"unknown name; allowed names: {expected}"
+    if kind == "missing":
+        return "this field is required"
+    message = message.removeprefix("Value error, ")
+    return message[0].lower() + message[1:] if message else kind
+
+
+def format_validation_error(error: ValidationError) -> str:
+    """One paragraph listing each problem as field, value and what is allowed."""
+    problems = []
+    for item in error.errors():
+        location = [str(part) for part in item["loc"]]
+        if item["type"] == "union_tag_invalid":
+            location.append("name")
+        elif len(location) >= 2 and location[0] in ("model", "algorithm"):
+            location.pop(1)  # drop the discriminator tag pydantic inserts
+        field = ".".join(location) or "(top level)"
+        value = item.get("input")
+        if item["type"] == "union_tag_invalid":
+            value = item.get("ctx", {}).get("tag", value)
+        shown = "" if item["type"] == "missing" or isinstance(value, dict) else f" = {value!r}"
+        problems.append(f"`{field}`{shown}: {_describe_allowed(item)}")
+    plural = "s" if len(problems) > 1 else ""
+    return (f"Invalid config field{plural}: " + "; ".join(problems) +
+            ". Fix the YAML file or override with `--set field=value`; `raysim validate CONFIG` "
+            "checks a config without running it.")
+
+
+def apply_overrides(raw: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
+    """Apply ``key.sub=value`` overrides (values parsed as YAML) to a raw config dict."""
+    result = copy.deepcopy(raw)
+    for override in overrides:
+        key, separator, text = override.partition("=")
+        if not separator or not key.strip():
+            raise ConfigError(
+                f"Invalid override {override!r}: expected `--set key=value` with a dotted key, "
+                "e.g. `--set training.rounds=20`."
+            )
+        try:
+            value = yaml.safe_load(text)
+        except yaml.YAMLError:
+            value = text
+        parts = key.strip().split(".")
+        node = result
+        for depth, part in enumerate(parts[:-1]):
+            child = node.setdefault(part, {})
+            if not isinstance(child, dict):
+                raise ConfigError(
+                    f"Invalid override {override!r}: `{'.'.join(parts[:depth + 1])}` is "
+                    f"{child!r}, not a section, so it has no field `{parts[depth + 1]}`."
+                )
+            node = child
+        node[parts[-1]] = value
+    return result
+
+
+def parse_config(raw: Any) -> ExperimentConfig:
+    """Validate a raw config mapping; raise :class:`ConfigError` with one clear message."""
+    if not isinstance(raw, dict):
+        raise ConfigError(
+            f"The config must be a YAML mapping of sections (dataset, partition, model, "
+            f"algorithm, ...), not {type(raw).__name__}. See experiments/quickstart.yaml."
+        )
+    try:
+        return ExperimentConfig.model_validate(raw)
+    except ValidationError as error:
+        raise ConfigError(format_validation_error(error)) from None
+
+
+def load_config(path: str | Path, overrides: list[str] | None = None) -> ExperimentConfig:
+    """Read a YAML experiment config, apply overrides and validate it."""
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(
+            f"Config file {str(path)!r} does not exist. Pass the path of an experiment YAML "
+            "file, e.g. `raysim run experiments/quickstart.yaml`."
+        )
+    try:
+        raw = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as error:
+        raise ConfigError(
+            f"Config file {str(path)!r} is not valid YAML ({error}). Fix the syntax."
+        ) from None
+    return parse_config(apply_overrides(raw, overrides or []) if isinstance(raw, dict) else raw)

@@ -1,0 +1,41 @@
+"""Embedded offline datasets from scikit-learn (no download needed)."""
+
+from __future__ import annotations
+
+import numpy as np
+from sklearn.datasets import load_breast_cancer, load_digits
+from sklearn.model_selection import train_test_split
+from sklearn.preprocessing import StandardScaler
+
+from raysim.data.dataset import ArrayDataset, DataInfo
+
+BUILTIN_DATASETS = ("breast-cancer", "digits")
+_TEST_FRACTION = 0.2
+_SPLIT_SEED = 0  # the split belongs to the dataset, not to the run: every seed sees the same test set
+
+
+def load_builtin(name: str) -> ArrayDataset:
+    """Load ``breast-cancer`` (30 tabular features, 2 classes) or ``digits`` (8x8 images)."""
+    if name == "breast-cancer":
+        bunch = load_breast_cancer()
+        x_train, x_test, y_train, y_test = _split(bunch.data, bunch.target)
+        scaler = StandardScaler().fit(x_train)
+        info = DataInfo(name, "tabular", 2, (x_train.shape[1],))
+        return ArrayDataset(
+            info,
+            scaler.transform(x_train).astype(np.float32),
+            y_train.astype(np.int64),
+            scaler.transform(x_test).astype(np.float32),
+            y_test.astype(np.int64),
+        )
+    if name == "digits":
+        bunch = load_digits()
+        images = np.round(bunch.images * (255.0 / 16.0)).astype(np.uint8)
+        x_train, x_test, y_train, y_test = _split(images, bunch.target)
+        info = DataInfo(name, "image", 10, (1, 8, 8), mean=(0.5,), std=(0.5,))
+        return ArrayDataset(info, x_train, y_train.astype(np.int64), x_test, y_test.astype(np.int64))
+    raise KeyError(name)
+
+
+def _split(x: np.ndarray, y: np.ndarray) -> list[np.ndarray]:
+    return train_test_split(x, y, test_size=_TEST_FRACTION, random_state=_SPLIT_SEED, stratify=y)

@@ -1,0 +1,140 @@
+"""MedMNIST 2D files: located, checked and downloaded through the medmnist package's metadata."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import tempfile
+import urllib.error
+import urllib.request
+import zipfile
+from pathlib import Path
+
+import numpy as np
+
+from raysim.data.dataset import ArrayDataset, DataInfo
+from raysim.errors import ConfigError, DataError
+
+_SUPPORTED_TASKS = ("multi-class", "binary-class", "ordinal-regression")
+
+
+def medmnist_info() -> dict[str, dict]:
+    """The medmnist package's INFO table restricted to the 2D subsets."""
+    from medmnist.info import INFO  # the info module imports no torchvision
+
+    return {flag: meta for flag, meta in INFO.items() if not flag.endswith("3d")}
+
+
+def default_root() -> str:
+    """medmnist's own default data directory (``~/.medmnist``)."""
+    from medmnist.info import DEFAULT_ROOT
+
+    return DEFAULT_ROOT
+
+
+def file_name(flag: str, size: int) -> str:
+    """The official file name of a subset at a size (``pneumoniamnist_64.npz``)."""
+    return f"{flag}.npz" if size == 28 else f"{flag}_{size}.npz"
+
+
+def load_medmnist(
+    flag: str, size: int, root: str | None, download: bool, verify_checksum: bool
+) -> ArrayDataset:
+    """Load the train and test splits of a MedMNIST 2D subset.
+
+    The file is read from ``root`` (default: medmnist's root), its MD5 is checked against the
+    medmnist metadata, and it is downloaded when missing and ``download`` is true.
+    """
+    info_table = medmnist_info()
+    if flag not in info_table:
+        raise ConfigError(
+            f"Invalid config field `dataset.name` = {flag!r}: not a MedMNIST 2D subset or built-in "
+            f"dataset. Allowed: breast-cancer, digits, {', '.join(sorted(info_table))}. "
+            "Fix the name in the YAML file or with `--set dataset.name=...`."
+        )
+    meta = info_table[flag]
+    if meta["task"] not in _SUPPORTED_TASKS:
+        raise ConfigError(
+            f"Invalid config field `dataset.name` = {flag!r}: its task is {meta['task']!r}, and "
+            f"raysim supports {', '.join(_SUPPORTED_TASKS)} tasks (one label per image). "
+            "Choose another MedMNIST subset."
+        )
+    suffix = "" if size == 28 else f"_{size}"
+    url, md5 = meta[f"url{suffix}"], meta[f"MD5{suffix}"]
+    path = Path(root or default_root()).expanduser() / file_name(flag, size)
+    if not path.exists():
+        _fetch(path, url, download)
+    if verify_checksum:
+        _check_md5(path, md5)
+    arrays = _read_npz(path)
+    channels = int(meta["n_channels"])
+    info = DataInfo(
+        name=flag if size == 28 else f"{flag}_{size}",
+        kind="image",
+        num_classes=len(meta["label"]),
+        input_shape=(channels, size, size),
+        mean=(0.5,) * channels,
+        std=(0.5,) * channels,
+    )
+    return ArrayDataset(
+        info,
+        arrays["train_images"],
+        arrays["train_labels"].reshape(-1).astype(np.int64),
+        arrays["test_images"],
+        arrays["test_labels"].reshape(-1).astype(np.int64),
+    )
+
+
+def _fetch(path: Path, url: str, download: bool) -> None:
+    hint = (
+        f"Put the file there, point `--data-root DIR` (or `dataset.root`) at a directory that "
+        f"holds it, or download it from {url}"
+    )
+    if not download:
+        raise DataError(f"MedMNIST file {path.name} is missing at {path} and downloading is off "
+                        f"(dataset.download=false). {hint}.")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        with urllib.request.urlopen(url, timeout=60) as response, tempfile.NamedTemporaryFile(
+            dir=path.parent, delete=False, suffix=".part"
+        ) as tmp:
+            shutil.copyfileobj(response, tmp)
+        os.replace(tmp.name, path)
+    except (urllib.error.URLError, OSError, TimeoutError) as exc:
+        raise DataError(
+            f"MedMNIST file {path.name} is missing at {path} and could not be downloaded from "
+            f"{url} ({exc}). If this machine is offline, {hint[0].lower() + hint[1:]} on a "
+            "machine with internet access."
+        ) from None
+
+
+def _check_md5(path: Path, expected: str) -> None:
+    digest = hashlib.md5()
+    with path.open("rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    if digest.hexdigest() != expected:
+        raise DataError(
+            f"MedMNIST file {path} has MD5 {digest.hexdigest()}, but the medmnist metadata says "
+            f"{expected}: the file is corrupt, truncated or not the official release. Delete it "
+            "to download it again, or set dataset.verify_checksum=false for a file you made."
+        )
+
+
+def _read_npz(path: Path) -> dict[str, np.ndarray]:
+    keys = ("train_images", "train_labels", "test_images", "test_labels")
+    try:
+        with np.load(path) as npz:
+            missing = [key for key in keys if key not in npz.files]
+            if missing:
+                raise DataError(
+                    f"{path} is not in the MedMNIST layout: it lacks {', '.join(missing)} "
+                    f"(has {', '.join(npz.files)}). Use an official MedMNIST npz file."
+                )
+            return {key: npz[key] for key in keys}
+    except (zipfile.BadZipFile, ValueError, OSError, EOFError) as exc:
+        raise DataError(
+            f"{path} cannot be read as an npz file ({exc}): it is corrupt or truncated. "
+            "Delete it to download it again, or replace it with the official file."
+        ) from None

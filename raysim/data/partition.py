@@ -1,0 +1,203 @@
+"""Seeded partitions of a training set across virtual clients, plus per-client test shares.
+
+All schemes are vectorised numpy: a Dirichlet split of 50,000 samples over 1,000 clients at
+beta 0.01 takes milliseconds, because the minimum client size is repaired by moving surplus
+samples once instead of redrawing until it happens to hold.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from raysim.errors import ConfigError
+from raysim.schema import PartitionConfig
+from raysim.seeding import numpy_rng
+
+
+@dataclass(frozen=True)
+class Partition:
+    """Client -> sample indices, for the training set and the client's share of the test set."""
+
+    train: list[np.ndarray]
+    test: list[np.ndarray]
+
+    @property
+    def num_clients(self) -> int:
+        return len(self.train)
+
+    def sizes(self) -> np.ndarray:
+        """Training samples per client."""
+        return np.array([len(indices) for indices in self.train], dtype=np.int64)
+
+    def to_frame(self) -> pd.DataFrame:
+        """Long table with columns client, split, index."""
+        frames = []
+        for split, parts in (("train", self.train), ("test", self.test)):
+            sizes = [len(p) for p in parts]
+            frames.append(pd.DataFrame({
+                "client": np.repeat(np.arange(len(parts)), sizes),
+                "split": split,
+                "index": np.concatenate(parts) if parts else np.array([], dtype=np.int64),
+            }))
+        return pd.concat(frames, ignore_index=True)
+
+    def save(self, path: Path) -> None:
+        """Write the partition as Parquet (client, split, index)."""
+        self.to_frame().to_parquet(path, index=False)
+
+
+def make_partition(
+    train_labels: np.ndarray,
+    test_labels: np.ndarray,
+    config: PartitionConfig,
+    num_classes: int,
+    seed: int,
+) -> Partition:
+    """Split the training set by ``config.scheme`` and give each client a test share drawn
+    from its own label distribution (the test set split class by class in proportion to the
+    clients' training counts of that class)."""
+    rng = numpy_rng(seed, "partition")
+    num_samples, num_clients = len(train_labels), config.num_clients
+    if num_clients > num_samples:
+        raise ConfigError(
+            f"Invalid config field `partition.num_clients` = {num_clients}: the training set has "
+            f"only {num_samples} samples, so at most {num_samples} clients can hold one each. "
+            "Lower partition.num_clients."
+        )
+    if config.scheme == "iid":
+        owners = _iid(num_samples, num_clients, config.samples_per_client, rng)
+    elif config.scheme == "dirichlet":
+        _check_min_size(config, num_samples)
+        owners = _dirichlet(train_labels, num_classes, num_clients, config.beta, rng)
+        owners = _repair_min_size(owners, num_clients, config.min_size, rng)
+    elif config.scheme == "shards":
+        owners = _shards(train_labels, num_classes, num_clients, config.classes_per_client, rng)
+    else:
+        _check_min_size(config, num_samples)
+        owners = _quantity(num_samples, num_clients, config.beta, config.min_size, rng)
+    train = _group_by_owner(owners, num_clients)
+    empty = [client for client, indices in enumerate(train) if len(indices) == 0]
+    if empty:
+        raise ConfigError(
+            f"Partition scheme {config.scheme!r} left {len(empty)} of {num_clients} clients "
+            f"without samples (e.g. client {empty[0]}). Use fewer clients, more classes per "
+            "client, or partition.min_size >= 1 with scheme dirichlet/quantity."
+        )
+    test = _test_shares(train, train_labels, test_labels, num_classes, rng)
+    return Partition(train, test)
+
+
+def _check_min_size(config: PartitionConfig, num_samples: int) -> None:
+    if config.min_size * config.num_clients > num_samples:
+        raise ConfigError(
+            f"Invalid config field `partition.min_size` = {config.min_size}: "
+            f"{config.num_clients} clients x {config.min_size} samples exceeds the "
+            f"{num_samples} training samples. Lower partition.min_size or partition.num_clients."
+        )
+
+
+def _iid(num_samples: int, num_clients: int, per_client: int | None, rng: np.random.Generator
+         ) -> np.ndarray:
+    order = rng.permutation(num_samples)
+    owners = np.full(num_samples, -1, dtype=np.int64)
+    if per_client is None:
+        owners[order] = np.arange(num_samples) % num_clients
+        return owners
+    if per_client * num_clients > num_samples:
+        raise ConfigError(
+            f"Invalid config field `partition.samples_per_client` = {per_client}: "
+            f"{num_clients} clients x {per_client} samples drawn without replacement needs "
+            f"{per_client * num_clients} samples, but the training set has {num_samples}. "
+            "Lower partition.samples_per_client or partition.num_clients."
+        )
+    chosen = order[: per_client * num_clients]
+    owners[chosen] = np.repeat(np.arange(num_clients), per_client)
+    return owners
+
+
+def _dirichlet(labels: np.ndarray, num_classes: int, num_clients: int, beta: float,
+               rng: np.random.Generator) -> np.ndarray:
+    owners = np.empty(len(labels), dtype=np.int64)
+    proportions = rng.dirichlet(np.full(num_clients, beta), size=num_classes)
+    for cls in range(num_classes):
+        members = rng.permutation(np.flatnonzero(labels == cls))
+        counts = rng.multinomial(len(members), proportions[cls])
+        owners[members] = np.repeat(np.arange(num_clients), counts)
+    return owners
+
+
+def _repair_min_size(owners: np.ndarray, num_clients: int, min_size: int,
+                     rng: np.random.Generator) -> np.ndarray:
+    """Move randomly chosen surplus samples (beyond ``min_size``) to clients below it."""
+    sizes = np.bincount(owners, minlength=num_clients)
+    deficit = np.maximum(min_size - sizes, 0)
+    total = int(deficit.sum())
+    if total == 0:
+        return owners
+    keys = rng.random(len(owners))
+    order = np.lexsort((keys, owners))
+    start = np.concatenate(([0], np.cumsum(sizes)[:-1]))
+    rank = np.empty(len(owners), dtype=np.int64)
+    rank[order] = np.arange(len(owners)) - np.repeat(start, sizes)
+    surplus = np.flatnonzero(rank >= min_size)
+    movers = rng.choice(surplus, size=total, replace=False)
+    repaired = owners.copy()
+    repaired[movers] = np.repeat(np.arange(num_clients), deficit)
+    return repaired
+
+
+def _shards(labels: np.ndarray, num_classes: int, num_clients: int, per_client: int,
+            rng: np.random.Generator) -> np.ndarray:
+    if per_client > num_classes:
+        raise ConfigError(
+            f"Invalid config field `partition.classes_per_client` = {per_client}: the dataset "
+            f"has {num_classes} classes. Use a value from 1 to {num_classes}."
+        )
+    class_order = rng.permutation(num_classes)
+    slots = (np.arange(num_clients)[:, None] * per_client + np.arange(per_client)) % num_classes
+    held = class_order[slots]  # (clients, per_client), distinct within a row
+    owners = np.full(len(labels), -1, dtype=np.int64)
+    for cls in range(num_classes):
+        holders = np.flatnonzero((held == cls).any(axis=1))
+        if len(holders) == 0:
+            continue
+        members = rng.permutation(np.flatnonzero(labels == cls))
+        owners[members] = holders[np.arange(len(members)) % len(holders)]
+    return owners
+
+
+def _quantity(num_samples: int, num_clients: int, beta: float, min_size: int,
+              rng: np.random.Generator) -> np.ndarray:
+    proportions = rng.dirichlet(np.full(num_clients, beta))
+    sizes = min_size + rng.multinomial(num_samples - min_size * num_clients, proportions)
+    owners = np.empty(num_samples, dtype=np.int64)
+    owners[rng.permutation(num_samples)] = np.repeat(np.arange(num_clients), sizes)
+    return owners
+
+
+def _group_by_owner(owners: np.ndarray, num_clients: int) -> list[np.ndarray]:
+    assigned = np.flatnonzero(owners >= 0)
+    order = assigned[np.argsort(owners[assigned], kind="stable")]
+    bounds = np.cumsum(np.bincount(owners[assigned], minlength=num_clients))[:-1]
+    return [np.sort(part) for part in np.split(order, bounds)]
+
+
+def _test_shares(train: list[np.ndarray], train_labels: np.ndarray, test_labels: np.ndarray,
+                 num_classes: int, rng: np.random.Generator) -> list[np.ndarray]:
+    num_clients = len(train)
+    counts = np.zeros((num_clients, num_classes), dtype=np.int64)
+    for client, indices in enumerate(train):
+        counts[client] = np.bincount(train_labels[indices], minlength=num_classes)
+    owners = np.full(len(test_labels), -1, dtype=np.int64)
+    for cls in range(num_classes):
+        column = counts[:, cls]
+        if column.sum() == 0:
+            continue
+        members = rng.permutation(np.flatnonzero(test_labels == cls))
+        shares = rng.multinomial(len(members), column / column.sum())
+        owners[members] = np.repeat(np.arange(num_clients), shares)
+    return _group_by_owner(owners, num_clients)

@@ -1,0 +1,1 @@
+"""The Ray engine: worker pool, driver actor, runner. Knows no specific algorithm."""

@@ -1,0 +1,229 @@
+"""The Driver actor: runs the rounds of one run (one seed) on its own pool of workers."""
+
+from __future__ import annotations
+
+import math
+import threading
+import time
+import traceback
+from collections import defaultdict
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import ray
+from ray.util.placement_group import placement_group, remove_placement_group
+from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+from raysim.engine.evaluation import METRICS, classification_metrics
+from raysim.engine.placement import assign_groups, client_groups
+from raysim.engine.weights import payload_bytes
+from raysim.engine.worker import ClientWorker, GroupResult, WorkerSetup
+from raysim.results.manifest import update_manifest
+from raysim.results.sink import ParquetSink
+from raysim.schema import EngineConfig, EvaluationConfig
+from raysim.seeding import numpy_rng
+
+_EVAL_CHUNK = 256  # fixed test-set chunks: predictions do not depend on the worker count
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    """One run: where it writes, its seed's setup and the engine resources."""
+
+    run_dir: str
+    setup: WorkerSetup
+    rounds: int
+    engine: EngineConfig
+    evaluation: EvaluationConfig
+    use_gpus: bool
+
+
+class Driver:
+    """Runs the round loop: sampling, dispatch to workers, aggregation, evaluation, results."""
+
+    def __init__(self, spec: RunSpec):
+        self.spec = spec
+        self.run_dir = Path(spec.run_dir)
+        setup = spec.setup
+        self.context = setup.context
+        self.algorithm = setup.algorithm_class(setup.algorithm_params, setup.context)
+        self.test_y = ray.get(setup.arrays["test_y"]) if isinstance(
+            setup.arrays["test_y"], ray.ObjectRef) else setup.arrays["test_y"]
+        self._progress: dict[str, Any] = {"round": 0, "rounds": spec.rounds, "status": "queued",
+                                          "accuracy": math.nan}
+        self._lock = threading.Lock()
+
+    def progress(self) -> dict[str, Any]:
+        """Latest round, accuracy and status (callable while ``run`` is going)."""
+        with self._lock:
+            return dict(self._progress)
+
+    def _set_progress(self, **fields: Any) -> None:
+        with self._lock:
+            self._progress.update(fields)
+
+    def run(self) -> dict[str, Any]:
+        """Run every round; returns the final rounds row. Rows written so far are kept on error."""
+        sink = ParquetSink(self.run_dir)
+        group = None
+        try:
+            self._set_progress(status="waiting for resources")
+            group, workers = self._start_workers()
+            self._set_progress(status="running")
+            final = self._round_loop(workers, sink)
+            sink.flush()
+            update_manifest(self.run_dir, status="completed", finished=time.time())
+            self._set_progress(status="done")
+            return final
+        except BaseException as exc:
+            sink.flush()
+            update_manifest(self.run_dir, status="failed", finished=time.time(),
+                            error=f"{type(exc).__name__}: {exc}",
+                            traceback=traceback.format_exc())
+            self._set_progress(status="failed")
+            raise
+        finally:
+            if group is not None:
+                remove_placement_group(group)
+
+    # ----- setup -----
+    def _start_workers(self) -> tuple[Any, list[Any]]:
+        engine = self.spec.engine
+        gpus = engine.gpus_per_worker if self.spec.use_gpus else 0.0
+        bundle = {"CPU": engine.cpus_per_worker, **({"GPU": gpus} if gpus else {})}
+        group = placement_group([bundle] * engine.num_workers, strategy="PACK")
+        ray.get(group.ready())
+        actor = ray.remote(ClientWorker)
+        workers = [
+            actor.options(
+                num_cpus=engine.cpus_per_worker, num_gpus=gpus,
+                scheduling_strategy=PlacementGroupSchedulingStrategy(group, index),
+            ).remote(self.spec.setup)
+            for index in range(engine.num_workers)
+        ]
+        described = ray.get([worker.describe.remote() for worker in workers])
+        update_manifest(self.run_dir, workers=described)
+        return group, workers
+
+    # ----- rounds -----
+    def _round_loop(self, workers: list[Any], sink: ParquetSink) -> dict[str, Any]:
+        partition = self.spec.setup.partition
+        groups = client_groups(partition.num_clients, self.spec.engine.client_groups)
+        sizes = partition.sizes()
+        owner_of_group = {}
+        for worker, owned in enumerate(assign_groups([float(sizes[g].sum()) for g in groups],
+                                                     len(workers))):
+            for g in owned:
+                owner_of_group[g] = worker
+        group_of_client = np.concatenate([np.full(len(g), i) for i, g in enumerate(groups)])
+        state = self.algorithm.init_server_state(self.spec.setup.initial_weights)
+        last_row: dict[str, Any] = {}
+        for round_ in range(self.spec.rounds):
+            started = time.perf_counter()
+            sampled = self._sample_clients(round_)
+            message = self.algorithm.broadcast(state, round_)
+            message_ref = ray.put(message)
+            calls: dict[int, list[tuple[int, list[int]]]] = defaultdict(list)
+            by_group: dict[int, list[int]] = defaultdict(list)
+            for client in sampled:
+                by_group[int(group_of_client[client])].append(int(client))
+            for g in sorted(by_group):
+                calls[owner_of_group[g]].append((g, by_group[g]))
+            futures = [workers[w].run_round.remote(round_, message_ref, work)
+                       for w, work in sorted(calls.items())]
+            results: list[GroupResult] = sorted(
+                (r for batch in ray.get(futures) for r in batch), key=lambda r: r.group)
+            trained = time.perf_counter()
+            state = self.algorithm.aggregate(state, [r.partial for r in results], round_)
+            aggregated = time.perf_counter()
+            row = {"round": round_, "clients_sampled": len(sampled)}
+            row.update(self._evaluate(workers, state, round_, owner_of_group, groups, sink))
+            evaluated = time.perf_counter()
+            bytes_rows = self._communication(round_, message, len(sampled), results)
+            row.update(
+                bytes_down=sum(r["bytes"] for r in bytes_rows if r["direction"] == "down"),
+                bytes_up=sum(r["bytes"] for r in bytes_rows if r["direction"] == "up"),
+                train_loss=_weighted_train_loss(results),
+                seconds_train=trained - started, seconds_aggregate=aggregated - trained,
+                seconds_evaluate=evaluated - aggregated, wall_time=time.time(),
+            )
+            sink.add("rounds", [row])
+            sink.add("clients", [c for r in results for c in r.client_rows])
+            sink.add("communication", bytes_rows)
+            sink.maybe_flush()
+            last_row = row
+            if not math.isnan(row.get("accuracy", math.nan)):
+                self._set_progress(accuracy=row["accuracy"])
+            self._set_progress(round=round_ + 1)
+        return last_row
+
+    def _sample_clients(self, round_: int) -> np.ndarray:
+        total = self.context.num_clients
+        count = min(self.context.clients_per_round, total)
+        if count == total:
+            return np.arange(total)
+        return np.sort(numpy_rng(self.context.seed, "sample", round_).choice(total, count,
+                                                                             replace=False))
+
+    def _due(self, round_: int) -> bool:
+        every = self.spec.evaluation.every
+        return every > 0 and ((round_ + 1) % every == 0 or round_ + 1 == self.spec.rounds)
+
+    def _evaluate(self, workers: list[Any], state: Any, round_: int,
+                  owner_of_group: dict[int, int], groups: list[np.ndarray],
+                  sink: ParquetSink) -> dict[str, float]:
+        row = dict.fromkeys(METRICS, math.nan)
+        if not self._due(round_):
+            return row
+        weights = self.algorithm.global_weights(state)
+        if weights is not None:
+            weights_ref = ray.put(weights)
+            bounds = [(s, min(s + _EVAL_CHUNK, len(self.test_y)))
+                      for s in range(0, len(self.test_y), _EVAL_CHUNK)]
+            shares = [bounds[i::len(workers)] for i in range(len(workers))]
+            outputs = ray.get([w.predict_global.remote(weights_ref, share)
+                               for w, share in zip(workers, shares, strict=True) if share])
+            chunks = [None] * len(bounds)
+            for worker_index, output in enumerate(outputs):
+                for position, probs in enumerate(output):
+                    chunks[worker_index + position * len(workers)] = probs
+            row.update(classification_metrics(self.test_y, np.concatenate(chunks)))
+        if self.algorithm.personalized and self.spec.evaluation.clients:
+            per_worker: dict[int, list[int]] = defaultdict(list)
+            for g, clients in enumerate(groups):
+                per_worker[owner_of_group[g]].extend(int(c) for c in clients)
+            client_rows = sorted(
+                (r for rows in ray.get([workers[w].evaluate_clients.remote(round_, clients)
+                                        for w, clients in sorted(per_worker.items())])
+                 for r in rows), key=lambda r: r["client"])
+            sink.add("client_eval", client_rows)
+            for metric in METRICS:
+                row[f"personal_{metric}"] = float(np.nanmean([r[f"own_{metric}"] for r in client_rows])) \
+                    if client_rows else math.nan
+                if weights is None:
+                    row[metric] = float(np.nanmean([r[f"global_{metric}"] for r in client_rows])) \
+                        if client_rows else math.nan
+        return row
+
+    @staticmethod
+    def _communication(round_: int, message: dict[str, Any], receivers: int,
+                       results: list[GroupResult]) -> list[dict[str, Any]]:
+        rows = [{"round": round_, "direction": "down", "message_type": kind,
+                 "bytes": payload_bytes(payload) * receivers} for kind, payload in message.items()]
+        up: dict[str, int] = defaultdict(int)
+        for result in results:
+            for kind, count in result.bytes_up.items():
+                up[kind] += count
+        rows += [{"round": round_, "direction": "up", "message_type": kind, "bytes": count}
+                 for kind, count in sorted(up.items())]
+        return rows
+
+
+def _weighted_train_loss(results: list[GroupResult]) -> float:
+    rows = [c for r in results for c in r.client_rows if "train_loss" in c]
+    total = sum(c["num_samples"] for c in rows)
+    if not total:
+        return math.nan
+    return float(sum(c["train_loss"] * c["num_samples"] for c in rows) / total)

@@ -1,0 +1,132 @@
+"""The ClientWorker actor: trains many virtual clients per round on its share of the
+resources and keeps their persistent state resident between rounds."""
+
+from __future__ import annotations
+
+import os
+import time
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import ray
+import torch
+
+from raysim.algorithms.base import Algorithm, ClientResult, RunContext
+from raysim.data.dataset import DataInfo
+from raysim.data.partition import Partition
+from raysim.engine.evaluation import classification_metrics, predict_proba
+from raysim.engine.runtime import ClientRuntime, warm_up
+from raysim.engine.weights import Weights, payload_bytes, set_weights
+from raysim.schema import StrictModel
+
+
+@dataclass(frozen=True)
+class WorkerSetup:
+    """Everything a worker needs, with the large arrays as object-store references."""
+
+    algorithm_class: type[Algorithm]
+    algorithm_params: StrictModel
+    context: RunContext
+    arrays: dict[str, Any]
+    """train_x, train_y, test_x, test_y: zero-copy numpy arrays from the object store."""
+    partition: Partition
+    initial_weights: Weights
+    eval_batch_size: int
+    threads: int
+
+
+@dataclass
+class GroupResult:
+    """One client group's round: its partial, per-client rows and upload bytes by type."""
+
+    group: int
+    partial: Any
+    client_rows: list[dict[str, Any]] = field(default_factory=list)
+    bytes_up: dict[str, int] = field(default_factory=dict)
+
+
+def pick_device() -> torch.device:
+    """The GPU Ray assigned to this actor if torch can use it, else the CPU."""
+    if ray.get_gpu_ids() and torch.cuda.is_available():
+        return torch.device("cuda")  # Ray sets CUDA_VISIBLE_DEVICES to the assigned GPU
+    return torch.device("cpu")
+
+
+class ClientWorker:
+    """A pool member. Created once per run; never one actor per client."""
+
+    def __init__(self, setup: WorkerSetup):
+        torch.set_num_threads(setup.threads)
+        self.setup = setup
+        self.device = pick_device()
+        context = setup.context
+        self.algorithm = setup.algorithm_class(setup.algorithm_params, context)
+        self.arrays = {name: ray.get(ref) if isinstance(ref, ray.ObjectRef) else ref
+                       for name, ref in setup.arrays.items()}
+        self.runtime = ClientRuntime(
+            seed=context.seed, info=context.info, model_params=context.model,
+            training=context.training, train_x=self.arrays["train_x"],
+            train_y=self.arrays["train_y"], client_indices=setup.partition.train,
+            initial_weights=setup.initial_weights, device=self.device,
+        )
+        self.client_states: dict[int, Any] = {}
+        warm_up(self.runtime.model, context.info, context.training.optimizer, self.device)
+
+    def describe(self) -> dict[str, Any]:
+        """Where this worker runs: node, process, device, GPU ids, threads."""
+        return {"node_id": ray.get_runtime_context().get_node_id(), "pid": os.getpid(),
+                "device": str(self.device), "gpu_ids": [str(g) for g in ray.get_gpu_ids()],
+                "threads": torch.get_num_threads()}
+
+    def run_round(self, round_: int, message: dict[str, Any],
+                  groups: list[tuple[int, list[int]]]) -> list[GroupResult]:
+        """Run the sampled clients of each group (in client order) and reduce each group."""
+        results = []
+        for group, clients in groups:
+            outcomes: list[tuple[int, ClientResult]] = []
+            rows, bytes_up = [], defaultdict(int)
+            for client in clients:
+                started = time.perf_counter()
+                result = self.algorithm.client_update(
+                    self.runtime, client, round_, message, self.client_states.get(client))
+                if result.state is not None:
+                    self.client_states[client] = result.state
+                for kind, payload in result.upload.items():
+                    bytes_up[kind] += payload_bytes(payload)
+                rows.append({"round": round_, "client": client, **result.metrics,
+                             "train_seconds": time.perf_counter() - started})
+                outcomes.append((client, result))
+            results.append(GroupResult(group, self.algorithm.reduce(outcomes), rows, dict(bytes_up)))
+        return results
+
+    def predict_global(self, weights: Weights, chunks: list[tuple[int, int]]
+                       ) -> list[np.ndarray]:
+        """Class probabilities of a global model on test-set chunks [start, stop)."""
+        model = self.runtime.model
+        set_weights(model, weights)
+        test_x = self.arrays["test_x"]
+        return [predict_proba(model, test_x[start:stop], self.setup.context.info,
+                              self.setup.eval_batch_size, self.device) for start, stop in chunks]
+
+    def evaluate_clients(self, round_: int, clients: list[int]) -> list[dict[str, Any]]:
+        """Evaluate each client's personal model on its own test share and the global test set."""
+        info, rows = self.setup.context.info, []
+        test_x, test_y = self.arrays["test_x"], self.arrays["test_y"]
+        for client in clients:
+            weights = self.algorithm.personal_weights(self.client_states.get(client))
+            if weights is None:
+                continue
+            model = self.runtime.model
+            set_weights(model, weights)
+            share = self.setup.partition.test[client]
+            own = classification_metrics(
+                test_y[share], predict_proba(model, test_x[share], info,
+                                             self.setup.eval_batch_size, self.device))
+            pooled = classification_metrics(
+                test_y, predict_proba(model, test_x, info, self.setup.eval_batch_size, self.device))
+            rows.append({"round": round_, "client": client,
+                         **{f"own_{k}": v for k, v in own.items()},
+                         **{f"global_{k}": v for k, v in pooled.items()}})
+        return rows

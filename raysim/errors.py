@@ -1,0 +1,28 @@
+"""User-facing errors: each carries one paragraph that says what is wrong, what is allowed
+and how to fix it. The CLI prints the paragraph and exits with code 2 (no traceback)."""
+
+from __future__ import annotations
+
+
+class RaysimError(Exception):
+    """Base class of errors caused by the user's input rather than by a bug."""
+
+    exit_code = 2
+
+
+class ConfigError(RaysimError):
+    """An experiment configuration field is invalid or a partition cannot be made from it."""
+
+
+class DataError(RaysimError):
+    """A dataset file is missing, corrupt or cannot be downloaded."""
+
+
+def field_error(field: str, value: object, allowed: str, fix: str | None = None) -> ConfigError:
+    """Build a :class:`ConfigError` naming the field, the offending value and what is allowed."""
+    message = f"Invalid config field `{field}` = {value!r}: {allowed}."
+    if fix:
+        message += f" {fix}"
+    else:
+        message += f" Fix it in the YAML file or override it with `--set {field}=...`."
+    return ConfigError(message)

@@ -1,0 +1,36 @@
+"""Model registry: config name -> (hyperparameter class, constructor)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from torch import nn
+
+from raysim.data.dataset import DataInfo
+from raysim.schema import StrictModel
+
+
+@dataclass(frozen=True)
+class ModelEntry:
+    params: type[StrictModel]
+    build: Callable[[StrictModel, DataInfo], nn.Module]
+
+
+MODELS: dict[str, ModelEntry] = {}
+
+
+def register_model(params: type[StrictModel]) -> Callable:
+    """Register ``build(params, info) -> nn.Module`` under the params' ``name`` literal."""
+
+    def decorator(build: Callable[[StrictModel, DataInfo], nn.Module]) -> Callable:
+        name = params.model_fields["name"].default
+        MODELS[name] = ModelEntry(params, build)
+        return build
+
+    return decorator
+
+
+def build_model(params: StrictModel, info: DataInfo) -> nn.Module:
+    """Construct the model a config section describes for a dataset."""
+    return MODELS[params.name].build(params, info)  # type: ignore[attr-defined]

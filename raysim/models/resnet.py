@@ -1,0 +1,89 @@
+"""ResNet18 in plain torch, with a small-input stem (28-64 px) and the ImageNet stem (>64 px)."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from torch import Tensor, nn
+
+from raysim.data.dataset import DataInfo
+from raysim.errors import ConfigError
+from raysim.models.registry import register_model
+from raysim.schema import StrictModel
+
+
+class ResNet18Params(StrictModel):
+    name: Literal["resnet18"] = "resnet18"
+    norm: Literal["batch", "group"] = "batch"
+    stem: Literal["auto", "small", "imagenet"] = "auto"
+    """auto: 3x3 stride-1 stem without max-pool up to 64 px, the 7x7 ImageNet stem above."""
+
+
+def _norm(kind: str, channels: int) -> nn.Module:
+    return nn.BatchNorm2d(channels) if kind == "batch" else nn.GroupNorm(2, channels)
+
+
+class BasicBlock(nn.Module):
+    """Two 3x3 convolutions with an identity (or 1x1 projection) shortcut."""
+
+    def __init__(self, in_channels: int, out_channels: int, stride: int, norm: str):
+        super().__init__()
+        self.conv1 = nn.Conv2d(in_channels, out_channels, 3, stride, 1, bias=False)
+        self.bn1 = _norm(norm, out_channels)
+        self.conv2 = nn.Conv2d(out_channels, out_channels, 3, 1, 1, bias=False)
+        self.bn2 = _norm(norm, out_channels)
+        self.relu = nn.ReLU(inplace=True)
+        self.shortcut: nn.Module = nn.Identity()
+        if stride != 1 or in_channels != out_channels:
+            self.shortcut = nn.Sequential(
+                nn.Conv2d(in_channels, out_channels, 1, stride, bias=False),
+                _norm(norm, out_channels),
+            )
+
+    def forward(self, x: Tensor) -> Tensor:
+        out = self.relu(self.bn1(self.conv1(x)))
+        out = self.bn2(self.conv2(out))
+        return self.relu(out + self.shortcut(x))
+
+
+class ResNet18(nn.Module):
+    """ResNet18 (He et al. 2016): four stages of two basic blocks, 64-512 channels."""
+
+    def __init__(self, in_channels: int, num_classes: int, small_stem: bool, norm: str):
+        super().__init__()
+        if small_stem:
+            stem = [nn.Conv2d(in_channels, 64, 3, 1, 1, bias=False), _norm(norm, 64),
+                    nn.ReLU(inplace=True)]
+        else:
+            stem = [nn.Conv2d(in_channels, 64, 7, 2, 3, bias=False), _norm(norm, 64),
+                    nn.ReLU(inplace=True), nn.MaxPool2d(3, 2, 1)]
+        self.stem = nn.Sequential(*stem)
+        blocks: list[nn.Module] = []
+        channels = 64
+        for stage, width in enumerate((64, 128, 256, 512)):
+            for index in range(2):
+                stride = 2 if stage > 0 and index == 0 else 1
+                blocks.append(BasicBlock(channels, width, stride, norm))
+                channels = width
+        self.blocks = nn.Sequential(*blocks)
+        self.pool = nn.AdaptiveAvgPool2d(1)
+        self.classifier = nn.Linear(512, num_classes)
+
+    def embed(self, x: Tensor) -> Tensor:
+        """Pooled 512-d features before the classifier."""
+        return self.pool(self.blocks(self.stem(x))).flatten(1)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.classifier(self.embed(x))
+
+
+@register_model(ResNet18Params)
+def build_resnet18(params: ResNet18Params, info: DataInfo) -> nn.Module:
+    if info.kind != "image":
+        raise ConfigError(
+            f"Invalid config field `model.name` = 'resnet18': dataset {info.name!r} is tabular. "
+            "Use model.name=mlp for tabular data."
+        )
+    channels, size, _ = info.input_shape
+    small = size <= 64 if params.stem == "auto" else params.stem == "small"
+    return ResNet18(channels, info.num_classes, small, params.norm)

@@ -1,0 +1,55 @@
+"""Read the Parquet results of one run, one experiment or a tree of experiments into pandas."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+import pyarrow.parquet as pq
+
+from raysim.errors import RaysimError
+from raysim.results.manifest import MANIFEST, read_manifest
+from raysim.results.sink import TABLES
+
+
+def run_dirs(path: str | Path) -> list[Path]:
+    """Every run directory (one holding a manifest) at or below ``path``."""
+    path = Path(path)
+    if (path / MANIFEST).is_file():
+        return [path]
+    return sorted(manifest.parent for manifest in path.rglob(MANIFEST))
+
+
+def load(path: str | Path, table: str = "rounds") -> pd.DataFrame:
+    """One DataFrame of ``table`` for every run under ``path``.
+
+    Tables: ``rounds`` (one row per round: global metrics, bytes, phase seconds), ``clients``
+    (per client and round: train_loss, num_samples, ...), ``client_eval`` (personal models on
+    their own test shares and the global test set), ``communication`` (bytes by direction and
+    message type). Columns ``experiment``, ``name``, ``algorithm``, ``seed`` and ``run`` say
+    which run a row belongs to. Works while runs are still writing.
+    """
+    if table not in TABLES:
+        raise RaysimError(f"Unknown results table {table!r}; the tables are {', '.join(TABLES)}.")
+    directories = run_dirs(path)
+    if not directories:
+        raise RaysimError(
+            f"No raysim runs under {str(path)!r} (no {MANIFEST} found). Pass a directory that "
+            "`raysim run` wrote, e.g. results/quickstart-<timestamp>."
+        )
+    frames = []
+    for directory in directories:
+        manifest = read_manifest(directory)
+        parts = sorted((directory / table).glob("part-*.parquet"))
+        if not parts:
+            continue
+        frame = pd.concat([pq.read_table(part).to_pandas() for part in parts], ignore_index=True)
+        frame.insert(0, "experiment", directory.parent.name)
+        frame.insert(1, "name", manifest["name"])
+        frame.insert(2, "algorithm", manifest["algorithm"])
+        frame.insert(3, "seed", manifest["seed"])
+        frame.insert(4, "run", str(directory))
+        frames.append(frame)
+    if not frames:
+        return pd.DataFrame(columns=["experiment", "name", "algorithm", "seed", "run"])
+    return pd.concat(frames, ignore_index=True)

@@ -1,0 +1,58 @@
+"""Streaming Parquet sink: rows are buffered per table and flushed into part files that are
+complete the moment they appear (written under a temporary name, then renamed)."""
+
+from __future__ import annotations
+
+import os
+import time
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+TABLES = ("rounds", "clients", "client_eval", "communication")
+
+
+class ParquetSink:
+    """Writes ``<run_dir>/<table>/part-NNNNNN.parquet``; pandas can read them at any time."""
+
+    def __init__(self, run_dir: Path, flush_seconds: float = 2.0):
+        self.run_dir = Path(run_dir)
+        self.flush_seconds = flush_seconds
+        self._buffers: dict[str, list[dict[str, Any]]] = defaultdict(list)
+        self._part = self._next_part_number()
+        self._last_flush = time.monotonic()
+
+    def _next_part_number(self) -> int:
+        numbers = [int(path.stem.split("-")[1]) for path in self.run_dir.glob("*/part-*.parquet")]
+        return max(numbers, default=-1) + 1
+
+    def add(self, table: str, rows: list[dict[str, Any]]) -> None:
+        """Buffer rows for a table."""
+        self._buffers[table].extend(rows)
+
+    def maybe_flush(self) -> bool:
+        """Flush if ``flush_seconds`` have passed since the last flush."""
+        if time.monotonic() - self._last_flush >= self.flush_seconds:
+            self.flush()
+            return True
+        return False
+
+    def flush(self) -> None:
+        """Write every non-empty buffer as one new part file per table."""
+        wrote = False
+        for table, rows in self._buffers.items():
+            if not rows:
+                continue
+            directory = self.run_dir / table
+            directory.mkdir(parents=True, exist_ok=True)
+            final = directory / f"part-{self._part:06d}.parquet"
+            temporary = directory / f".part-{self._part:06d}.parquet.tmp"
+            pd.DataFrame(rows).to_parquet(temporary, index=False)
+            os.replace(temporary, final)
+            rows.clear()
+            wrote = True
+        if wrote:
+            self._part += 1
+        self._last_flush = time.monotonic()

@@ -1,0 +1,119 @@
+"""Typed configuration sections shared by every layer (frozen pydantic models).
+
+Model- and algorithm-specific hyperparameters live next to their implementation and register
+themselves; :mod:`raysim.config` assembles the whole experiment configuration.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+MEDMNIST_SIZES = (28, 64, 128, 224)
+
+
+class StrictModel(BaseModel):
+    """A frozen config section that rejects unknown keys (typos must not be ignored)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class DatasetConfig(StrictModel):
+    """Which dataset to load and from where."""
+
+    name: str = Field(description="MedMNIST 2D flag (e.g. pneumoniamnist) or breast-cancer/digits")
+    size: Literal[28, 64, 128, 224] = Field(28, description="MedMNIST image size")
+    root: str | None = Field(None, description="directory of MedMNIST npz files")
+    download: bool = Field(True, description="download a missing MedMNIST file")
+    verify_checksum: bool = Field(True, description="check the MD5 of MedMNIST files")
+
+
+class PartitionConfig(StrictModel):
+    """How the training set is split across virtual clients."""
+
+    scheme: Literal["iid", "dirichlet", "shards", "quantity"] = "iid"
+    num_clients: int = Field(10, ge=1)
+    beta: float = Field(0.5, gt=0, description="Dirichlet concentration (label or quantity skew)")
+    min_size: int = Field(1, ge=0, description="smallest number of samples per client")
+    samples_per_client: int | None = Field(
+        None, ge=1, description="iid only: draw exactly this many samples per client"
+    )
+    classes_per_client: int = Field(2, ge=1, description="shards only: classes per client")
+
+    @model_validator(mode="after")
+    def _check_scheme_options(self) -> PartitionConfig:
+        if self.samples_per_client is not None and self.scheme != "iid":
+            raise ValueError(
+                f"samples_per_client applies to scheme 'iid' only, not {self.scheme!r}; "
+                "remove it or set partition.scheme=iid"
+            )
+        return self
+
+
+class OptimizerConfig(StrictModel):
+    """The client optimizer."""
+
+    name: Literal["sgd", "adam", "adamw"] = "sgd"
+    lr: float = Field(0.01, gt=0)
+    momentum: float = Field(0.0, ge=0, lt=1)
+    weight_decay: float = Field(0.0, ge=0)
+
+
+class TrainingConfig(StrictModel):
+    """Rounds, client sampling and the local work of a round."""
+
+    rounds: int = Field(10, ge=1)
+    clients_per_round: int | None = Field(None, ge=1, description="default: every client")
+    local_epochs: int | None = Field(None, ge=1, description="default 1 unless local_steps is set")
+    local_steps: int | None = Field(None, ge=1, description="minibatch steps per round")
+    batch_size: int = Field(32, ge=1)
+    optimizer: OptimizerConfig = OptimizerConfig()
+
+    @model_validator(mode="after")
+    def _check_local_work(self) -> TrainingConfig:
+        if self.local_epochs is not None and self.local_steps is not None:
+            raise ValueError(
+                f"local_epochs={self.local_epochs} and local_steps={self.local_steps} are both "
+                "set; a round is either epochs or steps, so set only one of them"
+            )
+        return self
+
+    @property
+    def epochs(self) -> int | None:
+        """Local epochs per round, or None when the round is counted in steps."""
+        if self.local_steps is not None:
+            return None
+        return self.local_epochs or 1
+
+
+class EvaluationConfig(StrictModel):
+    """When and how the models are evaluated."""
+
+    every: int = Field(1, ge=0, description="evaluate every k rounds (and the last); 0: never")
+    batch_size: int = Field(512, ge=1)
+    clients: bool = Field(True, description="evaluate personal models on their own test shares")
+
+
+class EngineConfig(StrictModel):
+    """Ray resources of one run."""
+
+    num_workers: int = Field(2, ge=1)
+    cpus_per_worker: float = Field(1.0, gt=0)
+    gpus_per_worker: float = Field(0.0, ge=0)
+    address: str | None = Field(None, description="Ray address to join ('auto' for a cluster)")
+    client_groups: int = Field(
+        64,
+        ge=1,
+        description="clients are placed on workers in this many fixed groups; results do not "
+        "depend on the number of workers",
+    )
+
+    @model_validator(mode="after")
+    def _check_gpu_fraction(self) -> EngineConfig:
+        if self.gpus_per_worker > 1 and self.gpus_per_worker != int(self.gpus_per_worker):
+            raise ValueError(
+                f"gpus_per_worker={self.gpus_per_worker}: a worker uses a fraction of one GPU "
+                "(e.g. 0.25) or a whole number of GPUs"
+            )
+        return self
