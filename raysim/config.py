@@ -150,7 +150,10 @@ def load_config(path: str | Path, overrides: list[str] | None = None) -> Experim
     try:
         raw = yaml.safe_load(path.read_text()) or {}
     except yaml.YAMLError as error:
+        mark = getattr(error, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        problem = getattr(error, "problem", None) or "syntax error"
         raise ConfigError(
-            f"Config file {str(path)!r} is not valid YAML ({error}). Fix the syntax."
+            f"Config file {str(path)!r} is not valid YAML{where}: {problem}. Fix the syntax."
         ) from None
     return parse_config(apply_overrides(raw, overrides or []) if isinstance(raw, dict) else raw)

@@ -108,6 +108,9 @@ class EngineConfig(StrictModel):
         description="clients are placed on workers in this many fixed groups; results do not "
         "depend on the number of workers",
     )
+    flush_seconds: float = Field(
+        2.0, ge=0, description="write buffered result rows to a new Parquet part this often"
+    )
 
     @model_validator(mode="after")
     def _check_gpu_fraction(self) -> EngineConfig:

@@ -66,7 +66,7 @@ class Driver:
 
     def run(self) -> dict[str, Any]:
         """Run every round; returns the final rounds row. Rows written so far are kept on error."""
-        sink = ParquetSink(self.run_dir)
+        sink = ParquetSink(self.run_dir, self.spec.engine.flush_seconds)
         group = None
         try:
             self._set_progress(status="waiting for resources")

@@ -1,0 +1,37 @@
+"""Shared fixtures: one local Ray instance for the tests that need it, config builders."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+REAL_MEDMNIST = Path(__file__).resolve().parents[2] / "shared" / "data" / "medmnist"
+
+
+@pytest.fixture(scope="session")
+def ray_session():
+    """A local Ray instance with 4 logical CPUs and 1 logical GPU (for placement tests)."""
+    import ray
+
+    ray.init(num_cpus=4, num_gpus=1, include_dashboard=False, logging_level="ERROR",
+             log_to_driver=False)
+    yield ray
+    ray.shutdown()
+
+
+def quickstart_raw(**sections: Any) -> dict[str, Any]:
+    """The quickstart config as a dict, with sections replaced or updated."""
+    import yaml
+
+    raw = yaml.safe_load((Path(__file__).parents[1] / "experiments" / "quickstart.yaml").read_text())
+    for key, value in sections.items():
+        if isinstance(value, dict) and isinstance(raw.get(key), dict):
+            raw[key] = {**raw[key], **value}
+        else:
+            raw[key] = value
+    return raw

@@ -1,0 +1,122 @@
+"""Bad input: one clear paragraph naming the problem, exit code 2, no traceback."""
+
+from __future__ import annotations
+
+import urllib.error
+from pathlib import Path
+
+import pytest
+import yaml
+from conftest import quickstart_raw
+from fixtures import write_medmnist_npz
+
+from raysim.cli import main
+
+
+def run_cli(capsys, tmp_path: Path, raw, *extra: str, command: str = "validate") -> tuple[int, str]:
+    config = tmp_path / "config.yaml"
+    config.write_text(raw if isinstance(raw, str) else yaml.safe_dump(raw))
+    code = main([command, str(config), *extra])
+    captured = capsys.readouterr()
+    return code, captured.err
+
+
+CONFIG_CASES = [
+    ("unknown top-level key", quickstart_raw(trainig={"rounds": 3}), [], "trainig"),
+    ("typo in a section", quickstart_raw(partition={"betta": 0.1}), [], "partition.betta"),
+    ("unknown algorithm", quickstart_raw(algorithm={"name": "fedawg"}), [], "algorithm.name"),
+    ("unknown model", quickstart_raw(model={"name": "vgg99"}), [], "model.name"),
+    ("negative rounds", quickstart_raw(), ["--set", "training.rounds=-3"], "training.rounds"),
+    ("negative FedProx mu", quickstart_raw(algorithm={"name": "fedprox", "mu": -1}), [],
+     "algorithm.mu"),
+    ("epochs and steps", quickstart_raw(training={"local_steps": 2, "local_epochs": 1}), [],
+     "local_steps"),
+    ("too many clients per round", quickstart_raw(training={"clients_per_round": 11}), [],
+     "clients_per_round"),
+    ("bad image size", quickstart_raw(dataset={"name": "pneumoniamnist", "size": 32}), [],
+     "dataset.size"),
+    ("bad override syntax", quickstart_raw(), ["--set", "training.rounds"], "--set key=value"),
+    ("override into a scalar", quickstart_raw(), ["--set", "seeds.x=1"], "seeds"),
+    ("not a mapping", "- just\n- a list\n", [], "YAML mapping"),
+    ("broken YAML", "dataset: {name: [\n", [], "not valid YAML"),
+    ("repeated seed", quickstart_raw(seeds=[0, 0]), [], "seeds"),
+]
+
+
+@pytest.mark.parametrize("label, raw, extra, needle", CONFIG_CASES,
+                         ids=[case[0] for case in CONFIG_CASES])
+def test_config_errors_exit_2_with_clear_message(capsys, tmp_path, label, raw, extra, needle):
+    code, err = run_cli(capsys, tmp_path, raw, *extra)
+    assert code == 2
+    assert needle in err
+    assert "Traceback" not in err
+    assert err.startswith("error: ") and err.count("\n") == 1  # one paragraph
+
+
+def test_missing_config_file(capsys, tmp_path):
+    assert main(["validate", str(tmp_path / "nope.yaml")]) == 2
+    assert "does not exist" in capsys.readouterr().err
+
+
+def _run_with(capsys, tmp_path, dataset, partition=None, model=None):
+    raw = quickstart_raw(dataset=dataset, **({"partition": partition} if partition else {}))
+    if model:
+        raw["model"] = model
+    return run_cli(capsys, tmp_path, raw, "--no-progress", command="run")
+
+
+def test_missing_medmnist_file_offline_names_file_and_data_root(capsys, tmp_path):
+    code, err = _run_with(capsys, tmp_path, {"name": "breastmnist", "root": str(tmp_path),
+                                             "download": False})
+    assert code == 2
+    assert "breastmnist.npz" in err and "--data-root" in err and "zenodo" in err
+
+
+def test_failed_download_names_file_url_and_data_root(capsys, tmp_path, monkeypatch):
+    def offline(*args, **kwargs):
+        raise urllib.error.URLError("network is unreachable")
+
+    monkeypatch.setattr("urllib.request.urlopen", offline)
+    code, err = _run_with(capsys, tmp_path, {"name": "breastmnist", "size": 64,
+                                             "root": str(tmp_path)})
+    assert code == 2
+    assert "breastmnist_64.npz" in err and "--data-root" in err and "https://" in err
+
+
+def test_checksum_mismatch_is_reported(capsys, tmp_path):
+    write_medmnist_npz(tmp_path, "pneumoniamnist")
+    code, err = _run_with(capsys, tmp_path, {"name": "pneumoniamnist", "root": str(tmp_path)})
+    assert code == 2 and "MD5" in err and "verify_checksum" in err
+
+
+def test_truncated_npz_is_reported(capsys, tmp_path):
+    path = write_medmnist_npz(tmp_path, "pneumoniamnist")
+    path.write_bytes(path.read_bytes()[:5000])
+    code, err = _run_with(capsys, tmp_path, {"name": "pneumoniamnist", "root": str(tmp_path),
+                                             "verify_checksum": False})
+    assert code == 2 and "corrupt or truncated" in err
+
+
+def test_unknown_and_3d_datasets_are_rejected(capsys, tmp_path):
+    for name in ("cifar10", "adrenalmnist3d"):
+        code, err = _run_with(capsys, tmp_path, {"name": name})
+        assert code == 2 and "dataset.name" in err and "breast-cancer" in err
+
+
+def test_convnet_on_tabular_data_is_rejected(capsys, tmp_path):
+    code, err = _run_with(capsys, tmp_path, {"name": "breast-cancer"},
+                          model={"name": "convnet"})
+    assert code == 2 and "tabular" in err
+
+
+def test_impossible_partition_is_rejected_before_running(capsys, tmp_path):
+    code, err = _run_with(capsys, tmp_path, {"name": "breast-cancer"},
+                          partition={"scheme": "iid", "num_clients": 100, "min_size": 1,
+                                     "samples_per_client": 10, "beta": 0.5})
+    assert code == 2 and "samples_per_client" in err
+    assert not list(tmp_path.glob("results*"))
+
+
+def test_report_on_missing_path(capsys, tmp_path):
+    assert main(["report", str(tmp_path / "none")]) == 2
+    assert "does not exist" in capsys.readouterr().err

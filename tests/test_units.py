@@ -1,0 +1,105 @@
+"""Units below the engine: models, batch plans, aggregation, metrics, FedProx's term."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+from sklearn.metrics import roc_auc_score
+
+from raysim.algorithms.aggregators import WeightedSum, weighted_mean
+from raysim.algorithms.fedprox import proximal_term
+from raysim.data.dataset import DataInfo
+from raysim.engine.evaluation import classification_metrics
+from raysim.engine.placement import assign_groups, client_groups
+from raysim.engine.runtime import batch_plan
+from raysim.models import MODELS, build_model
+
+GRAY28 = DataInfo("fixture", "image", 2, (1, 28, 28), (0.5,), (0.5,))
+
+
+def _params(name, **options):
+    return MODELS[name].params(**options)
+
+
+def test_convnet_has_about_300k_parameters_at_width_128_depth_3():
+    model = build_model(_params("convnet", width=128, depth=3), GRAY28)
+    count = sum(p.numel() for p in model.parameters())
+    assert 280_000 <= count <= 320_000
+    assert model(torch.zeros(2, 1, 28, 28)).shape == (2, 2)
+
+
+@pytest.mark.parametrize("norm, kind", [("batch", torch.nn.BatchNorm2d),
+                                        ("instance", torch.nn.GroupNorm)])
+def test_convnet_norm_option_selects_layer(norm, kind):
+    model = build_model(_params("convnet", width=8, norm=norm), GRAY28)
+    assert any(isinstance(m, kind) for m in model.modules())
+
+
+def test_resnet18_stems_for_small_and_large_inputs():
+    small = build_model(_params("resnet18"), GRAY28)
+    large = build_model(_params("resnet18"), DataInfo("x", "image", 3, (3, 224, 224),
+                                                      (0.5,) * 3, (0.5,) * 3))
+    assert not any(isinstance(m, torch.nn.MaxPool2d) for m in small.modules())
+    assert any(isinstance(m, torch.nn.MaxPool2d) for m in large.modules())
+    assert 11_000_000 < sum(p.numel() for p in small.parameters()) < 11_300_000
+    assert large(torch.zeros(1, 3, 224, 224)).shape == (1, 3)
+
+
+def test_mlp_without_hidden_layers_is_linear():
+    model = build_model(_params("mlp", hidden=()), DataInfo("t", "tabular", 2, (30,)))
+    assert [type(m) for m in model.net] == [torch.nn.Flatten, torch.nn.Linear]
+
+
+def test_batch_plan_epochs_cover_every_sample_once_per_epoch():
+    plan = batch_plan(10, 4, epochs=2, steps=None, rng=np.random.default_rng(0))
+    counts = np.bincount(np.concatenate(plan), minlength=10)
+    assert (counts == 2).all()
+
+
+def test_batch_plan_steps_and_singleton_merge():
+    plan = batch_plan(9, 4, epochs=None, steps=5, rng=np.random.default_rng(0))
+    assert len(plan) == 5
+    assert [len(b) for b in plan[:2]] == [4, 5]  # the lone ninth sample joined a batch
+
+
+def test_weighted_mean_matches_numpy_and_is_grouping_independent():
+    rng = np.random.default_rng(0)
+    models = [{"w": rng.normal(size=(3, 4)).astype(np.float32),
+               "n": np.array(k, dtype=np.int64)} for k in range(6)]
+    sizes = [5.0, 1.0, 3.0, 8.0, 2.0, 7.0]
+    mean = weighted_mean([WeightedSum.of(models, sizes)])
+    expected = np.average(np.stack([m["w"] for m in models]), axis=0, weights=sizes)
+    np.testing.assert_allclose(mean["w"], expected, rtol=1e-6)
+    assert mean["w"].dtype == np.float32 and mean["n"].dtype == np.int64
+    grouped = weighted_mean([WeightedSum.of(models[:2], sizes[:2]),
+                             WeightedSum.of(models[2:], sizes[2:])])
+    np.testing.assert_allclose(grouped["w"], mean["w"], rtol=1e-6)
+
+
+def test_client_groups_and_lpt_balance():
+    groups = client_groups(100, 64)
+    assert len(groups) == 64 and sum(len(g) for g in groups) == 100
+    loads = [float(len(g)) for g in groups]
+    assignment = assign_groups(loads, 2)
+    totals = [sum(loads[g] for g in groups_) for groups_ in assignment]
+    assert totals == [50.0, 50.0]
+
+
+def test_metrics_binary_auc_matches_sklearn_and_single_class_gives_nan():
+    labels = np.array([0, 1, 1, 0, 1])
+    probs = np.array([[0.8, 0.2], [0.3, 0.7], [0.6, 0.4], [0.9, 0.1], [0.2, 0.8]])
+    metrics = classification_metrics(labels, probs)
+    assert metrics["accuracy"] == pytest.approx(0.8)
+    assert metrics["auc"] == pytest.approx(roc_auc_score(labels, probs[:, 1]))
+    assert math.isnan(classification_metrics(np.array([1, 1]), probs[:2])["auc"])
+
+
+def test_proximal_term_gradient_pulls_towards_anchor():
+    model = torch.nn.Linear(3, 1)
+    anchor = {name: np.zeros(p.shape, np.float32) for name, p in model.named_parameters()}
+    term = proximal_term(model, anchor, mu=2.0)
+    term().backward()
+    torch.testing.assert_close(model.weight.grad, 2.0 * model.weight.detach())
