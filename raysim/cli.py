@@ -34,8 +34,8 @@ def _parser() -> argparse.ArgumentParser:
 def _run(args: argparse.Namespace) -> int:
     from raysim.config import load_config
     from raysim.engine.runner import run_experiment
-    from raysim.results.report import format_summary, report, summary_table
     from raysim.results.load import load
+    from raysim.results.report import format_summary, report, summary_table
 
     config = load_config(args.config, args.overrides)
     outcomes = run_experiment(config, data_root=args.data_root, output=args.output,

@@ -25,12 +25,13 @@ def ray_session():
 
 
 def quickstart_raw(**sections: Any) -> dict[str, Any]:
-    """The quickstart config as a dict, with sections replaced or updated."""
+    """The quickstart config as a dict: sections updated, ``model``/``algorithm`` replaced."""
     import yaml
 
     raw = yaml.safe_load((Path(__file__).parents[1] / "experiments" / "quickstart.yaml").read_text())
     for key, value in sections.items():
-        if isinstance(value, dict) and isinstance(raw.get(key), dict):
+        if isinstance(value, dict) and isinstance(raw.get(key), dict) and key not in (
+                "model", "algorithm"):
             raw[key] = {**raw[key], **value}
         else:
             raw[key] = value

@@ -49,10 +49,7 @@ def to_tensor(x: np.ndarray, info: DataInfo) -> torch.Tensor:
     if info.kind == "tabular":
         return torch.from_numpy(np.ascontiguousarray(x, dtype=np.float32))
     batch = torch.from_numpy(np.ascontiguousarray(x)).to(torch.float32).div_(255.0)
-    if batch.ndim == 3:
-        batch = batch.unsqueeze(1)
-    else:
-        batch = batch.permute(0, 3, 1, 2).contiguous()
+    batch = batch.unsqueeze(1) if batch.ndim == 3 else batch.permute(0, 3, 1, 2).contiguous()
     mean = torch.tensor(info.mean, dtype=torch.float32).view(1, -1, 1, 1)
     std = torch.tensor(info.std, dtype=torch.float32).view(1, -1, 1, 1)
     return batch.sub_(mean).div_(std)

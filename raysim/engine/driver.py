@@ -199,12 +199,9 @@ class Driver:
                                         for w, clients in sorted(per_worker.items())])
                  for r in rows), key=lambda r: r["client"])
             sink.add("client_eval", client_rows)
-            for metric in METRICS:
-                row[f"personal_{metric}"] = float(np.nanmean([r[f"own_{metric}"] for r in client_rows])) \
-                    if client_rows else math.nan
-                if weights is None:
-                    row[metric] = float(np.nanmean([r[f"global_{metric}"] for r in client_rows])) \
-                        if client_rows else math.nan
+            row.update(_mean_client_metrics(client_rows, "own_", "personal_"))
+            if weights is None:  # no global model: the clients' models on the global test set
+                row.update(_mean_client_metrics(client_rows, "global_", ""))
         return row
 
     @staticmethod
@@ -219,6 +216,16 @@ class Driver:
         rows += [{"round": round_, "direction": "up", "message_type": kind, "bytes": count}
                  for kind, count in sorted(up.items())]
         return rows
+
+
+def _mean_client_metrics(rows: list[dict[str, Any]], source: str, target: str
+                         ) -> dict[str, float]:
+    """Mean over clients of each metric (NaN-aware; NaN when no client has one)."""
+    means = {}
+    for metric in METRICS:
+        values = np.array([r[source + metric] for r in rows], dtype=float)
+        means[target + metric] = float(np.nanmean(values)) if np.isfinite(values).any() else math.nan
+    return means
 
 
 def _weighted_train_loss(results: list[GroupResult]) -> float:

@@ -14,7 +14,6 @@ import ray
 import torch
 
 from raysim.algorithms.base import Algorithm, ClientResult, RunContext
-from raysim.data.dataset import DataInfo
 from raysim.data.partition import Partition
 from raysim.engine.evaluation import classification_metrics, predict_proba
 from raysim.engine.runtime import ClientRuntime, warm_up
