@@ -108,6 +108,11 @@ class EngineConfig(StrictModel):
         description="clients are placed on workers in this many fixed groups; results do not "
         "depend on the number of workers",
     )
+    vectorize: Literal["auto", "always", "never"] = Field(
+        "auto",
+        description="train many same-size clients in one torch.func call: auto picks it for "
+        "small dense models on CPU and for every model on GPU",
+    )
     flush_seconds: float = Field(
         2.0, ge=0, description="write buffered result rows to a new Parquet part this often"
     )

@@ -44,3 +44,30 @@ def torch_generator(
     generator = torch.Generator()
     generator.manual_seed(int(state) & 0x7FFF_FFFF_FFFF_FFFF)
     return generator
+
+
+_GOLDEN = np.uint64(0x9E3779B97F4A7C15)
+_MIX1 = np.uint64(0xBF58476D1CE4E5B9)
+_MIX2 = np.uint64(0x94D049BB133111EB)
+
+
+def _splitmix64(values: np.ndarray) -> np.ndarray:
+    """The splitmix64 finaliser, elementwise on uint64 arrays (wrapping arithmetic)."""
+    with np.errstate(over="ignore"):
+        z = values + _GOLDEN
+        z = (z ^ (z >> np.uint64(30))) * _MIX1
+        z = (z ^ (z >> np.uint64(27))) * _MIX2
+        return z ^ (z >> np.uint64(31))
+
+
+def client_keys(seed: int, purpose: str, round_: int, clients: np.ndarray, count: int) -> np.ndarray:
+    """``count`` pseudo-random uint64 keys per client, shape (len(clients), count).
+
+    Row ``i`` depends only on (seed, purpose, round, clients[i]): each client has its own
+    stream, and the keys of thousands of clients come from one vectorised computation.
+    """
+    base = seed_sequence(seed, purpose, round_).generate_state(1, dtype=np.uint64)[0]
+    per_client = _splitmix64(np.uint64(base) ^ _splitmix64(np.asarray(clients, dtype=np.uint64)))
+    counters = np.arange(count, dtype=np.uint64)
+    with np.errstate(over="ignore"):
+        return _splitmix64(_splitmix64(per_client)[:, None] + counters[None, :] * _GOLDEN)

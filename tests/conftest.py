@@ -25,10 +25,12 @@ def ray_session():
 
 
 def quickstart_raw(**sections: Any) -> dict[str, Any]:
-    """The quickstart config as a dict: sections updated, ``model``/``algorithm`` replaced."""
+    """The quickstart config as a dict with one seed: sections updated, ``model`` and
+    ``algorithm`` replaced."""
     import yaml
 
     raw = yaml.safe_load((Path(__file__).parents[1] / "experiments" / "quickstart.yaml").read_text())
+    raw["seeds"] = [0]
     for key, value in sections.items():
         if isinstance(value, dict) and isinstance(raw.get(key), dict) and key not in (
                 "model", "algorithm"):

@@ -99,7 +99,7 @@ def test_parquet_readable_while_run_continues(ray_session, tmp_path):
     deadline = time.time() + 120
     while thread.is_alive() and time.time() < deadline:
         if list(tmp_path.glob("*/seed_0/rounds/part-*.parquet")):
-            partial = load(tmp_path)
+            partial = load(next(tmp_path.glob("*/seed_0")))
             if 0 < len(partial) < 60:
                 seen_partial = True
                 assert partial["round"].tolist() == list(range(len(partial)))

@@ -10,11 +10,10 @@ import torch
 from sklearn.metrics import roc_auc_score
 
 from raysim.algorithms.aggregators import WeightedSum, weighted_mean
-from raysim.algorithms.fedprox import proximal_term
 from raysim.data.dataset import DataInfo
 from raysim.engine.evaluation import classification_metrics
 from raysim.engine.placement import assign_groups, client_groups
-from raysim.engine.runtime import batch_plan
+from raysim.engine.runtime import batch_plans, proximal_term
 from raysim.models import MODELS, build_model
 
 GRAY28 = DataInfo("fixture", "image", 2, (1, 28, 28), (0.5,), (0.5,))
@@ -54,15 +53,23 @@ def test_mlp_without_hidden_layers_is_linear():
 
 
 def test_batch_plan_epochs_cover_every_sample_once_per_epoch():
-    plan = batch_plan(10, 4, epochs=2, steps=None, rng=np.random.default_rng(0))
-    counts = np.bincount(np.concatenate(plan), minlength=10)
-    assert (counts == 2).all()
+    plan = batch_plans(10, 4, epochs=2, steps=None, seed=0, round_=3, clients=np.arange(5))
+    for client in range(5):
+        counts = np.bincount(np.concatenate([step[client] for step in plan]), minlength=10)
+        assert (counts == 2).all()
+    assert not (plan[0][0] == plan[0][1]).all()  # clients have their own orders
 
 
 def test_batch_plan_steps_and_singleton_merge():
-    plan = batch_plan(9, 4, epochs=None, steps=5, rng=np.random.default_rng(0))
+    plan = batch_plans(9, 4, epochs=None, steps=5, seed=0, round_=0, clients=np.array([7]))
     assert len(plan) == 5
-    assert [len(b) for b in plan[:2]] == [4, 5]  # the lone ninth sample joined a batch
+    assert [step.shape[1] for step in plan[:2]] == [4, 5]  # the lone ninth sample joined a batch
+
+
+def test_client_streams_do_not_depend_on_which_clients_are_drawn_together():
+    together = batch_plans(6, 3, 1, None, seed=1, round_=2, clients=np.array([4, 9, 11]))
+    alone = batch_plans(6, 3, 1, None, seed=1, round_=2, clients=np.array([9]))
+    assert all((t[1] == a[0]).all() for t, a in zip(together, alone, strict=True))
 
 
 def test_weighted_mean_matches_numpy_and_is_grouping_independent():

@@ -29,13 +29,13 @@ import numpy as np
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tests"))
-from fixtures import write_medmnist_npz  # noqa: E402
+from fixtures import write_medmnist_npz
 
-from raysim.config import parse_config  # noqa: E402
-from raysim.data.dataset import DataInfo, to_tensor  # noqa: E402
-from raysim.engine.runner import run_experiment  # noqa: E402
-from raysim.models import MODELS, build_model  # noqa: E402
-from raysim.results import load  # noqa: E402
+from raysim.config import parse_config
+from raysim.data.dataset import DataInfo, to_tensor
+from raysim.engine.runner import run_experiment
+from raysim.models import MODELS, build_model
+from raysim.results import load
 
 INFO = DataInfo("pneumoniamnist", "image", 2, (1, 28, 28), (0.5,), (0.5,))
 MODEL = MODELS["convnet"].params(width=128, depth=3, norm="instance")

@@ -3,11 +3,17 @@
 A round, as the engine runs it:
 
 1. server (driver): ``broadcast(state, round)`` -> message, put into the object store once;
-2. client (worker), for each sampled client: ``client_update(runtime, client, round, message,
-   client_state)`` -> :class:`ClientResult` (upload, new persistent state, metrics);
+2. client (worker), for the sampled clients of one client group at once:
+   ``local_updates(runtime, clients, round, message, client_states)`` -> one
+   :class:`ClientResult` per client (upload, new persistent state, metrics); the runtime's
+   ``train_many`` trains them one by one or vectorised, whichever pays;
 3. worker: ``reduce(results)`` over the clients of one fixed client group, in client order
    (e.g. a weighted sum), so only one partial per group travels back;
 4. server: ``aggregate(state, partials, round)`` with the partials in group order -> new state.
+
+Optionally the server relays client state: ``migration(round)`` returns, before the round, the
+destination client of every client's persistent state (FedDC's permutation); the engine moves
+the states between workers through the object store after the round's local work.
 
 Evaluation uses ``global_weights(state)`` on the global test set and, for algorithms with
 personal models, ``personal_weights(client_state)`` on each client's own test share.
@@ -19,6 +25,8 @@ from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
+
+import numpy as np
 
 from raysim.data.dataset import DataInfo
 from raysim.engine.weights import Weights
@@ -62,6 +70,8 @@ class Algorithm(ABC):
     """True when the algorithm trains on the union of all clients' data (centralized)."""
     personalized: ClassVar[bool] = False
     """True when clients keep personal models (evaluated on their own test shares)."""
+    relayed_uploads: ClassVar[tuple[str, ...]] = ()
+    """Upload types the server forwards to another client (counted again as bytes down)."""
 
     def __init__(self, params: StrictModel, context: RunContext):
         self.params = params
@@ -84,17 +94,22 @@ class Algorithm(ABC):
         """The model evaluated on the global test set, or None if there is no global model."""
         return None
 
+    def migration(self, round_: int) -> np.ndarray | None:
+        """``destination[c]``: the client that receives client c's persistent state after this
+        round's local work, or None to keep states where they are."""
+        return None
+
     # ----- client side (runs on the workers) -----
     @abstractmethod
-    def client_update(
+    def local_updates(
         self,
         runtime: ClientRuntime,
-        client: int,
+        clients: Sequence[int],
         round_: int,
         message: dict[str, Any],
-        state: Any,
-    ) -> ClientResult:
-        """One client's local work in a round."""
+        states: Sequence[Any],
+    ) -> list[ClientResult]:
+        """The local work of several clients of one group (in client order) in a round."""
 
     def reduce(self, results: Sequence[tuple[int, ClientResult]]) -> Any:
         """Pre-aggregate the results of one client group, given in client order."""

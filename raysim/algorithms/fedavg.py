@@ -2,15 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Literal
-
-import torch
-from torch import nn
 
 from raysim.algorithms.aggregators import WeightedSum, weighted_mean
 from raysim.algorithms.base import Algorithm, ClientResult, register_algorithm
-from raysim.engine.weights import Weights, get_weights, set_weights
+from raysim.engine.weights import Weights
 from raysim.schema import StrictModel
 
 if TYPE_CHECKING:
@@ -32,17 +29,17 @@ class FedAvg(Algorithm):
     def broadcast(self, state: Weights, round_: int) -> dict[str, Any]:
         return {"model": state}
 
-    def client_update(self, runtime: ClientRuntime, client: int, round_: int,
-                      message: dict[str, Any], state: Any) -> ClientResult:
-        model = runtime.model
-        set_weights(model, message["model"])
-        outcome = runtime.train(model, client, round_,
-                                regularizer=self.regularizer(model, message["model"]))
-        return ClientResult({"model": get_weights(model)}, None, outcome.metrics())
+    def local_updates(self, runtime: ClientRuntime, clients: Sequence[int], round_: int,
+                      message: dict[str, Any], states: Sequence[Any]) -> list[ClientResult]:
+        start = message["model"]
+        trained = runtime.train_many(clients, round_, [start] * len(clients),
+                                     [None] * len(clients), prox=self.proximal(start))
+        return [ClientResult({"model": weights}, None, outcome.metrics())
+                for weights, outcome in trained]
 
-    def regularizer(self, model: nn.Module, global_weights: Weights
-                    ) -> Callable[[], torch.Tensor] | None:
-        """An extra loss term ``() -> tensor`` added to every local step (none for FedAvg)."""
+    def proximal(self, global_weights: Weights) -> tuple[Weights, float] | None:
+        """(anchor, mu) of a proximal term mu/2 ||w - anchor||^2 in the local objective
+        (none for FedAvg)."""
         return None
 
     def reduce(self, results: Sequence[tuple[int, ClientResult]]) -> WeightedSum:

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
 from raysim.algorithms.base import Algorithm, ClientResult, register_algorithm
-from raysim.engine.weights import Weights, get_weights, set_weights
+from raysim.engine.weights import Weights
 from raysim.schema import StrictModel
 
 if TYPE_CHECKING:
@@ -28,14 +29,14 @@ class LocalOnly(Algorithm):
         """Multiplier of the configured local steps (1: a client's own budget)."""
         return 1
 
-    def client_update(self, runtime: ClientRuntime, client: int, round_: int,
-                      message: dict[str, Any], state: Any) -> ClientResult:
-        model = runtime.model
-        weights, optimizer_state = state if state is not None else (runtime.initial_weights, None)
-        set_weights(model, weights)
-        outcome = runtime.train(model, client, round_, optimizer_state=optimizer_state,
-                                steps_scale=self.local_work_scale())
-        return ClientResult({}, (get_weights(model), outcome.optimizer_state), outcome.metrics())
+    def local_updates(self, runtime: ClientRuntime, clients: Sequence[int], round_: int,
+                      message: dict[str, Any], states: Sequence[Any]) -> list[ClientResult]:
+        starts = [runtime.initial_weights if s is None else s[0] for s in states]
+        optimizer_states = [None if s is None else s[1] for s in states]
+        trained = runtime.train_many(clients, round_, starts, optimizer_states,
+                                     steps_scale=self.local_work_scale())
+        return [ClientResult({}, (weights, outcome.optimizer_state), outcome.metrics())
+                for weights, outcome in trained]
 
     def personal_weights(self, state: Any) -> Weights | None:
         return None if state is None else state[0]

@@ -100,7 +100,7 @@ class Driver:
             actor.options(
                 num_cpus=engine.cpus_per_worker, num_gpus=gpus,
                 scheduling_strategy=PlacementGroupSchedulingStrategy(group, index),
-            ).remote(self.spec.setup)
+            ).remote(self.spec.setup, index)
             for index in range(engine.num_workers)
         ]
         described = ray.get([worker.describe.remote() for worker in workers])
@@ -118,30 +118,45 @@ class Driver:
             for g in owned:
                 owner_of_group[g] = worker
         group_of_client = np.concatenate([np.full(len(g), i) for i, g in enumerate(groups)])
+        worker_of_client = np.array([owner_of_group[g] for g in group_of_client])
         state = self.algorithm.init_server_state(self.spec.setup.initial_weights)
+        in_flight: dict[int, list[Any]] = defaultdict(list)  # relayed client states per worker
         last_row: dict[str, Any] = {}
         for round_ in range(self.spec.rounds):
             started = time.perf_counter()
             sampled = self._sample_clients(round_)
             message = self.algorithm.broadcast(state, round_)
             message_ref = ray.put(message)
-            calls: dict[int, list[tuple[int, list[int]]]] = defaultdict(list)
+            work: dict[int, list[tuple[int, list[int]]]] = {w: [] for w in in_flight}
             by_group: dict[int, list[int]] = defaultdict(list)
             for client in sampled:
                 by_group[int(group_of_client[client])].append(int(client))
             for g in sorted(by_group):
-                calls[owner_of_group[g]].append((g, by_group[g]))
-            futures = [workers[w].run_round.remote(round_, message_ref, work)
-                       for w, work in sorted(calls.items())]
+                work.setdefault(owner_of_group[g], []).append((g, by_group[g]))
+            moves = self._moves(round_, worker_of_client)
+            for w in moves:
+                work.setdefault(w, [])
+            futures = [workers[w].run_round.remote(round_, message_ref, groups_,
+                                                   in_flight.pop(w, []), moves.get(w))
+                       for w, groups_ in sorted(work.items())]
+            replies = ray.get(futures)
+            for _, outgoing in replies:
+                for destination, ref in outgoing.items():
+                    in_flight[destination].append(ref)
             results: list[GroupResult] = sorted(
-                (r for batch in ray.get(futures) for r in batch), key=lambda r: r.group)
+                (r for batch, _ in replies for r in batch), key=lambda r: r.group)
             trained = time.perf_counter()
             state = self.algorithm.aggregate(state, [r.partial for r in results], round_)
             aggregated = time.perf_counter()
             row = {"round": round_, "clients_sampled": len(sampled)}
-            row.update(self._evaluate(workers, state, round_, owner_of_group, groups, sink))
+            if self._due(round_):
+                self._deliver(workers, in_flight)
+                row.update(self._evaluate(workers, state, round_, owner_of_group, groups, sink))
+            else:
+                row.update(dict.fromkeys(METRICS, math.nan))
             evaluated = time.perf_counter()
-            bytes_rows = self._communication(round_, message, len(sampled), results)
+            bytes_rows = self._communication(round_, message, len(sampled), results,
+                                             self.algorithm.relayed_uploads)
             row.update(
                 bytes_down=sum(r["bytes"] for r in bytes_rows if r["direction"] == "down"),
                 bytes_up=sum(r["bytes"] for r in bytes_rows if r["direction"] == "up"),
@@ -157,7 +172,25 @@ class Driver:
             if not math.isnan(row.get("accuracy", math.nan)):
                 self._set_progress(accuracy=row["accuracy"])
             self._set_progress(round=round_ + 1)
+        self._deliver(workers, in_flight)
         return last_row
+
+    def _moves(self, round_: int, worker_of_client: np.ndarray
+               ) -> dict[int, list[tuple[int, int, int]]]:
+        destination = self.algorithm.migration(round_)
+        if destination is None:
+            return {}
+        moves: dict[int, list[tuple[int, int, int]]] = defaultdict(list)
+        for client, target in enumerate(destination):
+            moves[int(worker_of_client[client])].append(
+                (client, int(target), int(worker_of_client[target])))
+        return moves
+
+    @staticmethod
+    def _deliver(workers: list[Any], in_flight: dict[int, list[Any]]) -> None:
+        """Hand relayed client states to their workers now (before evaluation, at the end)."""
+        ray.get([workers[w].receive_states.remote(refs) for w, refs in in_flight.items() if refs])
+        in_flight.clear()
 
     def _sample_clients(self, round_: int) -> np.ndarray:
         total = self.context.num_clients
@@ -175,8 +208,6 @@ class Driver:
                   owner_of_group: dict[int, int], groups: list[np.ndarray],
                   sink: ParquetSink) -> dict[str, float]:
         row = dict.fromkeys(METRICS, math.nan)
-        if not self._due(round_):
-            return row
         weights = self.algorithm.global_weights(state)
         if weights is not None:
             weights_ref = ray.put(weights)
@@ -206,7 +237,8 @@ class Driver:
 
     @staticmethod
     def _communication(round_: int, message: dict[str, Any], receivers: int,
-                       results: list[GroupResult]) -> list[dict[str, Any]]:
+                       results: list[GroupResult], relayed: tuple[str, ...]
+                       ) -> list[dict[str, Any]]:
         rows = [{"round": round_, "direction": "down", "message_type": kind,
                  "bytes": payload_bytes(payload) * receivers} for kind, payload in message.items()]
         up: dict[str, int] = defaultdict(int)
@@ -215,6 +247,8 @@ class Driver:
                 up[kind] += count
         rows += [{"round": round_, "direction": "up", "message_type": kind, "bytes": count}
                  for kind, count in sorted(up.items())]
+        rows += [{"round": round_, "direction": "down", "message_type": kind, "bytes": count}
+                 for kind, count in sorted(up.items()) if kind in relayed]
         return rows
 
 

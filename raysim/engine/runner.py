@@ -95,7 +95,17 @@ def prepare(config: ExperimentConfig, data_root: str | None
                              dataset.info.num_classes, seed)
         for seed in config.seeds
     }
+    algorithm_class = ALGORITHMS[config.algorithm.name]
+    num_clients = 1 if algorithm_class.pooled else config.partition.num_clients
+    algorithm_class(config.algorithm, run_context(config, dataset, config.seeds[0], num_clients))
     return dataset, partitions
+
+
+def run_context(config: ExperimentConfig, dataset: ArrayDataset, seed: int,
+                num_clients: int) -> RunContext:
+    """What the algorithm of one run knows about it."""
+    return RunContext(seed, dataset.info, config.model, config.training, num_clients,
+                      config.clients_per_round)
 
 
 def new_run_root(config: ExperimentConfig, output: str | None) -> Path:
@@ -138,11 +148,11 @@ def run_experiment(config: ExperimentConfig, *, data_root: str | None = None,
             "config": config.model_dump(mode="json"), "versions": package_versions(),
             "git_commit": git_commit(), "notices": notices, "dataset": dataset.info.name,
         })
-        context = RunContext(seed, dataset.info, config.model, config.training,
-                             partition.num_clients, config.clients_per_round)
+        context = run_context(config, dataset, seed, partition.num_clients)
         setup = WorkerSetup(algorithm_class, config.algorithm, context, arrays, partition,
                             initial_weights(config, dataset, seed), config.evaluation.batch_size,
-                            threads=max(1, math.floor(config.engine.cpus_per_worker)))
+                            threads=max(1, math.floor(config.engine.cpus_per_worker)),
+                            vectorize=config.engine.vectorize)
         spec = RunSpec(str(run_dir), setup, config.training.rounds, config.engine,
                        config.evaluation, use_gpus)
         drivers[seed] = ray.remote(Driver).options(

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -11,10 +11,11 @@ import torch
 from torch import nn
 
 from raysim.data.dataset import DataInfo, to_tensor
-from raysim.engine.weights import Weights
+from raysim.engine.vectorized import VECTORIZED, choose_path, train_vectorized
+from raysim.engine.weights import Weights, as_tensor, get_weights, set_weights
 from raysim.models import build_model
 from raysim.schema import OptimizerConfig, StrictModel, TrainingConfig
-from raysim.seeding import numpy_rng, seed_sequence
+from raysim.seeding import client_keys, seed_sequence
 
 
 @dataclass
@@ -41,29 +42,33 @@ def make_optimizer(parameters: Any, config: OptimizerConfig) -> torch.optim.Opti
     return optimizer_class(parameters, lr=config.lr, weight_decay=config.weight_decay)
 
 
-def batch_plan(num_samples: int, batch_size: int, epochs: int | None, steps: int | None,
-               rng: np.random.Generator) -> list[np.ndarray]:
-    """Positions (into a client's local data) of every minibatch of one round.
+def batch_bounds(num_samples: int, batch_size: int) -> list[tuple[int, int]]:
+    """[start, stop) of each minibatch of an epoch; a trailing batch of one sample joins the
+    previous batch (BatchNorm cannot train on one sample)."""
+    bounds = [(i, min(i + batch_size, num_samples)) for i in range(0, num_samples, batch_size)]
+    if len(bounds) > 1 and bounds[-1][1] - bounds[-1][0] == 1:
+        bounds[-2:] = [(bounds[-2][0], num_samples)]
+    return bounds
 
-    Each epoch is a fresh permutation; a round of ``steps`` runs through as many epochs as it
-    needs. A trailing batch of a single sample joins the previous batch (BatchNorm cannot
-    train on one sample).
+
+def batch_plans(num_samples: int, batch_size: int, epochs: int | None, steps: int | None,
+                seed: int, round_: int, clients: np.ndarray) -> list[np.ndarray]:
+    """Minibatch positions (into each client's local data) for one round of many clients of
+    the same size: a list over steps of (clients, batch) arrays.
+
+    Each epoch is a fresh permutation from the client's own stream (seed, "batches", round,
+    client); a round of ``steps`` runs through as many epochs as it needs.
     """
-    def one_epoch() -> list[np.ndarray]:
-        order = rng.permutation(num_samples)
-        batches = [order[i:i + batch_size] for i in range(0, num_samples, batch_size)]
-        if len(batches) > 1 and len(batches[-1]) == 1:
-            batches[-2:] = [np.concatenate(batches[-2:])]
-        return batches
-
-    plan: list[np.ndarray] = []
+    bounds = batch_bounds(num_samples, batch_size)
     if steps is None:
-        for _ in range(epochs or 1):
-            plan.extend(one_epoch())
-        return plan
-    while len(plan) < steps:
-        plan.extend(one_epoch())
-    return plan[:steps]
+        schedule = [(epoch, b) for epoch in range(epochs or 1) for b in bounds]
+    else:
+        schedule = [(k // len(bounds), bounds[k % len(bounds)]) for k in range(steps)]
+    num_epochs = schedule[-1][0] + 1
+    keys = client_keys(seed, "batches", round_, clients, num_epochs * num_samples)
+    orders = np.argsort(keys.reshape(len(clients), num_epochs, num_samples), axis=2,
+                        kind="stable")
+    return [orders[:, epoch, start:stop] for epoch, (start, stop) in schedule]
 
 
 def rng_seed(seed: int, purpose: str, round_: int, client: int) -> int:
@@ -84,6 +89,18 @@ def warm_up(model: nn.Module, info: DataInfo, config: OptimizerConfig, device: t
     model.load_state_dict(saved)
 
 
+def proximal_term(model: nn.Module, anchor: Weights, mu: float) -> Callable[[], torch.Tensor]:
+    """``() -> mu/2 * sum ||p - anchor_p||^2`` over the model's trainable parameters."""
+    device = next(model.parameters()).device
+    pairs = [(param, as_tensor(anchor[name]).to(device))
+             for name, param in model.named_parameters() if param.requires_grad]
+
+    def term() -> torch.Tensor:
+        return 0.5 * mu * sum(((p - a) ** 2).sum() for p, a in pairs)
+
+    return term
+
+
 class ClientRuntime:
     """Per-worker services for the algorithms' client code.
 
@@ -95,7 +112,7 @@ class ClientRuntime:
     def __init__(self, *, seed: int, info: DataInfo, model_params: StrictModel,
                  training: TrainingConfig, train_x: np.ndarray, train_y: np.ndarray,
                  client_indices: list[np.ndarray], initial_weights: Weights,
-                 device: torch.device):
+                 device: torch.device, vectorize: str = "auto"):
         self.seed = seed
         self.info = info
         self.training = training
@@ -106,6 +123,7 @@ class ClientRuntime:
         self.device = device
         self._model_params = model_params
         self._models: dict[str, nn.Module] = {}
+        self.path, self.path_reason = choose_path(self.model, training.optimizer, device, vectorize)
 
     @property
     def model(self) -> nn.Module:
@@ -126,6 +144,55 @@ class ClientRuntime:
         y = torch.from_numpy(self.train_y[indices]).to(self.device)
         return x, y
 
+    def train_many(self, clients: Sequence[int], round_: int, weights: Sequence[Weights],
+                   optimizer_states: Sequence[Any], *, prox: tuple[Weights, float] | None = None,
+                   steps_scale: int = 1) -> list[tuple[Weights, TrainOutcome]]:
+        """Train each client's model (``weights[i]``, optimizer state ``optimizer_states[i]``)
+        for the round's local work; returns (new weights, outcome) per client, in order.
+
+        Uses the path chosen for this run (``self.path``): one ``torch.func`` call for all
+        clients of equal size, or a loop over clients with the resident model. Both draw the
+        same batches from each client's own stream.
+        """
+        if self.path == VECTORIZED:
+            return self._train_vectorized(clients, round_, weights, optimizer_states, prox,
+                                          steps_scale)
+        model = self.model
+        results = []
+        for client, start, optimizer_state in zip(clients, weights, optimizer_states, strict=True):
+            set_weights(model, start)
+            regularizer = proximal_term(model, *prox) if prox and prox[1] > 0 else None
+            outcome = self.train(model, client, round_, regularizer=regularizer,
+                                 optimizer_state=optimizer_state, steps_scale=steps_scale)
+            results.append((get_weights(model), outcome))
+        return results
+
+    def _train_vectorized(self, clients: Sequence[int], round_: int, weights: Sequence[Weights],
+                          optimizer_states: Sequence[Any], prox: tuple[Weights, float] | None,
+                          steps_scale: int) -> list[tuple[Weights, TrainOutcome]]:
+        results: dict[int, tuple[Weights, TrainOutcome]] = {}
+        sizes = np.array([len(self.client_indices[c]) for c in clients])
+        steps = None if self.training.local_steps is None else self.training.local_steps * steps_scale
+        for size in np.unique(sizes):
+            members = np.flatnonzero(sizes == size)
+            ids = np.asarray(clients)[members]
+            index = np.stack([self.client_indices[c] for c in ids])
+            inputs = to_tensor(self.train_x[index.reshape(-1)], self.info)
+            inputs = inputs.reshape(len(ids), int(size), *inputs.shape[1:]).to(self.device)
+            targets = torch.from_numpy(self.train_y[index]).to(self.device)
+            plan = batch_plans(int(size), self.training.batch_size, self.training.epochs, steps,
+                               self.seed, round_, ids)
+            momentum = [None if optimizer_states[i] is None else optimizer_states[i]["momentum"]
+                        for i in members]
+            new_weights, new_momentum, losses = train_vectorized(
+                self.model, [weights[i] for i in members], momentum, inputs, targets, plan,
+                self.training.optimizer, prox)
+            for k, i in enumerate(members):
+                outcome = TrainOutcome(float(losses[k]), int(size), len(plan),
+                                       {"momentum": new_momentum[k]})
+                results[int(i)] = (new_weights[k], outcome)
+        return [results[i] for i in range(len(clients))]
+
     def train(self, model: nn.Module, client: int, round_: int, *,
               regularizer: Callable[[], torch.Tensor] | None = None,
               optimizer_state: dict[str, Any] | None = None,
@@ -138,8 +205,9 @@ class ClientRuntime:
         x, y = self.client_data(client)
         torch.manual_seed(int(rng_seed(self.seed, "torch", round_, client)))  # dropout etc.
         steps = None if self.training.local_steps is None else self.training.local_steps * steps_scale
-        rng = numpy_rng(self.seed, "batches", round_, client)
-        plan = batch_plan(len(y), self.training.batch_size, self.training.epochs, steps, rng)
+        plan = [step[0] for step in batch_plans(len(y), self.training.batch_size,
+                                                 self.training.epochs, steps, self.seed, round_,
+                                                 np.array([client]))]
         optimizer = make_optimizer(model.parameters(), self.training.optimizer)
         if optimizer_state is not None:
             optimizer.load_state_dict(optimizer_state)

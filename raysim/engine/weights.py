@@ -3,6 +3,7 @@ reads), independent of the device a worker trains on."""
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Mapping
 from typing import Any
 
@@ -18,11 +19,19 @@ def get_weights(model: nn.Module) -> Weights:
     return {name: tensor.detach().cpu().numpy().copy() for name, tensor in model.state_dict().items()}
 
 
+def as_tensor(array: np.ndarray) -> torch.Tensor:
+    """A CPU tensor sharing memory with ``array``, also for the read-only arrays that Ray's
+    object store hands out (raysim never writes through these tensors)."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="The given NumPy array is not writable")
+        return torch.from_numpy(np.asarray(array))
+
+
 def set_weights(model: nn.Module, weights: Mapping[str, np.ndarray]) -> None:
     """Load numpy weights into a model in place (copied onto the model's device)."""
     with torch.no_grad():
         for name, tensor in model.state_dict().items():
-            tensor.copy_(torch.from_numpy(np.asarray(weights[name])))
+            tensor.copy_(as_tensor(weights[name]))
 
 
 def payload_bytes(payload: Any) -> int:

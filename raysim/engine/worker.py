@@ -13,7 +13,7 @@ import numpy as np
 import ray
 import torch
 
-from raysim.algorithms.base import Algorithm, ClientResult, RunContext
+from raysim.algorithms.base import Algorithm, RunContext
 from raysim.data.partition import Partition
 from raysim.engine.evaluation import classification_metrics, predict_proba
 from raysim.engine.runtime import ClientRuntime, warm_up
@@ -34,6 +34,7 @@ class WorkerSetup:
     initial_weights: Weights
     eval_batch_size: int
     threads: int
+    vectorize: str = "auto"
 
 
 @dataclass
@@ -56,9 +57,10 @@ def pick_device() -> torch.device:
 class ClientWorker:
     """A pool member. Created once per run; never one actor per client."""
 
-    def __init__(self, setup: WorkerSetup):
+    def __init__(self, setup: WorkerSetup, index: int):
         torch.set_num_threads(setup.threads)
         self.setup = setup
+        self.index = index
         self.device = pick_device()
         context = setup.context
         self.algorithm = setup.algorithm_class(setup.algorithm_params, context)
@@ -69,6 +71,7 @@ class ClientWorker:
             training=context.training, train_x=self.arrays["train_x"],
             train_y=self.arrays["train_y"], client_indices=setup.partition.train,
             initial_weights=setup.initial_weights, device=self.device,
+            vectorize=setup.vectorize,
         )
         self.client_states: dict[int, Any] = {}
         warm_up(self.runtime.model, context.info, context.training.optimizer, self.device)
@@ -77,28 +80,60 @@ class ClientWorker:
         """Where this worker runs: node, process, device, GPU ids, threads."""
         return {"node_id": ray.get_runtime_context().get_node_id(), "pid": os.getpid(),
                 "device": str(self.device), "gpu_ids": [str(g) for g in ray.get_gpu_ids()],
-                "threads": torch.get_num_threads()}
+                "threads": torch.get_num_threads(), "training_path": self.runtime.path,
+                "training_path_reason": self.runtime.path_reason}
 
-    def run_round(self, round_: int, message: dict[str, Any],
-                  groups: list[tuple[int, list[int]]]) -> list[GroupResult]:
-        """Run the sampled clients of each group (in client order) and reduce each group."""
+    def run_round(self, round_: int, message: dict[str, Any], groups: list[tuple[int, list[int]]],
+                  incoming: list[ray.ObjectRef] | None = None,
+                  moves: list[tuple[int, int, int]] | None = None,
+                  ) -> tuple[list[GroupResult], dict[int, ray.ObjectRef]]:
+        """Run the sampled clients of each group (in client order) and reduce each group.
+
+        ``incoming``: client states relayed to this worker after the previous round.
+        ``moves``: (client, destination client, destination worker) for every client state
+        held here, applied after the local work; states bound for other workers are put into
+        the object store and returned as {worker: reference}, never sent through the driver.
+        """
+        self.receive_states(incoming or [])
         results = []
         for group, clients in groups:
-            outcomes: list[tuple[int, ClientResult]] = []
+            started = time.perf_counter()
+            updates = self.algorithm.local_updates(
+                self.runtime, clients, round_, message,
+                [self.client_states.get(c) for c in clients])
+            seconds = (time.perf_counter() - started) / max(len(clients), 1)
             rows, bytes_up = [], defaultdict(int)
-            for client in clients:
-                started = time.perf_counter()
-                result = self.algorithm.client_update(
-                    self.runtime, client, round_, message, self.client_states.get(client))
+            for client, result in zip(clients, updates, strict=True):
                 if result.state is not None:
                     self.client_states[client] = result.state
                 for kind, payload in result.upload.items():
                     bytes_up[kind] += payload_bytes(payload)
                 rows.append({"round": round_, "client": client, **result.metrics,
-                             "train_seconds": time.perf_counter() - started})
-                outcomes.append((client, result))
-            results.append(GroupResult(group, self.algorithm.reduce(outcomes), rows, dict(bytes_up)))
-        return results
+                             "train_seconds": seconds})
+            partial = self.algorithm.reduce(list(zip(clients, updates, strict=True)))
+            results.append(GroupResult(group, partial, rows, dict(bytes_up)))
+        return results, self._apply_moves(moves or [])
+
+    def _apply_moves(self, moves: list[tuple[int, int, int]]) -> dict[int, ray.ObjectRef]:
+        leaving = {client: self.client_states.pop(client) for client, _, _ in moves
+                   if client in self.client_states}
+        outgoing: dict[int, dict[int, Any]] = defaultdict(dict)
+        for client, destination, worker in moves:
+            if client not in leaving:
+                continue
+            if worker == self.index:
+                self.client_states[destination] = leaving[client]
+            else:
+                outgoing[worker][destination] = leaving[client]
+        return {worker: ray.put(states) for worker, states in outgoing.items()}
+
+    def receive_states(self, refs: list[ray.ObjectRef]) -> int:
+        """Adopt client states relayed from other workers; returns how many arrived."""
+        arrived = 0
+        for bundle in ray.get(list(refs)) if refs else []:
+            self.client_states.update(bundle)
+            arrived += len(bundle)
+        return arrived
 
     def predict_global(self, weights: Weights, chunks: list[tuple[int, int]]
                        ) -> list[np.ndarray]:

@@ -1,0 +1,186 @@
+"""FedDC: federated daisy-chaining (Kamp, Fischer, Vreeken, ICLR 2023).
+
+Every round each client takes ``training.local_steps`` minibatch steps (the paper: one) on its
+own model. Every ``daisy_period`` rounds the server permutes the models among the clients
+(client i's model goes to client pi(i)); every ``aggregation_period`` rounds it aggregates all
+models and every client continues from the aggregate. When both fall in the same round the
+aggregate is what every client receives (the authors' code daisy-chains first, then aggregates,
+which overrides the permutation). ``daisy_period: null`` gives FedAvg with period b,
+``aggregation_period: null`` daisy-chaining alone.
+
+Models stay resident on their workers; a permutation moves only the models that change
+worker, through the object store. Bytes count what a real deployment sends: every model up and
+back down on daisy-chaining and aggregation rounds.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, Literal
+
+import numpy as np
+from pydantic import Field
+
+from raysim.algorithms.aggregators import (
+    WeightedSum,
+    coordinate_median,
+    flatten,
+    iterated_radon_point,
+    radon_number,
+    weighted_mean,
+)
+from raysim.algorithms.base import Algorithm, ClientResult, RunContext, register_algorithm
+from raysim.algorithms.privacy import privatize
+from raysim.engine.weights import Weights
+from raysim.errors import ConfigError
+from raysim.schema import StrictModel
+from raysim.seeding import numpy_rng
+
+if TYPE_CHECKING:
+    from raysim.engine.runtime import ClientRuntime
+
+
+class DifferentialPrivacy(StrictModel):
+    clip: float = Field(gt=0, description="S: L2 bound of an outgoing update")
+    sigma: float = Field(ge=0, description="noise multiplier: std = sigma * S")
+
+
+class FedDCParams(StrictModel):
+    name: Literal["feddc"] = "feddc"
+    daisy_period: int | None = Field(1, ge=1, description="d in rounds; null: never")
+    aggregation_period: int | None = Field(10, ge=1, description="b in rounds; null: never")
+    permutation: Literal["shuffle", "derangement"] = "shuffle"
+    aggregator: Literal["mean", "radon", "median"] = "mean"
+    weighted: bool = Field(False, description="mean weighted by sample counts (paper: unweighted)")
+    mu: float = Field(0.0, ge=0, description="FedProx proximal weight towards the last aggregate")
+    dp: DifferentialPrivacy | None = None
+
+
+@register_algorithm
+class FedDC(Algorithm):
+    """Daisy-chaining (model permutation on the driver) plus periodic aggregation."""
+
+    params_class = FedDCParams
+    personalized = True
+    relayed_uploads = ("daisy_chain",)
+
+    def __init__(self, params: FedDCParams, context: RunContext):
+        super().__init__(params, context)
+        clients = context.num_clients
+        if context.clients_per_round != clients:
+            raise ConfigError(
+                f"Invalid config field `training.clients_per_round` = "
+                f"{context.clients_per_round}: FedDC permutes and aggregates the models of all "
+                f"{clients} clients every period, so every client takes part in every round. "
+                "Remove training.clients_per_round."
+            )
+        if params.permutation == "derangement" and params.daisy_period and clients < 2:
+            raise ConfigError(
+                "Invalid config field `algorithm.permutation` = 'derangement': a derangement "
+                "moves every model to another client, which needs at least 2 clients. Use "
+                "permutation: shuffle or more clients."
+            )
+        if params.aggregator == "radon" and params.aggregation_period:
+            from raysim.models import build_model
+
+            model = build_model(context.model, context.info)
+            needed = radon_number(sum(p.numel() for p in model.parameters()) +
+                                  sum(b.numel() for b in model.buffers() if b.is_floating_point()))
+            if clients < needed:
+                raise ConfigError(
+                    f"Invalid config field `algorithm.aggregator` = 'radon': the model has "
+                    f"{needed - 2} parameters, so a Radon point needs at least {needed} models, "
+                    f"but there are {clients} clients. Use more clients, a smaller model "
+                    "(e.g. model.hidden: []) or aggregator: mean."
+                )
+        self._anchor: Weights | None = None  # the last aggregate, as the clients know it
+
+    # ----- schedule -----
+    def aggregates_in(self, round_: int) -> bool:
+        b = self.params.aggregation_period
+        return b is not None and round_ % b == b - 1
+
+    def daisy_chains_in(self, round_: int) -> bool:
+        d = self.params.daisy_period
+        return d is not None and round_ % d == d - 1 and not self.aggregates_in(round_)
+
+    # ----- server -----
+    def init_server_state(self, initial_weights: Weights) -> dict[str, Any]:
+        return {"aggregate": initial_weights, "fresh": False}
+
+    def broadcast(self, state: dict[str, Any], round_: int) -> dict[str, Any]:
+        return {"model": state["aggregate"]} if state["fresh"] else {}
+
+    def migration(self, round_: int) -> np.ndarray | None:
+        if not self.daisy_chains_in(round_):
+            return None
+        rng = numpy_rng(self.context.seed, "permutation", round_)
+        permutation = rng.permutation(self.context.num_clients)
+        if self.params.permutation == "derangement":
+            while (permutation == np.arange(len(permutation))).any():
+                permutation = rng.permutation(self.context.num_clients)
+        return permutation
+
+    def aggregate(self, state: dict[str, Any], partials: Sequence[Any], round_: int
+                  ) -> dict[str, Any]:
+        if not self.aggregates_in(round_):
+            return {"aggregate": state["aggregate"], "fresh": False}
+        if self.params.aggregator == "mean":
+            merged = weighted_mean(partials)
+        else:
+            models = [weights for partial in partials for weights in partial]
+            merged = (iterated_radon_point(models) if self.params.aggregator == "radon"
+                      else coordinate_median(models))
+        return {"aggregate": merged, "fresh": True}
+
+    def global_weights(self, state: dict[str, Any]) -> Weights | None:
+        return state["aggregate"] if self.params.aggregation_period else None
+
+    # ----- client -----
+    def local_updates(self, runtime: ClientRuntime, clients: Sequence[int], round_: int,
+                      message: dict[str, Any], states: Sequence[Any]) -> list[ClientResult]:
+        if "model" in message:
+            self._anchor = message["model"]
+        anchor = self._anchor if self._anchor is not None else runtime.initial_weights
+        starts, references, optimizer_states = [], [], []
+        for state in states:
+            weights, optimizer_state, reference = (
+                state if state is not None else (runtime.initial_weights, None,
+                                                 runtime.initial_weights))
+            if "model" in message:
+                weights = reference = message["model"]
+            starts.append(weights)
+            references.append(reference)
+            optimizer_states.append(optimizer_state)
+        prox = (anchor, self.params.mu) if self.params.mu > 0 else None
+        trained = runtime.train_many(clients, round_, starts, optimizer_states, prox=prox)
+        kind = ("model" if self.aggregates_in(round_)
+                else "daisy_chain" if self.daisy_chains_in(round_) else None)
+        results = []
+        for client, (weights, outcome), reference in zip(clients, trained, references,
+                                                         strict=True):
+            if kind is not None:
+                if self.params.dp is not None:
+                    weights = privatize(weights, reference, self.params.dp.clip,
+                                        self.params.dp.sigma,
+                                        numpy_rng(self.context.seed, "dp_noise", round_, client))
+                reference = weights
+            upload = {kind: weights} if kind else {}
+            state = (weights, outcome.optimizer_state, reference)
+            results.append(ClientResult(upload, state, outcome.metrics()))
+        return results
+
+    def reduce(self, results: Sequence[tuple[int, ClientResult]]) -> Any:
+        uploads = [(client, r) for client, r in results if "model" in r.upload]
+        if not uploads:
+            return None
+        if self.params.aggregator != "mean":
+            return [r.upload["model"] for _, r in uploads]
+        weights = [r.metrics["num_samples"] if self.params.weighted else 1.0 for _, r in uploads]
+        return WeightedSum.of([r.upload["model"] for _, r in uploads], weights)
+
+    def personal_weights(self, state: Any) -> Weights | None:
+        return None if state is None else state[0]
+
+
+__all__ = ["FedDC", "FedDCParams", "flatten"]
