@@ -3,22 +3,31 @@
 from __future__ import annotations
 
 import numpy as np
-from sklearn.datasets import load_breast_cancer, load_digits
+from sklearn.datasets import load_breast_cancer, load_digits, make_classification
 from sklearn.model_selection import train_test_split
 from sklearn.preprocessing import StandardScaler
 
 from raysim.data.dataset import ArrayDataset, DataInfo
 
-BUILTIN_DATASETS = ("breast-cancer", "digits")
+BUILTIN_DATASETS = ("breast-cancer", "digits", "synthetic")
+SYNTHETIC_SAMPLES = 50_000
 _TEST_FRACTION = 0.2
 _SPLIT_SEED = 0  # the split belongs to the dataset, not to the run: every seed sees the same test set
 
 
 def load_builtin(name: str) -> ArrayDataset:
-    """Load ``breast-cancer`` (30 tabular features, 2 classes) or ``digits`` (8x8 images)."""
-    if name == "breast-cancer":
-        bunch = load_breast_cancer()
-        x_train, x_test, y_train, y_test = _split(bunch.data, bunch.target)
+    """Load ``breast-cancer`` (30 tabular features, 2 classes), ``digits`` (8x8 images) or
+    ``synthetic`` (scikit-learn's make_classification: 50,000 samples, 30 features, 2 classes;
+    breast-cancer-shaped data for scale tests and benchmarks, not real data)."""
+    if name in ("breast-cancer", "synthetic"):
+        if name == "breast-cancer":
+            bunch = load_breast_cancer()
+            features, target = bunch.data, bunch.target
+        else:
+            features, target = make_classification(
+                SYNTHETIC_SAMPLES, n_features=30, n_informative=10, n_redundant=5,
+                class_sep=0.8, flip_y=0.05, random_state=_SPLIT_SEED)
+        x_train, x_test, y_train, y_test = _split(features, target)
         scaler = StandardScaler().fit(x_train)
         info = DataInfo(name, "tabular", 2, (x_train.shape[1],))
         return ArrayDataset(

@@ -19,13 +19,14 @@ from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 from raysim.engine.evaluation import METRICS, classification_metrics
 from raysim.engine.placement import assign_groups, client_groups
 from raysim.engine.weights import payload_bytes
-from raysim.engine.worker import ClientWorker, GroupResult, WorkerSetup
+from raysim.engine.worker import ClientWorker, GroupResult, RoundReply, WorkerSetup
 from raysim.results.manifest import update_manifest
 from raysim.results.sink import ParquetSink
 from raysim.schema import EngineConfig, EvaluationConfig
 from raysim.seeding import numpy_rng
 
 _EVAL_CHUNK = 256  # fixed test-set chunks: predictions do not depend on the worker count
+_INLINE_BYTES = 100 * 1024  # Ray inlines arguments below this size
 
 
 @dataclass(frozen=True)
@@ -119,6 +120,7 @@ class Driver:
                 owner_of_group[g] = worker
         group_of_client = np.concatenate([np.full(len(g), i) for i, g in enumerate(groups)])
         worker_of_client = np.array([owner_of_group[g] for g in group_of_client])
+        self._send_groups(workers, group_of_client, worker_of_client)
         state = self.algorithm.init_server_state(self.spec.setup.initial_weights)
         in_flight: dict[int, list[Any]] = defaultdict(list)  # relayed client states per worker
         last_row: dict[str, Any] = {}
@@ -126,25 +128,23 @@ class Driver:
             started = time.perf_counter()
             sampled = self._sample_clients(round_)
             message = self.algorithm.broadcast(state, round_)
-            message_ref = ray.put(message)
-            work: dict[int, list[tuple[int, list[int]]]] = {w: [] for w in in_flight}
-            by_group: dict[int, list[int]] = defaultdict(list)
-            for client in sampled:
-                by_group[int(group_of_client[client])].append(int(client))
-            for g in sorted(by_group):
-                work.setdefault(owner_of_group[g], []).append((g, by_group[g]))
+            # large broadcasts go into the object store once; small ones travel inline
+            message_ref = ray.put(message) if payload_bytes(message) > _INLINE_BYTES else message
+            owners = worker_of_client[sampled]
+            work = {int(w): sampled[owners == w] for w in np.unique(owners)}
             moves = self._moves(round_, worker_of_client)
-            for w in moves:
-                work.setdefault(w, [])
-            futures = [workers[w].run_round.remote(round_, message_ref, groups_,
+            for w in [*in_flight, *moves]:
+                work.setdefault(w, sampled[:0])
+            futures = [workers[w].run_round.remote(round_, message_ref, clients_,
                                                    in_flight.pop(w, []), moves.get(w))
-                       for w, groups_ in sorted(work.items())]
-            replies = ray.get(futures)
-            for _, outgoing in replies:
-                for destination, ref in outgoing.items():
+                       for w, clients_ in sorted(work.items())]
+            replies: list[RoundReply] = ray.get(futures)
+            for reply in replies:
+                for destination, ref in reply.outgoing.items():
                     in_flight[destination].append(ref)
             results: list[GroupResult] = sorted(
-                (r for batch, _ in replies for r in batch), key=lambda r: r.group)
+                (r for reply in replies for r in reply.groups), key=lambda r: r.group)
+            clients = _merge_columns([reply.clients for reply in replies])
             trained = time.perf_counter()
             state = self.algorithm.aggregate(state, [r.partial for r in results], round_)
             aggregated = time.perf_counter()
@@ -160,12 +160,13 @@ class Driver:
             row.update(
                 bytes_down=sum(r["bytes"] for r in bytes_rows if r["direction"] == "down"),
                 bytes_up=sum(r["bytes"] for r in bytes_rows if r["direction"] == "up"),
-                train_loss=_weighted_train_loss(results),
+                train_loss=_weighted_train_loss(clients),
                 seconds_train=trained - started, seconds_aggregate=aggregated - trained,
                 seconds_evaluate=evaluated - aggregated, wall_time=time.time(),
             )
             sink.add("rounds", [row])
-            sink.add("clients", [c for r in results for c in r.client_rows])
+            sink.add_columns("clients", {"round": np.full(len(clients["client"]), round_),
+                                         **clients})
             sink.add("communication", bytes_rows)
             sink.maybe_flush()
             last_row = row
@@ -175,16 +176,22 @@ class Driver:
         self._deliver(workers, in_flight)
         return last_row
 
-    def _moves(self, round_: int, worker_of_client: np.ndarray
-               ) -> dict[int, list[tuple[int, int, int]]]:
+    @staticmethod
+    def _send_groups(workers: list[Any], group_of_client: np.ndarray,
+                     worker_of_client: np.ndarray) -> None:
+        """Tell each worker the fixed group of every client it holds."""
+        ray.get([worker.set_groups.remote(np.flatnonzero(worker_of_client == w),
+                                          group_of_client[worker_of_client == w])
+                 for w, worker in enumerate(workers)])
+
+    def _moves(self, round_: int, worker_of_client: np.ndarray) -> dict[int, np.ndarray]:
+        """Per source worker: rows (client, destination client, destination worker)."""
         destination = self.algorithm.migration(round_)
         if destination is None:
             return {}
-        moves: dict[int, list[tuple[int, int, int]]] = defaultdict(list)
-        for client, target in enumerate(destination):
-            moves[int(worker_of_client[client])].append(
-                (client, int(target), int(worker_of_client[target])))
-        return moves
+        table = np.stack([np.arange(len(destination)), destination,
+                          worker_of_client[destination]], axis=1).astype(np.int64)
+        return {int(w): table[worker_of_client == w] for w in np.unique(worker_of_client)}
 
     @staticmethod
     def _deliver(workers: list[Any], in_flight: dict[int, list[Any]]) -> None:
@@ -262,9 +269,22 @@ def _mean_client_metrics(rows: list[dict[str, Any]], source: str, target: str
     return means
 
 
-def _weighted_train_loss(results: list[GroupResult]) -> float:
-    rows = [c for r in results for c in r.client_rows if "train_loss" in c]
-    total = sum(c["num_samples"] for c in rows)
+def _merge_columns(parts: list[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
+    """Concatenate per-worker client columns, sorted by client id (worker-count independent)."""
+    parts = [p for p in parts if len(p["client"])]
+    if not parts:
+        return {"client": np.zeros(0, dtype=np.int64)}
+    keys = dict.fromkeys(k for p in parts for k in p)
+    merged = {k: np.concatenate([p.get(k, np.full(len(p["client"]), np.nan)) for p in parts])
+              for k in keys}
+    order = np.argsort(merged["client"], kind="stable")
+    return {k: v[order] for k, v in merged.items()}
+
+
+def _weighted_train_loss(clients: dict[str, np.ndarray]) -> float:
+    if "train_loss" not in clients or "num_samples" not in clients:
+        return math.nan
+    total = clients["num_samples"].sum()
     if not total:
         return math.nan
-    return float(sum(c["train_loss"] * c["num_samples"] for c in rows) / total)
+    return float((clients["train_loss"] * clients["num_samples"]).sum() / total)

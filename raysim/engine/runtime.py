@@ -187,10 +187,9 @@ class ClientRuntime:
             new_weights, new_momentum, losses = train_vectorized(
                 self.model, [weights[i] for i in members], momentum, inputs, targets, plan,
                 self.training.optimizer, prox)
-            for k, i in enumerate(members):
-                outcome = TrainOutcome(float(losses[k]), int(size), len(plan),
-                                       {"momentum": new_momentum[k]})
-                results[int(i)] = (new_weights[k], outcome)
+            for k, (i, loss) in enumerate(zip(members.tolist(), losses.tolist(), strict=True)):
+                outcome = TrainOutcome(loss, int(size), len(plan), {"momentum": new_momentum[k]})
+                results[i] = (new_weights[k], outcome)
         return [results[i] for i in range(len(clients))]
 
     def train(self, model: nn.Module, client: int, round_: int, *,
@@ -203,7 +202,11 @@ class ClientRuntime:
         the same on any worker.
         """
         x, y = self.client_data(client)
-        torch.manual_seed(int(rng_seed(self.seed, "torch", round_, client)))  # dropout etc.
+        # dropout and other global-RNG ops; only the CPU generator (torch.manual_seed also
+        # seeds every accelerator backend, which costs about a millisecond per call)
+        torch.default_generator.manual_seed(rng_seed(self.seed, "torch", round_, client))
+        if self.device.type == "cuda":
+            torch.cuda.manual_seed(rng_seed(self.seed, "torch", round_, client))
         steps = None if self.training.local_steps is None else self.training.local_steps * steps_scale
         plan = [step[0] for step in batch_plans(len(y), self.training.batch_size,
                                                  self.training.epochs, steps, self.seed, round_,

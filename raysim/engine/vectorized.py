@@ -15,7 +15,7 @@ import torch
 from torch import nn
 from torch.func import functional_call, grad_and_value, vmap
 
-from raysim.engine.weights import Weights, as_tensor
+from raysim.engine.weights import FlatWeights, Layout, Weights, as_tensor, flat_vector
 from raysim.schema import OptimizerConfig
 
 VECTORIZED, LOOP = "vectorized", "loop"
@@ -46,32 +46,39 @@ def choose_path(model: nn.Module, optimizer: OptimizerConfig, device: torch.devi
 def train_vectorized(
     model: nn.Module,
     weights: Sequence[Weights],
-    momentum: Sequence[Weights | None],
+    momentum: Sequence[np.ndarray | None],
     inputs: torch.Tensor,
     targets: torch.Tensor,
     plan: Sequence[np.ndarray],
     optimizer: OptimizerConfig,
     prox: tuple[Weights, float] | None = None,
-) -> tuple[list[Weights], list[Weights | None], np.ndarray]:
+) -> tuple[list[FlatWeights], list[np.ndarray | None], np.ndarray]:
     """Run the SGD steps of ``plan`` for all clients at once.
 
     ``inputs``/``targets`` hold each client's local data stacked as (clients, samples, ...);
-    ``plan[k]`` is the (clients, batch) array of positions of step k. Matches
-    ``torch.optim.SGD`` (momentum, no dampening, weight decay) step for step. Returns the new
-    weights, momentum buffers and each client's sample-weighted mean training loss.
+    ``plan[k]`` is the (clients, batch) array of positions of step k. Clients are rows of one
+    (clients, parameters) matrix; matches ``torch.optim.SGD`` (momentum, no dampening, weight
+    decay) step for step. Returns the new weights (row views), flat momentum buffers and each
+    client's sample-weighted mean training loss.
     """
     device = inputs.device
+    count = inputs.shape[0]
     param_names = [name for name, _ in model.named_parameters()]
-    buffer_names = [name for name, _ in model.named_buffers()]
-    params = {n: torch.stack([as_tensor(w[n]) for w in weights]).to(device)
-              for n in param_names}
-    buffers = {n: torch.stack([as_tensor(w[n]) for w in weights]).to(device)
-               for n in buffer_names}
+    layout: Layout = tuple((name, tuple(t.shape)) for name, t in
+                           [*model.named_parameters(), *model.named_buffers()])
+    sizes = [int(np.prod(shape, dtype=np.int64)) for _, shape in layout]
+    num_params = sum(sizes[: len(param_names)])
+    theta = torch.from_numpy(_stack_rows([flat_vector(w, layout) for w in weights])).to(device)
+    views, offset = {}, 0
+    for (name, shape), size in zip(layout, sizes, strict=True):
+        views[name] = theta[:, offset:offset + size].view(count, *shape)
+        offset += size
+    params = {n: views[n] for n in param_names}
+    buffers = {n: views[n] for n, _ in layout[len(param_names):]}
     use_momentum = optimizer.momentum > 0
-    buffers_m: dict[str, torch.Tensor] | None = None
+    velocity = None
     if use_momentum and all(m is not None for m in momentum):
-        buffers_m = {n: torch.stack([as_tensor(m[n]) for m in momentum])
-                     .to(device) for n in param_names}
+        velocity = torch.from_numpy(_stack_rows(momentum)).to(device)
     anchor = None
     if prox is not None and prox[1] > 0:
         anchor = {n: as_tensor(prox[0][n]).to(device) for n in param_names}
@@ -86,37 +93,34 @@ def train_vectorized(
         return total, data_loss
 
     step_fn = vmap(grad_and_value(client_loss, has_aux=True), in_dims=(0, 0, 0, 0))
-    clients = torch.arange(inputs.shape[0], device=device)[:, None]
-    loss_sum = torch.zeros(inputs.shape[0], device=device)
+    rows = torch.arange(count, device=device)[:, None]
+    loss_sum = torch.zeros(count, device=device)
     seen = 0
     model.train()
     for positions in plan:
         index = torch.from_numpy(positions).to(device)
-        grads, (_, data_loss) = step_fn(params, buffers, inputs[clients, index],
-                                        targets[clients, index])
+        grads, (_, data_loss) = step_fn(params, buffers, inputs[rows, index], targets[rows, index])
         loss_sum += data_loss.detach() * positions.shape[1]
         seen += positions.shape[1]
         with torch.no_grad():
-            for name in param_names:
-                update = grads[name]
-                if optimizer.weight_decay:
-                    update = update + optimizer.weight_decay * params[name]
-                if use_momentum:
-                    if buffers_m is None:
-                        buffers_m = {}
-                    if name not in buffers_m:
-                        buffers_m[name] = update.clone()
-                    else:
-                        buffers_m[name] = buffers_m[name] * optimizer.momentum + update
-                    update = buffers_m[name]
-                params[name] = params[name] - optimizer.lr * update
-    new_weights = []
-    for i in range(inputs.shape[0]):
-        entry = {n: params[n][i].cpu().numpy() for n in param_names}
-        entry.update({n: buffers[n][i].cpu().numpy() for n in buffer_names})
-        new_weights.append({n: entry[n] for n in weights[0]})
-    new_momentum: list[Weights | None] = [
-        {n: buffers_m[n][i].cpu().numpy() for n in param_names} if buffers_m else None
-        for i in range(inputs.shape[0])
-    ]
+            update = torch.cat([grads[n].reshape(count, -1) for n in param_names], dim=1)
+            if optimizer.weight_decay:
+                update = update + optimizer.weight_decay * theta[:, :num_params]
+            if use_momentum:
+                velocity = update.clone() if velocity is None else velocity.mul_(
+                    optimizer.momentum).add_(update)
+                update = velocity
+            theta[:, :num_params].sub_(optimizer.lr * update)
+    theta_np = theta.cpu().numpy()
+    velocity_np = velocity.cpu().numpy() if velocity is not None else None
+    new_weights = [FlatWeights(theta_np[i], layout) for i in range(count)]
+    new_momentum = [velocity_np[i] if velocity_np is not None else None for i in range(count)]
     return new_weights, new_momentum, (loss_sum / max(seen, 1)).cpu().numpy()
+
+
+def _stack_rows(rows: Sequence[np.ndarray]) -> np.ndarray:
+    """Stack per-client vectors into a fresh writable (clients, n) float32 matrix."""
+    first = rows[0]
+    if all(row is first for row in rows):
+        return np.repeat(first[None, :].astype(np.float32, copy=False), len(rows), axis=0)
+    return np.stack(rows).astype(np.float32, copy=False)

@@ -39,12 +39,21 @@ class WorkerSetup:
 
 @dataclass
 class GroupResult:
-    """One client group's round: its partial, per-client rows and upload bytes by type."""
+    """One client group's round: its partial and upload bytes by message type."""
 
     group: int
     partial: Any
-    client_rows: list[dict[str, Any]] = field(default_factory=list)
     bytes_up: dict[str, int] = field(default_factory=dict)
+
+
+@dataclass
+class RoundReply:
+    """A worker's round: group results, per-client metrics as columns (cheap to ship), and
+    the client states it relayed to other workers."""
+
+    groups: list[GroupResult]
+    clients: dict[str, np.ndarray]
+    outgoing: dict[int, Any]
 
 
 def pick_device() -> torch.device:
@@ -74,6 +83,7 @@ class ClientWorker:
             vectorize=setup.vectorize,
         )
         self.client_states: dict[int, Any] = {}
+        self.group_of: dict[int, int] = {}
         warm_up(self.runtime.model, context.info, context.training.optimizer, self.device)
 
     def describe(self) -> dict[str, Any]:
@@ -83,38 +93,51 @@ class ClientWorker:
                 "threads": torch.get_num_threads(), "training_path": self.runtime.path,
                 "training_path_reason": self.runtime.path_reason}
 
-    def run_round(self, round_: int, message: dict[str, Any], groups: list[tuple[int, list[int]]],
+    def set_groups(self, clients: np.ndarray, groups: np.ndarray) -> None:
+        """The fixed client group of each client this worker holds."""
+        self.group_of = dict(zip(clients.tolist(), groups.tolist(), strict=True))
+
+    def run_round(self, round_: int, message: dict[str, Any], clients: np.ndarray,
                   incoming: list[ray.ObjectRef] | None = None,
-                  moves: list[tuple[int, int, int]] | None = None,
-                  ) -> tuple[list[GroupResult], dict[int, ray.ObjectRef]]:
-        """Run the sampled clients of each group (in client order) and reduce each group.
+                  moves: np.ndarray | None = None) -> RoundReply:
+        """Run the local work of this worker's sampled ``clients`` (ascending ids) in one
+        batch (per-client results do not depend on the batch), then reduce each client group
+        in client order.
 
         ``incoming``: client states relayed to this worker after the previous round.
-        ``moves``: (client, destination client, destination worker) for every client state
+        ``moves``: rows (client, destination client, destination worker) for every client state
         held here, applied after the local work; states bound for other workers are put into
         the object store and returned as {worker: reference}, never sent through the driver.
         """
         self.receive_states(incoming or [])
+        clients = clients.tolist()
+        groups: dict[int, list[int]] = defaultdict(list)
+        for client in clients:
+            groups[self.group_of[client]].append(client)
+        started = time.perf_counter()
+        updates = self.algorithm.local_updates(
+            self.runtime, clients, round_, message, [self.client_states.get(c) for c in clients])
+        seconds = (time.perf_counter() - started) / max(len(clients), 1)
+        by_client = dict(zip(clients, updates, strict=True))
         results = []
-        for group, clients in groups:
-            started = time.perf_counter()
-            updates = self.algorithm.local_updates(
-                self.runtime, clients, round_, message,
-                [self.client_states.get(c) for c in clients])
-            seconds = (time.perf_counter() - started) / max(len(clients), 1)
-            rows, bytes_up = [], defaultdict(int)
-            for client, result in zip(clients, updates, strict=True):
+        for group, members in sorted(groups.items()):
+            bytes_up: dict[str, int] = defaultdict(int)
+            for client in members:
+                result = by_client[client]
                 if result.state is not None:
                     self.client_states[client] = result.state
                 for kind, payload in result.upload.items():
                     bytes_up[kind] += payload_bytes(payload)
-                rows.append({"round": round_, "client": client, **result.metrics,
-                             "train_seconds": seconds})
-            partial = self.algorithm.reduce(list(zip(clients, updates, strict=True)))
-            results.append(GroupResult(group, partial, rows, dict(bytes_up)))
-        return results, self._apply_moves(moves or [])
+            partial = self.algorithm.reduce([(c, by_client[c]) for c in members])
+            results.append(GroupResult(group, partial, dict(bytes_up)))
+        columns = {"client": np.array(clients, dtype=np.int64)}
+        for key in dict.fromkeys(k for u in updates for k in u.metrics):
+            columns[key] = np.array([u.metrics.get(key, np.nan) for u in updates], dtype=float)
+        columns["train_seconds"] = np.full(len(clients), seconds)
+        return RoundReply(results, columns, self._apply_moves([] if moves is None
+                                                              else moves.tolist()))
 
-    def _apply_moves(self, moves: list[tuple[int, int, int]]) -> dict[int, ray.ObjectRef]:
+    def _apply_moves(self, moves: list[list[int]]) -> dict[int, ray.ObjectRef]:
         leaving = {client: self.client_states.pop(client) for client, _, _ in moves
                    if client in self.client_states}
         outgoing: dict[int, dict[int, Any]] = defaultdict(dict)

@@ -9,7 +9,9 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-import pandas as pd
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
 
 TABLES = ("rounds", "clients", "client_eval", "communication")
 
@@ -20,7 +22,7 @@ class ParquetSink:
     def __init__(self, run_dir: Path, flush_seconds: float = 2.0):
         self.run_dir = Path(run_dir)
         self.flush_seconds = flush_seconds
-        self._buffers: dict[str, list[dict[str, Any]]] = defaultdict(list)
+        self._buffers: dict[str, list[pa.Table]] = defaultdict(list)
         self._part = self._next_part_number()
         self._last_flush = time.monotonic()
 
@@ -29,8 +31,15 @@ class ParquetSink:
         return max(numbers, default=-1) + 1
 
     def add(self, table: str, rows: list[dict[str, Any]]) -> None:
-        """Buffer rows for a table."""
-        self._buffers[table].extend(rows)
+        """Buffer rows (dicts; missing keys become nulls) for a table."""
+        if rows:
+            columns = dict.fromkeys(key for row in rows for key in row)  # union, first-seen order
+            self._buffers[table].append(
+                pa.Table.from_pydict({key: [row.get(key) for row in rows] for key in columns}))
+
+    def add_columns(self, table: str, columns: dict[str, np.ndarray]) -> None:
+        """Buffer a batch of rows given as equal-length columns."""
+        self._buffers[table].append(pa.table(columns))
 
     def maybe_flush(self) -> bool:
         """Flush if ``flush_seconds`` have passed since the last flush."""
@@ -42,16 +51,16 @@ class ParquetSink:
     def flush(self) -> None:
         """Write every non-empty buffer as one new part file per table."""
         wrote = False
-        for table, rows in self._buffers.items():
-            if not rows:
+        for table, parts in self._buffers.items():
+            if not parts:
                 continue
             directory = self.run_dir / table
             directory.mkdir(parents=True, exist_ok=True)
             final = directory / f"part-{self._part:06d}.parquet"
             temporary = directory / f".part-{self._part:06d}.parquet.tmp"
-            pd.DataFrame(rows).to_parquet(temporary, index=False)
+            pq.write_table(pa.concat_tables(parts, promote_options="permissive"), temporary)
             os.replace(temporary, final)
-            rows.clear()
+            parts.clear()
             wrote = True
         if wrote:
             self._part += 1

@@ -1,0 +1,181 @@
+"""FedDC: schedule, permutations across workers, aggregation operators, DP, vectorised clients."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+from conftest import quickstart_raw
+from test_bad_input import run_cli
+
+from raysim.algorithms.aggregators import (
+    coordinate_median,
+    iterated_radon_point,
+    radon_point,
+)
+from raysim.algorithms.privacy import privatize
+from raysim.config import parse_config
+from raysim.data import load_dataset
+from raysim.engine.runner import run_experiment
+from raysim.engine.runtime import ClientRuntime
+from raysim.engine.weights import get_weights
+from raysim.models import MODELS, build_model
+from raysim.results import load
+from raysim.schema import DatasetConfig, OptimizerConfig, TrainingConfig
+
+
+def feddc_raw(**algorithm):
+    raw = quickstart_raw(
+        partition={"scheme": "iid", "num_clients": 40, "samples_per_client": 4},
+        training={"rounds": 12, "local_steps": 1, "local_epochs": None, "batch_size": 4,
+                  "optimizer": {"name": "sgd", "lr": 0.1, "momentum": 0.0}},
+        evaluation={"every": 4},
+        algorithm={"name": "feddc", "daisy_period": 1, "aggregation_period": 4, **algorithm},
+    )
+    raw["model"] = {"name": "mlp", "hidden": [16]}
+    return raw
+
+
+def run(raw, tmp_path):
+    outcome = run_experiment(parse_config(raw), output=str(tmp_path), progress=False)[0]
+    assert outcome.error is None, outcome.error
+    return outcome.run_dir
+
+
+def test_radon_point_of_a_square_is_its_centre():
+    square = np.array([[0.0, 0.0], [2.0, 0.0], [2.0, 2.0], [0.0, 2.0]])
+    np.testing.assert_allclose(radon_point(square), [1.0, 1.0], atol=1e-9)
+
+
+def test_iterated_radon_point_uses_r_to_the_h_models_and_is_central():
+    rng = np.random.default_rng(0)
+    models = [{"w": rng.normal(size=(2,)).astype(np.float32) + 5} for _ in range(17)]  # r=4, h=2
+    point = iterated_radon_point(models)["w"]
+    assert np.abs(point - 5).max() < 1.5
+    with pytest.raises(ValueError):
+        iterated_radon_point(models[:3])
+
+
+def test_coordinate_median():
+    models = [{"w": np.array([v, -v], np.float32)} for v in (1.0, 5.0, 2.0)]
+    np.testing.assert_array_equal(coordinate_median(models)["w"], [2.0, -2.0])
+
+
+def test_privatize_clips_updates_and_adds_sigma_times_s_noise():
+    reference = {"w": np.zeros(200_000, np.float32)}
+    model = {"w": np.full(200_000, 0.1, np.float32)}
+    clipped = privatize(model, reference, clip=1.0, sigma=0.0, rng=np.random.default_rng(0))
+    assert np.linalg.norm(clipped["w"]) == pytest.approx(1.0, rel=1e-5)
+    noisy = privatize(reference, reference, clip=2.0, sigma=0.5, rng=np.random.default_rng(0))
+    assert noisy["w"].std() == pytest.approx(1.0, rel=0.01)  # sigma * S, not sigma^2 * S^2
+
+
+@pytest.mark.parametrize("model_name, options", [("mlp", {"hidden": (16,)}),
+                                                 ("convnet", {"width": 4, "depth": 2})])
+def test_vectorized_clients_match_one_by_one_training(model_name, options):
+    dataset = load_dataset(DatasetConfig(name="digits"))
+    params = MODELS[model_name].params(**options)
+    model = build_model(params, dataset.info)
+    clients = list(range(6))
+    indices = [np.arange(c * 10, c * 10 + 10) for c in clients]
+    training = TrainingConfig(local_steps=4, batch_size=4,
+                              optimizer=OptimizerConfig(lr=0.05, momentum=0.9,
+                                                        weight_decay=1e-3))
+    start = get_weights(model)
+
+    def runtime(mode):
+        return ClientRuntime(seed=3, info=dataset.info, model_params=params, training=training,
+                             train_x=dataset.train_x, train_y=dataset.train_y,
+                             client_indices=indices, initial_weights=start,
+                             device=torch.device("cpu"), vectorize=mode)
+
+    loop, vectorized = runtime("never"), runtime("always")
+    assert (loop.path, vectorized.path) == ("loop", "vectorized")
+    prox = (start, 0.1)
+    one = loop.train_many(clients, 2, [start] * 6, [None] * 6, prox=prox)
+    many = vectorized.train_many(clients, 2, [start] * 6, [None] * 6, prox=prox)
+    for (w_loop, o_loop), (w_vec, o_vec) in zip(one, many, strict=True):
+        assert o_loop.mean_loss == pytest.approx(o_vec.mean_loss, rel=1e-4)
+        for name in w_loop:
+            np.testing.assert_allclose(w_loop[name], w_vec[name], rtol=1e-4, atol=1e-5)
+    # a second round continues the per-client momentum in both paths
+    again_loop = loop.train_many(clients, 3, [w for w, _ in one], [o.optimizer_state for _, o in one])
+    again_vec = vectorized.train_many(clients, 3, [w for w, _ in many],
+                                      [o.optimizer_state for _, o in many])
+    for (w_loop, _), (w_vec, _) in zip(again_loop, again_vec, strict=True):
+        for name in w_loop:
+            np.testing.assert_allclose(w_loop[name], w_vec[name], rtol=1e-4, atol=1e-5)
+
+
+def test_auto_path_vectorizes_mlp_but_not_convnet_on_cpu():
+    dataset = load_dataset(DatasetConfig(name="digits"))
+    for name, expected in (("mlp", "vectorized"), ("convnet", "loop")):
+        params = MODELS[name].params()
+        runtime = ClientRuntime(seed=0, info=dataset.info, model_params=params,
+                                training=TrainingConfig(), train_x=dataset.train_x,
+                                train_y=dataset.train_y, client_indices=[],
+                                initial_weights=get_weights(build_model(params, dataset.info)),
+                                device=torch.device("cpu"))
+        assert runtime.path == expected
+
+
+def test_feddc_permutations_across_workers_give_identical_results(ray_session, tmp_path):
+    frames = []
+    for workers in (1, 2):
+        raw = {**feddc_raw(permutation="derangement"),
+               "engine": {"num_workers": workers, "cpus_per_worker": 1, "client_groups": 8}}
+        run_dir = run(raw, tmp_path / f"w{workers}")
+        frames.append((load(run_dir), load(run_dir, "client_eval"), run_dir))
+    (r1, e1, _), (r2, e2, d2) = frames
+    columns = ["accuracy", "loss", "train_loss", "personal_accuracy", "bytes_up", "bytes_down"]
+    np.testing.assert_array_equal(r1[columns].to_numpy(), r2[columns].to_numpy())
+    np.testing.assert_array_equal(e1["global_loss"].to_numpy(), e2["global_loss"].to_numpy())
+    manifest = json.loads((d2 / "manifest.json").read_text())
+    assert [w["training_path"] for w in manifest["workers"]] == ["vectorized"] * 2
+
+
+def test_feddc_bytes_count_every_model_up_and_down(ray_session, tmp_path):
+    rounds = load(run(feddc_raw(), tmp_path))
+    model_bytes = (30 * 16 + 16 + 16 * 2 + 2) * 4
+    per_round = 40 * model_bytes
+    daisy = rounds[rounds["round"] % 4 != 3]
+    aggregation = rounds[rounds["round"] % 4 == 3]
+    assert (daisy["bytes_up"] == per_round).all()
+    assert (aggregation["bytes_up"] == per_round).all()
+    after_aggregation = rounds[rounds["round"] % 4 == 0].iloc[1:]
+    assert (after_aggregation["bytes_down"] == 2 * per_round).all()  # aggregate + relayed models
+    communication = load(rounds["run"].iloc[0], "communication")
+    assert set(communication["message_type"]) == {"daisy_chain", "model"}
+
+
+def test_daisy_chaining_alone_differs_from_fedavg_and_both_learn(ray_session, tmp_path):
+    fedavg = load(run(feddc_raw(daisy_period=None, aggregation_period=1), tmp_path / "a"))
+    feddc = load(run(feddc_raw(), tmp_path / "b"))
+    assert fedavg["accuracy"].iloc[-1] > 0.8 and feddc["accuracy"].iloc[-1] > 0.8
+    assert not np.allclose(fedavg["loss"].dropna(), feddc["loss"].dropna())
+
+
+BAD = [
+    ({"daisy_period": 0}, "algorithm.daisy_period"),
+    ({"aggregation_period": -2}, "algorithm.aggregation_period"),
+    ({"dp": {"clip": 1.0, "sigma": -0.1}}, "algorithm.dp.sigma"),
+    ({"dp": {"clip": 0.0, "sigma": 1.0}}, "algorithm.dp.clip"),
+]
+
+
+@pytest.mark.parametrize("options, needle", BAD, ids=[b[1] for b in BAD])
+def test_bad_feddc_fields(capsys, tmp_path, options, needle):
+    code, err = run_cli(capsys, tmp_path, feddc_raw(**options))
+    assert code == 2 and needle in err and "Traceback" not in err
+
+
+def test_radon_with_too_few_clients_and_derangement_of_one_client(capsys, tmp_path):
+    code, err = run_cli(capsys, tmp_path, feddc_raw(aggregator="radon"), "--no-progress",
+                        command="run")
+    assert code == 2 and "Radon point needs at least" in err
+    raw = feddc_raw(permutation="derangement")
+    raw["partition"] = {"scheme": "iid", "num_clients": 1}
+    code, err = run_cli(capsys, tmp_path, raw, "--no-progress", command="run")
+    assert code == 2 and "derangement" in err
