@@ -19,7 +19,7 @@ from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 from raysim.engine.evaluation import METRICS, classification_metrics
 from raysim.engine.placement import assign_groups, client_groups
 from raysim.engine.weights import payload_bytes
-from raysim.engine.worker import ClientWorker, GroupResult, RoundReply, WorkerSetup
+from raysim.engine.worker import ClientWorker, RoundReply, WorkerSetup
 from raysim.results.manifest import update_manifest
 from raysim.results.sink import ParquetSink
 from raysim.schema import EngineConfig, EvaluationConfig
@@ -27,6 +27,17 @@ from raysim.seeding import numpy_rng
 
 _EVAL_CHUNK = 256  # fixed test-set chunks: predictions do not depend on the worker count
 _INLINE_BYTES = 100 * 1024  # Ray inlines arguments below this size
+
+
+@dataclass(frozen=True)
+class _Dispatch:
+    """A round sent to the workers and not yet collected."""
+
+    round: int
+    futures: list[Any]
+    message: dict[str, Any]
+    receivers: int
+    started: float
 
 
 @dataclass(frozen=True)
@@ -124,57 +135,71 @@ class Driver:
         state = self.algorithm.init_server_state(self.spec.setup.initial_weights)
         in_flight: dict[int, list[Any]] = defaultdict(list)  # relayed client states per worker
         last_row: dict[str, Any] = {}
+        pending = self._dispatch(workers, 0, state, worker_of_client, in_flight)
         for round_ in range(self.spec.rounds):
-            started = time.perf_counter()
-            sampled = self._sample_clients(round_)
-            message = self.algorithm.broadcast(state, round_)
-            # large broadcasts go into the object store once; small ones travel inline
-            message_ref = ray.put(message) if payload_bytes(message) > _INLINE_BYTES else message
-            owners = worker_of_client[sampled]
-            work = {int(w): sampled[owners == w] for w in np.unique(owners)}
-            moves = self._moves(round_, worker_of_client)
-            for w in [*in_flight, *moves]:
-                work.setdefault(w, sampled[:0])
-            futures = [workers[w].run_round.remote(round_, message_ref, clients_,
-                                                   in_flight.pop(w, []), moves.get(w))
-                       for w, clients_ in sorted(work.items())]
-            replies: list[RoundReply] = ray.get(futures)
+            replies: list[RoundReply] = ray.get(pending.futures)
             for reply in replies:
                 for destination, ref in reply.outgoing.items():
                     in_flight[destination].append(ref)
-            results: list[GroupResult] = sorted(
-                (r for reply in replies for r in reply.groups), key=lambda r: r.group)
-            clients = _merge_columns([reply.clients for reply in replies])
+            partials = sorted((g for reply in replies for g in reply.groups), key=lambda g: g.group)
             trained = time.perf_counter()
-            state = self.algorithm.aggregate(state, [r.partial for r in results], round_)
+            state = self.algorithm.aggregate(state, [g.partial for g in partials], round_)
             aggregated = time.perf_counter()
-            row = {"round": round_, "clients_sampled": len(sampled)}
-            if self._due(round_):
+            metrics = dict.fromkeys(METRICS, math.nan)
+            if self._due(round_):  # evaluate before the next round changes client states
                 self._deliver(workers, in_flight)
-                row.update(self._evaluate(workers, state, round_, owner_of_group, groups, sink))
-            else:
-                row.update(dict.fromkeys(METRICS, math.nan))
+                metrics = self._evaluate(workers, state, round_, owner_of_group, groups, sink)
             evaluated = time.perf_counter()
-            bytes_rows = self._communication(round_, message, len(sampled), results,
-                                             self.algorithm.relayed_uploads)
-            row.update(
-                bytes_down=sum(r["bytes"] for r in bytes_rows if r["direction"] == "down"),
-                bytes_up=sum(r["bytes"] for r in bytes_rows if r["direction"] == "up"),
-                train_loss=_weighted_train_loss(clients),
-                seconds_train=trained - started, seconds_aggregate=aggregated - trained,
-                seconds_evaluate=evaluated - aggregated, wall_time=time.time(),
-            )
-            sink.add("rounds", [row])
-            sink.add_columns("clients", {"round": np.full(len(clients["client"]), round_),
-                                         **clients})
-            sink.add("communication", bytes_rows)
-            sink.maybe_flush()
-            last_row = row
-            if not math.isnan(row.get("accuracy", math.nan)):
-                self._set_progress(accuracy=row["accuracy"])
-            self._set_progress(round=round_ + 1)
+            current = pending
+            if round_ + 1 < self.spec.rounds:  # workers start the next round during bookkeeping
+                pending = self._dispatch(workers, round_ + 1, state, worker_of_client, in_flight)
+            last_row = self._record(sink, current, replies, metrics, trained, aggregated,
+                                    evaluated)
         self._deliver(workers, in_flight)
         return last_row
+
+    def _dispatch(self, workers: list[Any], round_: int, state: Any,
+                  worker_of_client: np.ndarray, in_flight: dict[int, list[Any]]) -> _Dispatch:
+        """Send round ``round_`` to the workers that hold its sampled clients (or states)."""
+        started = time.perf_counter()
+        sampled = self._sample_clients(round_)
+        message = self.algorithm.broadcast(state, round_)
+        # large broadcasts go into the object store once; small ones travel inline
+        message_ref = ray.put(message) if payload_bytes(message) > _INLINE_BYTES else message
+        owners = worker_of_client[sampled]
+        work = {int(w): sampled[owners == w] for w in np.unique(owners)}
+        moves = self._moves(round_, worker_of_client)
+        for w in [*in_flight, *moves]:
+            work.setdefault(w, sampled[:0])
+        futures = [workers[w].run_round.remote(round_, message_ref, clients,
+                                               in_flight.pop(w, []), moves.get(w))
+                   for w, clients in sorted(work.items())]
+        return _Dispatch(round_, futures, message, len(sampled), started)
+
+    def _record(self, sink: ParquetSink, dispatch: _Dispatch, replies: list[RoundReply],
+                metrics: dict[str, float], trained: float, aggregated: float,
+                evaluated: float) -> dict[str, Any]:
+        """Write one round's rows (rounds, clients, communication) and update progress."""
+        round_ = dispatch.round
+        clients = _merge_columns([reply.clients for reply in replies])
+        bytes_rows = self._communication(round_, dispatch.message, dispatch.receivers, replies,
+                                         self.algorithm.relayed_uploads)
+        row = {"round": round_, "clients_sampled": dispatch.receivers, **metrics,
+               "bytes_down": sum(r["bytes"] for r in bytes_rows if r["direction"] == "down"),
+               "bytes_up": sum(r["bytes"] for r in bytes_rows if r["direction"] == "up"),
+               "train_loss": _weighted_train_loss(clients),
+               "seconds_train": trained - dispatch.started,
+               "seconds_aggregate": aggregated - trained,
+               "seconds_evaluate": evaluated - aggregated, "wall_time": time.time()}
+        sink.add("rounds", [row])
+        sink.add_columns("clients", {"round": np.full(len(clients["client"]), round_),
+                                     **clients})
+        sink.add("communication", bytes_rows)
+        sink.maybe_flush()
+        if not math.isnan(row.get("accuracy", math.nan)):
+            self._set_progress(accuracy=row["accuracy"])
+        self._set_progress(round=round_ + 1)
+        return row
 
     @staticmethod
     def _send_groups(workers: list[Any], group_of_client: np.ndarray,
@@ -244,13 +269,13 @@ class Driver:
 
     @staticmethod
     def _communication(round_: int, message: dict[str, Any], receivers: int,
-                       results: list[GroupResult], relayed: tuple[str, ...]
+                       replies: list[RoundReply], relayed: tuple[str, ...]
                        ) -> list[dict[str, Any]]:
         rows = [{"round": round_, "direction": "down", "message_type": kind,
                  "bytes": payload_bytes(payload) * receivers} for kind, payload in message.items()]
         up: dict[str, int] = defaultdict(int)
-        for result in results:
-            for kind, count in result.bytes_up.items():
+        for reply in replies:
+            for kind, count in reply.bytes_up.items():
                 up[kind] += count
         rows += [{"round": round_, "direction": "up", "message_type": kind, "bytes": count}
                  for kind, count in sorted(up.items())]

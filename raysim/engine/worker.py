@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 import time
 from collections import defaultdict
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -39,20 +39,20 @@ class WorkerSetup:
 
 @dataclass
 class GroupResult:
-    """One client group's round: its partial and upload bytes by message type."""
+    """One client group's partial (pre-aggregated uploads)."""
 
     group: int
     partial: Any
-    bytes_up: dict[str, int] = field(default_factory=dict)
 
 
 @dataclass
 class RoundReply:
-    """A worker's round: group results, per-client metrics as columns (cheap to ship), and
-    the client states it relayed to other workers."""
+    """A worker's round: group partials, per-client metrics as columns (cheap to ship), upload
+    bytes by message type, and the client states it relayed to other workers."""
 
     groups: list[GroupResult]
     clients: dict[str, np.ndarray]
+    bytes_up: dict[str, int]
     outgoing: dict[int, Any]
 
 
@@ -119,23 +119,23 @@ class ClientWorker:
             self.runtime, clients, round_, message, [self.client_states.get(c) for c in clients])
         seconds = (time.perf_counter() - started) / max(len(clients), 1)
         by_client = dict(zip(clients, updates, strict=True))
+        bytes_up: dict[str, int] = defaultdict(int)
+        for client, result in by_client.items():
+            if result.state is not None:
+                self.client_states[client] = result.state
+            for kind, payload in result.upload.items():
+                bytes_up[kind] += payload_bytes(payload)
         results = []
         for group, members in sorted(groups.items()):
-            bytes_up: dict[str, int] = defaultdict(int)
-            for client in members:
-                result = by_client[client]
-                if result.state is not None:
-                    self.client_states[client] = result.state
-                for kind, payload in result.upload.items():
-                    bytes_up[kind] += payload_bytes(payload)
             partial = self.algorithm.reduce([(c, by_client[c]) for c in members])
-            results.append(GroupResult(group, partial, dict(bytes_up)))
+            if partial is not None:
+                results.append(GroupResult(group, partial))
         columns = {"client": np.array(clients, dtype=np.int64)}
         for key in dict.fromkeys(k for u in updates for k in u.metrics):
             columns[key] = np.array([u.metrics.get(key, np.nan) for u in updates], dtype=float)
         columns["train_seconds"] = np.full(len(clients), seconds)
-        return RoundReply(results, columns, self._apply_moves([] if moves is None
-                                                              else moves.tolist()))
+        outgoing = self._apply_moves([] if moves is None else moves.tolist())
+        return RoundReply(results, columns, dict(bytes_up), outgoing)
 
     def _apply_moves(self, moves: list[list[int]]) -> dict[int, ray.ObjectRef]:
         leaving = {client: self.client_states.pop(client) for client, _, _ in moves
