@@ -20,6 +20,8 @@ def _parser() -> argparse.ArgumentParser:
                      metavar="KEY=VALUE", help="override a config field, e.g. training.rounds=5")
     run.add_argument("--output", help="parent directory of the results (default: config output)")
     run.add_argument("--data-root", help="directory holding the MedMNIST npz files")
+    run.add_argument("--variant", dest="variants", action="append", default=[],
+                     metavar="LABEL", help="run only this variant of the config (repeatable)")
     run.add_argument("--no-progress", action="store_true", help="hide the progress bars")
     validate = commands.add_parser("validate", help="check a config without running it")
     validate.add_argument("config")
@@ -32,15 +34,31 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from raysim.config import load_config
-    from raysim.engine.runner import run_experiment
+    from raysim.config import load_experiments
+    from raysim.engine.runner import run_experiments
     from raysim.results.load import load
+    from raysim.results.manifest import read_manifest
     from raysim.results.report import format_summary, report, summary_table
 
-    config = load_config(args.config, args.overrides)
-    outcomes = run_experiment(config, data_root=args.data_root, output=args.output,
-                              progress=not args.no_progress)
+    experiments = load_experiments(args.config, args.overrides)
+    unknown = [label for label in args.variants if label not in experiments]
+    if unknown:
+        raise RaysimError(
+            f"Unknown variant {unknown[0]!r} for --variant: {args.config} defines "
+            f"{', '.join(label for label in experiments if label) or 'no variants'}."
+        )
+    if args.variants:
+        experiments = {label: experiments[label] for label in args.variants}
+    outcomes = run_experiments(experiments, data_root=args.data_root, output=args.output,
+                               progress=not args.no_progress)
     root = outcomes[0].run_dir.parent
+    if "" not in experiments:
+        root = root.parent
+    paths = {f"{w['training_path']} ({w['training_path_reason']})"
+             for o in outcomes if not o.error
+             for w in read_manifest(o.run_dir).get("workers", [])}
+    for path in sorted(paths):
+        print(f"local training path: {path}")
     failed = [o for o in outcomes if o.error]
     for outcome in failed:
         print(f"seed {outcome.seed} failed: {outcome.error} (rows written so far are kept in "
@@ -55,12 +73,13 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def _validate(args: argparse.Namespace) -> int:
-    from raysim.config import load_config
+    from raysim.config import load_experiments
 
-    config = load_config(args.config, args.overrides)
-    print(f"{args.config}: valid ({config.algorithm.name} on {config.dataset.name}, "
-          f"{config.partition.num_clients} clients, {config.training.rounds} rounds, "
-          f"seeds {config.seeds})")
+    for label, config in load_experiments(args.config, args.overrides).items():
+        print(f"{args.config}{' [' + label + ']' if label else ''}: valid "
+              f"({config.algorithm.name} on {config.dataset.name}, "
+              f"{config.partition.num_clients} clients, {config.training.rounds} rounds, "
+              f"seeds {config.seeds})")
     return 0
 
 

@@ -4,6 +4,7 @@ message per problem (unknown keys are errors)."""
 from __future__ import annotations
 
 import copy
+import re
 from pathlib import Path
 from typing import Annotated, Any, Union
 
@@ -139,8 +140,41 @@ def parse_config(raw: Any) -> ExperimentConfig:
         raise ConfigError(format_validation_error(error)) from None
 
 
-def load_config(path: str | Path, overrides: list[str] | None = None) -> ExperimentConfig:
-    """Read a YAML experiment config, apply overrides and validate it."""
+def load_experiments(path: str | Path, overrides: list[str] | None = None
+                     ) -> dict[str, ExperimentConfig]:
+    """Read a YAML file that may hold ``variants:`` (label -> overrides, e.g. a method and its
+    baselines) and return one validated config per variant ({"": config} without variants).
+
+    Each variant applies its dotted-key overrides (like ``--set``, applied after them) to the
+    base config; its runs go to ``<run root>/<label>/seed_<s>``, so the label is the
+    ``experiment`` of :func:`raysim.results.load` and ``raysim report``.
+    """
+    raw = _read_yaml(path)
+    if not isinstance(raw, dict) or "variants" not in raw:
+        return {"": load_config(path, overrides)}
+    variants = raw.pop("variants")
+    if not isinstance(variants, dict) or not variants or not all(
+            isinstance(v, dict | None) for v in variants.values()):
+        raise ConfigError(
+            f"Invalid config field `variants` = {variants!r}: expected a mapping of variant "
+            "labels to mappings of dotted-key overrides, e.g. `variants: {fedavg: "
+            "{algorithm.aggregation_period: 1}}`."
+        )
+    base = apply_overrides(raw, overrides or [])
+    experiments = {}
+    for label, changes in variants.items():
+        if not re.fullmatch(r"[A-Za-z0-9_.-]+", str(label)):
+            raise ConfigError(f"Invalid variant label {label!r}: use letters, digits, _ . -")
+        entries = [f"{key}={yaml.safe_dump(value, default_flow_style=True).strip()}"
+                   for key, value in (changes or {}).items()]
+        try:
+            experiments[str(label)] = parse_config(apply_overrides(base, entries))
+        except ConfigError as error:
+            raise ConfigError(f"In variant `{label}`: {error}") from None
+    return experiments
+
+
+def _read_yaml(path: str | Path) -> Any:
     path = Path(path)
     if not path.is_file():
         raise ConfigError(
@@ -148,7 +182,7 @@ def load_config(path: str | Path, overrides: list[str] | None = None) -> Experim
             "file, e.g. `raysim run experiments/quickstart.yaml`."
         )
     try:
-        raw = yaml.safe_load(path.read_text()) or {}
+        return yaml.safe_load(path.read_text()) or {}
     except yaml.YAMLError as error:
         mark = getattr(error, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
@@ -156,4 +190,9 @@ def load_config(path: str | Path, overrides: list[str] | None = None) -> Experim
         raise ConfigError(
             f"Config file {str(path)!r} is not valid YAML{where}: {problem}. Fix the syntax."
         ) from None
+
+
+def load_config(path: str | Path, overrides: list[str] | None = None) -> ExperimentConfig:
+    """Read a YAML experiment config, apply overrides and validate it."""
+    raw = _read_yaml(path)
     return parse_config(apply_overrides(raw, overrides or []) if isinstance(raw, dict) else raw)

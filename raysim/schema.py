@@ -92,7 +92,11 @@ class EvaluationConfig(StrictModel):
 
     every: int = Field(1, ge=0, description="evaluate every k rounds (and the last); 0: never")
     batch_size: int = Field(512, ge=1)
-    clients: bool = Field(True, description="evaluate personal models on their own test shares")
+    clients: bool = Field(
+        True,
+        description="also evaluate personal models when there is a global model (algorithms "
+        "without one, e.g. local-only, always evaluate their clients' models)",
+    )
 
 
 class EngineConfig(StrictModel):

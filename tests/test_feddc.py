@@ -179,3 +179,38 @@ def test_radon_with_too_few_clients_and_derangement_of_one_client(capsys, tmp_pa
     raw["partition"] = {"scheme": "iid", "num_clients": 1}
     code, err = run_cli(capsys, tmp_path, raw, "--no-progress", command="run")
     assert code == 2 and "derangement" in err
+
+
+def test_variants_expand_into_labelled_configs(tmp_path, capsys):
+    import yaml
+
+    from raysim.config import load_experiments
+
+    raw = feddc_raw()
+    raw["variants"] = {"feddc": {}, "fedavg_b1": {"algorithm.daisy_period": None,
+                                                  "algorithm.aggregation_period": 1},
+                       "central": {"algorithm": {"name": "centralized"}}}
+    path = tmp_path / "v.yaml"
+    path.write_text(yaml.safe_dump(raw, sort_keys=False))
+    experiments = load_experiments(path, ["training.rounds=7"])
+    assert list(experiments) == ["feddc", "fedavg_b1", "central"]
+    assert experiments["fedavg_b1"].algorithm.daisy_period is None
+    assert experiments["fedavg_b1"].algorithm.aggregation_period == 1
+    assert experiments["central"].algorithm.name == "centralized"
+    assert all(e.training.rounds == 7 for e in experiments.values())
+    raw["variants"]["broken"] = {"algorithm.daisy_period": 0}
+    code, err = run_cli(capsys, tmp_path, raw)
+    assert code == 2 and "variant `broken`" in err and "algorithm.daisy_period" in err
+
+
+def test_variants_run_together_and_report_per_variant(ray_session, tmp_path):
+    from raysim.engine.runner import run_experiments
+    from raysim.results.report import summary_table
+
+    base = parse_config(feddc_raw())
+    fedavg = parse_config({**feddc_raw(daisy_period=None, aggregation_period=1)})
+    outcomes = run_experiments({"feddc": base, "fedavg_b1": fedavg}, output=str(tmp_path),
+                               progress=False)
+    assert sorted(o.run_dir.parent.name for o in outcomes) == ["fedavg_b1", "feddc"]
+    table = summary_table(load(outcomes[0].run_dir.parents[1]))
+    assert table["experiment"].tolist() == ["fedavg_b1", "feddc"]

@@ -253,7 +253,8 @@ class Driver:
                 for position, probs in enumerate(output):
                     chunks[worker_index + position * len(workers)] = probs
             row.update(classification_metrics(self.test_y, np.concatenate(chunks)))
-        if self.algorithm.personalized and self.spec.evaluation.clients:
+        # personal models: always when they are the only models, else when asked for
+        if self.algorithm.personalized and (self.spec.evaluation.clients or weights is None):
             per_worker: dict[int, list[int]] = defaultdict(list)
             for g, clients in enumerate(groups):
                 per_worker[owner_of_group[g]].extend(int(c) for c in clients)

@@ -122,74 +122,130 @@ def new_run_root(config: ExperimentConfig, output: str | None) -> Path:
 
 def run_experiment(config: ExperimentConfig, *, data_root: str | None = None,
                    output: str | None = None, progress: bool = True) -> list[RunOutcome]:
-    """Run every seed of an experiment concurrently; results stream to Parquet under the run
-    root, one directory per seed."""
-    dataset, partitions = prepare(config, data_root)
-    notices = ensure_ray(config)
+    """Run every seed of one experiment concurrently (see :func:`run_experiments`)."""
+    return run_experiments({"": config}, data_root=data_root, output=output, progress=progress)
+
+
+def run_experiments(experiments: dict[str, ExperimentConfig], *, data_root: str | None = None,
+                    output: str | None = None, progress: bool = True) -> list[RunOutcome]:
+    """Run every seed of every experiment (e.g. a method and its baselines) concurrently on
+    one Ray cluster; results stream to Parquet under one root: ``<root>/<label>/seed_<s>``
+    (``<root>/seed_<s>`` for the unlabelled experiment)."""
+    prepared = {label: prepare(config, data_root) for label, config in experiments.items()}
+    first = next(iter(experiments.values()))
+    notices: list[str] = []
+    for config in experiments.values():
+        notices += [n for n in ensure_ray(config) if n not in notices]
     for notice in notices:
         print(notice, file=sys.stderr)
-    use_gpus = config.engine.gpus_per_worker > 0 and not notices
-    algorithm_class = ALGORITHMS[config.algorithm.name]
-    arrays = {name: ray.put(getattr(dataset, name))
-              for name in ("train_x", "train_y", "test_x", "test_y")}
-    root = new_run_root(config, output)
+    arrays: dict[str, dict[str, Any]] = {}
+    root = new_run_root(first, output)
     here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)
-    drivers, run_dirs = {}, {}
-    for seed in config.seeds:
-        partition = partitions[seed]
-        run_dir = root / f"seed_{seed}"
-        run_dir.mkdir(parents=True)
-        partition.save(run_dir / "partition.parquet")
-        if algorithm_class.pooled:
-            partition = pooled(partition, len(dataset.test_y))
-        write_manifest(run_dir, {
-            "name": config.name, "seed": seed, "algorithm": config.algorithm.name,
-            "status": "running", "started": time.time(), "host": socket.gethostname(),
-            "config": config.model_dump(mode="json"), "versions": package_versions(),
-            "git_commit": git_commit(), "notices": notices, "dataset": dataset.info.name,
-        })
-        context = run_context(config, dataset, seed, partition.num_clients)
-        setup = WorkerSetup(algorithm_class, config.algorithm, context, arrays, partition,
-                            initial_weights(config, dataset, seed), config.evaluation.batch_size,
-                            threads=max(1, math.floor(config.engine.cpus_per_worker)),
-                            vectorize=config.engine.vectorize)
-        spec = RunSpec(str(run_dir), setup, config.training.rounds, config.engine,
-                       config.evaluation, use_gpus)
-        drivers[seed] = ray.remote(Driver).options(
-            num_cpus=0, max_concurrency=2, scheduling_strategy=here).remote(spec)
-        run_dirs[seed] = run_dir
-    futures = {seed: driver.run.remote() for seed, driver in drivers.items()}
-    _follow(drivers, futures, config.training.rounds, progress)
+    queue: list[tuple[str, int]] = [(label, seed) for label, config in experiments.items()
+                                    for seed in config.seeds]
+    run_dirs = {key: root / key[0] / f"seed_{key[1]}" if key[0] else root / f"seed_{key[1]}"
+                for key in queue}
+    limit = _concurrent_runs(experiments.values())
+
+    def start(key: tuple[str, int]) -> Any:
+        label, seed = key
+        config = experiments[label]
+        dataset, partitions = prepared[label]
+        dataset_key = config.dataset.model_dump_json()
+        if dataset_key not in arrays:  # each dataset goes into the object store once
+            arrays[dataset_key] = {name: ray.put(getattr(dataset, name))
+                                   for name in ("train_x", "train_y", "test_x", "test_y")}
+        return _start_driver(config, dataset, partitions[seed], seed, arrays[dataset_key],
+                             run_dirs[key], notices, here)
+
+    results = _follow(queue, start, limit,
+                      {key: experiments[key[0]].training.rounds for key in queue}, progress)
     outcomes = []
-    for seed, future in futures.items():
-        try:
-            outcomes.append(RunOutcome(seed, run_dirs[seed], ray.get(future)))
-        except ray.exceptions.RayError as error:
-            cause = getattr(error, "cause", None) or error
-            outcomes.append(RunOutcome(seed, run_dirs[seed], None,
-                                       f"{type(cause).__name__}: {cause}"))
+    for key in queue:
+        final, error = results[key]
+        outcomes.append(RunOutcome(key[1], run_dirs[key], final, error))
     return outcomes
 
 
-def _follow(drivers: dict[int, Any], futures: dict[int, Any], rounds: int, show: bool) -> None:
-    bars = {seed: tqdm(total=rounds, desc=f"seed {seed}", position=i, unit="round",
-                       disable=not show, dynamic_ncols=True, leave=True)
-            for i, seed in enumerate(drivers)}
-    pending = set(futures)
-    while pending:
-        ready, _ = ray.wait([futures[s] for s in pending], timeout=0.5,
-                            num_returns=len(pending))
-        done = {s for s in pending if futures[s] in ready}
-        for seed in pending:
+def _concurrent_runs(configs: Any) -> int:
+    """How many runs fit on the cluster at once (each run's workers reserve their resources;
+    starting more drivers than that would only make idle processes wait)."""
+    resources = ray.cluster_resources()
+    fits = []
+    for config in configs:
+        engine = config.engine
+        by_cpu = resources.get("CPU", 0) / (engine.num_workers * engine.cpus_per_worker)
+        fits.append(by_cpu)
+        if engine.gpus_per_worker and resources.get("GPU", 0):
+            fits.append(resources["GPU"] / (engine.num_workers * engine.gpus_per_worker))
+    return max(1, math.floor(min(fits) + 1e-9))
+
+
+def _start_driver(config: ExperimentConfig, dataset: ArrayDataset, partition: Partition,
+                  seed: int, arrays: dict[str, Any], run_dir: Path, notices: list[str],
+                  placement: Any) -> Any:
+    """Write the run directory's manifest and partition, then start its Driver actor."""
+    algorithm_class = ALGORITHMS[config.algorithm.name]
+    run_dir.mkdir(parents=True)
+    partition.save(run_dir / "partition.parquet")
+    if algorithm_class.pooled:
+        partition = pooled(partition, len(dataset.test_y))
+    write_manifest(run_dir, {
+        "name": config.name, "seed": seed, "algorithm": config.algorithm.name,
+        "status": "running", "started": time.time(), "host": socket.gethostname(),
+        "config": config.model_dump(mode="json"), "versions": package_versions(),
+        "git_commit": git_commit(), "notices": notices, "dataset": dataset.info.name,
+    })
+    context = run_context(config, dataset, seed, partition.num_clients)
+    setup = WorkerSetup(algorithm_class, config.algorithm, context, arrays, partition,
+                        initial_weights(config, dataset, seed), config.evaluation.batch_size,
+                        threads=max(1, math.floor(config.engine.cpus_per_worker)),
+                        vectorize=config.engine.vectorize)
+    use_gpus = config.engine.gpus_per_worker > 0 and not notices
+    spec = RunSpec(str(run_dir), setup, config.training.rounds, config.engine,
+                   config.evaluation, use_gpus)
+    return ray.remote(Driver).options(num_cpus=0, max_concurrency=2,
+                                      scheduling_strategy=placement).remote(spec)
+
+
+def _follow(queue: list[tuple[str, int]], start: Any, limit: int,
+            rounds: dict[tuple[str, int], int], show: bool
+            ) -> dict[tuple[str, int], tuple[dict[str, Any] | None, str | None]]:
+    """Start runs (at most ``limit`` at a time, in order) and show live progress: one bar per
+    run with round, status, latest accuracy and ETA. Returns (final row, error) per run."""
+    bars = {key: tqdm(total=rounds[key], desc=f"{key[0] + ' ' if key[0] else ''}seed {key[1]}",
+                      position=i, unit="round", disable=not show, dynamic_ncols=True,
+                      leave=True, mininterval=0.5)
+            for i, key in enumerate(queue)}
+    waiting = list(queue)
+    active: dict[tuple[str, int], tuple[Any, Any]] = {}
+    results: dict[tuple[str, int], tuple[dict[str, Any] | None, str | None]] = {}
+    while waiting or active:
+        while waiting and len(active) < limit:
+            key = waiting.pop(0)
+            driver = start(key)
+            active[key] = (driver, driver.run.remote())
+        ready, _ = ray.wait([future for _, future in active.values()], timeout=0.5,
+                            num_returns=len(active))
+        for key, (driver, future) in list(active.items()):
             try:
-                state = ray.get(drivers[seed].progress.remote(), timeout=5)
+                state = ray.get(driver.progress.remote(), timeout=5)
+                bar = bars[key]
+                bar.update(state["round"] - bar.n)
+                accuracy = state.get("accuracy", math.nan)
+                bar.set_postfix_str(state["status"] + (
+                    "" if math.isnan(accuracy) else f", acc {accuracy:.3f}"), refresh=False)
             except ray.exceptions.RayError:
-                continue
-            bar = bars[seed]
-            bar.update(state["round"] - bar.n)
-            accuracy = state.get("accuracy", math.nan)
-            bar.set_postfix_str(f"{state['status']}" + (
-                "" if math.isnan(accuracy) else f", acc {accuracy:.3f}"), refresh=True)
-        pending -= done
+                pass
+            if future in ready:
+                try:
+                    results[key] = (ray.get(future), None)
+                except ray.exceptions.RayError as error:
+                    cause = getattr(error, "cause", None) or error
+                    results[key] = (None, f"{type(cause).__name__}: {cause}")
+                ray.kill(driver)
+                del active[key]
     for bar in bars.values():
+        bar.refresh()
         bar.close()
+    return results

@@ -38,7 +38,8 @@ def format_summary(table: pd.DataFrame) -> str:
         if column.endswith("_mean"):
             metric = column.removesuffix("_mean")
             std = table[f"{metric}_std"].fillna(0.0)
-            shown[metric] = [f"{m:.4f} ± {s:.4f}" for m, s in zip(table[column], std, strict=True)]
+            shown[metric] = ["-" if m != m else f"{m:.4f} ± {s:.4f}"
+                             for m, s in zip(table[column], std, strict=True)]
     return shown.to_string(index=False)
 
 
