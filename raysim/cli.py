@@ -28,7 +28,11 @@ def _parser() -> argparse.ArgumentParser:
     validate.add_argument("--set", dest="overrides", action="append", default=[],
                           metavar="KEY=VALUE")
     report = commands.add_parser("report", help="summary table and learning curves of results")
-    report.add_argument("path", help="a results directory (one run, experiment or a tree)")
+    report.add_argument("paths", nargs="+", metavar="PATH",
+                        help="results directories (runs, experiments or trees); several are "
+                        "reported together")
+    report.add_argument("--output", help="where to write the learning-curve PNG "
+                        "(default: the first PATH)")
     report.add_argument("--metric", default="accuracy", help="metric of the learning curves")
     return parser
 
@@ -86,10 +90,11 @@ def _validate(args: argparse.Namespace) -> int:
 def _report(args: argparse.Namespace) -> int:
     from raysim.results.report import report
 
-    if not os.path.exists(args.path):
-        raise RaysimError(f"Results path {args.path!r} does not exist. Pass a directory that "
-                          "`raysim run` printed.")
-    text, png = report(args.path, args.metric)
+    for path in args.paths:
+        if not os.path.exists(path):
+            raise RaysimError(f"Results path {path!r} does not exist. Pass a directory that "
+                              "`raysim run` printed.")
+    text, png = report(args.paths, args.metric, args.output)
     print(text)
     if png is not None:
         print(f"learning curves: {png}")

@@ -200,7 +200,8 @@ def _start_driver(config: ExperimentConfig, dataset: ArrayDataset, partition: Pa
     setup = WorkerSetup(algorithm_class, config.algorithm, context, arrays, partition,
                         initial_weights(config, dataset, seed), config.evaluation.batch_size,
                         threads=max(1, math.floor(config.engine.cpus_per_worker)),
-                        vectorize=config.engine.vectorize)
+                        # one pooled client gains nothing from batching clients
+                        vectorize="never" if algorithm_class.pooled else config.engine.vectorize)
     use_gpus = config.engine.gpus_per_worker > 0 and not notices
     spec = RunSpec(str(run_dir), setup, config.training.rounds, config.engine,
                    config.evaluation, use_gpus)

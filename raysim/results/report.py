@@ -68,12 +68,15 @@ def plot_learning_curves(rounds: pd.DataFrame, path: Path, metric: str = "accura
     return path
 
 
-def report(path: str | Path, metric: str = "accuracy") -> tuple[str, Path | None]:
-    """The summary text of every run under ``path`` and the learning-curve PNG written there."""
-    rounds = load(path, "rounds")
+def report(paths: str | Path | list[str | Path], metric: str = "accuracy",
+           output: str | Path | None = None) -> tuple[str, Path | None]:
+    """The summary text of every run under ``paths`` and the learning-curve PNG, written to
+    ``output`` (default: the first path)."""
+    paths = [paths] if isinstance(paths, str | Path) else list(paths)
+    rounds = pd.concat([load(path, "rounds") for path in paths], ignore_index=True)
     if rounds.empty or rounds["accuracy"].isna().all():
         return "No evaluated rounds yet.", None
-    target = Path(path)
-    target = target if target.is_dir() else target.parent
+    target = Path(output or paths[0])
+    target.mkdir(parents=True, exist_ok=True)
     png = plot_learning_curves(rounds, target / f"learning_curves_{metric}.png", metric)
     return format_summary(summary_table(rounds)), png
