@@ -9,7 +9,7 @@ from torch import Tensor, nn
 
 from raysim.data.dataset import DataInfo
 from raysim.errors import ConfigError
-from raysim.models.registry import register_model
+from raysim.models.registry import register_model, require_images
 from raysim.schema import StrictModel
 
 
@@ -59,11 +59,7 @@ class ConvNet(nn.Module):
 
 @register_model(ConvNetParams)
 def build_convnet(params: ConvNetParams, info: DataInfo) -> nn.Module:
-    if info.kind != "image":
-        raise ConfigError(
-            f"Invalid config field `model.name` = 'convnet': dataset {info.name!r} is tabular. "
-            "Use model.name=mlp for tabular data."
-        )
+    require_images("convnet", info)
     channels, size, _ = info.input_shape
     if size >> params.depth == 0:
         raise ConfigError(

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from torch import nn
 
 from raysim.data.dataset import DataInfo
+from raysim.errors import ConfigError
 from raysim.schema import StrictModel
 
 
@@ -29,6 +30,15 @@ def register_model(params: type[StrictModel]) -> Callable:
         return build
 
     return decorator
+
+
+def require_images(model_name: str, info: DataInfo) -> None:
+    """Raise a config error when an image model is asked for on tabular data."""
+    if info.kind != "image":
+        raise ConfigError(
+            f"Invalid config field `model.name` = {model_name!r}: dataset {info.name!r} is "
+            "tabular. Use model.name=mlp for tabular data."
+        )
 
 
 def build_model(params: StrictModel, info: DataInfo) -> nn.Module:

@@ -7,8 +7,7 @@ from typing import Literal
 from torch import Tensor, nn
 
 from raysim.data.dataset import DataInfo
-from raysim.errors import ConfigError
-from raysim.models.registry import register_model
+from raysim.models.registry import register_model, require_images
 from raysim.schema import StrictModel
 
 
@@ -79,11 +78,7 @@ class ResNet18(nn.Module):
 
 @register_model(ResNet18Params)
 def build_resnet18(params: ResNet18Params, info: DataInfo) -> nn.Module:
-    if info.kind != "image":
-        raise ConfigError(
-            f"Invalid config field `model.name` = 'resnet18': dataset {info.name!r} is tabular. "
-            "Use model.name=mlp for tabular data."
-        )
+    require_images("resnet18", info)
     channels, size, _ = info.input_shape
     small = size <= 64 if params.stem == "auto" else params.stem == "small"
     return ResNet18(channels, info.num_classes, small, params.norm)

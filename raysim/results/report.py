@@ -20,7 +20,9 @@ def final_metrics(rounds: pd.DataFrame) -> pd.DataFrame:
 
 
 def summary_table(rounds: pd.DataFrame) -> pd.DataFrame:
-    """Mean and std over seeds of the final metrics, per experiment and algorithm."""
+    """Mean and std over seeds of the final metrics, per experiment and algorithm; ``rounds``
+    is the last evaluated round and ``completed`` how many of the runs have finished (a run
+    still going, or stopped, is reported at its last evaluated round)."""
     final = final_metrics(rounds)
     metrics = [m for m in SUMMARY_METRICS if m in final and final[m].notna().any()]
     grouped = final.groupby(_KEYS, sort=True)
@@ -28,12 +30,13 @@ def summary_table(rounds: pd.DataFrame) -> pd.DataFrame:
     table.columns = [f"{metric}_{stat}" for metric, stat in table.columns]
     table.insert(0, "seeds", grouped["seed"].nunique())
     table.insert(1, "rounds", grouped["round"].max() + 1)
+    table.insert(2, "completed", grouped["status"].apply(lambda s: int((s == "completed").sum())))
     return table.reset_index()
 
 
 def format_summary(table: pd.DataFrame) -> str:
     """Render a summary table with ``mean ± std`` cells."""
-    shown = table[[*_KEYS, "seeds", "rounds"]].copy()
+    shown = table[[*_KEYS, "seeds", "completed", "rounds"]].copy()
     for column in table.columns:
         if column.endswith("_mean"):
             metric = column.removesuffix("_mean")
