@@ -24,7 +24,6 @@ from pydantic import Field
 from raysim.algorithms.aggregators import (
     WeightedSum,
     coordinate_median,
-    flatten,
     iterated_radon_point,
     radon_number,
     weighted_mean,
@@ -182,5 +181,3 @@ class FedDC(Algorithm):
     def personal_weights(self, state: Any) -> Weights | None:
         return None if state is None else state[0]
 
-
-__all__ = ["FedDC", "FedDCParams", "flatten"]
