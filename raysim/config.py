@@ -151,7 +151,7 @@ def load_experiments(path: str | Path, overrides: list[str] | None = None
     """
     raw = _read_yaml(path)
     if not isinstance(raw, dict) or "variants" not in raw:
-        return {"": load_config(path, overrides)}
+        return {"": _parse_raw(raw, overrides)}
     variants = raw.pop("variants")
     if not isinstance(variants, dict) or not variants or not all(
             isinstance(v, dict | None) for v in variants.values()):
@@ -194,5 +194,8 @@ def _read_yaml(path: str | Path) -> Any:
 
 def load_config(path: str | Path, overrides: list[str] | None = None) -> ExperimentConfig:
     """Read a YAML experiment config, apply overrides and validate it."""
-    raw = _read_yaml(path)
+    return _parse_raw(_read_yaml(path), overrides)
+
+
+def _parse_raw(raw: Any, overrides: list[str] | None) -> ExperimentConfig:
     return parse_config(apply_overrides(raw, overrides or []) if isinstance(raw, dict) else raw)

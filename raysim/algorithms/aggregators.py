@@ -53,6 +53,12 @@ class WeightedSum:
         return result
 
 
+def mean_partial(models: Sequence[Weights], sample_counts: Sequence[float],
+                 weighted: bool) -> WeightedSum:
+    """The partial of a mean weighted by sample counts (``weighted``) or unweighted."""
+    return WeightedSum.of(models, sample_counts if weighted else [1.0] * len(models))
+
+
 def weighted_mean(partials: Sequence[WeightedSum]) -> Weights:
     """Combine per-group partial sums in order and return the weighted mean."""
     if not partials:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
-from raysim.algorithms.aggregators import WeightedSum, weighted_mean
+from raysim.algorithms.aggregators import WeightedSum, mean_partial, weighted_mean
 from raysim.algorithms.base import Algorithm, ClientResult, register_algorithm
 from raysim.engine.weights import Weights
 from raysim.schema import StrictModel
@@ -43,8 +43,8 @@ class FedAvg(Algorithm):
         return None
 
     def reduce(self, results: Sequence[tuple[int, ClientResult]]) -> WeightedSum:
-        weights = [r.metrics["num_samples"] if self.params.weighted else 1.0 for _, r in results]
-        return WeightedSum.of([r.upload["model"] for _, r in results], weights)
+        return mean_partial([r.upload["model"] for _, r in results],
+                            [r.metrics["num_samples"] for _, r in results], self.params.weighted)
 
     def aggregate(self, state: Weights, partials: Sequence[WeightedSum], round_: int) -> Weights:
         return weighted_mean(partials)

@@ -22,9 +22,9 @@ import numpy as np
 from pydantic import Field
 
 from raysim.algorithms.aggregators import (
-    WeightedSum,
     coordinate_median,
     iterated_radon_point,
+    mean_partial,
     radon_number,
     weighted_mean,
 )
@@ -175,8 +175,8 @@ class FedDC(Algorithm):
             return None
         if self.params.aggregator != "mean":
             return [r.upload["model"] for _, r in uploads]
-        weights = [r.metrics["num_samples"] if self.params.weighted else 1.0 for _, r in uploads]
-        return WeightedSum.of([r.upload["model"] for _, r in uploads], weights)
+        return mean_partial([r.upload["model"] for _, r in uploads],
+                            [r.metrics["num_samples"] for _, r in uploads], self.params.weighted)
 
     def personal_weights(self, state: Any) -> Weights | None:
         return None if state is None else state[0]

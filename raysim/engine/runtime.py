@@ -204,9 +204,10 @@ class ClientRuntime:
         x, y = self.client_data(client)
         # dropout and other global-RNG ops; only the CPU generator (torch.manual_seed also
         # seeds every accelerator backend, which costs about a millisecond per call)
-        torch.default_generator.manual_seed(rng_seed(self.seed, "torch", round_, client))
+        torch_seed = rng_seed(self.seed, "torch", round_, client)
+        torch.default_generator.manual_seed(torch_seed)
         if self.device.type == "cuda":
-            torch.cuda.manual_seed(rng_seed(self.seed, "torch", round_, client))
+            torch.cuda.manual_seed(torch_seed)
         steps = None if self.training.local_steps is None else self.training.local_steps * steps_scale
         plan = [step[0] for step in batch_plans(len(y), self.training.batch_size,
                                                  self.training.epochs, steps, self.seed, round_,

@@ -32,12 +32,15 @@ def get_weights(model: nn.Module) -> Weights:
             for name, tensor in state_tensors(model).items()}
 
 
+# Arrays from Ray's object store are read-only; raysim never writes through tensors made from
+# them, so torch's warning about that is silenced once here rather than per call (hot path).
+warnings.filterwarnings("ignore", message="The given NumPy array is not writable",
+                        category=UserWarning)
+
+
 def as_tensor(array: np.ndarray) -> torch.Tensor:
-    """A CPU tensor sharing memory with ``array``, also for the read-only arrays that Ray's
-    object store hands out (raysim never writes through these tensors)."""
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message="The given NumPy array is not writable")
-        return torch.from_numpy(np.asarray(array))
+    """A CPU tensor sharing memory with ``array`` (also for read-only object-store arrays)."""
+    return torch.from_numpy(np.asarray(array))
 
 
 def set_weights(model: nn.Module, weights: Mapping[str, np.ndarray]) -> None:
