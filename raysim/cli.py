@@ -1,4 +1,4 @@
-"""Command line: ``raysim run|validate|report``."""
+"""Command line: ``raysim run|sweep|validate|report``."""
 
 from __future__ import annotations
 
@@ -23,6 +23,23 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--variant", dest="variants", action="append", default=[],
                      metavar="LABEL", help="run only this variant of the config (repeatable)")
     run.add_argument("--no-progress", action="store_true", help="hide the progress bars")
+    run.add_argument("--resume", nargs="?", const="latest", metavar="RUN_ROOT",
+                     help="continue an interrupted invocation from its checkpoints (default: "
+                     "the latest <output>/<name>-<timestamp>); completed runs are kept")
+    sweep = commands.add_parser("sweep", help="run every combination of a grid of config "
+                                "values and seeds, concurrently")
+    sweep.add_argument("config", help="experiment YAML file")
+    sweep.add_argument("--grid", action="append", default=[], metavar="KEY=V1,V2",
+                       help="a config key and its values (repeatable; all combinations run)")
+    sweep.add_argument("--seeds", help="comma-separated seeds of every grid point (default: "
+                       "the config's)")
+    sweep.add_argument("--set", dest="overrides", action="append", default=[],
+                       metavar="KEY=VALUE", help="override a config field for every point")
+    sweep.add_argument("--output", help="parent directory of the results")
+    sweep.add_argument("--data-root", help="directory holding the MedMNIST npz files")
+    sweep.add_argument("--no-progress", action="store_true", help="hide the progress bars")
+    sweep.add_argument("--resume", nargs="?", const="latest", metavar="SWEEP_ROOT",
+                       help="continue an interrupted sweep (default: the latest one)")
     validate = commands.add_parser("validate", help="check a config without running it")
     validate.add_argument("config")
     validate.add_argument("--set", dest="overrides", action="append", default=[],
@@ -39,10 +56,6 @@ def _parser() -> argparse.ArgumentParser:
 
 def _run(args: argparse.Namespace) -> int:
     from raysim.config import load_experiments
-    from raysim.engine.runner import run_experiments
-    from raysim.results.load import load
-    from raysim.results.manifest import read_manifest
-    from raysim.results.report import format_summary, report, summary_table
 
     experiments = load_experiments(args.config, args.overrides)
     unknown = [label for label in args.variants if label not in experiments]
@@ -53,8 +66,37 @@ def _run(args: argparse.Namespace) -> int:
         )
     if args.variants:
         experiments = {label: experiments[label] for label in args.variants}
+    return _execute(experiments, args)
+
+
+def _sweep(args: argparse.Namespace) -> int:
+    from raysim.sweep import parse_grid, parse_seeds, sweep_experiments
+
+    seeds = parse_seeds(args.seeds) if args.seeds else None
+    experiments, labels = sweep_experiments(args.config, parse_grid(args.grid), seeds,
+                                            args.overrides)
+    print(f"sweep: {len(experiments)} configurations x "
+          f"{len(next(iter(experiments.values())).seeds)} seeds", file=sys.stderr)
+    return _execute(experiments, args, labels)
+
+
+def _execute(experiments: dict, args: argparse.Namespace, labels: dict | None = None) -> int:
+    """Run (or resume) labelled experiments, then print the summary table and paths."""
+    from raysim.engine.runner import latest_run_root, run_experiments
+    from raysim.results.load import load
+    from raysim.results.manifest import read_manifest
+    from raysim.results.report import format_summary, report, summary_table
+
+    resume = args.resume
+    if resume == "latest":
+        resume = latest_run_root(next(iter(experiments.values())), args.output)
+    elif resume is not None and not os.path.isdir(resume):
+        raise RaysimError(f"Cannot resume {resume!r}: no such directory. Pass the results "
+                          "directory that `raysim run` printed, or --resume alone for the latest.")
+    if resume is not None:
+        print(f"resuming {resume}", file=sys.stderr)
     outcomes = run_experiments(experiments, data_root=args.data_root, output=args.output,
-                               progress=not args.no_progress)
+                               progress=not args.no_progress, resume=resume, labels=labels)
     root = outcomes[0].run_dir.parent
     if "" not in experiments:
         root = root.parent
@@ -104,7 +146,7 @@ def _report(args: argparse.Namespace) -> int:
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``raysim`` console script; returns the exit code."""
     args = _parser().parse_args(argv)
-    handlers = {"run": _run, "validate": _validate, "report": _report}
+    handlers = {"run": _run, "sweep": _sweep, "validate": _validate, "report": _report}
     try:
         return handlers[args.command](args)
     except RaysimError as error:

@@ -26,3 +26,18 @@ def field_error(field: str, value: object, allowed: str, fix: str | None = None)
     else:
         message += f" Fix it in the YAML file or override it with `--set {field}=...`."
     return ConfigError(message)
+
+
+class RunError(RaysimError):
+    """A run stopped for a reason its results explain (diverged, lost its workers); the rows
+    written so far are kept."""
+
+    exit_code = 1
+
+
+class DivergenceError(RunError):
+    """Training produced non-finite losses or predictions."""
+
+
+class WorkerFailureError(RunError):
+    """Worker actors died more often than ``engine.max_worker_failures`` allows."""

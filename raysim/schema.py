@@ -120,6 +120,19 @@ class EngineConfig(StrictModel):
     flush_seconds: float = Field(
         2.0, ge=0, description="write buffered result rows to a new Parquet part this often"
     )
+    checkpoint_every: int = Field(
+        10,
+        ge=0,
+        description="write a checkpoint (server and client states, round counter) every k "
+        "rounds, for `raysim run --resume` and worker-failure recovery; 0: never",
+    )
+    max_worker_failures: int = Field(
+        3, ge=0, description="worker actors that die are restarted this many times per run"
+    )
+    placement: Literal["spread", "pack"] = Field(
+        "spread",
+        description="spread: a run's workers go to as many nodes as possible; pack: as few",
+    )
 
     @model_validator(mode="after")
     def _check_gpu_fraction(self) -> EngineConfig:

@@ -16,10 +16,19 @@ import ray
 from ray.util.placement_group import placement_group, remove_placement_group
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
+from raysim.engine.checkpoint import (
+    Checkpoint,
+    load_checkpoint,
+    remove_checkpoint,
+    save_checkpoint,
+    truncate_results,
+)
 from raysim.engine.evaluation import METRICS, classification_metrics
+from raysim.engine.memory import resident_memory_mb
 from raysim.engine.placement import assign_groups, client_groups
 from raysim.engine.weights import payload_bytes
 from raysim.engine.worker import ClientWorker, RoundReply, WorkerSetup
+from raysim.errors import DivergenceError, WorkerFailureError
 from raysim.results.manifest import update_manifest
 from raysim.results.sink import ParquetSink
 from raysim.schema import EngineConfig, EvaluationConfig
@@ -27,6 +36,7 @@ from raysim.seeding import numpy_rng
 
 _EVAL_CHUNK = 256  # fixed test-set chunks: predictions do not depend on the worker count
 _INLINE_BYTES = 100 * 1024  # Ray inlines arguments below this size
+_RESTART_TIMEOUT = 300.0  # seconds to wait for Ray to restart a dead worker
 
 
 @dataclass(frozen=True)
@@ -50,10 +60,32 @@ class RunSpec:
     engine: EngineConfig
     evaluation: EvaluationConfig
     use_gpus: bool
+    resume: bool = False
+    """Continue from the run directory's checkpoint (or from round 0 without one)."""
+
+
+@dataclass(frozen=True)
+class _Layout:
+    """Where clients live: fixed client groups, and the worker that owns each group."""
+
+    groups: list[np.ndarray]
+    owner_of_group: dict[int, int]
+    group_of_client: np.ndarray
+    worker_of_client: np.ndarray
+
+
+@dataclass
+class _Durable:
+    """A state the run can restart from: the state before round ``next_round``."""
+
+    next_round: int
+    state: Any
+    client_states: dict[int, Any]
 
 
 class Driver:
-    """Runs the round loop: sampling, dispatch to workers, aggregation, evaluation, results."""
+    """Runs the round loop: sampling, dispatch to workers, aggregation, evaluation, results,
+    checkpoints, and recovery from dying workers."""
 
     def __init__(self, spec: RunSpec):
         self.spec = spec
@@ -66,6 +98,10 @@ class Driver:
         self._progress: dict[str, Any] = {"round": 0, "rounds": spec.rounds, "status": "queued",
                                           "accuracy": math.nan}
         self._lock = threading.Lock()
+        self._durable = _Durable(0, None, {})
+        self._recorded = 0  # rounds [0, _recorded) have their rows in the results
+        self._stateful = False  # some client keeps state between rounds
+        self._recoveries: list[dict[str, Any]] = []
 
     def progress(self) -> dict[str, Any]:
         """Latest round, accuracy and status (callable while ``run`` is going)."""
@@ -78,21 +114,27 @@ class Driver:
 
     def run(self) -> dict[str, Any]:
         """Run every round; returns the final rounds row. Rows written so far are kept on error."""
+        checkpoint = None
+        if self.spec.resume:
+            checkpoint = load_checkpoint(self.run_dir)
+            truncate_results(self.run_dir, checkpoint.next_part if checkpoint else 0)
         sink = ParquetSink(self.run_dir, self.spec.engine.flush_seconds)
         group = None
         try:
             self._set_progress(status="waiting for resources")
             group, workers = self._start_workers()
             self._set_progress(status="running")
-            final = self._round_loop(workers, sink)
+            final = self._round_loop(workers, sink, checkpoint)
             sink.flush()
+            remove_checkpoint(self.run_dir)
             update_manifest(self.run_dir, status="completed", finished=time.time())
             self._set_progress(status="done")
             return final
         except BaseException as exc:
             sink.flush()
-            update_manifest(self.run_dir, status="failed", finished=time.time(),
-                            error=f"{type(exc).__name__}: {exc}",
+            update_manifest(self.run_dir,
+                            status="diverged" if isinstance(exc, DivergenceError) else "failed",
+                            finished=time.time(), error=f"{type(exc).__name__}: {exc}",
                             traceback=traceback.format_exc())
             self._set_progress(status="failed")
             raise
@@ -105,12 +147,14 @@ class Driver:
         engine = self.spec.engine
         gpus = engine.gpus_per_worker if self.spec.use_gpus else 0.0
         bundle = {"CPU": engine.cpus_per_worker, **({"GPU": gpus} if gpus else {})}
-        group = placement_group([bundle] * engine.num_workers, strategy="PACK")
+        group = placement_group([bundle] * engine.num_workers,
+                                strategy="SPREAD" if engine.placement == "spread" else "PACK")
         ray.get(group.ready())
         actor = ray.remote(ClientWorker)
         workers = [
             actor.options(
                 num_cpus=engine.cpus_per_worker, num_gpus=gpus,
+                max_restarts=engine.max_worker_failures,
                 scheduling_strategy=PlacementGroupSchedulingStrategy(group, index),
             ).remote(self.spec.setup, index)
             for index in range(engine.num_workers)
@@ -119,44 +163,171 @@ class Driver:
         update_manifest(self.run_dir, workers=described)
         return group, workers
 
-    # ----- rounds -----
-    def _round_loop(self, workers: list[Any], sink: ParquetSink) -> dict[str, Any]:
+    def _layout(self, num_workers: int) -> _Layout:
         partition = self.spec.setup.partition
         groups = client_groups(partition.num_clients, self.spec.engine.client_groups)
         sizes = partition.sizes()
         owner_of_group = {}
         for worker, owned in enumerate(assign_groups([float(sizes[g].sum()) for g in groups],
-                                                     len(workers))):
+                                                     num_workers)):
             for g in owned:
                 owner_of_group[g] = worker
         group_of_client = np.concatenate([np.full(len(g), i) for i, g in enumerate(groups)])
         worker_of_client = np.array([owner_of_group[g] for g in group_of_client])
-        self._send_groups(workers, group_of_client, worker_of_client)
-        state = self.algorithm.init_server_state(self.spec.setup.initial_weights)
+        return _Layout(groups, owner_of_group, group_of_client, worker_of_client)
+
+    # ----- rounds -----
+    def _round_loop(self, workers: list[Any], sink: ParquetSink,
+                    checkpoint: Checkpoint | None) -> dict[str, Any]:
+        """Run the rounds; when a worker dies, wait for Ray to restart it, roll every client
+        back to the last durable state and replay the rounds since then without writing
+        their rows again."""
+        layout = self._layout(len(workers))
+        if checkpoint is None:
+            initial = self.algorithm.init_server_state(self.spec.setup.initial_weights)
+            self._durable = _Durable(0, initial, {})
+        else:
+            self._durable = _Durable(checkpoint.next_round, checkpoint.server_state,
+                                     checkpoint.client_states)
+            self._stateful = bool(checkpoint.client_states)
+            update_manifest(self.run_dir, resumed_from=checkpoint.next_round)
+        self._recorded = self._durable.next_round
+        self._set_progress(round=self._recorded)
+        self._prepare_workers(workers, layout)
+        while True:
+            try:
+                return self._rounds(workers, layout, sink)
+            except ray.exceptions.RayActorError as error:
+                self._recover(workers, layout, error)
+
+    def _prepare_workers(self, workers: list[Any], layout: _Layout) -> None:
+        """Tell every worker its clients' groups and give it their durable states."""
+        self._send_groups(workers, layout.group_of_client, layout.worker_of_client)
+        states = self._durable.client_states
+        if states or self._stateful:
+            owner = layout.worker_of_client
+            ray.get([worker.restore_states.remote(
+                {c: s for c, s in states.items() if owner[c] == w})
+                for w, worker in enumerate(workers)])
+
+    def _recover(self, workers: list[Any], layout: _Layout, error: Exception) -> None:
+        failures = len(self._recoveries) + 1
+        limit = self.spec.engine.max_worker_failures
+        if failures > limit:
+            raise WorkerFailureError(
+                f"A worker actor died for the {failures}th time in this run (last: {error}); "
+                f"engine.max_worker_failures={limit} restarts are allowed. Rows of rounds "
+                f"0-{self._recorded - 1} are kept in {self.run_dir}; find the cause in the "
+                "Ray logs (e.g. out of memory), then continue with `raysim run CONFIG --resume`."
+            ) from None
+        self._set_progress(status=f"recovering from a dead worker ({failures}/{limit})")
+        deadline = time.monotonic() + _RESTART_TIMEOUT
+        while True:  # Ray restarts dead actors (max_restarts); wait until all answer
+            try:
+                described = ray.get([worker.describe.remote() for worker in workers],
+                                    timeout=_RESTART_TIMEOUT)
+                break
+            except (ray.exceptions.RayActorError, ray.exceptions.GetTimeoutError):
+                if time.monotonic() > deadline:
+                    raise WorkerFailureError(
+                        f"A worker actor died ({error}) and was not restarted within "
+                        f"{_RESTART_TIMEOUT:.0f} s. Rows of rounds 0-{self._recorded - 1} are kept "
+                        f"in {self.run_dir}; continue with `raysim run CONFIG --resume`."
+                    ) from None
+                time.sleep(0.5)
+        self._prepare_workers(workers, layout)
+        self._recoveries.append({"failed_at": time.time(), "rolled_back_to": self._durable.next_round,
+                                 "rounds_recorded": self._recorded, "error": str(error)[:500]})
+        update_manifest(self.run_dir, workers=described, recoveries=self._recoveries)
+        self._set_progress(status="running")
+
+    def _rounds(self, workers: list[Any], layout: _Layout, sink: ParquetSink) -> dict[str, Any]:
+        """Rounds from the durable state to the end. Round r+1 is dispatched before round r's
+        rows are written (workers train while the driver does bookkeeping), except before a
+        checkpoint, which needs the workers idle."""
+        state = self._durable.state
+        round_ = self._durable.next_round
         in_flight: dict[int, list[Any]] = defaultdict(list)  # relayed client states per worker
         last_row: dict[str, Any] = {}
-        pending = self._dispatch(workers, 0, state, worker_of_client, in_flight)
-        for round_ in range(self.spec.rounds):
+        pending = (self._dispatch(workers, round_, state, layout.worker_of_client, in_flight)
+                   if round_ < self.spec.rounds else None)
+        while pending is not None:
             replies: list[RoundReply] = ray.get(pending.futures)
             for reply in replies:
+                self._stateful |= reply.states_held > 0
                 for destination, ref in reply.outgoing.items():
                     in_flight[destination].append(ref)
             partials = sorted((g for reply in replies for g in reply.groups), key=lambda g: g.group)
             trained = time.perf_counter()
             state = self.algorithm.aggregate(state, [g.partial for g in partials], round_)
             aggregated = time.perf_counter()
+            replay = round_ < self._recorded  # rows already written before a rollback
+            diverged = _diverged_clients(replies)
             metrics = dict.fromkeys(METRICS, math.nan)
-            if self._due(round_):  # evaluate before the next round changes client states
-                self._deliver(workers, in_flight)
-                metrics = self._evaluate(workers, state, round_, owner_of_group, groups, sink)
+            if not replay and not diverged and self._due(round_):
+                self._deliver(workers, in_flight)  # evaluate before the next round changes states
+                metrics = self._evaluate(workers, state, round_, layout, sink)
+            model_diverged = bool(metrics.pop("diverged", False))
             evaluated = time.perf_counter()
-            current = pending
-            if round_ + 1 < self.spec.rounds:  # workers start the next round during bookkeeping
-                pending = self._dispatch(workers, round_ + 1, state, worker_of_client, in_flight)
-            last_row = self._record(sink, current, replies, metrics, trained, aggregated,
-                                    evaluated)
+            checkpoint_due = not replay and self._checkpoint_due(round_)
+            current, pending = pending, None
+            stop = bool(diverged) or model_diverged
+            if round_ + 1 < self.spec.rounds and not checkpoint_due and not stop:
+                pending = self._dispatch(workers, round_ + 1, state, layout.worker_of_client,
+                                         in_flight)
+            if not replay:
+                last_row = self._record(sink, current, replies, metrics, trained, aggregated,
+                                        evaluated)
+                self._recorded = round_ + 1
+                self._stop_if_diverged(round_, diverged, model_diverged, sink)
+            if checkpoint_due:
+                self._deliver(workers, in_flight)
+                self._checkpoint(workers, round_ + 1, state, sink)
+                if round_ + 1 < self.spec.rounds:
+                    pending = self._dispatch(workers, round_ + 1, state,
+                                             layout.worker_of_client, in_flight)
+            elif not self._stateful and not in_flight:
+                # nothing lives on the workers: the server state alone is a durable state
+                self._durable = _Durable(round_ + 1, state, {})
+            round_ += 1
         self._deliver(workers, in_flight)
         return last_row
+
+    def _checkpoint_due(self, round_: int) -> bool:
+        every = self.spec.engine.checkpoint_every
+        return every > 0 and (round_ + 1) % every == 0 and round_ + 1 < self.spec.rounds
+
+    def _checkpoint(self, workers: list[Any], next_round: int, state: Any,
+                    sink: ParquetSink) -> None:
+        """Flush the results, gather every client state and write the checkpoint."""
+        sink.flush()
+        client_states: dict[int, Any] = {}
+        if self._stateful:
+            for states in ray.get([worker.snapshot_states.remote() for worker in workers]):
+                client_states.update(states)
+        self._durable = _Durable(next_round, state, client_states)
+        save_checkpoint(self.run_dir, Checkpoint(self.context.seed, next_round, state,
+                                                 client_states, sink.next_part))
+        update_manifest(self.run_dir, checkpoint_round=next_round)
+
+    def _stop_if_diverged(self, round_: int, diverged: list[int], model_diverged: bool,
+                          sink: ParquetSink) -> None:
+        """Raise a DivergenceError (after the round's rows are written) on non-finite losses."""
+        if not diverged and not model_diverged:
+            return
+        sink.flush()
+        if diverged:
+            shown = ", ".join(str(c) for c in diverged[:10])
+            more = f" and {len(diverged) - 10} more" if len(diverged) > 10 else ""
+            what = f"client(s) {shown}{more} reported a non-finite training loss (NaN or inf)"
+        else:
+            what = "the global model's test predictions are not finite (NaN or inf weights)"
+        raise DivergenceError(
+            f"Training diverged in round {round_}: {what}. The run stopped; the rows of rounds "
+            f"0-{round_} are kept in {self.run_dir}. Lower training.optimizer.lr, add gradient "
+            "clipping through the algorithm's options where it has them, or check the data for "
+            "extreme values."
+        )
 
     def _dispatch(self, workers: list[Any], round_: int, state: Any,
                   worker_of_client: np.ndarray, in_flight: dict[int, list[Any]]) -> _Dispatch:
@@ -190,7 +361,9 @@ class Driver:
                "train_loss": _weighted_train_loss(clients),
                "seconds_train": trained - dispatch.started,
                "seconds_aggregate": aggregated - trained,
-               "seconds_evaluate": evaluated - aggregated, "wall_time": time.time()}
+               "seconds_evaluate": evaluated - aggregated, "wall_time": time.time(),
+               "driver_memory_mb": resident_memory_mb(),
+               "worker_memory_mb": max((r.memory_mb for r in replies), default=math.nan)}
         sink.add("rounds", [row])
         sink.add_columns("clients", {"round": np.full(len(clients["client"]), round_),
                                      **clients})
@@ -236,8 +409,7 @@ class Driver:
         every = self.spec.evaluation.every
         return every > 0 and ((round_ + 1) % every == 0 or round_ + 1 == self.spec.rounds)
 
-    def _evaluate(self, workers: list[Any], state: Any, round_: int,
-                  owner_of_group: dict[int, int], groups: list[np.ndarray],
+    def _evaluate(self, workers: list[Any], state: Any, round_: int, layout: _Layout,
                   sink: ParquetSink) -> dict[str, float]:
         row = dict.fromkeys(METRICS, math.nan)
         weights = self.algorithm.global_weights(state)
@@ -252,12 +424,15 @@ class Driver:
             for worker_index, output in enumerate(outputs):
                 for position, probs in enumerate(output):
                     chunks[worker_index + position * len(workers)] = probs
-            row.update(classification_metrics(self.test_y, np.concatenate(chunks)))
+            probabilities = np.concatenate(chunks)
+            if not np.isfinite(probabilities).all():
+                return {**row, "diverged": True}  # popped by the round loop
+            row.update(classification_metrics(self.test_y, probabilities))
         # personal models: always when they are the only models, else when asked for
         if self.algorithm.personalized and (self.spec.evaluation.clients or weights is None):
             per_worker: dict[int, list[int]] = defaultdict(list)
-            for g, clients in enumerate(groups):
-                per_worker[owner_of_group[g]].extend(int(c) for c in clients)
+            for g, clients in enumerate(layout.groups):
+                per_worker[layout.owner_of_group[g]].extend(int(c) for c in clients)
             client_rows = sorted(
                 (r for rows in ray.get([workers[w].evaluate_clients.remote(round_, clients)
                                         for w, clients in sorted(per_worker.items())])
@@ -305,6 +480,16 @@ def _merge_columns(parts: list[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
               for k in keys}
     order = np.argsort(merged["client"], kind="stable")
     return {k: v[order] for k, v in merged.items()}
+
+
+def _diverged_clients(replies: list[RoundReply]) -> list[int]:
+    """Clients whose training loss this round is NaN or infinite, in id order."""
+    bad: list[int] = []
+    for reply in replies:
+        losses = reply.clients.get("train_loss")
+        if losses is not None:
+            bad += reply.clients["client"][~np.isfinite(losses)].tolist()
+    return sorted(bad)
 
 
 def _weighted_train_loss(clients: dict[str, np.ndarray]) -> float:

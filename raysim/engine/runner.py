@@ -26,7 +26,15 @@ from raysim.engine.weights import get_weights
 from raysim.engine.worker import WorkerSetup
 from raysim.errors import ConfigError
 from raysim.models import build_model
-from raysim.results.manifest import git_commit, package_versions, write_manifest
+from raysim.results.load import load
+from raysim.results.manifest import (
+    MANIFEST,
+    git_commit,
+    package_versions,
+    read_manifest,
+    update_manifest,
+    write_manifest,
+)
 from raysim.seeding import torch_generator
 
 
@@ -127,24 +135,34 @@ def run_experiment(config: ExperimentConfig, *, data_root: str | None = None,
 
 
 def run_experiments(experiments: dict[str, ExperimentConfig], *, data_root: str | None = None,
-                    output: str | None = None, progress: bool = True) -> list[RunOutcome]:
+                    output: str | None = None, progress: bool = True,
+                    resume: str | Path | None = None,
+                    labels: dict[str, dict[str, Any]] | None = None) -> list[RunOutcome]:
     """Run every seed of every experiment (e.g. a method and its baselines) concurrently on
     one Ray cluster; results stream to Parquet under one root: ``<root>/<label>/seed_<s>``
-    (``<root>/seed_<s>`` for the unlabelled experiment)."""
+    (``<root>/seed_<s>`` for the unlabelled experiment).
+
+    ``resume``: an earlier root of the same experiments; completed runs are kept as they are,
+    interrupted ones continue from their last checkpoint and missing ones start.
+    ``labels``: extra manifest fields per experiment label (e.g. a sweep's grid values).
+    """
     prepared = {label: prepare(config, data_root) for label, config in experiments.items()}
     first = next(iter(experiments.values()))
+    root = Path(resume) if resume is not None else new_run_root(first, output)
+    queue: list[tuple[str, int]] = [(label, seed) for label, config in experiments.items()
+                                    for seed in config.seeds]
+    run_dirs = {key: root / key[0] / f"seed_{key[1]}" if key[0] else root / f"seed_{key[1]}"
+                for key in queue}
+    finished = {key: final for key in queue
+                if (final := _completed_run(run_dirs[key], experiments[key[0]])) is not None}
+    queue = [key for key in queue if key not in finished]
     notices: list[str] = []
     for config in experiments.values():
         notices += [n for n in ensure_ray(config) if n not in notices]
     for notice in notices:
         print(notice, file=sys.stderr)
     arrays: dict[str, dict[str, Any]] = {}
-    root = new_run_root(first, output)
     here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)
-    queue: list[tuple[str, int]] = [(label, seed) for label, config in experiments.items()
-                                    for seed in config.seeds]
-    run_dirs = {key: root / key[0] / f"seed_{key[1]}" if key[0] else root / f"seed_{key[1]}"
-                for key in queue}
     limit = _concurrent_runs(experiments.values())
 
     def start(key: tuple[str, int]) -> Any:
@@ -156,15 +174,51 @@ def run_experiments(experiments: dict[str, ExperimentConfig], *, data_root: str 
             arrays[dataset_key] = {name: ray.put(getattr(dataset, name))
                                    for name in ("train_x", "train_y", "test_x", "test_y")}
         return _start_driver(config, dataset, partitions[seed], seed, arrays[dataset_key],
-                             run_dirs[key], notices, here)
+                             run_dirs[key], notices, here, (labels or {}).get(label, {}))
 
     results = _follow(queue, start, limit,
                       {key: experiments[key[0]].training.rounds for key in queue}, progress)
-    outcomes = []
-    for key in queue:
-        final, error = results[key]
-        outcomes.append(RunOutcome(key[1], run_dirs[key], final, error))
-    return outcomes
+    results.update({key: (final, None) for key, final in finished.items()})
+    return [RunOutcome(key[1], run_dirs[key], *results[key]) for key in run_dirs]
+
+
+_RESUME_IGNORES = ("engine", "output", "seeds")  # may change between a run and its resumption
+
+
+def _completed_run(run_dir: Path, config: ExperimentConfig) -> dict[str, Any] | None:
+    """For a run directory from an earlier invocation: its final rounds row if it completed,
+    None if it must (re)start. Raises ConfigError if it was made from a different config."""
+    if not (run_dir / MANIFEST).is_file():
+        return None
+    manifest = read_manifest(run_dir)
+    before = {k: v for k, v in manifest["config"].items() if k not in _RESUME_IGNORES}
+    now = {k: v for k, v in config.model_dump(mode="json").items() if k not in _RESUME_IGNORES}
+    if before != now:
+        changed = sorted(k for k in now.keys() | before.keys() if before.get(k) != now.get(k))
+        raise ConfigError(
+            f"Cannot resume {run_dir}: it was run with a different config (sections "
+            f"{', '.join(changed)} differ). Resume with the same config and --set overrides as "
+            "the original run (only engine settings may change), or start a new run without "
+            "--resume."
+        )
+    if manifest.get("status") != "completed":
+        return None
+    rounds = load(run_dir, "rounds")
+    return rounds.iloc[-1].to_dict() if not rounds.empty else {}
+
+
+def latest_run_root(config: ExperimentConfig, output: str | None) -> Path:
+    """The most recent ``<output>/<name>-<timestamp>`` directory (for ``--resume``)."""
+    parent = Path(output or config.output)
+    roots = sorted((p for p in parent.glob(f"{config.name}-*") if p.is_dir()),
+                   key=lambda p: p.stat().st_mtime)
+    if not roots:
+        raise ConfigError(
+            f"Nothing to resume: no earlier run of experiment {config.name!r} under "
+            f"{str(parent)!r}. Pass the run directory (`--resume results/<name>-<timestamp>`), "
+            "the --output of the original run, or start without --resume."
+        )
+    return roots[-1]
 
 
 def _concurrent_runs(configs: Any) -> int:
@@ -183,19 +237,28 @@ def _concurrent_runs(configs: Any) -> int:
 
 def _start_driver(config: ExperimentConfig, dataset: ArrayDataset, partition: Partition,
                   seed: int, arrays: dict[str, Any], run_dir: Path, notices: list[str],
-                  placement: Any) -> Any:
-    """Write the run directory's manifest and partition, then start its Driver actor."""
+                  placement: Any, extra: dict[str, Any]) -> Any:
+    """Write the run directory's manifest and partition (or, for a run that resumes, note the
+    resumption), then start its Driver actor."""
     algorithm_class = ALGORITHMS[config.algorithm.name]
-    run_dir.mkdir(parents=True)
-    partition.save(run_dir / "partition.parquet")
+    resume = (run_dir / MANIFEST).is_file()
+    if resume:
+        resumes = read_manifest(run_dir).get("resumes", [])
+        update_manifest(run_dir, status="running", error=None, traceback=None,
+                        resumes=[*resumes, {"at": time.time(), "host": socket.gethostname(),
+                                            "engine": config.engine.model_dump(mode="json")}])
+    else:
+        run_dir.mkdir(parents=True)
+        partition.save(run_dir / "partition.parquet")
+        write_manifest(run_dir, {
+            "name": config.name, "seed": seed, "algorithm": config.algorithm.name,
+            "status": "running", "started": time.time(), "host": socket.gethostname(),
+            "config": config.model_dump(mode="json"), "versions": package_versions(),
+            "git_commit": git_commit(), "notices": notices, "dataset": dataset.info.name,
+            **extra,
+        })
     if algorithm_class.pooled:
         partition = pooled(partition, len(dataset.test_y))
-    write_manifest(run_dir, {
-        "name": config.name, "seed": seed, "algorithm": config.algorithm.name,
-        "status": "running", "started": time.time(), "host": socket.gethostname(),
-        "config": config.model_dump(mode="json"), "versions": package_versions(),
-        "git_commit": git_commit(), "notices": notices, "dataset": dataset.info.name,
-    })
     context = run_context(config, dataset, seed, partition.num_clients)
     setup = WorkerSetup(algorithm_class, config.algorithm, context, arrays, partition,
                         initial_weights(config, dataset, seed), config.evaluation.batch_size,
@@ -204,7 +267,7 @@ def _start_driver(config: ExperimentConfig, dataset: ArrayDataset, partition: Pa
                         vectorize="never" if algorithm_class.pooled else config.engine.vectorize)
     use_gpus = config.engine.gpus_per_worker > 0 and not notices
     spec = RunSpec(str(run_dir), setup, config.training.rounds, config.engine,
-                   config.evaluation, use_gpus)
+                   config.evaluation, use_gpus, resume=resume)
     return ray.remote(Driver).options(num_cpus=0, max_concurrency=2,
                                       scheduling_strategy=placement).remote(spec)
 

@@ -16,6 +16,7 @@ import torch
 from raysim.algorithms.base import Algorithm, RunContext
 from raysim.data.partition import Partition
 from raysim.engine.evaluation import classification_metrics, predict_proba
+from raysim.engine.memory import resident_memory_mb
 from raysim.engine.runtime import ClientRuntime, warm_up
 from raysim.engine.weights import Weights, payload_bytes, set_weights
 from raysim.schema import StrictModel
@@ -54,6 +55,10 @@ class RoundReply:
     clients: dict[str, np.ndarray]
     bytes_up: dict[str, int]
     outgoing: dict[int, Any]
+    states_held: int = 0
+    """Client states resident on this worker after the round."""
+    memory_mb: float = 0.0
+    """The worker process's resident memory after the round."""
 
 
 def pick_device() -> torch.device:
@@ -135,7 +140,17 @@ class ClientWorker:
             columns[key] = np.array([u.metrics.get(key, np.nan) for u in updates], dtype=float)
         columns["train_seconds"] = np.full(len(clients), seconds)
         outgoing = self._apply_moves([] if moves is None else moves.tolist())
-        return RoundReply(results, columns, dict(bytes_up), outgoing)
+        return RoundReply(results, columns, dict(bytes_up), outgoing, len(self.client_states),
+                          resident_memory_mb())
+
+    def snapshot_states(self) -> dict[int, Any]:
+        """Every client state held here (for a checkpoint)."""
+        return dict(self.client_states)
+
+    def restore_states(self, states: dict[int, Any]) -> int:
+        """Replace the client states held here (after a restart or a rollback)."""
+        self.client_states = dict(states)
+        return len(self.client_states)
 
     def _apply_moves(self, moves: list[list[int]]) -> dict[int, ray.ObjectRef]:
         leaving = {client: self.client_states.pop(client) for client, _, _ in moves

@@ -27,8 +27,9 @@ def load(path: str | Path, table: str = "rounds") -> pd.DataFrame:
     (per client and round: train_loss, num_samples, ...), ``client_eval`` (personal models on
     their own test shares and the global test set), ``communication`` (bytes by direction and
     message type). Columns ``experiment``, ``name``, ``algorithm``, ``seed`` and ``run`` say
-    which run a row belongs to, ``status`` whether it is running, completed or failed. Works
-    while runs are still writing.
+    which run a row belongs to, ``status`` whether it is running, completed, failed or
+    diverged; runs of a sweep also get one column per swept key (e.g. ``training.optimizer.lr``).
+    Works while runs are still writing.
     """
     if table not in TABLES:
         raise RaysimError(f"Unknown results table {table!r}; the tables are {', '.join(TABLES)}.")
@@ -51,6 +52,8 @@ def load(path: str | Path, table: str = "rounds") -> pd.DataFrame:
         frame.insert(3, "seed", manifest["seed"])
         frame.insert(4, "run", str(directory))
         frame.insert(5, "status", manifest.get("status", "unknown"))
+        for key, value in manifest.get("grid", {}).items():  # a sweep's configuration
+            frame[key] = [value] * len(frame)
         frames.append(frame)
     if not frames:
         return pd.DataFrame(columns=["experiment", "name", "algorithm", "seed", "run", "status"])

@@ -30,6 +30,11 @@ class ParquetSink:
         numbers = [int(path.stem.split("-")[1]) for path in self.run_dir.glob("*/part-*.parquet")]
         return max(numbers, default=-1) + 1
 
+    @property
+    def next_part(self) -> int:
+        """The number the next part file will get."""
+        return self._part
+
     def add(self, table: str, rows: list[dict[str, Any]]) -> None:
         """Buffer rows (dicts; missing keys become nulls) for a table."""
         if rows:

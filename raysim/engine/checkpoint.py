@@ -1,0 +1,78 @@
+"""Durable run state: everything a run needs to continue exactly where it stopped.
+
+A checkpoint holds the server state, every client's persistent state (keyed by client id, so a
+resumed run may use a different number of workers), the round counter and the first Parquet
+part number written after it. Random streams need no saving beyond the run seed and the round
+counter: every draw comes from a counter-based stream (seed, purpose, round, client), so the
+round counter *is* the position of every stream.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from raysim.results.sink import TABLES
+
+CHECKPOINT_FILE = Path("checkpoint") / "latest.pt"
+
+
+@dataclass
+class Checkpoint:
+    """The run state before round ``next_round``."""
+
+    seed: int
+    next_round: int
+    server_state: Any
+    client_states: dict[int, Any]
+    next_part: int
+    """Parquet parts numbered below this hold exactly the rounds before ``next_round``."""
+
+
+def save_checkpoint(run_dir: Path, checkpoint: Checkpoint) -> Path:
+    """Write the checkpoint atomically (temporary file, then rename) over the previous one."""
+    path = Path(run_dir) / CHECKPOINT_FILE
+    path.parent.mkdir(parents=True, exist_ok=True)
+    temporary = path.with_suffix(".tmp")
+    torch.save(checkpoint.__dict__, temporary)
+    os.replace(temporary, path)
+    return path
+
+
+def load_checkpoint(run_dir: Path) -> Checkpoint | None:
+    """The run's latest checkpoint, or None when it has none."""
+    path = Path(run_dir) / CHECKPOINT_FILE
+    if not path.is_file():
+        return None
+    return Checkpoint(**torch.load(path, weights_only=False))
+
+
+def remove_checkpoint(run_dir: Path) -> None:
+    """Delete a finished run's checkpoint (its results are complete)."""
+    path = Path(run_dir) / CHECKPOINT_FILE
+    path.unlink(missing_ok=True)
+    path.with_suffix(".tmp").unlink(missing_ok=True)
+    if path.parent.is_dir() and not any(path.parent.iterdir()):
+        path.parent.rmdir()
+
+
+def truncate_results(run_dir: Path, next_part: int) -> int:
+    """Delete the Parquet parts numbered ``next_part`` or above (rows of rounds after the
+    checkpoint, which the resumed run writes again) and stray temporary files; returns how many
+    files were removed."""
+    removed = 0
+    for table in TABLES:
+        directory = Path(run_dir) / table
+        if not directory.is_dir():
+            continue
+        for path in directory.iterdir():
+            stale_part = (path.name.startswith("part-") and path.suffix == ".parquet"
+                          and int(path.stem.split("-")[1]) >= next_part)
+            if stale_part or path.name.endswith(".tmp"):
+                path.unlink()
+                removed += 1
+    return removed

@@ -1,0 +1,169 @@
+"""Resilience: dying workers, a killed driver process (resume), divergence."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import yaml
+from conftest import quickstart_raw
+
+from raysim.cli import main
+from raysim.config import parse_config
+from raysim.engine.checkpoint import CHECKPOINT_FILE, load_checkpoint
+from raysim.engine.runner import run_experiment
+from raysim.results import load
+
+METRICS = ["round", "accuracy", "macro_f1", "auc", "loss", "train_loss", "bytes_up"]
+
+
+def _parts(run_dir: Path, table: str = "rounds") -> int:
+    return len(list((run_dir / table).glob("part-*.parquet"))) if (run_dir / table).is_dir() else 0
+
+
+def _wait_for(condition, timeout: float = 120.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "timed out waiting for the run to get going"
+        time.sleep(0.05)
+
+
+def _same_metrics(a: pd.DataFrame, b: pd.DataFrame, columns: list[str]) -> None:
+    key = [c for c in ("round", "client") if c in columns]
+    pd.testing.assert_frame_equal(a[columns].sort_values(key).reset_index(drop=True),
+                                  b[columns].sort_values(key).reset_index(drop=True))
+
+
+@pytest.mark.parametrize("algorithm", ["fedavg", "local"])
+def test_worker_killed_mid_run_is_replaced_and_metrics_match(ray_session, tmp_path, algorithm):
+    """FedAvg keeps no client state (only the failed round is redone); local-only keeps models
+    and optimizer states on the workers (every client rolls back to the last checkpoint and the
+    rounds since are replayed without writing their rows twice)."""
+    raw = quickstart_raw(training={"rounds": 25}, algorithm={"name": algorithm},
+                         engine={"num_workers": 2, "cpus_per_worker": 1, "flush_seconds": 0,
+                                 "checkpoint_every": 5})
+    config = parse_config(raw)
+    killed: list[int] = []
+
+    def kill_worker_after_round_six() -> None:
+        runs = lambda: list((tmp_path / "killed").glob("*/seed_0"))  # noqa: E731
+        _wait_for(lambda: runs() and _parts(runs()[0]) >= 7)
+        pid = json.loads((runs()[0] / "manifest.json").read_text())["workers"][1]["pid"]
+        os.kill(pid, signal.SIGKILL)
+        killed.append(pid)
+
+    killer = threading.Thread(target=kill_worker_after_round_six, daemon=True)
+    killer.start()
+    disturbed = run_experiment(config, output=str(tmp_path / "killed"), progress=False)[0]
+    killer.join(timeout=5)
+    undisturbed = run_experiment(config, output=str(tmp_path / "clean"), progress=False)[0]
+    assert killed and disturbed.error is None
+    manifest = json.loads((disturbed.run_dir / "manifest.json").read_text())
+    assert manifest["status"] == "completed" and len(manifest["recoveries"]) == 1
+    assert manifest["workers"][1]["pid"] != killed[0]  # Ray restarted the worker
+    rounds = load(disturbed.run_dir)
+    assert rounds["round"].tolist() == list(range(25))  # every round exactly once
+    _same_metrics(rounds, load(undisturbed.run_dir), METRICS)
+    client_columns = ["round", "client", "train_loss", "num_samples"]
+    _same_metrics(load(disturbed.run_dir, "clients"), load(undisturbed.run_dir, "clients"),
+                  client_columns)
+    if algorithm == "local":
+        assert manifest["recoveries"][0]["rolled_back_to"] % 5 == 0
+        eval_columns = ["round", "client", "own_accuracy", "own_loss"]
+        _same_metrics(load(disturbed.run_dir, "client_eval"),
+                      load(undisturbed.run_dir, "client_eval"), eval_columns)
+
+
+def test_resume_after_sigkill_of_the_driver_process(ray_session, tmp_path):
+    """Kill `raysim run` (the process that owns the Ray job) with SIGKILL after a checkpoint
+    and after later rounds were written; `raysim run --resume` finishes the run with every
+    round exactly once and the metrics of an uninterrupted run."""
+    raw = quickstart_raw(training={"rounds": 30}, algorithm={"name": "local"},
+                         engine={"num_workers": 1, "cpus_per_worker": 1, "flush_seconds": 0,
+                                 "checkpoint_every": 4})
+    config_path = tmp_path / "run.yaml"
+    config_path.write_text(yaml.safe_dump(raw))
+    output = tmp_path / "results"
+    process = subprocess.Popen(
+        [sys.executable, "-m", "raysim.cli", "run", str(config_path), "--output", str(output),
+         "--no-progress"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    run_dir = lambda: next(iter(output.glob("*/seed_0")), None)  # noqa: E731
+
+    def checkpointed_and_beyond() -> bool:
+        directory = run_dir()
+        if directory is None or not (directory / CHECKPOINT_FILE).is_file():
+            return False
+        checkpoint = load_checkpoint(directory)
+        return checkpoint.next_round >= 8 and _parts(directory) > checkpoint.next_round + 1
+
+    try:
+        _wait_for(checkpointed_and_beyond, timeout=180)
+    finally:
+        process.send_signal(signal.SIGKILL)
+        process.wait()
+    directory = run_dir()
+    interrupted = load(directory)
+    assert 8 < len(interrupted) < 30  # killed mid-run, with rows past the checkpoint
+    assert json.loads((directory / "manifest.json").read_text())["status"] == "running"
+    time.sleep(2)  # Ray tears down the killed job's actors
+
+    assert main(["run", str(config_path), "--output", str(output), "--resume",
+                 "--no-progress"]) == 0
+    assert main(["run", str(config_path), "--output", str(tmp_path / "clean"),
+                 "--no-progress"]) == 0
+    clean_dir = next((tmp_path / "clean").glob("*/seed_0"))
+    resumed = load(directory)
+    assert resumed["round"].tolist() == list(range(30))  # nothing lost, nothing duplicated
+    _same_metrics(resumed, load(clean_dir), METRICS)
+    clients = load(directory, "clients")
+    assert not clients.duplicated(["round", "client"]).any()
+    _same_metrics(clients, load(clean_dir, "clients"), ["round", "client", "train_loss"])
+    _same_metrics(load(directory, "client_eval"), load(clean_dir, "client_eval"),
+                  ["round", "client", "own_accuracy", "global_accuracy"])
+    manifest = json.loads((directory / "manifest.json").read_text())
+    assert manifest["status"] == "completed" and len(manifest["resumes"]) == 1
+    assert manifest["resumed_from"] >= 8
+    assert not (directory / CHECKPOINT_FILE).exists()  # a completed run needs no checkpoint
+
+
+def test_resume_of_a_completed_run_keeps_it_and_a_changed_config_is_refused(
+        ray_session, tmp_path, capsys):
+    raw = quickstart_raw(training={"rounds": 3})
+    config_path = tmp_path / "run.yaml"
+    config_path.write_text(yaml.safe_dump(raw))
+    output = str(tmp_path / "results")
+    assert main(["run", str(config_path), "--output", output, "--no-progress"]) == 0
+    run_dir = next(Path(output).glob("*/seed_0"))
+    parts = sorted(p.name for p in (run_dir / "rounds").iterdir())
+    assert main(["run", str(config_path), "--output", output, "--resume", "--no-progress"]) == 0
+    assert sorted(p.name for p in (run_dir / "rounds").iterdir()) == parts
+    capsys.readouterr()
+    code = main(["run", str(config_path), "--output", output, "--resume", "--no-progress",
+                 "--set", "training.optimizer.lr=0.5"])
+    err = capsys.readouterr().err
+    assert code == 2 and "different config" in err and "training" in err
+    assert main(["run", str(config_path), "--output", str(tmp_path / "none"), "--resume",
+                 "--no-progress"]) == 2
+    assert "Nothing to resume" in capsys.readouterr().err
+
+
+def test_nan_loss_stops_the_run_naming_round_and_clients(ray_session, tmp_path):
+    raw = quickstart_raw(training={"rounds": 20, "optimizer": {"name": "sgd", "lr": 1e12}},
+                         engine={"num_workers": 1, "cpus_per_worker": 1})
+    outcome = run_experiment(parse_config(raw), output=str(tmp_path), progress=False)[0]
+    assert outcome.error is not None and "DivergenceError" in outcome.error
+    assert "diverged in round" in outcome.error and "client(s)" in outcome.error
+    manifest = json.loads((outcome.run_dir / "manifest.json").read_text())
+    assert manifest["status"] == "diverged"
+    rounds = load(outcome.run_dir)
+    stopped = int(outcome.error.split("diverged in round ")[1].split(":")[0])
+    assert rounds["round"].tolist() == list(range(stopped + 1))  # every row up to the stop
+    assert stopped < 19
