@@ -54,7 +54,7 @@ def test_grid_points_are_validated_and_labelled(tmp_path):
     assert labels["name=fedavg,rounds=2"]["grid"] == {"algorithm.name": "fedavg",
                                                       "training.rounds": 2}
     assert grid_label({"model.hidden": [8, 8], "engine.x": None}) == "hidden=_8,_8_,x=null"
-    with pytest.raises(ConfigError, match="partition.beta"):
+    with pytest.raises(ConfigError, match=r"partition\.beta"):
         sweep_experiments(config_path, parse_grid(["partition.beta=0.5,-1"]), None)
 
 
