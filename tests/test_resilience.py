@@ -167,3 +167,33 @@ def test_nan_loss_stops_the_run_naming_round_and_clients(ray_session, tmp_path):
     stopped = int(outcome.error.split("diverged in round ")[1].split(":")[0])
     assert rounds["round"].tolist() == list(range(stopped + 1))  # every row up to the stop
     assert stopped < 19
+
+
+def test_driver_actor_killed_mid_run_is_replaced_and_resumes(ray_session, tmp_path):
+    raw = quickstart_raw(training={"rounds": 25}, algorithm={"name": "local"},
+                         engine={"num_workers": 1, "cpus_per_worker": 1, "flush_seconds": 0,
+                                 "checkpoint_every": 5})
+    config = parse_config(raw)
+    killed: list[int] = []
+
+    def kill_driver_after_round_seven() -> None:
+        runs = lambda: list((tmp_path / "killed").glob("*/seed_0"))  # noqa: E731
+        _wait_for(lambda: runs() and _parts(runs()[0]) >= 8)
+        pid = json.loads((runs()[0] / "manifest.json").read_text())["driver"]["pid"]
+        os.kill(pid, signal.SIGKILL)
+        killed.append(pid)
+
+    killer = threading.Thread(target=kill_driver_after_round_seven, daemon=True)
+    killer.start()
+    disturbed = run_experiment(config, output=str(tmp_path / "killed"), progress=False)[0]
+    killer.join(timeout=5)
+    undisturbed = run_experiment(config, output=str(tmp_path / "clean"), progress=False)[0]
+    assert killed and disturbed.error is None
+    manifest = json.loads((disturbed.run_dir / "manifest.json").read_text())
+    assert manifest["status"] == "completed" and len(manifest["resumes"]) == 1
+    assert manifest["driver"]["pid"] != killed[0]
+    rounds = load(disturbed.run_dir)
+    assert rounds["round"].tolist() == list(range(25))
+    _same_metrics(rounds, load(undisturbed.run_dir), METRICS)
+    _same_metrics(load(disturbed.run_dir, "client_eval"), load(undisturbed.run_dir, "client_eval"),
+                  ["round", "client", "own_accuracy", "own_loss"])

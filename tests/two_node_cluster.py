@@ -23,8 +23,9 @@ def main(config_path: str, output: str) -> None:
     try:
         cluster.add_node(num_cpus=2)
         cluster.wait_for_nodes()
-        ray.init(address=cluster.address, logging_level="ERROR", log_to_driver=False)
-        outcome = run_experiment(load_config(config_path), output=output, progress=False)[0]
+        # joins the cluster through the config, as `engine.address: auto` does after `ray start`
+        config = load_config(config_path, [f"engine.address={cluster.address}"])
+        outcome = run_experiment(config, output=output, progress=False)[0]
         workers = read_manifest(outcome.run_dir)["workers"]
         print(json.dumps({"error": outcome.error, "run_dir": str(outcome.run_dir),
                           "nodes": [node["NodeID"] for node in ray.nodes() if node["Alive"]],

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import os
 import threading
 import time
 import traceback
@@ -119,6 +120,8 @@ class Driver:
             checkpoint = load_checkpoint(self.run_dir)
             truncate_results(self.run_dir, checkpoint.next_part if checkpoint else 0)
         sink = ParquetSink(self.run_dir, self.spec.engine.flush_seconds)
+        update_manifest(self.run_dir, driver={"pid": os.getpid(),
+                                              "node_id": ray.get_runtime_context().get_node_id()})
         group = None
         try:
             self._set_progress(status="waiting for resources")

@@ -182,6 +182,7 @@ def run_experiments(experiments: dict[str, ExperimentConfig], *, data_root: str 
     return [RunOutcome(key[1], run_dirs[key], *results[key]) for key in run_dirs]
 
 
+MAX_DRIVER_RESTARTS = 3
 _RESUME_IGNORES = ("engine", "output", "seeds")  # may change between a run and its resumption
 
 
@@ -248,7 +249,7 @@ def _start_driver(config: ExperimentConfig, dataset: ArrayDataset, partition: Pa
                         resumes=[*resumes, {"at": time.time(), "host": socket.gethostname(),
                                             "engine": config.engine.model_dump(mode="json")}])
     else:
-        run_dir.mkdir(parents=True)
+        run_dir.mkdir(parents=True, exist_ok=True)  # (a resumed root may hold an empty one)
         partition.save(run_dir / "partition.parquet")
         write_manifest(run_dir, {
             "name": config.name, "seed": seed, "algorithm": config.algorithm.name,
@@ -276,7 +277,8 @@ def _follow(queue: list[tuple[str, int]], start: Any, limit: int,
             rounds: dict[tuple[str, int], int], show: bool
             ) -> dict[tuple[str, int], tuple[dict[str, Any] | None, str | None]]:
     """Start runs (at most ``limit`` at a time, in order) and show live progress: one bar per
-    run with round, status, latest accuracy and ETA. Returns (final row, error) per run."""
+    run with round, status, latest accuracy and ETA. A driver whose process dies is replaced by
+    one that resumes from the run's checkpoint. Returns (final row, error) per run."""
     bars = {key: tqdm(total=rounds[key], desc=f"{key[0] + ' ' if key[0] else ''}seed {key[1]}",
                       position=i, unit="round", disable=not show, dynamic_ncols=True,
                       leave=True, mininterval=0.5)
@@ -284,6 +286,7 @@ def _follow(queue: list[tuple[str, int]], start: Any, limit: int,
     waiting = list(queue)
     active: dict[tuple[str, int], tuple[Any, Any]] = {}
     results: dict[tuple[str, int], tuple[dict[str, Any] | None, str | None]] = {}
+    restarts: dict[tuple[str, int], int] = {}
     while waiting or active:
         while waiting and len(active) < limit:
             key = waiting.pop(0)
@@ -304,6 +307,15 @@ def _follow(queue: list[tuple[str, int]], start: Any, limit: int,
             if future in ready:
                 try:
                     results[key] = (ray.get(future), None)
+                except ray.exceptions.RayActorError as error:  # the driver's process died
+                    if restarts.get(key, 0) >= MAX_DRIVER_RESTARTS:
+                        results[key] = (None, f"the driver died {MAX_DRIVER_RESTARTS + 1} times "
+                                        f"(last: {error})")
+                    else:  # a new driver resumes from the run's checkpoint
+                        restarts[key] = restarts.get(key, 0) + 1
+                        driver = start(key)
+                        active[key] = (driver, driver.run.remote())
+                        continue
                 except ray.exceptions.RayError as error:
                     cause = getattr(error, "cause", None) or error
                     results[key] = (None, f"{type(cause).__name__}: {cause}")
