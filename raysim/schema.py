@@ -29,6 +29,20 @@ class DatasetConfig(StrictModel):
     verify_checksum: bool = Field(True, description="check the MD5 of MedMNIST files")
 
 
+class SiteShiftConfig(StrictModel):
+    """A fixed, seeded appearance transform per client (site), standing in for different
+    scanners and hospitals. Each effect's parameter is drawn per site uniformly within the
+    given range; ``strength`` scales them all (0 turns the shift off)."""
+
+    strength: float = Field(1.0, ge=0, le=1)
+    brightness: float = Field(0.2, ge=0, le=1, description="intensity offset in [-b, b]")
+    contrast: float = Field(0.4, ge=0, lt=1, description="contrast factor in [1-c, 1+c]")
+    gamma: float = Field(0.5, ge=0, le=2, description="gamma exponent in [1/(1+g), 1+g]")
+    blur: float = Field(1.0, ge=0, le=5, description="Gaussian blur sigma in [0, s] pixels at 28px")
+    noise: float = Field(0.05, ge=0, le=0.5, description="Gaussian noise std in [0, n]")
+    color: float = Field(0.25, ge=0, lt=1, description="RGB only: channel gains in [1-c, 1+c]")
+
+
 class PartitionConfig(StrictModel):
     """How the training set is split across virtual clients."""
 
@@ -40,9 +54,22 @@ class PartitionConfig(StrictModel):
         None, ge=1, description="iid only: draw exactly this many samples per client"
     )
     classes_per_client: int = Field(2, ge=1, description="shards only: classes per client")
+    site_shift: SiteShiftConfig | None = Field(
+        None, description="images only: a seeded appearance transform per client (feature skew), "
+        "applied to its training data and its test share; combines with any scheme")
+    holdout_client: int | None = Field(
+        None, ge=0, description="unseen-client experiment: this client of the partition takes "
+        "no part in training; its test share is the `unseen_*` evaluation set")
 
     @model_validator(mode="after")
     def _check_scheme_options(self) -> PartitionConfig:
+        if self.holdout_client is not None and self.holdout_client >= self.num_clients:
+            raise ValueError(
+                f"holdout_client={self.holdout_client} is not a client of the partition "
+                f"(0..{self.num_clients - 1}); pick one of them"
+            )
+        if self.holdout_client is not None and self.num_clients < 2:
+            raise ValueError("holdout_client needs at least 2 clients (one trains)")
         if self.samples_per_client is not None and self.scheme != "iid":
             raise ValueError(
                 f"samples_per_client applies to scheme 'iid' only, not {self.scheme!r}; "

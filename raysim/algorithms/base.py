@@ -29,7 +29,8 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import numpy as np
 
 from raysim.data.dataset import DataInfo
-from raysim.engine.weights import Weights
+from raysim.engine.evaluation import predict_proba
+from raysim.engine.weights import Weights, set_weights
 from raysim.schema import StrictModel, TrainingConfig
 
 if TYPE_CHECKING:
@@ -93,6 +94,23 @@ class Algorithm(ABC):
     def global_weights(self, state: Any) -> Weights | None:
         """The model evaluated on the global test set, or None if there is no global model."""
         return None
+
+    def evaluation_models(self, state: Any) -> dict[str, Any]:
+        """Server-side models to evaluate on the test set, by column prefix: "" gives the
+        ``accuracy``, ``loss``, ... columns, e.g. "gm_" gives ``gm_accuracy``. Each value is
+        what :meth:`predict` takes (default: the global weights, if any)."""
+        weights = self.global_weights(state)
+        return {} if weights is None else {"": weights}
+
+    def predict(self, runtime: ClientRuntime, model: Any, x: np.ndarray, sources: np.ndarray,
+                batch_size: int) -> tuple[np.ndarray, np.ndarray | None]:
+        """Class probabilities of an evaluation model on stored test inputs ``x`` and, for
+        models that route each sample to one of several models, the route taken per sample
+        (-1: the global model, k: client k's model), else None. ``sources``: the client whose
+        test share holds each sample (-1: the unseen client, -2: none)."""
+        module = runtime.model
+        set_weights(module, model)
+        return predict_proba(module, x, runtime.info, batch_size, runtime.device), None
 
     def migration(self, round_: int) -> np.ndarray | None:
         """``destination[c]``: the client that receives client c's persistent state after this

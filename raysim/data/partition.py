@@ -24,6 +24,16 @@ class Partition:
 
     train: list[np.ndarray]
     test: list[np.ndarray]
+    unseen: np.ndarray | None = None
+    """Test indices of a held-out client that takes no part in training (unseen-client
+    experiments), else None."""
+
+    def hold_out(self, client: int) -> Partition:
+        """The partition without ``client`` (the others renumbered in order); its test share
+        becomes the unseen set."""
+        keep = [c for c in range(self.num_clients) if c != client]
+        return Partition([self.train[c] for c in keep], [self.test[c] for c in keep],
+                         self.test[client])
 
     @property
     def num_clients(self) -> int:
@@ -34,9 +44,11 @@ class Partition:
         return np.array([len(indices) for indices in self.train], dtype=np.int64)
 
     def to_frame(self) -> pd.DataFrame:
-        """Long table with columns client, split, index."""
+        """Long table with columns client, split (train, test, unseen), index."""
         frames = []
-        for split, parts in (("train", self.train), ("test", self.test)):
+        splits = [("train", self.train), ("test", self.test)]
+        for split, parts in splits + ([("unseen", [self.unseen])] if self.unseen is not None
+                                      else []):
             sizes = [len(p) for p in parts]
             frames.append(pd.DataFrame({
                 "client": np.repeat(np.arange(len(parts)), sizes),

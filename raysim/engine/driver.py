@@ -24,7 +24,13 @@ from raysim.engine.checkpoint import (
     save_checkpoint,
     truncate_results,
 )
-from raysim.engine.evaluation import METRICS, classification_metrics
+from raysim.engine.evaluation import (
+    METRICS,
+    classification_metrics,
+    route_counts,
+    share_metrics,
+    test_sources,
+)
 from raysim.engine.memory import resident_memory_mb
 from raysim.engine.placement import assign_groups, client_groups
 from raysim.engine.weights import payload_bytes
@@ -63,6 +69,8 @@ class RunSpec:
     use_gpus: bool
     resume: bool = False
     """Continue from the run directory's checkpoint (or from round 0 without one)."""
+    client_test_shares: tuple[np.ndarray, ...] = ()
+    """Each client's test share (also for pooled runs, whose one client holds all data)."""
 
 
 @dataclass(frozen=True)
@@ -103,6 +111,8 @@ class Driver:
         self._recorded = 0  # rounds [0, _recorded) have their rows in the results
         self._stateful = False  # some client keeps state between rounds
         self._recoveries: list[dict[str, Any]] = []
+        self._sources = test_sources(len(self.test_y), spec.client_test_shares,
+                                     setup.partition.unseen)
 
     def progress(self) -> dict[str, Any]:
         """Latest round, accuracy and status (callable while ``run`` is going)."""
@@ -414,37 +424,74 @@ class Driver:
 
     def _evaluate(self, workers: list[Any], state: Any, round_: int, layout: _Layout,
                   sink: ParquetSink) -> dict[str, float]:
+        """Server-side models on the pooled test set (and on each client's share and the unseen
+        client's share), then personal models on the workers; writes client_eval and
+        selection rows and returns the round's metric columns."""
         row = dict.fromkeys(METRICS, math.nan)
-        weights = self.algorithm.global_weights(state)
-        if weights is not None:
-            weights_ref = ray.put(weights)
-            bounds = [(s, min(s + _EVAL_CHUNK, len(self.test_y)))
-                      for s in range(0, len(self.test_y), _EVAL_CHUNK)]
-            shares = [bounds[i::len(workers)] for i in range(len(workers))]
-            outputs = ray.get([w.predict_global.remote(weights_ref, share)
-                               for w, share in zip(workers, shares, strict=True) if share])
-            chunks = [None] * len(bounds)
-            for worker_index, output in enumerate(outputs):
-                for position, probs in enumerate(output):
-                    chunks[worker_index + position * len(workers)] = probs
-            probabilities = np.concatenate(chunks)
+        models = self.algorithm.evaluation_models(state)
+        shares, unseen = self.spec.client_test_shares, self.spec.setup.partition.unseen
+        per_client: dict[str, np.ndarray] = {}
+        for name, (probabilities, routes) in self._predict_test_set(workers, models).items():
             if not np.isfinite(probabilities).all():
                 return {**row, "diverged": True}  # popped by the round loop
-            row.update(classification_metrics(self.test_y, probabilities))
+            row.update(_prefixed(classification_metrics(self.test_y, probabilities), name))
+            if unseen is not None and len(unseen):
+                row.update(_prefixed(classification_metrics(self.test_y[unseen],
+                                                            probabilities[unseen]),
+                                     f"{name}unseen_"))
+            if self.spec.evaluation.clients and shares:
+                scores = share_metrics(probabilities, self.test_y, list(shares))
+                for metric, values in scores.items():
+                    per_client[f"{name or 'main_'}own_{metric}"] = values
+                    row[f"{name}own_{metric}"] = float(np.nanmean(values))
+            if routes is not None:
+                sink.add("selection", [{"round": round_, "model": name or "main", **counts}
+                                       for counts in route_counts(routes, self._sources)])
+        personal_rows = []
         # personal models: always when they are the only models, else when asked for
-        if self.algorithm.personalized and (self.spec.evaluation.clients or weights is None):
+        if self.algorithm.personalized and (self.spec.evaluation.clients or not models):
             per_worker: dict[int, list[int]] = defaultdict(list)
             for g, clients in enumerate(layout.groups):
                 per_worker[layout.owner_of_group[g]].extend(int(c) for c in clients)
-            client_rows = sorted(
+            personal_rows = sorted(
                 (r for rows in ray.get([workers[w].evaluate_clients.remote(round_, clients)
                                         for w, clients in sorted(per_worker.items())])
                  for r in rows), key=lambda r: r["client"])
-            sink.add("client_eval", client_rows)
-            row.update(_mean_client_metrics(client_rows, "own_", "personal_"))
-            if weights is None:  # no global model: the clients' models on the global test set
-                row.update(_mean_client_metrics(client_rows, "global_", ""))
+            row.update(_mean_client_metrics(personal_rows, "own_", "personal_"))
+            if not models:  # no global model: the clients' models on the global test set
+                row.update(_mean_client_metrics(personal_rows, "global_", ""))
+        if per_client:  # server models' per-client columns join the personal models' rows
+            by_client = {r["client"]: r for r in personal_rows}
+            for client in range(len(shares)):
+                entry = by_client.setdefault(client, {"round": round_, "client": client})
+                entry.update({key: float(values[client]) for key, values in per_client.items()})
+            personal_rows = [by_client[c] for c in sorted(by_client)]
+        sink.add("client_eval", personal_rows)
         return row
+
+    def _predict_test_set(self, workers: list[Any], models: dict[str, Any]
+                          ) -> dict[str, tuple[np.ndarray, np.ndarray | None]]:
+        """Every evaluation model's predictions on the whole test set, computed in fixed chunks
+        spread over the workers (the result does not depend on the worker count)."""
+        if not models:
+            return {}
+        models_ref = ray.put(models)
+        bounds = [(s, min(s + _EVAL_CHUNK, len(self.test_y)))
+                  for s in range(0, len(self.test_y), _EVAL_CHUNK)]
+        assigned = [bounds[i::len(workers)] for i in range(len(workers))]
+        outputs = ray.get([w.predict_test.remote(models_ref, chunks)
+                           for w, chunks in zip(workers, assigned, strict=True) if chunks])
+        results = {}
+        for name in models:
+            ordered: list[Any] = [None] * len(bounds)
+            for worker_index, output in enumerate(outputs):
+                for position, chunk in enumerate(output[name]):
+                    ordered[worker_index + position * len(workers)] = chunk
+            probabilities = np.concatenate([probs for probs, _ in ordered])
+            routes = (None if ordered[0][1] is None
+                      else np.concatenate([r for _, r in ordered]))
+            results[name] = (probabilities, routes)
+        return results
 
     @staticmethod
     def _communication(round_: int, message: dict[str, Any], receivers: int,
@@ -461,6 +508,10 @@ class Driver:
         rows += [{"round": round_, "direction": "down", "message_type": kind, "bytes": count}
                  for kind, count in sorted(up.items()) if kind in relayed]
         return rows
+
+
+def _prefixed(metrics: dict[str, float], prefix: str) -> dict[str, float]:
+    return {f"{prefix}{key}": value for key, value in metrics.items()}
 
 
 def _mean_client_metrics(rows: list[dict[str, Any]], source: str, target: str

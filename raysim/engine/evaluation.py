@@ -53,3 +53,38 @@ def classification_metrics(labels: np.ndarray, probs: np.ndarray) -> dict[str, f
         "auc": float(np.mean(aucs)) if aucs else math.nan,
         "loss": float(log_loss(labels, probs, labels=list(range(num_classes)))),
     }
+
+
+def share_metrics(probabilities: np.ndarray, labels: np.ndarray, shares: list[np.ndarray]
+                  ) -> dict[str, np.ndarray]:
+    """Accuracy and loss of pooled predictions on each client's test share (vectorised; NaN
+    for an empty share)."""
+    sizes = np.array([len(s) for s in shares])
+    order = np.concatenate(shares) if shares else np.zeros(0, dtype=np.int64)
+    correct = (probabilities[order].argmax(axis=1) == labels[order]).astype(float)
+    picked = probabilities[order, labels[order]]
+    losses = -np.log(np.clip(picked, 1e-15, None))
+    owner = np.repeat(np.arange(len(shares)), sizes)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        accuracy = np.bincount(owner, correct, len(shares)) / sizes
+        loss = np.bincount(owner, losses, len(shares)) / sizes
+    return {"accuracy": accuracy, "loss": loss}
+
+
+def route_counts(routes: np.ndarray, sources: np.ndarray) -> list[dict[str, int]]:
+    """How often samples of each source (client share; -1: the unseen client) took each
+    route (-1: the global model, k: client k's model)."""
+    pairs, counts = np.unique(np.stack([sources, routes]), axis=1, return_counts=True)
+    return [{"source_client": int(s), "chosen": int(c), "count": int(n)}
+            for (s, c), n in zip(pairs.T, counts, strict=True)]
+
+
+def test_sources(num_test: int, shares: list[np.ndarray] | tuple[np.ndarray, ...],
+                 unseen: np.ndarray | None) -> np.ndarray:
+    """The client whose test share holds each test sample (-1: the unseen client, -2: none)."""
+    sources = np.full(num_test, -2, dtype=np.int64)
+    for client, share in enumerate(shares):
+        sources[share] = client
+    if unseen is not None:
+        sources[unseen] = -1
+    return sources

@@ -21,6 +21,7 @@ from raysim.algorithms import ALGORITHMS
 from raysim.algorithms.base import RunContext
 from raysim.config import ExperimentConfig
 from raysim.data import ArrayDataset, Partition, load_dataset, make_partition
+from raysim.data.site_shift import apply_site_shift
 from raysim.engine.driver import Driver, RunSpec
 from raysim.engine.weights import get_weights
 from raysim.engine.worker import WorkerSetup
@@ -57,7 +58,8 @@ def initial_weights(config: ExperimentConfig, dataset: ArrayDataset, seed: int) 
 
 def pooled(partition: Partition, num_test: int) -> Partition:
     """The union of all clients' training data as a single client (centralized training)."""
-    return Partition([np.sort(np.concatenate(partition.train))], [np.arange(num_test)])
+    return Partition([np.sort(np.concatenate(partition.train))], [np.arange(num_test)],
+                     partition.unseen)
 
 
 def ensure_ray(config: ExperimentConfig) -> list[str]:
@@ -93,20 +95,30 @@ def ensure_ray(config: ExperimentConfig) -> list[str]:
 
 
 def prepare(config: ExperimentConfig, data_root: str | None
-            ) -> tuple[ArrayDataset, dict[int, Partition]]:
-    """Load the data, build every seed's partition and the model once: all input errors are
-    raised here, before Ray starts."""
+            ) -> dict[int, tuple[ArrayDataset, Partition]]:
+    """Load the data and build every seed's partition (with its site shift and held-out
+    client, if configured) and the model once: all input errors are raised here, before Ray
+    starts. Returns (dataset, partition) per seed; seeds share one dataset object unless a
+    site shift makes the images seed-specific."""
     dataset = load_dataset(config.dataset, data_root)
     build_model(config.model, dataset.info)
-    partitions = {
-        seed: make_partition(dataset.train_y, dataset.test_y, config.partition,
-                             dataset.info.num_classes, seed)
-        for seed in config.seeds
-    }
+    settings = config.partition
+    prepared = {}
+    for seed in config.seeds:
+        partition = make_partition(dataset.train_y, dataset.test_y, settings,
+                                   dataset.info.num_classes, seed)
+        shifted = dataset
+        if settings.site_shift is not None:
+            shifted = apply_site_shift(dataset, partition, settings.site_shift, seed)
+        if settings.holdout_client is not None:
+            partition = partition.hold_out(settings.holdout_client)
+        prepared[seed] = (shifted, partition)
     algorithm_class = ALGORITHMS[config.algorithm.name]
-    num_clients = 1 if algorithm_class.pooled else config.partition.num_clients
-    algorithm_class(config.algorithm, run_context(config, dataset, config.seeds[0], num_clients))
-    return dataset, partitions
+    first_dataset, first_partition = prepared[config.seeds[0]]
+    num_clients = 1 if algorithm_class.pooled else first_partition.num_clients
+    algorithm_class(config.algorithm, run_context(config, first_dataset, config.seeds[0],
+                                                  num_clients))
+    return prepared
 
 
 def run_context(config: ExperimentConfig, dataset: ArrayDataset, seed: int,
@@ -168,12 +180,12 @@ def run_experiments(experiments: dict[str, ExperimentConfig], *, data_root: str 
     def start(key: tuple[str, int]) -> Any:
         label, seed = key
         config = experiments[label]
-        dataset, partitions = prepared[label]
-        dataset_key = config.dataset.model_dump_json()
+        dataset, partition = prepared[label][seed]
+        dataset_key = str(id(dataset))
         if dataset_key not in arrays:  # each dataset goes into the object store once
             arrays[dataset_key] = {name: ray.put(getattr(dataset, name))
                                    for name in ("train_x", "train_y", "test_x", "test_y")}
-        return _start_driver(config, dataset, partitions[seed], seed, arrays[dataset_key],
+        return _start_driver(config, dataset, partition, seed, arrays[dataset_key],
                              run_dirs[key], notices, here, (labels or {}).get(label, {}))
 
     results = _follow(queue, start, limit,
@@ -258,6 +270,7 @@ def _start_driver(config: ExperimentConfig, dataset: ArrayDataset, partition: Pa
             "git_commit": git_commit(), "notices": notices, "dataset": dataset.info.name,
             **extra,
         })
+    client_test_shares = tuple(partition.test)
     if algorithm_class.pooled:
         partition = pooled(partition, len(dataset.test_y))
     context = run_context(config, dataset, seed, partition.num_clients)
@@ -268,7 +281,8 @@ def _start_driver(config: ExperimentConfig, dataset: ArrayDataset, partition: Pa
                         vectorize="never" if algorithm_class.pooled else config.engine.vectorize)
     use_gpus = config.engine.gpus_per_worker > 0 and not notices
     spec = RunSpec(str(run_dir), setup, config.training.rounds, config.engine,
-                   config.evaluation, use_gpus, resume=resume)
+                   config.evaluation, use_gpus, resume=resume,
+                   client_test_shares=client_test_shares)
     return ray.remote(Driver).options(num_cpus=0, max_concurrency=2,
                                       scheduling_strategy=placement).remote(spec)
 
@@ -308,7 +322,9 @@ def _follow(queue: list[tuple[str, int]], start: Any, limit: int,
                 try:
                     results[key] = (ray.get(future), None)
                 except ray.exceptions.RayActorError as error:  # the driver's process died
-                    if restarts.get(key, 0) >= MAX_DRIVER_RESTARTS:
+                    if error.actor_init_failed:  # a bug or bad input, not a lost process
+                        results[key] = (None, f"the driver could not start: {error}")
+                    elif restarts.get(key, 0) >= MAX_DRIVER_RESTARTS:
                         results[key] = (None, f"the driver died {MAX_DRIVER_RESTARTS + 1} times "
                                         f"(last: {error})")
                     else:  # a new driver resumes from the run's checkpoint

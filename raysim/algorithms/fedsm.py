@@ -1,0 +1,317 @@
+"""FedSM (Xu et al., CVPR 2022): a global model (FedAvg), SoftPull-personalized models and a
+model selector, combined at inference into a "super model".
+
+Every round each client trains, on the same batches, the global model from the server and its
+own personalized model (resident on its worker, with its optimizer state), plus the selector:
+a classifier of the run's architecture whose label is the client's index, trained full-batch
+(gradients accumulated over the local data, one Adam step per local epoch). The server averages
+the global model, the selector and the selector's Adam moments (each client only ever sees its
+own label, so its moments alone would be meaningless), and applies SoftPull to the personalized
+models: w_k <- lambda w_k + (1 - lambda) / (K - 1) * sum_{j != k} w_j (lambda = 1/K is plain
+averaging). The server broadcasts the sum of the personalized models once; each client pulls
+its own resident model with it, exactly as the server pulls its copies.
+
+Inference: the selector's top probability above gamma picks that client's personalized model,
+otherwise the global model (gamma = 1: global only). FedSM-extra (``variant: extra``) trains the
+global and personalized models for ``rounds - extra_rounds`` rounds, then only the selector for
+``extra_rounds`` rounds, with labels argmin_k CE(model_k) over {global, personalized 1..K} of
+the frozen models, and routes every sample to the selector's arg max.
+
+Evaluation models: the super model (columns ``accuracy``, ``own_accuracy``, ...), the global
+model (``gm_``), each client's personalized model on its own test share (``pm_``), and the super
+model at every gamma of ``gamma_sweep`` (``g<gamma>_``); routes go to the ``selection`` table.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any, Literal
+
+import numpy as np
+import torch
+from pydantic import Field, model_validator
+from torch import nn
+
+from raysim.algorithms.aggregators import WeightedSum, mean_partial, weighted_mean
+from raysim.algorithms.base import Algorithm, ClientResult, RunContext, register_algorithm
+from raysim.engine.evaluation import predict_proba
+from raysim.engine.weights import Weights, get_weights, set_weights
+from raysim.errors import field_error
+from raysim.models import build_model
+from raysim.schema import StrictModel
+from raysim.seeding import torch_generator
+
+if TYPE_CHECKING:
+    from raysim.engine.runtime import ClientRuntime
+
+GLOBAL = -1  # route of a sample answered by the global model
+
+
+class FedSMParams(StrictModel):
+    name: Literal["fedsm"] = "fedsm"
+    variant: Literal["fedsm", "extra"] = "fedsm"
+    """fedsm: selector label = client index, trained with the models; extra: FedSM-extra."""
+    softpull_lambda: float = Field(0.7, le=1.0)
+    """SoftPull coefficient in [1/K, 1]: 1 keeps each personal model, 1/K averages them."""
+    gamma: float = Field(0.9, ge=0.0, le=1.0)
+    """Selector confidence above which a personalized model answers (1: global only)."""
+    gamma_sweep: list[float] = Field(default_factory=list)
+    """More gammas to evaluate at every evaluation (no retraining), columns ``g<gamma>_*``."""
+    selector_lr: float = Field(1e-3, gt=0)
+    """Adam learning rate of the selector (full-batch, one step per local epoch)."""
+    extra_rounds: int = Field(0, ge=0)
+    """FedSM-extra: the last ``extra_rounds`` rounds train only the selector."""
+    weighted: bool = True
+    """Average the global model and the selector by sample counts."""
+
+    @model_validator(mode="after")
+    def _check(self) -> FedSMParams:
+        bad = [g for g in self.gamma_sweep if not 0.0 <= g <= 1.0]
+        if bad:
+            raise ValueError(f"gamma_sweep holds {bad[0]}, but gamma lies in [0, 1]")
+        if self.variant == "extra" and self.extra_rounds < 1:
+            raise ValueError("variant 'extra' (FedSM-extra) needs extra_rounds >= 1: the "
+                             "rounds at the end that train only the selector")
+        if self.variant == "fedsm" and self.extra_rounds:
+            raise ValueError("extra_rounds applies to variant 'extra' only; set "
+                             "algorithm.variant=extra or remove extra_rounds")
+        return self
+
+
+def soft_pull(own: Weights, total: dict[str, np.ndarray], lam: float, clients: int) -> Weights:
+    """SoftPull of one personalized model given the sum of all K of them (computed in
+    float64, returned in the model's dtypes)."""
+    pulled = {}
+    for name, array in own.items():
+        mixed = lam * array.astype(np.float64) + (1.0 - lam) / (clients - 1) * (
+            total[name].astype(np.float64) - array.astype(np.float64))
+        pulled[name] = (np.rint(mixed) if np.issubdtype(array.dtype, np.integer)
+                        else mixed).astype(array.dtype)
+    return pulled
+
+
+def _sum_models(models: Sequence[Weights]) -> dict[str, np.ndarray]:
+    return WeightedSum.of(models, [1.0] * len(models)).sums
+
+
+@register_algorithm
+class FedSM(Algorithm):
+    """Global + SoftPull-personalized + selector models; super-model inference."""
+
+    params_class = FedSMParams
+
+    def __init__(self, params: FedSMParams, context: RunContext):
+        super().__init__(params, context)
+        k = context.num_clients
+        if k < 2:
+            raise field_error("partition.num_clients", k, "FedSM needs at least 2 clients (the "
+                              "selector tells clients apart and SoftPull mixes their models)")
+        if not 1.0 / k - 1e-12 <= params.softpull_lambda <= 1.0:
+            raise field_error("algorithm.softpull_lambda", params.softpull_lambda,
+                              f"SoftPull's lambda lies in [1/K, 1] = [{1 / k:.4g}, 1] for "
+                              f"K={k} clients")
+        if context.clients_per_round != k:
+            raise field_error("training.clients_per_round", context.clients_per_round,
+                              "FedSM trains every client every round (SoftPull mixes all K "
+                              "personalized models); remove it or set it to "
+                              "partition.num_clients")
+        if params.extra_rounds >= context.training.rounds:
+            raise field_error("algorithm.extra_rounds", params.extra_rounds,
+                              f"FedSM-extra needs main rounds before the {params.extra_rounds} "
+                              f"selector rounds; use fewer than training.rounds="
+                              f"{context.training.rounds}")
+        self.outputs = k + 1 if params.variant == "extra" else k
+        self._selector: nn.Module | None = None
+
+    # ----- server -----
+    def _main_rounds(self) -> int:
+        return self.context.training.rounds - self.params.extra_rounds
+
+    def init_server_state(self, initial_weights: Weights) -> dict[str, Any]:
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(int(torch_generator(self.context.seed, "selector-init")
+                                  .initial_seed()))
+            selector = get_weights(self._build_selector())
+        k = self.context.num_clients
+        return {"global": initial_weights, "selector": selector, "selector_adam": None,
+                "personal": [initial_weights] * k, "personal_sum": None}
+
+    def broadcast(self, state: dict[str, Any], round_: int) -> dict[str, Any]:
+        if round_ >= self._main_rounds():  # FedSM-extra: selector rounds on frozen models
+            return {"selector": state["selector"], "selector_adam": state["selector_adam"],
+                    "model": state["global"], "personal_models": state["personal"]}
+        message = {"model": state["global"], "personal_sum": state["personal_sum"]}
+        if self.params.variant == "fedsm":
+            message |= {"selector": state["selector"], "selector_adam": state["selector_adam"]}
+        return {k: v for k, v in message.items() if v is not None}
+
+    def aggregate(self, state: dict[str, Any], partials: Sequence[dict[str, Any]],
+                  round_: int) -> dict[str, Any]:
+        state = dict(state)
+        for key in ("global", "selector", "selector_adam"):
+            parts = [p[key] for p in partials if p.get(key) is not None]
+            if parts:
+                state[key] = weighted_mean(parts)
+        personal = {c: w for p in partials for c, w in p.get("personal", {}).items()}
+        if personal:
+            models = [personal[c] for c in sorted(personal)]
+            # shipped in the models' own dtype, so the broadcast costs one model
+            total = {name: array.astype(models[0][name].dtype)
+                     for name, array in _sum_models(models).items()}
+            state["personal_sum"] = total
+            state["personal"] = [soft_pull(w, total, self.params.softpull_lambda, len(models))
+                                 for w in models]
+        return state
+
+    def global_weights(self, state: dict[str, Any]) -> Weights:
+        return state["global"]
+
+    def evaluation_models(self, state: dict[str, Any]) -> dict[str, Any]:
+        def super_model(gamma: float) -> dict[str, Any]:
+            return {"kind": "super", "global": state["global"], "selector": state["selector"],
+                    "personal": state["personal"], "gamma": gamma}
+
+        models = {"": super_model(self.params.gamma), "gm_": state["global"],
+                  "pm_": {"kind": "own", "global": state["global"],
+                          "personal": state["personal"]}}
+        for gamma in self.params.gamma_sweep:
+            models[f"g{gamma:g}_"] = super_model(gamma)
+        return models
+
+    # ----- client -----
+    def local_updates(self, runtime: ClientRuntime, clients: Sequence[int], round_: int,
+                      message: dict[str, Any], states: Sequence[Any]) -> list[ClientResult]:
+        if "personal_models" in message:  # FedSM-extra selector round
+            return [self._selector_round(runtime, c, round_, message) for c in clients]
+        n = len(clients)
+        trained_global = runtime.train_many(clients, round_, [message["model"]] * n, [None] * n)
+        own = [runtime.initial_weights if s is None else s[0] for s in states]
+        if "personal_sum" in message:
+            own = [soft_pull(w, message["personal_sum"], self.params.softpull_lambda,
+                             self.context.num_clients) for w in own]
+        trained_personal = runtime.train_many(clients, round_, own,
+                                              [None if s is None else s[1] for s in states])
+        results = []
+        for client, (g, g_out), (p, p_out) in zip(clients, trained_global, trained_personal,
+                                                   strict=True):
+            upload = {"model": g, "personal": p}
+            metrics = {**g_out.metrics(), "personal_train_loss": p_out.mean_loss}
+            if "selector" in message:
+                selector, moments, loss = self._train_selector(
+                    runtime, client, message, np.full(len(runtime.client_indices[client]), client))
+                upload |= {"selector": selector, "selector_adam": moments}
+                metrics["selector_loss"] = loss
+            results.append(ClientResult(upload, (p, p_out.optimizer_state), metrics))
+        return results
+
+    def _selector_round(self, runtime: ClientRuntime, client: int, round_: int,
+                        message: dict[str, Any]) -> ClientResult:
+        """FedSM-extra: label each sample with the frozen model of least loss, train the
+        selector on those labels."""
+        x, y = runtime.client_data(client)
+        candidates = [message["model"], *message["personal_models"]]
+        losses = []
+        module = runtime.model
+        for weights in candidates:
+            set_weights(module, weights)
+            with torch.no_grad():
+                module.eval()
+                losses.append(nn.functional.cross_entropy(module(x), y, reduction="none"))
+        labels = torch.stack(losses).argmin(dim=0).cpu().numpy()
+        selector, moments, loss = self._train_selector(runtime, client, message, labels)
+        return ClientResult({"selector": selector, "selector_adam": moments}, None,
+                            {"num_samples": float(len(y)), "selector_loss": loss})
+
+    def _train_selector(self, runtime: ClientRuntime, client: int, message: dict[str, Any],
+                        labels: np.ndarray) -> tuple[Weights, Weights, float]:
+        """Full-batch Adam steps (one per local epoch) from the broadcast selector and moments."""
+        module = self._selector_module(runtime)
+        set_weights(module, message["selector"])
+        optimizer = torch.optim.Adam(module.parameters(), lr=self.params.selector_lr)
+        if message.get("selector_adam") is not None:
+            optimizer.load_state_dict(_adam_state(message["selector_adam"], optimizer))
+        x, _ = runtime.client_data(client)
+        targets = torch.from_numpy(np.asarray(labels, dtype=np.int64)).to(runtime.device)
+        batch = runtime.training.batch_size
+        module.train()
+        loss_value = 0.0
+        for _ in range(runtime.training.epochs or 1):
+            optimizer.zero_grad(set_to_none=True)
+            loss_value = 0.0
+            for start in range(0, len(targets), batch):
+                chunk = slice(start, start + batch)
+                loss = nn.functional.cross_entropy(module(x[chunk]), targets[chunk],
+                                                   reduction="sum") / len(targets)
+                loss.backward()
+                loss_value += float(loss)
+            optimizer.step()
+        return get_weights(module), _adam_moments(optimizer), loss_value
+
+    def _build_selector(self) -> nn.Module:
+        info = replace(self.context.info, num_classes=self.outputs)
+        return build_model(self.context.model, info)
+
+    def _selector_module(self, runtime: ClientRuntime) -> nn.Module:
+        if self._selector is None:
+            self._selector = self._build_selector().to(runtime.device)
+        return self._selector
+
+    def reduce(self, results: Sequence[tuple[int, ClientResult]]) -> dict[str, Any]:
+        partial: dict[str, Any] = {}
+        counts = [r.metrics["num_samples"] for _, r in results]
+        for key, out in (("model", "global"), ("selector", "selector"),
+                         ("selector_adam", "selector_adam")):
+            uploads = [r.upload[key] for _, r in results if key in r.upload]
+            if uploads:
+                partial[out] = mean_partial(uploads, counts, self.params.weighted)
+        personal = {c: r.upload["personal"] for c, r in results if "personal" in r.upload}
+        if personal:
+            partial["personal"] = personal
+        return partial
+
+    # ----- inference -----
+    def predict(self, runtime: ClientRuntime, model: Any, x: np.ndarray, sources: np.ndarray,
+                batch_size: int) -> tuple[np.ndarray, np.ndarray | None]:
+        if not isinstance(model, dict) or "kind" not in model:
+            return super().predict(runtime, model, x, sources, batch_size)
+        if model["kind"] == "own":  # each sample's own client's personalized model
+            routes = np.where(sources >= 0, sources, GLOBAL)
+        else:
+            selector = self._selector_module(runtime)
+            set_weights(selector, model["selector"])
+            scores = predict_proba(selector, x, runtime.info, batch_size, runtime.device)
+            top = scores.argmax(axis=1)
+            if self.params.variant == "extra":  # class 0 is the global model
+                routes = top - 1
+            else:
+                routes = np.where(scores.max(axis=1) > model["gamma"], top, GLOBAL)
+        probabilities = np.zeros((len(x), runtime.info.num_classes))
+        module = runtime.model
+        for route in np.unique(routes):
+            rows = np.flatnonzero(routes == route)
+            set_weights(module, model["global"] if route == GLOBAL else model["personal"][route])
+            probabilities[rows] = predict_proba(module, x[rows], runtime.info, batch_size,
+                                                runtime.device)
+        return probabilities, routes
+
+
+def _adam_moments(optimizer: torch.optim.Adam) -> Weights:
+    """Adam's moment estimates and step count as arrays (averaged by the server)."""
+    moments: Weights = {}
+    for index, entry in optimizer.state_dict()["state"].items():
+        moments[f"{index}.exp_avg"] = entry["exp_avg"].cpu().numpy().copy()
+        moments[f"{index}.exp_avg_sq"] = entry["exp_avg_sq"].cpu().numpy().copy()
+        moments[f"{index}.step"] = np.asarray(float(entry["step"]), dtype=np.float64)
+    return moments
+
+
+def _adam_state(moments: Weights, optimizer: torch.optim.Adam) -> dict[str, Any]:
+    """An Adam state dict built from averaged moments."""
+    state = optimizer.state_dict()
+    indices = sorted({int(key.split(".")[0]) for key in moments})
+    state["state"] = {i: {"step": torch.tensor(float(moments[f"{i}.step"])),
+                          "exp_avg": torch.from_numpy(np.array(moments[f"{i}.exp_avg"])),
+                          "exp_avg_sq": torch.from_numpy(np.array(moments[f"{i}.exp_avg_sq"]))}
+                      for i in indices}
+    return state

@@ -1,0 +1,191 @@
+"""FedSM: SoftPull, site shift, held-out clients, super-model routing, bad input."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+from conftest import REAL_MEDMNIST
+from fixtures import write_medmnist_npz
+from test_bad_input import run_cli
+
+from raysim.algorithms.fedsm import soft_pull
+from raysim.config import parse_config
+from raysim.data import load_dataset, make_partition
+from raysim.data.site_shift import apply_site_shift, site_appearance
+from raysim.engine.runner import run_experiment
+from raysim.errors import ConfigError
+from raysim.results import load
+from raysim.schema import DatasetConfig, PartitionConfig, SiteShiftConfig
+
+
+def fedsm_raw(root, **algorithm) -> dict:
+    return {
+        "name": "fedsm-test",
+        "dataset": {"name": "retinamnist", "root": str(root), "download": False,
+                    "verify_checksum": False},
+        "partition": {"scheme": "iid", "num_clients": 3, "site_shift": {"strength": 1.0}},
+        "model": {"name": "convnet", "width": 8, "depth": 2},
+        "algorithm": {"name": "fedsm", "gamma": 0.5, "gamma_sweep": [0.0, 1.0], **algorithm},
+        "training": {"rounds": 3, "batch_size": 32, "optimizer": {"name": "adam", "lr": 0.003}},
+        "evaluation": {"every": 1},
+        "seeds": [0],
+        "engine": {"num_workers": 1, "cpus_per_worker": 1},
+    }
+
+
+@pytest.fixture
+def retina_fixture(tmp_path):
+    root = tmp_path / "data"
+    write_medmnist_npz(root, "retinamnist", n_train=240, n_test=120, channels=3,
+                       num_classes=5)
+    return root
+
+
+def test_soft_pull_spans_averaging_and_keeping():
+    rng = np.random.default_rng(0)
+    models = [{"w": rng.normal(size=(3, 2)).astype(np.float32),
+               "n": np.array(k, dtype=np.int64)} for k in range(4)]
+    total = {name: sum(m[name].astype(np.float64) for m in models) for name in models[0]}
+    mean = total["w"] / 4
+    for model in models:
+        assert np.allclose(soft_pull(model, total, 0.25, 4)["w"], mean, atol=1e-6)  # 1/K
+        assert np.array_equal(soft_pull(model, total, 1.0, 4)["w"], model["w"])
+        assert soft_pull(model, total, 0.7, 4)["n"].dtype == np.int64
+
+
+def test_site_shift_is_seeded_per_client_and_shared_by_train_and_test(retina_fixture):
+    dataset = load_dataset(DatasetConfig(name="retinamnist", root=str(retina_fixture),
+                                         verify_checksum=False))
+    config = PartitionConfig(scheme="iid", num_clients=3)
+    partition = make_partition(dataset.train_y, dataset.test_y, config, 5, 0)
+    shift = SiteShiftConfig()
+    sites = [site_appearance(shift, 0, c, 3, 28) for c in range(3)]
+    assert len({s.contrast for s in sites}) == 3  # every site looks different
+    assert site_appearance(shift, 0, 1, 3, 28) == sites[1]  # fixed by the seed
+    assert site_appearance(shift, 1, 1, 3, 28) != sites[1]
+    shifted = apply_site_shift(dataset, partition, shift, 0)
+    again = apply_site_shift(dataset, partition, shift, 0)
+    assert np.array_equal(shifted.train_x, again.train_x)
+    assert not np.array_equal(shifted.train_x, dataset.train_x)
+    assert shifted.train_x.dtype == np.uint8 and shifted.train_x.shape == dataset.train_x.shape
+    # a client's train and test images share its appearance: mean brightness per site agrees
+    for client in range(3):
+        train_mean = shifted.train_x[partition.train[client]].mean()
+        test_mean = shifted.test_x[partition.test[client]].mean()
+        assert abs(train_mean - test_mean) < 6
+    off = apply_site_shift(dataset, partition, SiteShiftConfig(strength=0.0, noise=0.0), 0)
+    assert np.abs(off.train_x.astype(int) - dataset.train_x).max() <= 1  # strength 0: identity
+
+
+def test_site_shift_rejects_tabular_data():
+    dataset = load_dataset(DatasetConfig(name="breast-cancer"))
+    partition = make_partition(dataset.train_y, dataset.test_y, PartitionConfig(), 2, 0)
+    with pytest.raises(ConfigError, match="site_shift"):
+        apply_site_shift(dataset, partition, SiteShiftConfig(), 0)
+
+
+def test_holdout_client_becomes_the_unseen_set():
+    labels = np.repeat(np.arange(3), 40)
+    full = make_partition(labels, np.repeat(np.arange(3), 10), PartitionConfig(num_clients=4),
+                          3, 0)
+    held = full.hold_out(2)
+    assert held.num_clients == 3
+    assert np.array_equal(held.unseen, full.test[2])
+    assert [len(t) for t in held.train] == [len(full.train[c]) for c in (0, 1, 3)]
+
+
+def test_fedsm_routes_evaluates_and_matches_across_worker_counts(ray_session, tmp_path,
+                                                                 retina_fixture):
+    frames = {}
+    for workers in (1, 2):
+        raw = fedsm_raw(retina_fixture)
+        raw["engine"]["num_workers"] = workers
+        outcome = run_experiment(parse_config(raw), output=str(tmp_path / f"w{workers}"),
+                                 progress=False)[0]
+        assert outcome.error is None, outcome.error
+        frames[workers] = {table: load(outcome.run_dir, table)
+                           for table in ("rounds", "client_eval", "selection")}
+    rounds, client_eval, selection = (frames[1][t] for t in ("rounds", "client_eval",
+                                                             "selection"))
+    columns = ["round", "accuracy", "own_accuracy", "gm_accuracy", "pm_own_accuracy",
+               "g0_accuracy", "g1_accuracy", "train_loss"]
+    pd.testing.assert_frame_equal(rounds[columns], frames[2]["rounds"][columns])
+    routing = ["round", "model", "source_client", "chosen", "count"]
+    pd.testing.assert_frame_equal(selection[routing], frames[2]["selection"][routing])
+    # gamma = 1 is the global model alone; gamma = 0 never answers with the global model
+    assert np.allclose(rounds["g1_accuracy"], rounds["gm_accuracy"])
+    by_model = selection.groupby(["round", "model"])["count"].sum()
+    assert (by_model == 120).all()  # every test sample routed once per model and round
+    g0 = selection[selection["model"] == "g0_"]
+    assert (g0["chosen"] >= 0).all()
+    g1 = selection[selection["model"] == "g1_"]
+    assert (g1["chosen"] == -1).all()
+    # personalized models on their own shares: one row per client per evaluated round
+    assert sorted(client_eval["client"].unique()) == [0, 1, 2]
+    assert client_eval[["main_own_accuracy", "gm_own_accuracy", "pm_own_accuracy"]].notna().all().all()
+
+
+def test_fedsm_extra_trains_the_selector_in_extra_rounds_only(ray_session, tmp_path,
+                                                             retina_fixture):
+    raw = fedsm_raw(retina_fixture, variant="extra", extra_rounds=1, gamma_sweep=[])
+    outcome = run_experiment(parse_config(raw), output=str(tmp_path), progress=False)[0]
+    assert outcome.error is None, outcome.error
+    clients = load(outcome.run_dir, "clients")
+    assert clients[clients["round"] < 2]["selector_loss"].isna().all()
+    assert clients[clients["round"] == 2]["selector_loss"].notna().all()
+    communication = load(outcome.run_dir, "communication")
+    down = communication[communication["direction"] == "down"].groupby("round")["bytes"].sum()
+    # a main round ships the global model and the personalized models' sum; the extra round
+    # the selector, the global model and every personalized model
+    assert down[2] > 2 * down[1]
+    rounds = load(outcome.run_dir)
+    assert np.isclose(rounds["gm_accuracy"].iloc[1], rounds["gm_accuracy"].iloc[2])  # frozen
+
+
+@pytest.mark.skipif(not (REAL_MEDMNIST / "retinamnist.npz").exists(),
+                    reason="real RetinaMNIST not available")
+def test_selector_recognises_sites_on_real_retinamnist(ray_session, tmp_path):
+    raw = fedsm_raw(REAL_MEDMNIST, gamma_sweep=[0.0], selector_lr=0.01)
+    raw["dataset"]["verify_checksum"] = True
+    raw["partition"]["num_clients"] = 4
+    raw["model"]["width"] = 16
+    raw["training"]["rounds"] = 8
+    raw["evaluation"]["every"] = 8
+    outcome = run_experiment(parse_config(raw), output=str(tmp_path), progress=False)[0]
+    assert outcome.error is None, outcome.error
+    selection = load(outcome.run_dir, "selection")
+    routed = selection[(selection["model"] == "g0_") & (selection["source_client"] >= 0)]
+    own = routed[routed["source_client"] == routed["chosen"]]["count"].sum()
+    assert own / routed["count"].sum() > 0.5  # chance: 1/4
+    manifest = json.loads((outcome.run_dir / "manifest.json").read_text())
+    assert manifest["status"] == "completed"
+
+
+@pytest.mark.parametrize("change, needle", [
+    ({"softpull_lambda": 0.2}, "algorithm.softpull_lambda"),
+    ({"softpull_lambda": 1.5}, "algorithm.softpull_lambda"),
+    ({"gamma": 1.2}, "algorithm.gamma"),
+    ({"gamma_sweep": [0.5, -0.1]}, "gamma_sweep"),
+    ({"variant": "extra"}, "extra_rounds"),
+    ({"variant": "extra", "extra_rounds": 3}, "algorithm.extra_rounds"),
+])
+def test_fedsm_bad_input_exit_2(capsys, tmp_path, retina_fixture, change, needle):
+    code, err = run_cli(capsys, tmp_path, fedsm_raw(retina_fixture, **change), command="run")
+    assert code == 2 and needle in err and "Traceback" not in err
+
+
+def test_fedsm_with_one_client_and_site_shift_on_tabular_exit_2(capsys, tmp_path,
+                                                               retina_fixture):
+    raw = fedsm_raw(retina_fixture)
+    raw["partition"]["num_clients"] = 1
+    code, err = run_cli(capsys, tmp_path, raw, command="run")
+    assert code == 2 and "at least 2 clients" in err
+    raw = fedsm_raw(retina_fixture, name="fedavg")
+    raw["algorithm"] = {"name": "fedavg"}
+    raw["dataset"] = {"name": "breast-cancer"}
+    raw["model"] = {"name": "mlp"}
+    code, err = run_cli(capsys, tmp_path, raw, command="run")
+    assert code == 2 and "site_shift" in err
