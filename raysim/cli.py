@@ -51,6 +51,11 @@ def _parser() -> argparse.ArgumentParser:
     report.add_argument("--output", help="where to write the learning-curve PNG "
                         "(default: the first PATH)")
     report.add_argument("--metric", default="accuracy", help="metric of the learning curves")
+    report.add_argument("--metrics", help="comma-separated metric columns of the summary table "
+                        "(e.g. accuracy,gm_accuracy,g0.5_accuracy)")
+    report.add_argument("--selection", nargs="?", const="main", metavar="MODEL",
+                        help="also print the route frequencies of a routing model (FedSM's "
+                        "super model: main, or a gamma sweep's g<gamma>_)")
     return parser
 
 
@@ -136,7 +141,8 @@ def _report(args: argparse.Namespace) -> int:
         if not os.path.exists(path):
             raise RaysimError(f"Results path {path!r} does not exist. Pass a directory that "
                               "`raysim run` printed.")
-    text, png = report(args.paths, args.metric, args.output)
+    metrics = args.metrics.split(",") if args.metrics else None
+    text, png = report(args.paths, args.metric, args.output, metrics, args.selection)
     print(text)
     if png is not None:
         print(f"learning curves: {png}")

@@ -15,9 +15,10 @@ from raysim.algorithms.fedsm import soft_pull
 from raysim.config import parse_config
 from raysim.data import load_dataset, make_partition
 from raysim.data.site_shift import apply_site_shift, site_appearance
-from raysim.engine.runner import run_experiment
+from raysim.engine.runner import prepare, run_context, run_experiment
 from raysim.errors import ConfigError
 from raysim.results import load
+from raysim.results.report import report, selection_table
 from raysim.schema import DatasetConfig, PartitionConfig, SiteShiftConfig
 
 
@@ -99,13 +100,14 @@ def test_holdout_client_becomes_the_unseen_set():
 
 def test_fedsm_routes_evaluates_and_matches_across_worker_counts(ray_session, tmp_path,
                                                                  retina_fixture):
-    frames = {}
+    frames, outcome_dirs = {}, {}
     for workers in (1, 2):
         raw = fedsm_raw(retina_fixture)
         raw["engine"]["num_workers"] = workers
         outcome = run_experiment(parse_config(raw), output=str(tmp_path / f"w{workers}"),
                                  progress=False)[0]
         assert outcome.error is None, outcome.error
+        outcome_dirs[workers] = outcome.run_dir
         frames[workers] = {table: load(outcome.run_dir, table)
                            for table in ("rounds", "client_eval", "selection")}
     rounds, client_eval, selection = (frames[1][t] for t in ("rounds", "client_eval",
@@ -123,6 +125,11 @@ def test_fedsm_routes_evaluates_and_matches_across_worker_counts(ray_session, tm
     assert (g0["chosen"] >= 0).all()
     g1 = selection[selection["model"] == "g1_"]
     assert (g1["chosen"] == -1).all()
+    routes = selection_table(selection, "g0_")
+    assert "GM" not in routes.columns and np.allclose(routes.filter(like="PM").sum(axis=1), 1)
+    text, _ = report(outcome_dirs[1], metrics=["accuracy", "gm_accuracy", "g1_accuracy"],
+                     selection="main")
+    assert "gm_accuracy" in text and "selection frequencies" in text
     # personalized models on their own shares: one row per client per evaluated round
     assert sorted(client_eval["client"].unique()) == [0, 1, 2]
     assert client_eval[["main_own_accuracy", "gm_own_accuracy", "pm_own_accuracy"]].notna().all().all()
@@ -189,3 +196,13 @@ def test_fedsm_with_one_client_and_site_shift_on_tabular_exit_2(capsys, tmp_path
     raw["model"] = {"name": "mlp"}
     code, err = run_cli(capsys, tmp_path, raw, command="run")
     assert code == 2 and "site_shift" in err
+
+
+def test_a_held_out_client_is_not_sampled(retina_fixture):
+    raw = fedsm_raw(retina_fixture)
+    raw["partition"]["holdout_client"] = 1
+    config = parse_config(raw)
+    prepared = prepare(config, None)
+    dataset, partition = prepared[0]
+    assert partition.num_clients == 2 and partition.unseen is not None
+    assert run_context(config, dataset, 0, 2).clients_per_round == 2

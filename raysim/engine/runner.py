@@ -123,9 +123,11 @@ def prepare(config: ExperimentConfig, data_root: str | None
 
 def run_context(config: ExperimentConfig, dataset: ArrayDataset, seed: int,
                 num_clients: int) -> RunContext:
-    """What the algorithm of one run knows about it."""
+    """What the algorithm of one run knows about it (``num_clients``: 1 for pooled runs)."""
+    holdout = config.partition.holdout_client is not None
+    training_clients = config.partition.num_clients - int(holdout)  # a held-out client sits out
     return RunContext(seed, dataset.info, config.model, config.training, num_clients,
-                      config.clients_per_round)
+                      min(config.clients_per_round, training_clients))
 
 
 def new_run_root(config: ExperimentConfig, output: str | None) -> Path:

@@ -6,9 +6,11 @@ from pathlib import Path
 
 import pandas as pd
 
+from raysim.errors import RaysimError
 from raysim.results.load import load
 
-SUMMARY_METRICS = ("accuracy", "macro_f1", "auc", "loss", "personal_accuracy")
+SUMMARY_METRICS = ("accuracy", "macro_f1", "auc", "loss", "own_accuracy", "personal_accuracy",
+                   "unseen_accuracy")
 _KEYS = ["experiment", "algorithm"]
 
 
@@ -19,12 +21,20 @@ def final_metrics(rounds: pd.DataFrame) -> pd.DataFrame:
     return last.sort_values([*_KEYS, "seed"]).reset_index(drop=True)
 
 
-def summary_table(rounds: pd.DataFrame) -> pd.DataFrame:
-    """Mean and std over seeds of the final metrics, per experiment and algorithm; ``rounds``
-    is the last evaluated round and ``completed`` how many of the runs have finished (a run
-    still going, or stopped, is reported at its last evaluated round)."""
+def summary_table(rounds: pd.DataFrame, metrics: list[str] | None = None) -> pd.DataFrame:
+    """Mean and std over seeds of the final metrics (default: those of
+    :data:`SUMMARY_METRICS` present), per experiment and algorithm; ``rounds`` is the last
+    evaluated round and ``completed`` how many of the runs have finished (a run still going, or
+    stopped, is reported at its last evaluated round)."""
     final = final_metrics(rounds)
-    metrics = [m for m in SUMMARY_METRICS if m in final and final[m].notna().any()]
+    if metrics is None:
+        metrics = [m for m in SUMMARY_METRICS if m in final and final[m].notna().any()]
+    missing = [m for m in metrics if m not in final]
+    if missing:
+        raise RaysimError(
+            f"No column {missing[0]!r} in these results. Metric columns present: "
+            f"{', '.join(c for c in final.columns if final[c].dtype.kind == 'f')}."
+        )
     grouped = final.groupby(_KEYS, sort=True)
     table = grouped[metrics].agg(["mean", "std"])
     table.columns = [f"{metric}_{stat}" for metric, stat in table.columns]
@@ -71,10 +81,33 @@ def plot_learning_curves(rounds: pd.DataFrame, path: Path, metric: str = "accura
     return path
 
 
+def selection_table(selection: pd.DataFrame, model: str = "main") -> pd.DataFrame:
+    """Route frequencies of a routing model (e.g. FedSM's super model) at the last evaluated
+    round of each run, averaged over seeds: one row per (experiment, algorithm, source client),
+    one column per chosen model (``GM``: the global model, ``PM<k>``: client k's personalized
+    model), values the share of the source's test samples (the paper's Table 5).
+    ``source_client`` -1 is the held-out (unseen) client."""
+    chosen = selection[selection["model"] == model]
+    if chosen.empty:
+        return pd.DataFrame()
+    last = chosen.groupby("run")["round"].transform("max")
+    chosen = chosen[chosen["round"] == last].copy()
+    chosen["share"] = chosen["count"] / chosen.groupby(["run", "source_client"])["count"
+                                                                               ].transform("sum")
+    chosen["route"] = ["GM" if c < 0 else f"PM{c}" for c in chosen["chosen"]]
+    table = chosen.pivot_table(index=[*_KEYS, "run", "source_client"], columns="route",
+                               values="share", fill_value=0.0)
+    table = table.groupby(level=[0, 1, 3]).mean()
+    routes = sorted(table.columns, key=lambda r: (r != "GM", int(r[2:]) if r != "GM" else 0))
+    return table[routes].reset_index()
+
+
 def report(paths: str | Path | list[str | Path], metric: str = "accuracy",
-           output: str | Path | None = None) -> tuple[str, Path | None]:
-    """The summary text of every run under ``paths`` and the learning-curve PNG, written to
-    ``output`` (default: the first path)."""
+           output: str | Path | None = None, metrics: list[str] | None = None,
+           selection: str | None = None) -> tuple[str, Path | None]:
+    """The summary text of every run under ``paths`` (``metrics``: the columns to summarise,
+    default the usual ones; ``selection``: also the route frequencies of that routing model,
+    e.g. "main") and the learning-curve PNG, written to ``output`` (default: the first path)."""
     paths = [paths] if isinstance(paths, str | Path) else list(paths)
     rounds = pd.concat([load(path, "rounds") for path in paths], ignore_index=True)
     if rounds.empty or rounds["accuracy"].isna().all():
@@ -82,4 +115,11 @@ def report(paths: str | Path | list[str | Path], metric: str = "accuracy",
     target = Path(output or paths[0])
     target.mkdir(parents=True, exist_ok=True)
     png = plot_learning_curves(rounds, target / f"learning_curves_{metric}.png", metric)
-    return format_summary(summary_table(rounds)), png
+    text = format_summary(summary_table(rounds, metrics))
+    if selection is not None:
+        routes = selection_table(pd.concat([load(path, "selection") for path in paths],
+                                           ignore_index=True), selection)
+        text += ("\n\nselection frequencies (" + selection + "; source_client -1: unseen "
+                 "client)\n" + (routes.round(3).to_string(index=False) if not routes.empty
+                                 else "no routes recorded"))
+    return text, png
