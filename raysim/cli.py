@@ -56,6 +56,8 @@ def _parser() -> argparse.ArgumentParser:
     report.add_argument("--selection", nargs="?", const="main", metavar="MODEL",
                         help="also print the route frequencies of a routing model (FedSM's "
                         "super model: main, or a gamma sweep's g<gamma>_)")
+    report.add_argument("--per-client", action="store_true",
+                        help="also print each client's accuracy on its own test share")
     return parser
 
 
@@ -142,7 +144,8 @@ def _report(args: argparse.Namespace) -> int:
             raise RaysimError(f"Results path {path!r} does not exist. Pass a directory that "
                               "`raysim run` printed.")
     metrics = args.metrics.split(",") if args.metrics else None
-    text, png = report(args.paths, args.metric, args.output, metrics, args.selection)
+    text, png = report(args.paths, args.metric, args.output, metrics, args.selection,
+                       args.per_client)
     print(text)
     if png is not None:
         print(f"learning curves: {png}")

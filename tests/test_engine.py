@@ -152,4 +152,11 @@ def test_local_only_and_centralized(ray_session, tmp_path):
     clients = load(central.run_dir, "clients")
     assert clients["client"].unique().tolist() == [0]
     assert clients["num_samples"].iloc[0] == 455  # the pooled training set
-    assert load(central.run_dir)["accuracy"].iloc[-1] >= 0.93
+    central_rounds = load(central.run_dir)
+    assert central_rounds["accuracy"].iloc[-1] >= 0.93
+    assert (central_rounds["bytes_up"] == 0).all()  # handing the model to the evaluator is free
+    # evaluated like a global model: on every client's own share as well
+    central_evals = load(central.run_dir, "client_eval")
+    assert sorted(central_evals[central_evals["round"] == 4]["client"]) == list(range(10))
+    assert central_rounds["own_accuracy"].iloc[-1] == pytest.approx(
+        central_evals[central_evals["round"] == 4]["main_own_accuracy"].mean())

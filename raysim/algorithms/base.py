@@ -73,6 +73,8 @@ class Algorithm(ABC):
     """True when clients keep personal models (evaluated on their own test shares)."""
     relayed_uploads: ClassVar[tuple[str, ...]] = ()
     """Upload types the server forwards to another client (counted again as bytes down)."""
+    evaluation_uploads: ClassVar[tuple[str, ...]] = ()
+    """Upload types that only feed the server's evaluation, not communication (not counted)."""
 
     def __init__(self, params: StrictModel, context: RunContext):
         self.params = params

@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, Literal
 
-from raysim.algorithms.base import register_algorithm
+from raysim.algorithms.base import ClientResult, register_algorithm
 from raysim.algorithms.local_only import LocalOnly
+from raysim.engine.weights import Weights
 from raysim.schema import StrictModel
+
+if TYPE_CHECKING:
+    from raysim.engine.runtime import ClientRuntime
 
 
 class CentralizedParams(StrictModel):
@@ -17,10 +22,32 @@ class CentralizedParams(StrictModel):
 class Centralized(LocalOnly):
     """One model trained on the union of the clients' training data with the same budget:
     ``local_epochs`` epochs per round, or, when rounds are counted in steps, as many steps as
-    all sampled clients of a federated round take together."""
+    all sampled clients of a federated round take together.
+
+    The model is handed to the server after every round (not counted as communication) so
+    it is evaluated like a global model: on the pooled test set and on every client's share.
+    """
 
     params_class = CentralizedParams
     pooled = True
+    personalized = False
+    evaluation_uploads = ("model",)
 
     def local_work_scale(self) -> int:
         return self.context.clients_per_round
+
+    def local_updates(self, runtime: ClientRuntime, clients: Sequence[int], round_: int,
+                      message: dict[str, Any], states: Sequence[Any]) -> list[ClientResult]:
+        results = super().local_updates(runtime, clients, round_, message, states)
+        for result in results:
+            result.upload = {"model": result.state[0]}
+        return results
+
+    def reduce(self, results: Sequence[tuple[int, ClientResult]]) -> Weights:
+        return results[0][1].upload["model"]  # the one pooled client
+
+    def aggregate(self, state: Weights, partials: Sequence[Weights], round_: int) -> Weights:
+        return partials[0] if partials else state
+
+    def global_weights(self, state: Weights) -> Weights:
+        return state

@@ -130,7 +130,8 @@ class ClientWorker:
             if result.state is not None:
                 self.client_states[client] = result.state
             for kind, payload in result.upload.items():
-                bytes_up[kind] += payload_bytes(payload)
+                if kind not in self.algorithm.evaluation_uploads:
+                    bytes_up[kind] += payload_bytes(payload)
         results = []
         for group, members in sorted(groups.items()):
             partial = self.algorithm.reduce([(c, by_client[c]) for c in members])

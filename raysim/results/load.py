@@ -46,14 +46,13 @@ def load(path: str | Path, table: str = "rounds") -> pd.DataFrame:
         if not parts:
             continue
         frame = pd.concat([pq.read_table(part).to_pandas() for part in parts], ignore_index=True)
-        frame.insert(0, "experiment", directory.parent.name)
-        frame.insert(1, "name", manifest["name"])
-        frame.insert(2, "algorithm", manifest["algorithm"])
-        frame.insert(3, "seed", manifest["seed"])
-        frame.insert(4, "run", str(directory))
-        frame.insert(5, "status", manifest.get("status", "unknown"))
-        for key, value in manifest.get("grid", {}).items():  # a sweep's configuration
-            frame[key] = [value] * len(frame)
+        meta = {"experiment": directory.parent.name, "name": manifest["name"],
+                "algorithm": manifest["algorithm"], "seed": manifest["seed"],
+                "run": str(directory), "status": manifest.get("status", "unknown")}
+        grid = manifest.get("grid", {})  # a sweep's configuration, one column per key
+        columns = pd.DataFrame({key: [value] * len(frame)
+                                for key, value in {**meta, **grid}.items()}, index=frame.index)
+        frame = pd.concat([columns[list(meta)], frame, columns[list(grid)]], axis=1)
         frames.append(frame)
     if not frames:
         return pd.DataFrame(columns=["experiment", "name", "algorithm", "seed", "run", "status"])

@@ -102,12 +102,33 @@ def selection_table(selection: pd.DataFrame, model: str = "main") -> pd.DataFram
     return table[routes].reset_index()
 
 
+def client_table(client_eval: pd.DataFrame, metric: str = "accuracy") -> pd.DataFrame:
+    """Each client's ``metric`` on its own test share at the last evaluated round, mean over
+    seeds: one row per experiment and algorithm, one column per client, plus their average.
+    Uses the main server model (``main_own_*``) where there is one, else the client's own
+    model (``own_*``, e.g. local-only)."""
+    if client_eval.empty:
+        return pd.DataFrame()
+    frame = client_eval.copy()
+    main, own = f"main_own_{metric}", f"own_{metric}"
+    values = frame[main] if main in frame else pd.Series(float("nan"), index=frame.index)
+    if own in frame:
+        values = values.fillna(frame[own])
+    frame["value"] = values
+    frame = frame[frame["round"] == frame.groupby("run")["round"].transform("max")]
+    table = frame.pivot_table(index=_KEYS, columns="client", values="value", aggfunc="mean")
+    table.columns = [f"client {c}" for c in table.columns]
+    table["average"] = table.mean(axis=1)
+    return table.reset_index()
+
+
 def report(paths: str | Path | list[str | Path], metric: str = "accuracy",
            output: str | Path | None = None, metrics: list[str] | None = None,
-           selection: str | None = None) -> tuple[str, Path | None]:
+           selection: str | None = None, per_client: bool = False) -> tuple[str, Path | None]:
     """The summary text of every run under ``paths`` (``metrics``: the columns to summarise,
     default the usual ones; ``selection``: also the route frequencies of that routing model,
-    e.g. "main") and the learning-curve PNG, written to ``output`` (default: the first path)."""
+    e.g. "main"; ``per_client``: also each client's accuracy on its own test share) and the
+    learning-curve PNG, written to ``output`` (default: the first path)."""
     paths = [paths] if isinstance(paths, str | Path) else list(paths)
     rounds = pd.concat([load(path, "rounds") for path in paths], ignore_index=True)
     if rounds.empty or rounds["accuracy"].isna().all():
@@ -116,6 +137,12 @@ def report(paths: str | Path | list[str | Path], metric: str = "accuracy",
     target.mkdir(parents=True, exist_ok=True)
     png = plot_learning_curves(rounds, target / f"learning_curves_{metric}.png", metric)
     text = format_summary(summary_table(rounds, metrics))
+    if per_client:
+        clients = client_table(pd.concat([load(path, "client_eval") for path in paths],
+                                         ignore_index=True))
+        text += ("\n\naccuracy on each client's own test share (last evaluated round, mean over "
+                 "seeds)\n" + (clients.round(4).to_string(index=False) if not clients.empty
+                               else "no per-client evaluations recorded"))
     if selection is not None:
         routes = selection_table(pd.concat([load(path, "selection") for path in paths],
                                            ignore_index=True), selection)
