@@ -18,7 +18,7 @@ from raysim.data.site_shift import apply_site_shift, site_appearance
 from raysim.engine.runner import prepare, run_context, run_experiment
 from raysim.errors import ConfigError
 from raysim.results import load
-from raysim.results.report import report, selection_table
+from raysim.results.report import _original_id, _route_label, report, selection_table
 from raysim.schema import DatasetConfig, PartitionConfig, SiteShiftConfig
 
 
@@ -206,3 +206,9 @@ def test_a_held_out_client_is_not_sampled(retina_fixture):
     dataset, partition = prepared[0]
     assert partition.num_clients == 2 and partition.unseen is not None
     assert run_context(config, dataset, 0, 2).clients_per_round == 2
+
+
+def test_selection_labels_use_partition_ids_with_a_held_out_client():
+    assert [_route_label(c, 2) for c in (-1, 0, 1, 2, 3)] == ["GM", "PM0", "PM1", "PM3", "PM4"]
+    assert [_route_label(c, None) for c in (0, 2)] == ["PM0", "PM2"]
+    assert _original_id(-1, 2) == -1  # the unseen source keeps its marker

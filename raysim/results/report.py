@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 
 from raysim.errors import RaysimError
 from raysim.results.load import load
+from raysim.results.manifest import read_manifest
 
 SUMMARY_METRICS = ("accuracy", "macro_f1", "auc", "loss", "own_accuracy", "personal_accuracy",
                    "unseen_accuracy")
@@ -81,12 +83,29 @@ def plot_learning_curves(rounds: pd.DataFrame, path: Path, metric: str = "accura
     return path
 
 
+def _held_out_client(run: str) -> int | None:
+    """The client a run held out (its personalized models are numbered without it)."""
+    return read_manifest(Path(run))["config"]["partition"].get("holdout_client")
+
+
+def _original_id(client: int, held_out: Any) -> int:
+    """A training client's id in the partition (ids after a held-out client shift by one)."""
+    return client + 1 if client >= 0 and held_out == held_out and held_out is not None and (
+        client >= held_out) else client
+
+
+def _route_label(chosen: int, held_out: Any) -> str:
+    """GM, or PM<k> with k the client's id in the partition (also with a held-out client)."""
+    return "GM" if chosen < 0 else f"PM{_original_id(chosen, held_out)}"
+
+
 def selection_table(selection: pd.DataFrame, model: str = "main") -> pd.DataFrame:
     """Route frequencies of a routing model (e.g. FedSM's super model) at the last evaluated
     round of each run, averaged over seeds: one row per (experiment, algorithm, source client),
     one column per chosen model (``GM``: the global model, ``PM<k>``: client k's personalized
-    model), values the share of the source's test samples (the paper's Table 5).
-    ``source_client`` -1 is the held-out (unseen) client."""
+    model, k as in the partition even when a client was held out), values the share of the
+    source's test samples (the paper's Table 5). ``source_client`` -1 is the held-out (unseen)
+    client."""
     chosen = selection[selection["model"] == model]
     if chosen.empty:
         return pd.DataFrame()
@@ -94,7 +113,11 @@ def selection_table(selection: pd.DataFrame, model: str = "main") -> pd.DataFram
     chosen = chosen[chosen["round"] == last].copy()
     chosen["share"] = chosen["count"] / chosen.groupby(["run", "source_client"])["count"
                                                                                ].transform("sum")
-    chosen["route"] = ["GM" if c < 0 else f"PM{c}" for c in chosen["chosen"]]
+    held_out = chosen["run"].map(_held_out_client)
+    chosen["route"] = [_route_label(c, h) for c, h in zip(chosen["chosen"], held_out,
+                                                            strict=True)]
+    chosen["source_client"] = [_original_id(c, h) for c, h in zip(chosen["source_client"],
+                                                                   held_out, strict=True)]
     table = chosen.pivot_table(index=[*_KEYS, "run", "source_client"], columns="route",
                                values="share", fill_value=0.0)
     table = table.groupby(level=[0, 1, 3]).mean()
