@@ -40,10 +40,12 @@ def _parser() -> argparse.ArgumentParser:
     sweep.add_argument("--no-progress", action="store_true", help="hide the progress bars")
     sweep.add_argument("--resume", nargs="?", const="latest", metavar="SWEEP_ROOT",
                        help="continue an interrupted sweep (default: the latest one)")
-    validate = commands.add_parser("validate", help="check a config without running it")
+    validate = commands.add_parser("validate", help="check a config without running it (with "
+                                   "its data when present: partitions and method settings too)")
     validate.add_argument("config")
     validate.add_argument("--set", dest="overrides", action="append", default=[],
                           metavar="KEY=VALUE")
+    validate.add_argument("--data-root", help="directory holding the MedMNIST npz files")
     report = commands.add_parser("report", help="summary table and learning curves of results")
     report.add_argument("paths", nargs="+", metavar="PATH",
                         help="results directories (runs, experiments or trees); several are "
@@ -127,12 +129,23 @@ def _execute(experiments: dict, args: argparse.Namespace, labels: dict | None = 
 
 def _validate(args: argparse.Namespace) -> int:
     from raysim.config import load_experiments
+    from raysim.engine.runner import prepare
+    from raysim.errors import DataError
 
     for label, config in load_experiments(args.config, args.overrides).items():
+        # partitions and the method's data-dependent settings (e.g. FedSM's lambda >= 1/K)
+        # need the data: check them when the file is here, never download for a check
+        offline = config.model_copy(update={"dataset": config.dataset.model_copy(
+            update={"download": False})})
+        try:
+            prepare(offline, args.data_root)
+            checked = "data, partitions and method settings checked"
+        except DataError as error:
+            checked = f"data not checked: {str(error).split('. ')[0]}"
         print(f"{args.config}{' [' + label + ']' if label else ''}: valid "
               f"({config.algorithm.name} on {config.dataset.name}, "
               f"{config.partition.num_clients} clients, {config.training.rounds} rounds, "
-              f"seeds {config.seeds})")
+              f"seeds {config.seeds}; {checked})")
     return 0
 
 

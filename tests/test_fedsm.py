@@ -212,3 +212,10 @@ def test_selection_labels_use_partition_ids_with_a_held_out_client():
     assert [_route_label(c, 2) for c in (-1, 0, 1, 2, 3)] == ["GM", "PM0", "PM1", "PM3", "PM4"]
     assert [_route_label(c, None) for c in (0, 2)] == ["PM0", "PM2"]
     assert _original_id(-1, 2) == -1  # the unseen source keeps its marker
+
+
+def test_validate_checks_method_settings_against_the_data(capsys, tmp_path, retina_fixture):
+    code, err = run_cli(capsys, tmp_path, fedsm_raw(retina_fixture, softpull_lambda=0.2))
+    assert code == 2 and "algorithm.softpull_lambda" in err and "1/K" in err
+    code, _ = run_cli(capsys, tmp_path, fedsm_raw(retina_fixture))
+    assert code == 0
