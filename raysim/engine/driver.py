@@ -24,15 +24,10 @@ from raysim.engine.checkpoint import (
     save_checkpoint,
     truncate_results,
 )
-from raysim.engine.evaluation import (
-    METRICS,
-    classification_metrics,
-    route_counts,
-    share_metrics,
-    test_sources,
-)
+from raysim.engine.evaluation import METRICS
 from raysim.engine.memory import resident_memory_mb
 from raysim.engine.placement import assign_groups, client_groups
+from raysim.engine.server_evaluation import Evaluator
 from raysim.engine.weights import payload_bytes
 from raysim.engine.worker import ClientWorker, RoundReply, WorkerSetup
 from raysim.errors import DivergenceError, WorkerFailureError
@@ -41,7 +36,6 @@ from raysim.results.sink import ParquetSink
 from raysim.schema import EngineConfig, EvaluationConfig
 from raysim.seeding import numpy_rng
 
-_EVAL_CHUNK = 256  # fixed test-set chunks: predictions do not depend on the worker count
 _INLINE_BYTES = 100 * 1024  # Ray inlines arguments below this size
 _RESTART_TIMEOUT = 300.0  # seconds to wait for Ray to restart a dead worker
 
@@ -111,8 +105,8 @@ class Driver:
         self._recorded = 0  # rounds [0, _recorded) have their rows in the results
         self._stateful = False  # some client keeps state between rounds
         self._recoveries: list[dict[str, Any]] = []
-        self._sources = test_sources(len(self.test_y), spec.client_test_shares,
-                                     setup.partition.unseen)
+        self._evaluator = Evaluator(self.algorithm, self.test_y, spec.client_test_shares,
+                                    setup.partition.unseen, spec.evaluation)
 
     def progress(self) -> dict[str, Any]:
         """Latest round, accuracy and status (callable while ``run`` is going)."""
@@ -279,7 +273,8 @@ class Driver:
             metrics = dict.fromkeys(METRICS, math.nan)
             if not replay and not diverged and self._due(round_):
                 self._deliver(workers, in_flight)  # evaluate before the next round changes states
-                metrics = self._evaluate(workers, state, round_, layout, sink)
+                metrics = self._evaluator.evaluate(workers, state, round_,
+                                                   self._clients_by_worker(layout), sink)
             model_diverged = bool(metrics.pop("diverged", False))
             evaluated = time.perf_counter()
             checkpoint_due = not replay and self._checkpoint_due(round_)
@@ -305,6 +300,13 @@ class Driver:
             round_ += 1
         self._deliver(workers, in_flight)
         return last_row
+
+    @staticmethod
+    def _clients_by_worker(layout: _Layout) -> dict[int, list[int]]:
+        per_worker: dict[int, list[int]] = defaultdict(list)
+        for g, clients in enumerate(layout.groups):
+            per_worker[layout.owner_of_group[g]].extend(int(c) for c in clients)
+        return dict(per_worker)
 
     def _checkpoint_due(self, round_: int) -> bool:
         every = self.spec.engine.checkpoint_every
@@ -422,77 +424,6 @@ class Driver:
         every = self.spec.evaluation.every
         return every > 0 and ((round_ + 1) % every == 0 or round_ + 1 == self.spec.rounds)
 
-    def _evaluate(self, workers: list[Any], state: Any, round_: int, layout: _Layout,
-                  sink: ParquetSink) -> dict[str, float]:
-        """Server-side models on the pooled test set (and on each client's share and the unseen
-        client's share), then personal models on the workers; writes client_eval and
-        selection rows and returns the round's metric columns."""
-        row = dict.fromkeys(METRICS, math.nan)
-        models = self.algorithm.evaluation_models(state)
-        shares, unseen = self.spec.client_test_shares, self.spec.setup.partition.unseen
-        per_client: dict[str, np.ndarray] = {}
-        for name, (probabilities, routes) in self._predict_test_set(workers, models).items():
-            if not np.isfinite(probabilities).all():
-                return {**row, "diverged": True}  # popped by the round loop
-            row.update(_prefixed(classification_metrics(self.test_y, probabilities), name))
-            if unseen is not None and len(unseen):
-                row.update(_prefixed(classification_metrics(self.test_y[unseen],
-                                                            probabilities[unseen]),
-                                     f"{name}unseen_"))
-            if self.spec.evaluation.clients and shares:
-                scores = share_metrics(probabilities, self.test_y, list(shares))
-                for metric, values in scores.items():
-                    per_client[f"{name or 'main_'}own_{metric}"] = values
-                    row[f"{name}own_{metric}"] = float(np.nanmean(values))
-            if routes is not None:
-                sink.add("selection", [{"round": round_, "model": name or "main", **counts}
-                                       for counts in route_counts(routes, self._sources)])
-        personal_rows = []
-        # personal models: always when they are the only models, else when asked for
-        if self.algorithm.personalized and (self.spec.evaluation.clients or not models):
-            per_worker: dict[int, list[int]] = defaultdict(list)
-            for g, clients in enumerate(layout.groups):
-                per_worker[layout.owner_of_group[g]].extend(int(c) for c in clients)
-            personal_rows = sorted(
-                (r for rows in ray.get([workers[w].evaluate_clients.remote(round_, clients)
-                                        for w, clients in sorted(per_worker.items())])
-                 for r in rows), key=lambda r: r["client"])
-            row.update(_mean_client_metrics(personal_rows, "own_", "personal_"))
-            if not models:  # no global model: the clients' models on the global test set
-                row.update(_mean_client_metrics(personal_rows, "global_", ""))
-        if per_client:  # server models' per-client columns join the personal models' rows
-            by_client = {r["client"]: r for r in personal_rows}
-            for client in range(len(shares)):
-                entry = by_client.setdefault(client, {"round": round_, "client": client})
-                entry.update({key: float(values[client]) for key, values in per_client.items()})
-            personal_rows = [by_client[c] for c in sorted(by_client)]
-        sink.add("client_eval", personal_rows)
-        return row
-
-    def _predict_test_set(self, workers: list[Any], models: dict[str, Any]
-                          ) -> dict[str, tuple[np.ndarray, np.ndarray | None]]:
-        """Every evaluation model's predictions on the whole test set, computed in fixed chunks
-        spread over the workers (the result does not depend on the worker count)."""
-        if not models:
-            return {}
-        models_ref = ray.put(models)
-        bounds = [(s, min(s + _EVAL_CHUNK, len(self.test_y)))
-                  for s in range(0, len(self.test_y), _EVAL_CHUNK)]
-        assigned = [bounds[i::len(workers)] for i in range(len(workers))]
-        outputs = ray.get([w.predict_test.remote(models_ref, chunks)
-                           for w, chunks in zip(workers, assigned, strict=True) if chunks])
-        results = {}
-        for name in models:
-            ordered: list[Any] = [None] * len(bounds)
-            for worker_index, output in enumerate(outputs):
-                for position, chunk in enumerate(output[name]):
-                    ordered[worker_index + position * len(workers)] = chunk
-            probabilities = np.concatenate([probs for probs, _ in ordered])
-            routes = (None if ordered[0][1] is None
-                      else np.concatenate([r for _, r in ordered]))
-            results[name] = (probabilities, routes)
-        return results
-
     @staticmethod
     def _communication(round_: int, message: dict[str, Any], receivers: int,
                        replies: list[RoundReply], relayed: tuple[str, ...]
@@ -508,20 +439,6 @@ class Driver:
         rows += [{"round": round_, "direction": "down", "message_type": kind, "bytes": count}
                  for kind, count in sorted(up.items()) if kind in relayed]
         return rows
-
-
-def _prefixed(metrics: dict[str, float], prefix: str) -> dict[str, float]:
-    return {f"{prefix}{key}": value for key, value in metrics.items()}
-
-
-def _mean_client_metrics(rows: list[dict[str, Any]], source: str, target: str
-                         ) -> dict[str, float]:
-    """Mean over clients of each metric (NaN-aware; NaN when no client has one)."""
-    means = {}
-    for metric in METRICS:
-        values = np.array([r[source + metric] for r in rows], dtype=float)
-        means[target + metric] = float(np.nanmean(values)) if np.isfinite(values).any() else math.nan
-    return means
 
 
 def _merge_columns(parts: list[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:

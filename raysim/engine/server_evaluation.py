@@ -1,0 +1,120 @@
+"""Evaluation of a round on the driver: server-side models on the pooled test set, on every
+client's own test share and on a held-out client's share (predictions computed in fixed chunks
+spread over the workers), and personal models on their workers."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+import ray
+
+from raysim.algorithms.base import Algorithm
+from raysim.engine.evaluation import (
+    METRICS,
+    classification_metrics,
+    route_counts,
+    share_metrics,
+    test_sources,
+)
+from raysim.results.sink import ParquetSink
+from raysim.schema import EvaluationConfig
+
+_EVAL_CHUNK = 256  # fixed test-set chunks: predictions do not depend on the worker count
+
+
+class Evaluator:
+    """Evaluates one run's models; writes ``client_eval`` and ``selection`` rows."""
+
+    def __init__(self, algorithm: Algorithm, test_y: np.ndarray,
+                 shares: tuple[np.ndarray, ...], unseen: np.ndarray | None,
+                 settings: EvaluationConfig):
+        self.algorithm = algorithm
+        self.test_y = test_y
+        self.shares = shares
+        self.unseen = unseen
+        self.settings = settings
+        self._sources = test_sources(len(test_y), shares, unseen)
+
+    def evaluate(self, workers: list[Any], state: Any, round_: int,
+                 clients_by_worker: dict[int, list[int]], sink: ParquetSink) -> dict[str, float]:
+        """Server-side models on the pooled test set (and on each client's share and the unseen
+        client's share), then personal models on the workers; writes client_eval and
+        selection rows and returns the round's metric columns."""
+        row = dict.fromkeys(METRICS, math.nan)
+        models = self.algorithm.evaluation_models(state)
+        shares, unseen = self.shares, self.unseen
+        per_client: dict[str, np.ndarray] = {}
+        for name, (probabilities, routes) in self._predict_test_set(workers, models).items():
+            if not np.isfinite(probabilities).all():
+                return {**row, "diverged": True}  # popped by the round loop
+            row.update(_prefixed(classification_metrics(self.test_y, probabilities), name))
+            if unseen is not None and len(unseen):
+                row.update(_prefixed(classification_metrics(self.test_y[unseen],
+                                                            probabilities[unseen]),
+                                     f"{name}unseen_"))
+            if self.settings.clients and shares:
+                scores = share_metrics(probabilities, self.test_y, list(shares))
+                for metric, values in scores.items():
+                    per_client[f"{name or 'main_'}own_{metric}"] = values
+                    row[f"{name}own_{metric}"] = float(np.nanmean(values))
+            if routes is not None:
+                sink.add("selection", [{"round": round_, "model": name or "main", **counts}
+                                       for counts in route_counts(routes, self._sources)])
+        personal_rows = []
+        # personal models: always when they are the only models, else when asked for
+        if self.algorithm.personalized and (self.settings.clients or not models):
+            personal_rows = sorted(
+                (r for rows in ray.get([workers[w].evaluate_clients.remote(round_, clients)
+                                        for w, clients in sorted(clients_by_worker.items())])
+                 for r in rows), key=lambda r: r["client"])
+            row.update(_mean_client_metrics(personal_rows, "own_", "personal_"))
+            if not models:  # no global model: the clients' models on the global test set
+                row.update(_mean_client_metrics(personal_rows, "global_", ""))
+        if per_client:  # server models' per-client columns join the personal models' rows
+            by_client = {r["client"]: r for r in personal_rows}
+            for client in range(len(shares)):
+                entry = by_client.setdefault(client, {"round": round_, "client": client})
+                entry.update({key: float(values[client]) for key, values in per_client.items()})
+            personal_rows = [by_client[c] for c in sorted(by_client)]
+        sink.add("client_eval", personal_rows)
+        return row
+
+    def _predict_test_set(self, workers: list[Any], models: dict[str, Any]
+                          ) -> dict[str, tuple[np.ndarray, np.ndarray | None]]:
+        """Every evaluation model's predictions on the whole test set, computed in fixed chunks
+        spread over the workers (the result does not depend on the worker count)."""
+        if not models:
+            return {}
+        models_ref = ray.put(models)
+        bounds = [(s, min(s + _EVAL_CHUNK, len(self.test_y)))
+                  for s in range(0, len(self.test_y), _EVAL_CHUNK)]
+        assigned = [bounds[i::len(workers)] for i in range(len(workers))]
+        outputs = ray.get([w.predict_test.remote(models_ref, chunks)
+                           for w, chunks in zip(workers, assigned, strict=True) if chunks])
+        results = {}
+        for name in models:
+            ordered: list[Any] = [None] * len(bounds)
+            for worker_index, output in enumerate(outputs):
+                for position, chunk in enumerate(output[name]):
+                    ordered[worker_index + position * len(workers)] = chunk
+            probabilities = np.concatenate([probs for probs, _ in ordered])
+            routes = (None if ordered[0][1] is None
+                      else np.concatenate([r for _, r in ordered]))
+            results[name] = (probabilities, routes)
+        return results
+
+
+def _prefixed(metrics: dict[str, float], prefix: str) -> dict[str, float]:
+    return {f"{prefix}{key}": value for key, value in metrics.items()}
+
+
+def _mean_client_metrics(rows: list[dict[str, Any]], source: str, target: str
+                         ) -> dict[str, float]:
+    """Mean over clients of each metric (NaN-aware; NaN when no client has one)."""
+    means = {}
+    for metric in METRICS:
+        values = np.array([r[source + metric] for r in rows], dtype=float)
+        means[target + metric] = float(np.nanmean(values)) if np.isfinite(values).any() else math.nan
+    return means
