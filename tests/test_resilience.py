@@ -10,6 +10,7 @@ import sys
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 import pytest
@@ -36,6 +37,25 @@ def _wait_for(condition, timeout: float = 120.0) -> None:
         time.sleep(0.05)
 
 
+def _run_and_kill(config, output: Path, after_rounds: int, process) -> tuple[Any, list[int]]:
+    """Run ``config`` while a thread SIGKILLs one of its processes (``process(manifest)`` ->
+    pid) once ``after_rounds`` rounds are written; returns the run's outcome and the pid."""
+    killed: list[int] = []
+
+    def kill() -> None:
+        runs = lambda: list(output.glob("*/seed_0"))  # noqa: E731
+        _wait_for(lambda: runs() and _parts(runs()[0]) >= after_rounds)
+        pid = process(json.loads((runs()[0] / "manifest.json").read_text()))
+        os.kill(pid, signal.SIGKILL)
+        killed.append(pid)
+
+    killer = threading.Thread(target=kill, daemon=True)
+    killer.start()
+    outcome = run_experiment(config, output=str(output), progress=False)[0]
+    killer.join(timeout=5)
+    return outcome, killed
+
+
 def _same_metrics(a: pd.DataFrame, b: pd.DataFrame, columns: list[str]) -> None:
     key = [c for c in ("round", "client") if c in columns]
     pd.testing.assert_frame_equal(a[columns].sort_values(key).reset_index(drop=True),
@@ -51,19 +71,8 @@ def test_worker_killed_mid_run_is_replaced_and_metrics_match(ray_session, tmp_pa
                          engine={"num_workers": 2, "cpus_per_worker": 1, "flush_seconds": 0,
                                  "checkpoint_every": 5})
     config = parse_config(raw)
-    killed: list[int] = []
-
-    def kill_worker_after_round_six() -> None:
-        runs = lambda: list((tmp_path / "killed").glob("*/seed_0"))  # noqa: E731
-        _wait_for(lambda: runs() and _parts(runs()[0]) >= 7)
-        pid = json.loads((runs()[0] / "manifest.json").read_text())["workers"][1]["pid"]
-        os.kill(pid, signal.SIGKILL)
-        killed.append(pid)
-
-    killer = threading.Thread(target=kill_worker_after_round_six, daemon=True)
-    killer.start()
-    disturbed = run_experiment(config, output=str(tmp_path / "killed"), progress=False)[0]
-    killer.join(timeout=5)
+    disturbed, killed = _run_and_kill(config, tmp_path / "killed", after_rounds=7,
+                                      process=lambda manifest: manifest["workers"][1]["pid"])
     undisturbed = run_experiment(config, output=str(tmp_path / "clean"), progress=False)[0]
     assert killed and disturbed.error is None
     manifest = json.loads((disturbed.run_dir / "manifest.json").read_text())
@@ -174,19 +183,8 @@ def test_driver_actor_killed_mid_run_is_replaced_and_resumes(ray_session, tmp_pa
                          engine={"num_workers": 1, "cpus_per_worker": 1, "flush_seconds": 0,
                                  "checkpoint_every": 5})
     config = parse_config(raw)
-    killed: list[int] = []
-
-    def kill_driver_after_round_seven() -> None:
-        runs = lambda: list((tmp_path / "killed").glob("*/seed_0"))  # noqa: E731
-        _wait_for(lambda: runs() and _parts(runs()[0]) >= 8)
-        pid = json.loads((runs()[0] / "manifest.json").read_text())["driver"]["pid"]
-        os.kill(pid, signal.SIGKILL)
-        killed.append(pid)
-
-    killer = threading.Thread(target=kill_driver_after_round_seven, daemon=True)
-    killer.start()
-    disturbed = run_experiment(config, output=str(tmp_path / "killed"), progress=False)[0]
-    killer.join(timeout=5)
+    disturbed, killed = _run_and_kill(config, tmp_path / "killed", after_rounds=8,
+                                      process=lambda manifest: manifest["driver"]["pid"])
     undisturbed = run_experiment(config, output=str(tmp_path / "clean"), progress=False)[0]
     assert killed and disturbed.error is None
     manifest = json.loads((disturbed.run_dir / "manifest.json").read_text())
