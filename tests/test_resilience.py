@@ -62,12 +62,15 @@ def _same_metrics(a: pd.DataFrame, b: pd.DataFrame, columns: list[str]) -> None:
                                   b[columns].sort_values(key).reset_index(drop=True))
 
 
-@pytest.mark.parametrize("algorithm", ["fedavg", "local"])
+@pytest.mark.parametrize("algorithm", ["fedavg", "local", "feddc"])
 def test_worker_killed_mid_run_is_replaced_and_metrics_match(ray_session, tmp_path, algorithm):
     """FedAvg keeps no client state (only the failed round is redone); local-only keeps models
     and optimizer states on the workers (every client rolls back to the last checkpoint and the
-    rounds since are replayed without writing their rows twice)."""
-    raw = quickstart_raw(training={"rounds": 25}, algorithm={"name": algorithm},
+    rounds since are replayed without writing their rows twice); FedDC also moves client
+    models between the workers every round."""
+    params = {"name": algorithm} if algorithm != "feddc" else {
+        "name": "feddc", "daisy_period": 1, "aggregation_period": 3}
+    raw = quickstart_raw(training={"rounds": 25}, algorithm=params,
                          engine={"num_workers": 2, "cpus_per_worker": 1, "flush_seconds": 0,
                                  "checkpoint_every": 5})
     config = parse_config(raw)
@@ -84,7 +87,7 @@ def test_worker_killed_mid_run_is_replaced_and_metrics_match(ray_session, tmp_pa
     client_columns = ["round", "client", "train_loss", "num_samples"]
     _same_metrics(load(disturbed.run_dir, "clients"), load(undisturbed.run_dir, "clients"),
                   client_columns)
-    if algorithm == "local":
+    if algorithm != "fedavg":
         assert manifest["recoveries"][0]["rolled_back_to"] % 5 == 0
         eval_columns = ["round", "client", "own_accuracy", "own_loss"]
         _same_metrics(load(disturbed.run_dir, "client_eval"),
