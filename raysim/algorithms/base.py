@@ -114,6 +114,14 @@ class Algorithm(ABC):
         set_weights(module, model)
         return predict_proba(module, x, runtime.info, batch_size, runtime.device), None
 
+    def predict_many(self, runtime: ClientRuntime, models: dict[str, Any], x: np.ndarray,
+                     sources: np.ndarray, batch_size: int
+                     ) -> dict[str, tuple[np.ndarray, np.ndarray | None]]:
+        """Every evaluation model on one chunk of test inputs (override to share work between
+        models, e.g. one selector pass for several gammas)."""
+        return {name: self.predict(runtime, model, x, sources, batch_size)
+                for name, model in models.items()}
+
     def migration(self, round_: int) -> np.ndarray | None:
         """``destination[c]``: the client that receives client c's persistent state after this
         round's local work, or None to keep states where they are."""

@@ -198,8 +198,9 @@ class FedSM(Algorithm):
             upload = {"model": g, "personal": p}
             metrics = {**g_out.metrics(), "personal_train_loss": p_out.mean_loss}
             if "selector" in message:
-                selector, moments, loss = self._train_selector(
-                    runtime, client, message, np.full(len(runtime.client_indices[client]), client))
+                x, _ = runtime.client_data(client)
+                selector, moments, loss = self._train_selector(runtime, x, message,
+                                                               np.full(len(x), client))
                 upload |= {"selector": selector, "selector_adam": moments}
                 metrics["selector_loss"] = loss
             results.append(ClientResult(upload, (p, p_out.optimizer_state), metrics))
@@ -219,19 +220,19 @@ class FedSM(Algorithm):
                 module.eval()
                 losses.append(nn.functional.cross_entropy(module(x), y, reduction="none"))
         labels = torch.stack(losses).argmin(dim=0).cpu().numpy()
-        selector, moments, loss = self._train_selector(runtime, client, message, labels)
+        selector, moments, loss = self._train_selector(runtime, x, message, labels)
         return ClientResult({"selector": selector, "selector_adam": moments}, None,
                             {"num_samples": float(len(y)), "selector_loss": loss})
 
-    def _train_selector(self, runtime: ClientRuntime, client: int, message: dict[str, Any],
+    def _train_selector(self, runtime: ClientRuntime, x: torch.Tensor, message: dict[str, Any],
                         labels: np.ndarray) -> tuple[Weights, Weights, float]:
-        """Full-batch Adam steps (one per local epoch) from the broadcast selector and moments."""
+        """Full-batch Adam steps (one per local epoch) on a client's inputs ``x`` from the
+        broadcast selector and moments."""
         module = self._selector_module(runtime)
         set_weights(module, message["selector"])
         optimizer = torch.optim.Adam(module.parameters(), lr=self.params.selector_lr)
         if message.get("selector_adam") is not None:
             optimizer.load_state_dict(_adam_state(message["selector_adam"], optimizer))
-        x, _ = runtime.client_data(client)
         targets = torch.from_numpy(np.asarray(labels, dtype=np.int64)).to(runtime.device)
         batch = runtime.training.batch_size
         module.train()
@@ -271,21 +272,35 @@ class FedSM(Algorithm):
         return partial
 
     # ----- inference -----
+    def predict_many(self, runtime: ClientRuntime, models: dict[str, Any], x: np.ndarray,
+                     sources: np.ndarray, batch_size: int
+                     ) -> dict[str, tuple[np.ndarray, np.ndarray | None]]:
+        """All evaluation models on one chunk, with one selector pass shared by every gamma."""
+        scores = None
+        outputs = {}
+        for name, model in models.items():
+            if isinstance(model, dict) and model.get("kind") == "super" and scores is None:
+                selector = self._selector_module(runtime)
+                set_weights(selector, model["selector"])  # the same selector for every gamma
+                scores = predict_proba(selector, x, runtime.info, batch_size, runtime.device)
+            outputs[name] = self._predict(runtime, model, x, sources, batch_size, scores)
+        return outputs
+
     def predict(self, runtime: ClientRuntime, model: Any, x: np.ndarray, sources: np.ndarray,
                 batch_size: int) -> tuple[np.ndarray, np.ndarray | None]:
+        return self.predict_many(runtime, {"": model}, x, sources, batch_size)[""]
+
+    def _predict(self, runtime: ClientRuntime, model: Any, x: np.ndarray, sources: np.ndarray,
+                 batch_size: int, scores: np.ndarray | None
+                 ) -> tuple[np.ndarray, np.ndarray | None]:
         if not isinstance(model, dict) or "kind" not in model:
             return super().predict(runtime, model, x, sources, batch_size)
         if model["kind"] == "own":  # each sample's own client's personalized model
             routes = np.where(sources >= 0, sources, GLOBAL)
+        elif self.params.variant == "extra":  # class 0 is the global model
+            routes = scores.argmax(axis=1) - 1
         else:
-            selector = self._selector_module(runtime)
-            set_weights(selector, model["selector"])
-            scores = predict_proba(selector, x, runtime.info, batch_size, runtime.device)
-            top = scores.argmax(axis=1)
-            if self.params.variant == "extra":  # class 0 is the global model
-                routes = top - 1
-            else:
-                routes = np.where(scores.max(axis=1) > model["gamma"], top, GLOBAL)
+            routes = np.where(scores.max(axis=1) > model["gamma"], scores.argmax(axis=1), GLOBAL)
         probabilities = np.zeros((len(x), runtime.info.num_classes))
         module = runtime.model
         for route in np.unique(routes):

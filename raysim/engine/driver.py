@@ -75,6 +75,7 @@ class _Layout:
     owner_of_group: dict[int, int]
     group_of_client: np.ndarray
     worker_of_client: np.ndarray
+    clients_by_worker: dict[int, list[int]]
 
 
 @dataclass
@@ -106,7 +107,7 @@ class Driver:
         self._stateful = False  # some client keeps state between rounds
         self._recoveries: list[dict[str, Any]] = []
         self._evaluator = Evaluator(self.algorithm, self.test_y, spec.client_test_shares,
-                                    setup.partition.unseen, spec.evaluation)
+                                    setup.partition.unseen, setup.test_sources, spec.evaluation)
 
     def progress(self) -> dict[str, Any]:
         """Latest round, accuracy and status (callable while ``run`` is going)."""
@@ -181,7 +182,11 @@ class Driver:
                 owner_of_group[g] = worker
         group_of_client = np.concatenate([np.full(len(g), i) for i, g in enumerate(groups)])
         worker_of_client = np.array([owner_of_group[g] for g in group_of_client])
-        return _Layout(groups, owner_of_group, group_of_client, worker_of_client)
+        clients_by_worker: dict[int, list[int]] = defaultdict(list)
+        for g, clients in enumerate(groups):
+            clients_by_worker[owner_of_group[g]].extend(int(c) for c in clients)
+        return _Layout(groups, owner_of_group, group_of_client, worker_of_client,
+                       dict(clients_by_worker))
 
     # ----- rounds -----
     def _round_loop(self, workers: list[Any], sink: ParquetSink,
@@ -274,7 +279,7 @@ class Driver:
             if not replay and not diverged and self._due(round_):
                 self._deliver(workers, in_flight)  # evaluate before the next round changes states
                 metrics = self._evaluator.evaluate(workers, state, round_,
-                                                   self._clients_by_worker(layout), sink)
+                                                   layout.clients_by_worker, sink)
             model_diverged = bool(metrics.pop("diverged", False))
             evaluated = time.perf_counter()
             checkpoint_due = not replay and self._checkpoint_due(round_)
@@ -300,13 +305,6 @@ class Driver:
             round_ += 1
         self._deliver(workers, in_flight)
         return last_row
-
-    @staticmethod
-    def _clients_by_worker(layout: _Layout) -> dict[int, list[int]]:
-        per_worker: dict[int, list[int]] = defaultdict(list)
-        for g, clients in enumerate(layout.groups):
-            per_worker[layout.owner_of_group[g]].extend(int(c) for c in clients)
-        return dict(per_worker)
 
     def _checkpoint_due(self, round_: int) -> bool:
         every = self.spec.engine.checkpoint_every

@@ -23,6 +23,7 @@ from raysim.config import ExperimentConfig
 from raysim.data import ArrayDataset, Partition, load_dataset, make_partition
 from raysim.data.site_shift import apply_site_shift
 from raysim.engine.driver import Driver, RunSpec
+from raysim.engine.evaluation import test_sources
 from raysim.engine.weights import get_weights
 from raysim.engine.worker import WorkerSetup
 from raysim.errors import ConfigError
@@ -273,6 +274,7 @@ def _start_driver(config: ExperimentConfig, dataset: ArrayDataset, partition: Pa
             **extra,
         })
     client_test_shares = tuple(partition.test)
+    sources = test_sources(len(dataset.test_y), partition.test, partition.unseen)
     if algorithm_class.pooled:
         partition = pooled(partition, len(dataset.test_y))
     context = run_context(config, dataset, seed, partition.num_clients)
@@ -280,7 +282,8 @@ def _start_driver(config: ExperimentConfig, dataset: ArrayDataset, partition: Pa
                         initial_weights(config, dataset, seed), config.evaluation.batch_size,
                         threads=max(1, math.floor(config.engine.cpus_per_worker)),
                         # one pooled client gains nothing from batching clients
-                        vectorize="never" if algorithm_class.pooled else config.engine.vectorize)
+                        vectorize="never" if algorithm_class.pooled else config.engine.vectorize,
+                        test_sources=sources)
     use_gpus = config.engine.gpus_per_worker > 0 and not notices
     spec = RunSpec(str(run_dir), setup, config.training.rounds, config.engine,
                    config.evaluation, use_gpus, resume=resume,

@@ -16,7 +16,6 @@ from raysim.engine.evaluation import (
     classification_metrics,
     route_counts,
     share_metrics,
-    test_sources,
 )
 from raysim.results.sink import ParquetSink
 from raysim.schema import EvaluationConfig
@@ -29,13 +28,13 @@ class Evaluator:
 
     def __init__(self, algorithm: Algorithm, test_y: np.ndarray,
                  shares: tuple[np.ndarray, ...], unseen: np.ndarray | None,
-                 settings: EvaluationConfig):
+                 sources: np.ndarray, settings: EvaluationConfig):
         self.algorithm = algorithm
         self.test_y = test_y
         self.shares = shares
         self.unseen = unseen
+        self._sources = sources
         self.settings = settings
-        self._sources = test_sources(len(test_y), shares, unseen)
 
     def evaluate(self, workers: list[Any], state: Any, round_: int,
                  clients_by_worker: dict[int, list[int]], sink: ParquetSink) -> dict[str, float]:

@@ -15,7 +15,7 @@ import torch
 
 from raysim.algorithms.base import Algorithm, RunContext
 from raysim.data.partition import Partition
-from raysim.engine.evaluation import classification_metrics, predict_proba, test_sources
+from raysim.engine.evaluation import classification_metrics, predict_proba
 from raysim.engine.memory import resident_memory_mb
 from raysim.engine.runtime import ClientRuntime, warm_up
 from raysim.engine.weights import Weights, payload_bytes, set_weights
@@ -36,6 +36,8 @@ class WorkerSetup:
     eval_batch_size: int
     threads: int
     vectorize: str = "auto"
+    test_sources: np.ndarray | None = None
+    """The client whose test share holds each test sample (-1: unseen client, -2: none)."""
 
 
 @dataclass
@@ -89,7 +91,6 @@ class ClientWorker:
         )
         self.client_states: dict[int, Any] = {}
         self.group_of: dict[int, int] = {}
-        self._sources: np.ndarray | None = None
         warm_up(self.runtime.model, context.info, context.training.optimizer, self.device)
 
     def describe(self) -> dict[str, Any]:
@@ -178,17 +179,15 @@ class ClientWorker:
     def predict_test(self, models: dict[str, Any], chunks: list[tuple[int, int]]
                      ) -> dict[str, list[tuple[np.ndarray, np.ndarray | None]]]:
         """Each evaluation model's (probabilities, routes) on test-set chunks [start, stop)."""
-        test_x, sources = self.arrays["test_x"], self._test_sources()
-        return {name: [self.algorithm.predict(self.runtime, model, test_x[start:stop],
-                                              sources[start:stop], self.setup.eval_batch_size)
-                       for start, stop in chunks] for name, model in models.items()}
-
-    def _test_sources(self) -> np.ndarray:
-        if self._sources is None:
-            partition = self.setup.partition
-            self._sources = test_sources(len(self.arrays["test_y"]), partition.test,
-                                         partition.unseen)
-        return self._sources
+        test_x, sources = self.arrays["test_x"], self.setup.test_sources
+        outputs: dict[str, list[tuple[np.ndarray, np.ndarray | None]]] = {name: [] for name in models}
+        for start, stop in chunks:
+            predicted = self.algorithm.predict_many(self.runtime, models, test_x[start:stop],
+                                                    sources[start:stop],
+                                                    self.setup.eval_batch_size)
+            for name, output in predicted.items():
+                outputs[name].append(output)
+        return outputs
 
     def evaluate_clients(self, round_: int, clients: list[int]) -> list[dict[str, Any]]:
         """Evaluate each client's personal model on its own test share and the global test set."""

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 import pandas as pd
 
@@ -88,13 +87,13 @@ def _held_out_client(run: str) -> int | None:
     return read_manifest(Path(run))["config"]["partition"].get("holdout_client")
 
 
-def _original_id(client: int, held_out: Any) -> int:
+def _original_id(client: int, held_out: int | None) -> int:
     """A training client's id in the partition (ids after a held-out client shift by one)."""
-    return client + 1 if client >= 0 and held_out == held_out and held_out is not None and (
-        client >= held_out) else client
+    shifted = held_out is not None and client >= held_out
+    return client + 1 if shifted else client
 
 
-def _route_label(chosen: int, held_out: Any) -> str:
+def _route_label(chosen: int, held_out: int | None) -> str:
     """GM, or PM<k> with k the client's id in the partition (also with a held-out client)."""
     return "GM" if chosen < 0 else f"PM{_original_id(chosen, held_out)}"
 
@@ -113,7 +112,8 @@ def selection_table(selection: pd.DataFrame, model: str = "main") -> pd.DataFram
     chosen = chosen[chosen["round"] == last].copy()
     chosen["share"] = chosen["count"] / chosen.groupby(["run", "source_client"])["count"
                                                                                ].transform("sum")
-    held_out = chosen["run"].map(_held_out_client)
+    held_out_of = {run: _held_out_client(run) for run in chosen["run"].unique()}  # one read
+    held_out = [held_out_of[run] for run in chosen["run"]]
     chosen["route"] = [_route_label(c, h) for c, h in zip(chosen["chosen"], held_out,
                                                             strict=True)]
     chosen["source_client"] = [_original_id(c, h) for c, h in zip(chosen["source_client"],
