@@ -1,4 +1,4 @@
-"""Command line: ``raysim run|sweep|validate|report``."""
+"""Command line: ``raysim run|sweep|validate|costs|report``."""
 
 from __future__ import annotations
 
@@ -46,6 +46,12 @@ def _parser() -> argparse.ArgumentParser:
     validate.add_argument("--set", dest="overrides", action="append", default=[],
                           metavar="KEY=VALUE")
     validate.add_argument("--data-root", help="directory holding the MedMNIST npz files")
+    costs = commands.add_parser("costs", help="parameters and FLOPs of every client's model "
+                                "and of shared models (e.g. MH-pFLID's messenger)")
+    costs.add_argument("config")
+    costs.add_argument("--set", dest="overrides", action="append", default=[],
+                       metavar="KEY=VALUE")
+    costs.add_argument("--data-root", help="directory holding the MedMNIST npz files")
     report = commands.add_parser("report", help="summary table and learning curves of results")
     report.add_argument("paths", nargs="+", metavar="PATH",
                         help="results directories (runs, experiments or trees); several are "
@@ -59,7 +65,7 @@ def _parser() -> argparse.ArgumentParser:
                         help="also print the route frequencies of a routing model (FedSM's "
                         "super model: main, or a gamma sweep's g<gamma>_)")
     report.add_argument("--per-client", action="store_true",
-                        help="also print each client's accuracy on its own test share")
+                        help="also print each client's accuracy and macro-F1 on its own test share")
     return parser
 
 
@@ -149,6 +155,26 @@ def _validate(args: argparse.Namespace) -> int:
     return 0
 
 
+def _costs(args: argparse.Namespace) -> int:
+    from raysim.algorithms import ALGORITHMS
+    from raysim.config import load_experiments
+    from raysim.engine.runner import prepare, run_context
+    from raysim.models.costs import cost_table
+
+    for label, config in load_experiments(args.config, args.overrides).items():
+        seed = config.seeds[0]
+        dataset, partition = prepare(config, args.data_root)[seed]
+        algorithm_class = ALGORITHMS[config.algorithm.name]
+        num_clients = 1 if algorithm_class.pooled else partition.num_clients
+        algorithm = algorithm_class(config.algorithm, run_context(config, dataset, seed,
+                                                                  num_clients))
+        table = cost_table(algorithm)
+        title = f"{args.config}{' [' + label + ']' if label else ''}"
+        print(f"{title}: parameters and MFLOPs per forward pass of one sample (seed {seed})")
+        print(table.to_string(index=False, float_format=lambda v: f"{v:.2f}"))
+    return 0
+
+
 def _report(args: argparse.Namespace) -> int:
     from raysim.results.report import report
 
@@ -168,7 +194,8 @@ def _report(args: argparse.Namespace) -> int:
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``raysim`` console script; returns the exit code."""
     args = _parser().parse_args(argv)
-    handlers = {"run": _run, "sweep": _sweep, "validate": _validate, "report": _report}
+    handlers = {"run": _run, "sweep": _sweep, "validate": _validate, "costs": _costs,
+                "report": _report}
     try:
         return handlers[args.command](args)
     except RaysimError as error:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import copy
 import re
 from pathlib import Path
-from typing import Annotated, Any, Union
+from typing import Annotated, Any, Literal, Union
 
 import yaml
 from pydantic import Field, ValidationError, model_validator
@@ -22,6 +22,7 @@ from raysim.schema import (
     StrictModel,
     TrainingConfig,
 )
+from raysim.seeding import numpy_rng
 
 ModelParams = Annotated[
     Union[tuple(entry.params for entry in MODELS.values())],  # noqa: UP007
@@ -31,6 +32,49 @@ AlgorithmParams = Annotated[
     Union[tuple(cls.params_class for cls in ALGORITHMS.values())],  # noqa: UP007
     Field(discriminator="name"),
 ]
+
+
+class ClientsConfig(StrictModel):
+    """Per-client settings: an architecture per client (model heterogeneity) and an input
+    resolution per client. Without ``architectures`` every client uses ``model``."""
+
+    architectures: list[ModelParams] | None = Field(
+        None, description="model names (or model sections) assigned to clients by `assign`")
+    assign: Literal["list", "cycle", "draw"] = Field(
+        "list", description="list: one entry per client, in order; cycle: client c gets entry "
+        "c mod len; draw: each client draws an entry uniformly (seeded per run)")
+    downsample: list[int] | None = Field(
+        None, description="one factor per client: its images (training and test) are "
+        "average-pooled by this factor, e.g. [1, 2, 4, 8]")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _names_to_sections(cls, data: Any) -> Any:
+        if isinstance(data, dict) and isinstance(data.get("architectures"), list):
+            data = {**data, "architectures": [{"name": a} if isinstance(a, str) else a
+                                              for a in data["architectures"]]}
+        return data
+
+    @model_validator(mode="after")
+    def _check(self) -> ClientsConfig:
+        if self.architectures is not None and not self.architectures:
+            raise ValueError("architectures is empty; list at least one model name")
+        if self.downsample is not None and any(f < 1 for f in self.downsample):
+            raise ValueError(f"downsample factors must be >= 1, got {self.downsample}")
+        return self
+
+    def resolve(self, default: StrictModel, num_clients: int, seed: int
+                ) -> tuple[StrictModel, ...]:
+        """The architecture of every client of the partition (seeded for ``assign: draw``)."""
+        entries = self.architectures
+        if entries is None:
+            return (default,) * num_clients
+        if self.assign == "list":
+            return tuple(entries)
+        if self.assign == "cycle":
+            return tuple(entries[c % len(entries)] for c in range(num_clients))
+        picks = numpy_rng(seed, "architectures").integers(len(entries), size=num_clients)
+        return tuple(entries[int(i)] for i in picks)
 
 
 class ExperimentConfig(StrictModel):
@@ -44,6 +88,7 @@ class ExperimentConfig(StrictModel):
     training: TrainingConfig = TrainingConfig()
     evaluation: EvaluationConfig = EvaluationConfig()
     seeds: list[int] = Field([0], min_length=1)
+    clients: ClientsConfig = ClientsConfig()
     engine: EngineConfig = EngineConfig()
     output: str = "results"
 
@@ -55,6 +100,16 @@ class ExperimentConfig(StrictModel):
                 f"training.clients_per_round={per_round} exceeds partition.num_clients="
                 f"{self.partition.num_clients}; sample at most as many clients as there are"
             )
+        num_clients = self.partition.num_clients
+        for key, values in (("architectures", self.clients.architectures),
+                            ("downsample", self.clients.downsample)):
+            if values is None or (key == "architectures" and self.clients.assign != "list"):
+                continue
+            if len(values) != num_clients:
+                raise ValueError(
+                    f"clients.{key} lists {len(values)} entries for partition.num_clients="
+                    f"{num_clients}; give one per client"
+                    + (", or use clients.assign=cycle or draw" if key == "architectures" else ""))
         if len(set(self.seeds)) != len(self.seeds):
             raise ValueError(f"seeds {self.seeds} repeat a seed; list each seed once")
         return self
@@ -87,6 +142,8 @@ def format_validation_error(error: ValidationError) -> str:
             location.append("name")
         elif len(location) >= 2 and location[0] in ("model", "algorithm"):
             location.pop(1)  # drop the discriminator tag pydantic inserts
+        elif len(location) >= 4 and location[:2] == ["clients", "architectures"]:
+            location.pop(3)
         field = ".".join(location) or "(top level)"
         value = item.get("input")
         if item["type"] == "union_tag_invalid":

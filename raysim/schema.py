@@ -27,6 +27,9 @@ class DatasetConfig(StrictModel):
     root: str | None = Field(None, description="directory of MedMNIST npz files")
     download: bool = Field(True, description="download a missing MedMNIST file")
     verify_checksum: bool = Field(True, description="check the MD5 of MedMNIST files")
+    train_subset: int | None = Field(
+        None, ge=2, description="keep only this many training samples (fixed class-stratified "
+        "draw, the same for every seed); the test set is kept whole")
 
 
 class SiteShiftConfig(StrictModel):
@@ -46,7 +49,9 @@ class SiteShiftConfig(StrictModel):
 class PartitionConfig(StrictModel):
     """How the training set is split across virtual clients."""
 
-    scheme: Literal["iid", "dirichlet", "shards", "quantity"] = "iid"
+    scheme: Literal["iid", "dirichlet", "shards", "quantity", "replicate"] = "iid"
+    """replicate: every client holds the whole training set and the whole test set (e.g.
+    the same images at different resolutions, ``clients.downsample``)."""
     num_clients: int = Field(10, ge=1)
     beta: float = Field(0.5, gt=0, description="Dirichlet concentration (label or quantity skew)")
     min_size: int = Field(1, ge=0, description="smallest number of samples per client")
@@ -70,6 +75,11 @@ class PartitionConfig(StrictModel):
             )
         if self.holdout_client is not None and self.num_clients < 2:
             raise ValueError("holdout_client needs at least 2 clients (one trains)")
+        if self.scheme == "replicate" and (self.site_shift is not None
+                                            or self.holdout_client is not None):
+            raise ValueError("scheme 'replicate' gives every client the same samples, so it "
+                             "cannot take a site shift or a held-out client; use another "
+                             "scheme or remove site_shift/holdout_client")
         if self.samples_per_client is not None and self.scheme != "iid":
             raise ValueError(
                 f"samples_per_client applies to scheme 'iid' only, not {self.scheme!r}; "

@@ -2,7 +2,16 @@
 
 from __future__ import annotations
 
-from raysim.algorithms import centralized, fedavg, feddc, fedprox, fedsm, local_only  # noqa: F401
+from raysim.algorithms import (  # noqa: F401  (registration)
+    centralized,
+    fedavg,
+    feddc,
+    fedmd,
+    fedprox,
+    fedsm,
+    local_only,
+    mhpflid,
+)
 from raysim.algorithms.base import ALGORITHMS, Algorithm, ClientResult, RunContext
 
 __all__ = ["ALGORITHMS", "Algorithm", "ClientResult", "RunContext"]

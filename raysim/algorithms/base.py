@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
+from torch import nn
 
 from raysim.data.dataset import DataInfo
 from raysim.engine.evaluation import predict_proba
@@ -49,6 +50,19 @@ class RunContext:
     training: TrainingConfig
     num_clients: int
     clients_per_round: int
+    architectures: tuple[StrictModel, ...] = ()
+    """Each client's architecture (empty: every client uses ``model``)."""
+    downsample: tuple[int, ...] = ()
+    """Each client's input downsampling factor (empty: none)."""
+
+    def architecture(self, client: int) -> StrictModel:
+        """The architecture of one client."""
+        return self.architectures[client] if self.architectures else self.model
+
+    @property
+    def heterogeneous(self) -> bool:
+        """True when clients use more than one architecture."""
+        return len({a.model_dump_json() for a in self.architectures}) > 1
 
 
 @dataclass
@@ -75,6 +89,8 @@ class Algorithm(ABC):
     """Upload types the server forwards to another client (counted again as bytes down)."""
     evaluation_uploads: ClassVar[tuple[str, ...]] = ()
     """Upload types that only feed the server's evaluation, not communication (not counted)."""
+    heterogeneous: ClassVar[bool] = False
+    """True when clients may run different architectures (``clients.architectures``)."""
 
     def __init__(self, params: StrictModel, context: RunContext):
         self.params = params
@@ -121,6 +137,11 @@ class Algorithm(ABC):
         models, e.g. one selector pass for several gammas)."""
         return {name: self.predict(runtime, model, x, sources, batch_size)
                 for name, model in models.items()}
+
+    def shared_models(self) -> dict[str, nn.Module]:
+        """Models besides the clients' own that every client trains and sends (e.g. MH-pFLID's
+        messenger), by name, for the cost table (parameters, FLOPs)."""
+        return {}
 
     def migration(self, round_: int) -> np.ndarray | None:
         """``destination[c]``: the client that receives client c's persistent state after this

@@ -31,6 +31,7 @@ class Centralized(LocalOnly):
     params_class = CentralizedParams
     pooled = True
     personalized = False
+    heterogeneous = False
     evaluation_uploads = ("model",)
 
     def local_work_scale(self) -> int:

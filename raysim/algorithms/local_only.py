@@ -20,10 +20,12 @@ class LocalOnlyParams(StrictModel):
 @register_algorithm
 class LocalOnly(Algorithm):
     """Each client continues its own model (and optimizer state) from round to round; each
-    model is evaluated on the client's own test share and on the global test set."""
+    model is evaluated on the client's own test share and on the global test set. Clients may
+    run different architectures (``clients.architectures``)."""
 
     params_class = LocalOnlyParams
     personalized = True
+    heterogeneous = True
 
     def local_work_scale(self) -> int:
         """Multiplier of the configured local steps (1: a client's own budget)."""
@@ -31,7 +33,8 @@ class LocalOnly(Algorithm):
 
     def local_updates(self, runtime: ClientRuntime, clients: Sequence[int], round_: int,
                       message: dict[str, Any], states: Sequence[Any]) -> list[ClientResult]:
-        starts = [runtime.initial_weights if s is None else s[0] for s in states]
+        starts = [runtime.client_initial_weights(c) if s is None else s[0]
+                  for c, s in zip(clients, states, strict=True)]
         optimizer_states = [None if s is None else s[1] for s in states]
         trained = runtime.train_many(clients, round_, starts, optimizer_states,
                                      steps_scale=self.local_work_scale())

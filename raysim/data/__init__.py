@@ -2,20 +2,45 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
+import numpy as np
+
 from raysim.data.builtin import BUILTIN_DATASETS, load_builtin
 from raysim.data.dataset import ArrayDataset, DataInfo, to_tensor
 from raysim.data.medmnist_io import load_medmnist
 from raysim.data.partition import Partition, make_partition
 from raysim.schema import DatasetConfig
+from raysim.seeding import numpy_rng
 
 __all__ = ["ArrayDataset", "DataInfo", "Partition", "load_dataset", "make_partition", "to_tensor"]
 
 
 def load_dataset(config: DatasetConfig, data_root: str | None = None) -> ArrayDataset:
-    """Load the dataset a config names; ``data_root`` overrides ``config.root``."""
+    """Load the dataset a config names; ``data_root`` overrides ``config.root``. With
+    ``train_subset`` only that many training samples are kept (a fixed, seed-independent,
+    class-stratified draw)."""
     name = config.name.lower()
     if name in BUILTIN_DATASETS:
-        return load_builtin(name)
-    return load_medmnist(
-        name, config.size, data_root or config.root, config.download, config.verify_checksum
-    )
+        dataset = load_builtin(name)
+    else:
+        dataset = load_medmnist(
+            name, config.size, data_root or config.root, config.download, config.verify_checksum
+        )
+    if config.train_subset is None or config.train_subset >= len(dataset.train_y):
+        return dataset
+    keep = stratified_subset(dataset.train_y, config.train_subset)
+    return replace(dataset, train_x=dataset.train_x[keep], train_y=dataset.train_y[keep])
+
+
+def stratified_subset(labels: np.ndarray, size: int) -> np.ndarray:
+    """Sorted indices of ``size`` samples with the class proportions of ``labels`` (largest
+    remainders), drawn from the fixed stream (0, "train-subset")."""
+    rng = numpy_rng(0, "train-subset")
+    classes, counts = np.unique(labels, return_counts=True)
+    quota = counts * size / len(labels)
+    take = np.floor(quota).astype(np.int64)
+    take[np.argsort(-(quota - take), kind="stable")[: size - int(take.sum())]] += 1
+    picks = [rng.permutation(np.flatnonzero(labels == cls))[:n] for cls, n in zip(classes, take,
+                                                                                    strict=True)]
+    return np.sort(np.concatenate(picks))

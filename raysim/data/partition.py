@@ -80,6 +80,9 @@ def make_partition(
             f"only {num_samples} samples, so at most {num_samples} clients can hold one each. "
             "Lower partition.num_clients."
         )
+    if config.scheme == "replicate":
+        every = np.arange(num_samples)
+        return Partition([every] * num_clients, [np.arange(len(test_labels))] * num_clients)
     if config.scheme == "iid":
         owners = _iid(num_samples, num_clients, config.samples_per_client, rng)
     elif config.scheme == "dirichlet":

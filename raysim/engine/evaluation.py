@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import numpy as np
 import torch
@@ -16,12 +17,16 @@ METRICS = ("accuracy", "macro_f1", "auc", "loss")
 
 @torch.no_grad()
 def predict_proba(model: nn.Module, x: np.ndarray, info: DataInfo, batch_size: int,
-                  device: torch.device) -> np.ndarray:
-    """Class probabilities (float64) of ``model`` in eval mode for stored inputs ``x``."""
+                  device: torch.device,
+                  transform: Callable[[torch.Tensor], torch.Tensor] | None = None) -> np.ndarray:
+    """Class probabilities (float64) of ``model`` in eval mode for stored inputs ``x``
+    (``transform``: applied to each normalised batch, e.g. a client's downsampling)."""
     model.eval()
     outputs = []
     for start in range(0, len(x), batch_size):
         batch = to_tensor(x[start:start + batch_size], info).to(device)
+        if transform is not None:
+            batch = transform(batch)
         outputs.append(torch.softmax(model(batch).double(), dim=1).cpu().numpy())
     if not outputs:
         return np.zeros((0, info.num_classes))

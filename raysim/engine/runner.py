@@ -103,6 +103,7 @@ def prepare(config: ExperimentConfig, data_root: str | None
     site shift makes the images seed-specific."""
     dataset = load_dataset(config.dataset, data_root)
     build_model(config.model, dataset.info)
+    check_client_settings(config, dataset)
     settings = config.partition
     prepared = {}
     for seed in config.seeds:
@@ -122,13 +123,43 @@ def prepare(config: ExperimentConfig, data_root: str | None
     return prepared
 
 
+def check_client_settings(config: ExperimentConfig, dataset: ArrayDataset) -> None:
+    """Per-client architectures and resolutions need an algorithm that supports them, and
+    every listed architecture must build for the dataset."""
+    per_client = config.clients
+    algorithm_class = ALGORITHMS[config.algorithm.name]
+    for key in ("architectures", "downsample"):
+        if getattr(per_client, key) is not None and not algorithm_class.heterogeneous:
+            supported = ", ".join(sorted(n for n, c in ALGORITHMS.items() if c.heterogeneous))
+            raise ConfigError(
+                f"Invalid config field `clients.{key}`: algorithm {config.algorithm.name!r} "
+                f"trains one shared model, so every client must use the same architecture and "
+                f"input. Set `model` (and remove clients.{key}), or use an algorithm for "
+                f"heterogeneous clients: {supported}.")
+    for architecture in per_client.architectures or ():
+        build_model(architecture, dataset.info)
+    if per_client.downsample and dataset.info.kind != "image":
+        raise ConfigError("Invalid config field `clients.downsample`: dataset "
+                          f"{dataset.info.name!r} is tabular; downsampling applies to images. "
+                          "Remove clients.downsample.")
+
+
 def run_context(config: ExperimentConfig, dataset: ArrayDataset, seed: int,
                 num_clients: int) -> RunContext:
     """What the algorithm of one run knows about it (``num_clients``: 1 for pooled runs)."""
     holdout = config.partition.holdout_client is not None
     training_clients = config.partition.num_clients - int(holdout)  # a held-out client sits out
+    per_client = config.clients
+    architectures = (per_client.resolve(config.model, config.partition.num_clients, seed)
+                     if per_client.architectures is not None else ())
+    downsample = tuple(per_client.downsample or ())
+    if holdout:  # the partition renumbers the training clients without the held-out one
+        architectures, downsample = (tuple(v for c, v in enumerate(values)
+                                           if c != config.partition.holdout_client)
+                                     for values in (architectures, downsample))
     return RunContext(seed, dataset.info, config.model, config.training, num_clients,
-                      min(config.clients_per_round, training_clients))
+                      min(config.clients_per_round, training_clients), architectures,
+                      downsample)
 
 
 def new_run_root(config: ExperimentConfig, output: str | None) -> Path:

@@ -8,14 +8,15 @@ from typing import Any
 
 import numpy as np
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from raysim.data.dataset import DataInfo, to_tensor
-from raysim.engine.vectorized import VECTORIZED, choose_path, train_vectorized
+from raysim.engine.vectorized import LOOP, VECTORIZED, choose_path, train_vectorized
 from raysim.engine.weights import Weights, as_tensor, get_weights, set_weights
 from raysim.models import build_model
 from raysim.schema import OptimizerConfig, StrictModel, TrainingConfig
-from raysim.seeding import client_keys, seed_sequence
+from raysim.seeding import client_keys, seed_sequence, torch_generator
 
 
 @dataclass
@@ -52,11 +53,12 @@ def batch_bounds(num_samples: int, batch_size: int) -> list[tuple[int, int]]:
 
 
 def batch_plans(num_samples: int, batch_size: int, epochs: int | None, steps: int | None,
-                seed: int, round_: int, clients: np.ndarray) -> list[np.ndarray]:
+                seed: int, round_: int, clients: np.ndarray, stream: str = "batches"
+                ) -> list[np.ndarray]:
     """Minibatch positions (into each client's local data) for one round of many clients of
     the same size: a list over steps of (clients, batch) arrays.
 
-    Each epoch is a fresh permutation from the client's own stream (seed, "batches", round,
+    Each epoch is a fresh permutation from the client's own stream (seed, ``stream``, round,
     client); a round of ``steps`` runs through as many epochs as it needs.
     """
     bounds = batch_bounds(num_samples, batch_size)
@@ -65,7 +67,7 @@ def batch_plans(num_samples: int, batch_size: int, epochs: int | None, steps: in
     else:
         schedule = [(k // len(bounds), bounds[k % len(bounds)]) for k in range(steps)]
     num_epochs = schedule[-1][0] + 1
-    keys = client_keys(seed, "batches", round_, clients, num_epochs * num_samples)
+    keys = client_keys(seed, stream, round_, clients, num_epochs * num_samples)
     orders = np.argsort(keys.reshape(len(clients), num_epochs, num_samples), axis=2,
                         kind="stable")
     return [orders[:, epoch, start:stop] for epoch, (start, stop) in schedule]
@@ -106,13 +108,15 @@ class ClientRuntime:
 
     Holds the training arrays (zero-copy from the object store), the partition, one resident
     model per architecture (weights are loaded into it for each client, never a model per
-    client) and the local training loop shared by every algorithm.
+    client), each client's architecture and input resolution, and the local training loop
+    shared by every algorithm.
     """
 
     def __init__(self, *, seed: int, info: DataInfo, model_params: StrictModel,
                  training: TrainingConfig, train_x: np.ndarray, train_y: np.ndarray,
                  client_indices: list[np.ndarray], initial_weights: Weights,
-                 device: torch.device, vectorize: str = "auto"):
+                 device: torch.device, vectorize: str = "auto",
+                 architectures: tuple[StrictModel, ...] = (), downsample: tuple[int, ...] = ()):
         self.seed = seed
         self.info = info
         self.training = training
@@ -121,9 +125,17 @@ class ClientRuntime:
         self.client_indices = client_indices
         self.initial_weights = initial_weights
         self.device = device
+        self.architectures = architectures
+        self.downsample = downsample
         self._model_params = model_params
         self._models: dict[str, nn.Module] = {}
-        self.path, self.path_reason = choose_path(self.model, training.optimizer, device, vectorize)
+        self._initial: dict[str, Weights] = {model_params.model_dump_json(): initial_weights}
+        if len({a.model_dump_json() for a in architectures}) > 1 or any(
+                f > 1 for f in downsample):
+            self.path, self.path_reason = LOOP, "clients differ in architecture or resolution"
+        else:
+            self.path, self.path_reason = choose_path(self.model, training.optimizer, device,
+                                                      vectorize)
 
     @property
     def model(self) -> nn.Module:
@@ -137,12 +149,36 @@ class ClientRuntime:
             self._models[key] = build_model(params, self.info).to(self.device)
         return self._models[key]
 
+    def architecture(self, client: int) -> StrictModel:
+        """A client's architecture (the configured model unless ``clients.architectures``)."""
+        return self.architectures[client] if self.architectures else self._model_params
+
+    def client_model(self, client: int) -> nn.Module:
+        """The resident model of a client's architecture."""
+        return self.model_for(self.architecture(client))
+
+    def client_initial_weights(self, client: int) -> Weights:
+        """The initial weights of a client's architecture: the run's initial model for the
+        configured architecture, else drawn from the stream (seed, "init-<architecture>")."""
+        params = self.architecture(client)
+        key = params.model_dump_json()
+        if key not in self._initial:
+            with torch.random.fork_rng(devices=[]):
+                torch.manual_seed(torch_generator(self.seed, f"init-{key}").initial_seed())
+                self._initial[key] = get_weights(build_model(params, self.info))
+        return self._initial[key]
+
+    def client_inputs(self, client: int, x: torch.Tensor) -> torch.Tensor:
+        """Images as the client sees them: average-pooled by its ``clients.downsample``."""
+        factor = self.downsample[client] if self.downsample else 1
+        return F.avg_pool2d(x, factor, ceil_mode=True) if factor > 1 else x
+
     def client_data(self, client: int) -> tuple[torch.Tensor, torch.Tensor]:
         """A client's whole training set as normalised tensors on the worker's device."""
         indices = self.client_indices[client]
         x = to_tensor(self.train_x[indices], self.info).to(self.device)
         y = torch.from_numpy(self.train_y[indices]).to(self.device)
-        return x, y
+        return self.client_inputs(client, x), y
 
     def train_many(self, clients: Sequence[int], round_: int, weights: Sequence[Weights],
                    optimizer_states: Sequence[Any], *, prox: tuple[Weights, float] | None = None,
@@ -151,22 +187,21 @@ class ClientRuntime:
         for the round's local work; returns (new weights, outcome) per client, in order.
 
         Uses the path chosen for this run (``self.path``): one ``torch.func`` call for all
-        clients of equal size, or a loop over clients with the resident model. Both draw the
-        same batches from each client's own stream.
+        clients of equal size, or a loop over clients with the resident model of each client's
+        architecture. Both draw the same batches from each client's own stream.
         """
         if self.path == VECTORIZED:
             return self._train_vectorized(clients, round_, weights, optimizer_states, prox,
                                           steps_scale)
-        model = self.model
         results = []
         for client, start, optimizer_state in zip(clients, weights, optimizer_states, strict=True):
+            model = self.client_model(client)
             set_weights(model, start)
             regularizer = proximal_term(model, *prox) if prox and prox[1] > 0 else None
             outcome = self.train(model, client, round_, regularizer=regularizer,
                                  optimizer_state=optimizer_state, steps_scale=steps_scale)
             results.append((get_weights(model), outcome))
         return results
-
     def _train_vectorized(self, clients: Sequence[int], round_: int, weights: Sequence[Weights],
                           optimizer_states: Sequence[Any], prox: tuple[Weights, float] | None,
                           steps_scale: int) -> list[tuple[Weights, TrainOutcome]]:
@@ -196,39 +231,57 @@ class ClientRuntime:
               regularizer: Callable[[], torch.Tensor] | None = None,
               optimizer_state: dict[str, Any] | None = None,
               steps_scale: int = 1) -> TrainOutcome:
-        """Train ``model`` in place on the client's data for the round's local work.
-
-        Batch order comes from the stream (seed, "batches", round, client), so the result is
-        the same on any worker.
-        """
-        x, y = self.client_data(client)
-        # dropout and other global-RNG ops; only the CPU generator (torch.manual_seed also
-        # seeds every accelerator backend, which costs about a millisecond per call)
-        torch_seed = rng_seed(self.seed, "torch", round_, client)
-        torch.default_generator.manual_seed(torch_seed)
-        if self.device.type == "cuda":
-            torch.cuda.manual_seed(torch_seed)
+        """Train ``model`` in place with cross-entropy on the client's data for the round's
+        local work (the configured optimizer, epochs or steps, batch size)."""
         steps = None if self.training.local_steps is None else self.training.local_steps * steps_scale
-        plan = [step[0] for step in batch_plans(len(y), self.training.batch_size,
-                                                 self.training.epochs, steps, self.seed, round_,
-                                                 np.array([client]))]
         optimizer = make_optimizer(model.parameters(), self.training.optimizer)
         if optimizer_state is not None:
             optimizer.load_state_dict(optimizer_state)
         loss_fn = nn.CrossEntropyLoss()
         model.train()
+        mean_loss, samples, taken = self.fit(
+            client, round_, optimizer, lambda inputs, targets: loss_fn(model(inputs), targets),
+            epochs=self.training.epochs, steps=steps, regularizer=regularizer)
+        return TrainOutcome(mean_loss, samples, taken, optimizer.state_dict())
+
+    def fit(self, client: int, round_: int, optimizer: torch.optim.Optimizer,
+            batch_loss: Callable[[torch.Tensor, torch.Tensor], torch.Tensor], *,
+            epochs: int | None, steps: int | None = None, batch_size: int | None = None,
+            stream: str = "batches",
+            regularizer: Callable[[], torch.Tensor] | None = None,
+            data: tuple[torch.Tensor, torch.Tensor] | None = None) -> tuple[float, int, int]:
+        """The local training loop every algorithm shares: minibatches of the client's data,
+        ``batch_loss(inputs, targets)`` (+ ``regularizer()``, not reported), one optimizer step
+        each. Returns (mean reported loss, samples, steps); modules' train/eval modes are the
+        caller's. ``data``: (inputs, targets) to train on instead of the client's own data
+        (e.g. a public set).
+
+        Batch order comes from the stream (seed, ``stream``, round, client) and global-RNG
+        ops (dropout) from (seed, "torch"/"torch-<stream>", round, client), so the result is
+        the same on any worker.
+        """
+        x, y = self.client_data(client) if data is None else data
+        # only the CPU generator (torch.manual_seed also seeds every accelerator backend,
+        # which costs about a millisecond per call)
+        purpose = "torch" if stream == "batches" else f"torch-{stream}"
+        torch_seed = rng_seed(self.seed, purpose, round_, client)
+        torch.default_generator.manual_seed(torch_seed)
+        if self.device.type == "cuda":
+            torch.cuda.manual_seed(torch_seed)
+        plan = [step[0] for step in batch_plans(len(y), batch_size or self.training.batch_size,
+                                                 epochs, steps, self.seed, round_,
+                                                 np.array([client]), stream)]
         total_loss = torch.zeros((), device=self.device)
         seen = 0
         for positions in plan:
             index = torch.from_numpy(positions).to(self.device)
             inputs, targets = x[index], y[index]
             optimizer.zero_grad(set_to_none=True)
-            loss = loss_fn(model(inputs), targets)
+            loss = batch_loss(inputs, targets)
             total_loss += loss.detach() * len(positions)
             if regularizer is not None:
                 loss = loss + regularizer()
             loss.backward()
             optimizer.step()
             seen += len(positions)
-        mean_loss = float(total_loss) / max(seen, 1)
-        return TrainOutcome(mean_loss, len(y), len(plan), optimizer.state_dict())
+        return float(total_loss) / max(seen, 1), len(y), len(plan)

@@ -87,7 +87,8 @@ class ClientWorker:
             training=context.training, train_x=self.arrays["train_x"],
             train_y=self.arrays["train_y"], client_indices=setup.partition.train,
             initial_weights=setup.initial_weights, device=self.device,
-            vectorize=setup.vectorize,
+            vectorize=setup.vectorize, architectures=context.architectures,
+            downsample=context.downsample,
         )
         self.client_states: dict[int, Any] = {}
         self.group_of: dict[int, int] = {}
@@ -190,22 +191,30 @@ class ClientWorker:
         return outputs
 
     def evaluate_clients(self, round_: int, clients: list[int]) -> list[dict[str, Any]]:
-        """Evaluate each client's personal model on its own test share and the global test set."""
+        """Evaluate each client's personal model (its own architecture, at its own input
+        resolution) on its own test share and the global test set."""
         info, rows = self.setup.context.info, []
         test_x, test_y = self.arrays["test_x"], self.arrays["test_y"]
         for client in clients:
             weights = self.algorithm.personal_weights(self.client_states.get(client))
             if weights is None:
                 continue
-            model = self.runtime.model
+            model = self.runtime.client_model(client)
             set_weights(model, weights)
+
+            def transform(x: torch.Tensor, client: int = client) -> torch.Tensor:
+                return self.runtime.client_inputs(client, x)
+
             share = self.setup.partition.test[client]
             own = classification_metrics(
                 test_y[share], predict_proba(model, test_x[share], info,
-                                             self.setup.eval_batch_size, self.device))
+                                             self.setup.eval_batch_size, self.device, transform))
             pooled = classification_metrics(
-                test_y, predict_proba(model, test_x, info, self.setup.eval_batch_size, self.device))
-            rows.append({"round": round_, "client": client,
+                test_y, predict_proba(model, test_x, info, self.setup.eval_batch_size,
+                                      self.device, transform))
+            described = ({"architecture": self.runtime.architecture(client).name}  # type: ignore[attr-defined]
+                         if self.setup.context.architectures else {})
+            rows.append({"round": round_, "client": client, **described,
                          **{f"own_{k}": v for k, v in own.items()},
                          **{f"global_{k}": v for k, v in pooled.items()}})
         return rows

@@ -140,7 +140,10 @@ def client_table(client_eval: pd.DataFrame, metric: str = "accuracy") -> pd.Data
     frame["value"] = values
     frame = frame[frame["round"] == frame.groupby("run")["round"].transform("max")]
     table = frame.pivot_table(index=_KEYS, columns="client", values="value", aggfunc="mean")
-    table.columns = [f"client {c}" for c in table.columns]
+    names = (frame.dropna(subset=["architecture"]).groupby("client")["architecture"]
+             .agg(lambda a: "/".join(dict.fromkeys(a))) if "architecture" in frame else {})
+    table.columns = [f"client {c}" + (f" {names[c]}" if c in names else "")
+                     for c in table.columns]
     table["average"] = table.mean(axis=1)
     return table.reset_index()
 
@@ -150,7 +153,8 @@ def report(paths: str | Path | list[str | Path], metric: str = "accuracy",
            selection: str | None = None, per_client: bool = False) -> tuple[str, Path | None]:
     """The summary text of every run under ``paths`` (``metrics``: the columns to summarise,
     default the usual ones; ``selection``: also the route frequencies of that routing model,
-    e.g. "main"; ``per_client``: also each client's accuracy on its own test share) and the
+    e.g. "main"; ``per_client``: also each client's accuracy and macro-F1 on its own test
+    share) and the
     learning-curve PNG, written to ``output`` (default: the first path)."""
     paths = [paths] if isinstance(paths, str | Path) else list(paths)
     rounds = pd.concat([load(path, "rounds") for path in paths], ignore_index=True)
@@ -161,11 +165,13 @@ def report(paths: str | Path | list[str | Path], metric: str = "accuracy",
     png = plot_learning_curves(rounds, target / f"learning_curves_{metric}.png", metric)
     text = format_summary(summary_table(rounds, metrics))
     if per_client:
-        clients = client_table(pd.concat([load(path, "client_eval") for path in paths],
-                                         ignore_index=True))
-        text += ("\n\naccuracy on each client's own test share (last evaluated round, mean over "
-                 "seeds)\n" + (clients.round(4).to_string(index=False) if not clients.empty
-                               else "no per-client evaluations recorded"))
+        client_eval = pd.concat([load(path, "client_eval") for path in paths], ignore_index=True)
+        for name in ("accuracy", "macro_f1"):
+            clients = client_table(client_eval, name)
+            text += (f"\n\n{name} on each client's own test share (last evaluated round, mean "
+                     "over seeds)\n" + (clients.round(4).to_string(index=False)
+                                        if not clients.empty
+                                        else "no per-client evaluations recorded"))
     if selection is not None:
         routes = selection_table(pd.concat([load(path, "selection") for path in paths],
                                            ignore_index=True), selection)

@@ -1,0 +1,278 @@
+"""MH-pFLID (Xie et al., ICML 2024): model-heterogeneous personalized FL through a shared
+messenger, with an information receiver and transmitter per client.
+
+Every client keeps, resident on its worker, its own local model (any architecture of the zoo,
+split into body and head), its receiver and transmitter and their Adam states. A round:
+
+1. *Injection* (messenger frozen, ``injection_epochs`` epochs, Adam ``injection_lr``): loss =
+   ``injection_local_weight`` * CE(L_h(L_b(x)), y) + ``injection_messenger_weight`` *
+   CE(M_h(R(L_b(x), M_b(x))), y); gradients reach the local model and the receiver.
+2. *Distillation* (local model frozen, ``distillation_epochs`` epochs, Adam
+   ``distillation_lr``): loss = ``distillation_messenger_weight`` * CE(M_h(T(L_b(x), M_b(x))), y)
+   + ``distillation_kl_weight`` * KL(softmax(local) || softmax(messenger)); gradients reach the
+   messenger and the transmitter.
+3. The client uploads its messenger (body and head); the server averages them (sample-weighted,
+   BatchNorm buffers included) and sends the average back next round.
+
+Inference uses the local model alone (``personal_weights``). The ablations of the paper's Table
+6 are switches: ``share_messenger_body`` / ``share_messenger_head`` (false: that part stays on
+the client and is never averaged), ``receiver`` / ``transmitter: add`` (feature addition instead
+of attention). Rounds use ``training.batch_size`` and the two Adam optimizers above
+(``training.optimizer`` and ``training.local_epochs`` do not apply).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, Literal
+
+import torch
+import torch.nn.functional as F
+from pydantic import Field
+from torch import nn
+
+from raysim.algorithms.aggregators import WeightedSum, mean_partial, weighted_mean
+from raysim.algorithms.base import Algorithm, ClientResult, RunContext, register_algorithm
+from raysim.engine.weights import Weights, get_weights, set_weights
+from raysim.errors import field_error
+from raysim.models import build_model
+from raysim.models.messenger import InformationExchange, Messenger
+from raysim.models.split import ZOO, SplitModel
+from raysim.schema import StrictModel
+from raysim.seeding import torch_generator
+
+if TYPE_CHECKING:
+    from raysim.engine.runtime import ClientRuntime
+
+class MHpFLIDParams(StrictModel):
+    name: Literal["mhpflid"] = "mhpflid"
+    injection_epochs: int = Field(4, ge=0)
+    distillation_epochs: int = Field(1, ge=0)
+    injection_lr: float = Field(1e-4, gt=0)
+    distillation_lr: float = Field(1e-5, gt=0)
+    injection_local_weight: float = Field(0.9, ge=0.0, le=1.0)
+    """lambda^l_inj: weight of the local model's cross-entropy in the injection stage."""
+    injection_messenger_weight: float = Field(0.1, ge=0.0, le=1.0)
+    """lambda^m_inj: weight of the messenger head's cross-entropy on the receiver output."""
+    distillation_messenger_weight: float = Field(0.9, ge=0.0, le=1.0)
+    """lambda^m_dis: weight of the messenger head's cross-entropy on the transmitter output."""
+    distillation_kl_weight: float = Field(0.1, ge=0.0, le=1.0)
+    """lambda^con_dis: weight of KL(local || messenger) in the distillation stage."""
+    receiver: Literal["attention", "add"] = "attention"
+    transmitter: Literal["attention", "add"] = "attention"
+    share_messenger_body: bool = True
+    share_messenger_head: bool = True
+    tokens: Literal["channel", "spatial"] = "channel"
+    """Attention tokens: messenger channels (each a token_grid^2 map) or spatial positions."""
+    token_grid: int = Field(4, ge=1, le=16)
+    messenger_widths: tuple[int, int, int] = (64, 64, 512)
+    """Output channels of the messenger body's three convolutions (Appendix E: 64, 64, 512)."""
+    messenger_hidden: int = Field(256, ge=1)
+    weighted: bool = True
+    """Average messengers by the clients' sample counts (False: plain mean)."""
+
+
+def _seeded_weights(module_factory: Any, seed: int, purpose: str, client: int = -1) -> Weights:
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(torch_generator(seed, purpose, client=client).initial_seed())
+        return get_weights(module_factory())
+
+
+@register_algorithm
+class MHpFLID(Algorithm):
+    """Injection and distillation through a shared, server-averaged messenger."""
+
+    params_class = MHpFLIDParams
+    personalized = True
+    heterogeneous = True
+
+    def __init__(self, params: MHpFLIDParams, context: RunContext):
+        super().__init__(params, context)
+        for client in range(context.num_clients):
+            architecture = context.architecture(client)
+            if not isinstance(build_model(architecture, context.info), SplitModel):
+                where = "clients.architectures" if context.architectures else "model.name"
+                raise field_error(where, architecture.name,  # type: ignore[attr-defined]
+                                  "MH-pFLID needs local models split into body and head; "
+                                  f"use one of {', '.join(ZOO)}")
+        if not params.share_messenger_body and not params.share_messenger_head:
+            raise field_error("algorithm.share_messenger_body", False,
+                              "with neither the messenger body nor its head shared nothing is "
+                              "averaged and clients never communicate; use algorithm `local` "
+                              "for that baseline")
+        self._messenger: Messenger | None = None
+        self._exchanges: dict[tuple[str, int], InformationExchange] = {}
+
+    # ----- shared pieces -----
+    def build_messenger(self) -> Messenger:
+        """A fresh messenger for this run's data."""
+        channels = self.context.info.input_shape[0]
+        return Messenger(channels, self.context.info.num_classes, self.params.messenger_widths,
+                         self.params.messenger_hidden)
+
+    def shared_models(self) -> dict[str, nn.Module]:
+        return {"messenger": self.build_messenger()}
+
+    def _shared(self, name: str) -> bool:
+        return (self.params.share_messenger_body if name.startswith("body.")
+                else self.params.share_messenger_head)
+
+    def _build_exchange(self, role: str, local_channels: int) -> InformationExchange:
+        p = self.params
+        return InformationExchange(
+            local_channels, p.messenger_widths[2],
+            query_from="messenger" if role == "receiver" else "local",
+            mode=p.receiver if role == "receiver" else p.transmitter,
+            tokens=p.tokens, grid=p.token_grid)
+
+    # ----- server -----
+    def init_server_state(self, initial_weights: Weights) -> Weights:
+        return _seeded_weights(self.build_messenger, self.context.seed, "messenger-init")
+
+    def broadcast(self, state: Weights, round_: int) -> dict[str, Any]:
+        return {"messenger": {k: v for k, v in state.items() if self._shared(k)}}
+
+    def reduce(self, results: Sequence[tuple[int, ClientResult]]) -> WeightedSum:
+        return mean_partial([r.upload["messenger"] for _, r in results],
+                            [r.metrics["num_samples"] for _, r in results], self.params.weighted)
+
+    def aggregate(self, state: Weights, partials: Sequence[WeightedSum], round_: int) -> Weights:
+        return {**state, **weighted_mean(partials)} if partials else state
+
+    # ----- client -----
+    def local_updates(self, runtime: ClientRuntime, clients: Sequence[int], round_: int,
+                      message: dict[str, Any], states: Sequence[Any]) -> list[ClientResult]:
+        return [self._client_round(runtime, c, round_, message["messenger"], s)
+                for c, s in zip(clients, states, strict=True)]
+
+    def _initial_state(self, runtime: ClientRuntime, client: int) -> dict[str, Any]:
+        channels = runtime.client_model(client).feature_channels
+        seed = self.context.seed
+        messenger = _seeded_weights(self.build_messenger, seed, "messenger-init")
+        return {
+            "local": runtime.client_initial_weights(client),
+            "receiver": _seeded_weights(lambda: self._build_exchange("receiver", channels),
+                                        seed, "receiver-init", client),
+            "transmitter": _seeded_weights(lambda: self._build_exchange("transmitter", channels),
+                                           seed, "transmitter-init", client),
+            "private_messenger": {k: v for k, v in messenger.items() if not self._shared(k)},
+            "injection_adam": None, "distillation_adam": None,
+        }
+
+    def _modules(self, runtime: ClientRuntime, client: int
+                 ) -> tuple[SplitModel, Messenger, InformationExchange, InformationExchange]:
+        local = runtime.client_model(client)
+        if self._messenger is None:
+            self._messenger = self.build_messenger().to(runtime.device)
+        exchange = []
+        for role in ("receiver", "transmitter"):
+            key = (role, local.feature_channels)
+            if key not in self._exchanges:
+                self._exchanges[key] = self._build_exchange(role, key[1]).to(runtime.device)
+            exchange.append(self._exchanges[key])
+        return local, self._messenger, exchange[0], exchange[1]  # type: ignore[return-value]
+
+    def _client_round(self, runtime: ClientRuntime, client: int, round_: int,
+                      shared_messenger: Weights, state: dict[str, Any] | None) -> ClientResult:
+        state = dict(state or self._initial_state(runtime, client))
+        local, messenger, receiver, transmitter = self._modules(runtime, client)
+        set_weights(local, state["local"])
+        set_weights(messenger, {**shared_messenger, **state["private_messenger"]})
+        set_weights(receiver, state["receiver"])
+        set_weights(transmitter, state["transmitter"])
+        injection_loss, samples, injection_steps = self._inject(
+            runtime, client, round_, local, messenger, receiver, state)
+        distillation_loss, _, distillation_steps = self._distill(
+            runtime, client, round_, local, messenger, transmitter, state)
+        trained = get_weights(messenger)
+        state.update(local=get_weights(local), receiver=get_weights(receiver),
+                     transmitter=get_weights(transmitter),
+                     private_messenger={k: v for k, v in trained.items() if not self._shared(k)})
+        upload = {"messenger": {k: v for k, v in trained.items() if self._shared(k)}}
+        metrics = {"train_loss": injection_loss, "distillation_loss": distillation_loss,
+                   "num_samples": float(samples),
+                   "steps": float(injection_steps + distillation_steps)}
+        return ClientResult(upload, state, metrics)
+
+    def _inject(self, runtime: ClientRuntime, client: int, round_: int, local: SplitModel,
+                messenger: Messenger, receiver: InformationExchange, state: dict[str, Any]
+                ) -> tuple[float, int, int]:
+        """Knowledge injection: train the local model and the receiver, messenger frozen."""
+        p = self.params
+        optimizer = torch.optim.Adam([*local.parameters(), *receiver.parameters()],
+                                     lr=p.injection_lr)
+        if state["injection_adam"] is not None:
+            optimizer.load_state_dict(state["injection_adam"])
+        local.train()
+        receiver.train()
+        messenger.eval()
+
+        def loss(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+            features = local.body(x)
+            with torch.no_grad():
+                messenger_map = messenger.body(x)
+            messenger_logits = messenger.head(receiver(features, messenger_map))
+            return (p.injection_local_weight * F.cross_entropy(local.head(features), y)
+                    + p.injection_messenger_weight * F.cross_entropy(messenger_logits, y))
+
+        with _frozen(messenger):
+            outcome = _stage(runtime, client, round_, optimizer, loss, p.injection_epochs,
+                             "mhpflid-injection")
+        state["injection_adam"] = optimizer.state_dict()
+        return outcome
+
+    def _distill(self, runtime: ClientRuntime, client: int, round_: int, local: SplitModel,
+                 messenger: Messenger, transmitter: InformationExchange, state: dict[str, Any]
+                 ) -> tuple[float, int, int]:
+        """Knowledge distillation: train the messenger and the transmitter, local model frozen."""
+        p = self.params
+        optimizer = torch.optim.Adam([*messenger.parameters(), *transmitter.parameters()],
+                                     lr=p.distillation_lr)
+        if state["distillation_adam"] is not None:
+            optimizer.load_state_dict(state["distillation_adam"])
+        local.eval()
+        messenger.train()
+        transmitter.train()
+
+        def loss(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+            with torch.no_grad():
+                features = local.body(x)
+                local_log_probs = F.log_softmax(local.head(features), dim=1)
+            messenger_logits = messenger.head(transmitter(features, messenger.body(x)))
+            kl = F.kl_div(F.log_softmax(messenger_logits, dim=1), local_log_probs,
+                          reduction="batchmean", log_target=True)
+            return (p.distillation_messenger_weight * F.cross_entropy(messenger_logits, y)
+                    + p.distillation_kl_weight * kl)
+
+        with _frozen(local):
+            outcome = _stage(runtime, client, round_, optimizer, loss, p.distillation_epochs,
+                             "mhpflid-distillation")
+        state["distillation_adam"] = optimizer.state_dict()
+        return outcome
+
+    def personal_weights(self, state: Any) -> Weights | None:
+        return None if state is None else state["local"]
+
+
+def _stage(runtime: ClientRuntime, client: int, round_: int, optimizer: torch.optim.Optimizer,
+           loss: Any, epochs: int, stream: str) -> tuple[float, int, int]:
+    """One training stage of ``epochs`` epochs with its own batch stream (0 epochs: skipped)."""
+    if epochs == 0:
+        return math.nan, len(runtime.client_indices[client]), 0
+    return runtime.fit(client, round_, optimizer, loss, epochs=epochs, stream=stream)
+
+
+class _frozen:
+    """Context manager: the module's parameters take no gradients inside the block."""
+
+    def __init__(self, module: nn.Module):
+        self.parameters = [p for p in module.parameters() if p.requires_grad]
+
+    def __enter__(self) -> None:
+        for parameter in self.parameters:
+            parameter.requires_grad_(False)
+
+    def __exit__(self, *_: object) -> None:
+        for parameter in self.parameters:
+            parameter.requires_grad_(True)

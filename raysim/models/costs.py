@@ -1,0 +1,66 @@
+"""Model sizes and compute: parameter counts and FLOPs per forward pass (torch's FLOP
+counter: one multiply-add = 2 FLOPs), for every client's architecture at its input resolution
+and for the models an algorithm shares (e.g. MH-pFLID's messenger)."""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING
+
+import pandas as pd
+import torch
+from torch import nn
+from torch.utils.flop_counter import FlopCounterMode
+
+from raysim.models.registry import build_model
+
+if TYPE_CHECKING:
+    from raysim.algorithms.base import Algorithm
+
+
+def parameter_count(module: nn.Module) -> int:
+    """Number of parameters (buffers excluded)."""
+    return sum(p.numel() for p in module.parameters())
+
+
+def forward_flops(module: nn.Module, input_shape: tuple[int, ...]) -> int:
+    """FLOPs of one forward pass of one sample in eval mode."""
+    module.eval()
+    with torch.no_grad(), FlopCounterMode(display=False) as counter:
+        module(torch.zeros((1, *input_shape)))
+    return int(counter.get_total_flops())
+
+
+def client_input_shape(input_shape: tuple[int, ...], factor: int) -> tuple[int, ...]:
+    """A client's image shape after average-pooling by ``factor`` (ceil mode)."""
+    if factor <= 1:
+        return input_shape
+    channels, *spatial = input_shape
+    return (channels, *(math.ceil(s / factor) for s in spatial))
+
+
+def cost_table(algorithm: Algorithm) -> pd.DataFrame:
+    """One row per client (its architecture at its input size) and one per shared model and
+    distinct client input size: columns client, model, input, params, mflops."""
+    context = algorithm.context
+    info = context.info
+    rows = []
+    sizes = []
+    for client in range(context.num_clients):
+        factor = context.downsample[client] if context.downsample else 1
+        shape = client_input_shape(info.input_shape, factor)
+        sizes.append(shape)
+        architecture = context.architecture(client)
+        model = build_model(architecture, info)
+        rows.append({"client": client, "model": architecture.name,  # type: ignore[attr-defined]
+                     "input": "x".join(map(str, shape)), "params": parameter_count(model),
+                     "mflops": forward_flops(model, shape) / 1e6})
+    for name, module in algorithm.shared_models().items():
+        for shape in dict.fromkeys(sizes):
+            rows.append({"client": -1, "model": name, "input": "x".join(map(str, shape)),
+                         "params": parameter_count(module),
+                         "mflops": forward_flops(module, shape) / 1e6})
+    return pd.DataFrame(rows)
+
+
+__all__ = ["client_input_shape", "cost_table", "forward_flops", "parameter_count"]

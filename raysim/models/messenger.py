@@ -1,0 +1,104 @@
+"""MH-pFLID's messenger (the paper's Appendix E, Table 9) and its information receiver and
+transmitter (Section 3.3).
+
+Messenger body: conv 3x3-64, max-pool 3x3, conv 5x5-64, max-pool 3x3, conv 7x7-512, every layer
+stride 2, ReLU after each convolution. Head: linear-256, BatchNorm1d, ReLU, linear-classes, on
+the (pooled) 512-d output of the body, the receiver or the transmitter.
+
+Receiver and transmitter exchange information between a local body's feature map I_loc
+(C_loc channels) and the messenger body's feature map I_mes (D_mes channels):
+``I'_loc = W_d(I_loc)`` brings local features to D_mes; the receiver attends with queries from
+the messenger (Q = W_q I_mes, K = W_k I'_loc, V = W_v I'_loc), the transmitter with queries from
+the local model (Q = W_q I'_loc, K = W_k I_mes, V = W_v I_mes); the output is
+softmax(Q K^T / sqrt(d)) V, pooled over tokens to a D_mes vector for the messenger head.
+
+Attention is computed per sample over *feature tokens*, never across the batch:
+
+- ``channel`` tokens (default): both maps are average-pooled to a ``grid`` x ``grid`` map; W_d is
+  linear over channels (C_loc -> D_mes); each of the D_mes channels is a token whose vector is
+  its grid x grid map (d = grid^2). This stays informative when the messenger's map is 1x1
+  (28 px inputs give a 1x1 messenger map: 28 -> 14 -> 7 -> 4 -> 2 -> 1).
+- ``spatial`` tokens: every position of each map is a token of D_mes features (W_d: C_loc ->
+  D_mes per position; d = D_mes as in the paper). With a 1x1 messenger map the transmitter's
+  single key makes its output independent of the local features, so prefer it for >= 64 px.
+
+``mode: add`` replaces attention by feature addition, the paper's ablation:
+``pool(I_mes) + W_d(pool(I_loc))``.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Literal
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+TokenKind = Literal["channel", "spatial"]
+
+
+class Messenger(nn.Module):
+    """The lightweight model every client carries and the server averages (body + head)."""
+
+    def __init__(self, in_channels: int, num_classes: int, widths: tuple[int, int, int] = (64, 64, 512),
+                 hidden: int = 256):
+        super().__init__()
+        first, second, out = widths
+        self.body = nn.Sequential(
+            nn.Conv2d(in_channels, first, 3, 2, 1), nn.ReLU(inplace=True),
+            nn.MaxPool2d(3, 2, 1),
+            nn.Conv2d(first, second, 5, 2, 2), nn.ReLU(inplace=True),
+            nn.MaxPool2d(3, 2, 1),
+            nn.Conv2d(second, out, 7, 2, 3), nn.ReLU(inplace=True))
+        self.head = nn.Sequential(nn.Linear(out, hidden), nn.BatchNorm1d(hidden),
+                                  nn.ReLU(inplace=True), nn.Linear(hidden, num_classes))
+        self.feature_channels = out
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.head(pool(self.body(x)))
+
+
+def pool(feature_map: Tensor) -> Tensor:
+    """Global average pooling (B, C, H, W) -> (B, C)."""
+    return feature_map.mean(dim=(2, 3))
+
+
+class InformationExchange(nn.Module):
+    """The receiver (``query_from="messenger"``) or transmitter (``query_from="local"``)."""
+
+    def __init__(self, local_channels: int, messenger_channels: int, *,
+                 query_from: Literal["messenger", "local"], mode: Literal["attention", "add"],
+                 tokens: TokenKind = "channel", grid: int = 4):
+        super().__init__()
+        self.query_from, self.mode, self.tokens, self.grid = query_from, mode, tokens, grid
+        self.project_local = nn.Linear(local_channels, messenger_channels)  # W_d
+        if mode == "attention":
+            width = grid * grid if tokens == "channel" else messenger_channels
+            self.query = nn.Linear(width, width)
+            self.key = nn.Linear(width, width)
+            self.value = nn.Linear(width, width)
+            self.scale = 1.0 / math.sqrt(width)
+
+    def forward(self, local_map: Tensor, messenger_map: Tensor) -> Tensor:
+        """(B, C_loc, H, W) and (B, D_mes, h, w) -> (B, D_mes)."""
+        if self.mode == "add":
+            return pool(messenger_map) + self.project_local(pool(local_map))
+        local_tokens, messenger_tokens = self._tokens(local_map, messenger_map)
+        if self.query_from == "messenger":
+            queries, sources = messenger_tokens, local_tokens
+        else:
+            queries, sources = local_tokens, messenger_tokens
+        q, k, v = self.query(queries), self.key(sources), self.value(sources)
+        weights = torch.softmax(q @ k.transpose(1, 2) * self.scale, dim=-1)  # (B, Nq, Nk)
+        out = weights @ v  # (B, Nq, width)
+        return out.mean(dim=2) if self.tokens == "channel" else out.mean(dim=1)
+
+    def _tokens(self, local_map: Tensor, messenger_map: Tensor) -> tuple[Tensor, Tensor]:
+        if self.tokens == "channel":  # (B, channels, grid^2)
+            local = F.adaptive_avg_pool2d(local_map, self.grid).flatten(2)
+            messenger = F.adaptive_avg_pool2d(messenger_map, self.grid).flatten(2)
+            local = self.project_local(local.transpose(1, 2)).transpose(1, 2)
+            return local, messenger
+        local = self.project_local(local_map.flatten(2).transpose(1, 2))  # (B, HW, D_mes)
+        return local, messenger_map.flatten(2).transpose(1, 2)

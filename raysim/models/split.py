@@ -1,0 +1,60 @@
+"""Classifiers split into a body (image -> feature map) and a head (feature map -> logits), the
+shape model-heterogeneous methods (MH-pFLID, FedMD) work with, and the registration helper of
+the heterogeneous model zoo."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Literal
+
+from pydantic import create_model
+from torch import Tensor, nn
+
+from raysim.data.dataset import DataInfo
+from raysim.models.registry import register_model, require_images
+from raysim.schema import StrictModel
+
+
+class SplitModel(nn.Module):
+    """``head(body(x))``: the body maps images to a (B, C, H, W) feature map, the head pools
+    it and classifies with one linear layer."""
+
+    def __init__(self, body: nn.Module, feature_channels: int, num_classes: int):
+        super().__init__()
+        self.body = body
+        self.feature_channels = feature_channels
+        self.head = nn.Sequential(nn.AdaptiveAvgPool2d(1), nn.Flatten(),
+                                  nn.Linear(feature_channels, num_classes))
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.head(self.body(x))
+
+
+def conv_bn_relu(in_channels: int, out_channels: int, kernel: int = 3, stride: int = 1,
+                 groups: int = 1, relu: bool = True) -> nn.Sequential:
+    """Convolution (same padding, no bias) + BatchNorm (+ ReLU)."""
+    layers: list[nn.Module] = [
+        nn.Conv2d(in_channels, out_channels, kernel, stride, kernel // 2, groups=groups,
+                  bias=False),
+        nn.BatchNorm2d(out_channels)]
+    if relu:
+        layers.append(nn.ReLU(inplace=True))
+    return nn.Sequential(*layers)
+
+
+ZOO: list[str] = []
+"""Names of the registered split (body/head) architectures."""
+
+
+def register_zoo_model(name: str, build: Callable[[int, int], SplitModel], doc: str) -> None:
+    """Register ``build(in_channels, num_classes)`` as model ``name`` (no hyperparameters)."""
+    params = create_model(f"Zoo_{name}_Params", __base__=StrictModel,
+                          name=(Literal[name], name))  # type: ignore[call-overload]
+    params.__doc__ = doc
+
+    def builder(_: StrictModel, info: DataInfo) -> nn.Module:
+        require_images(name, info)
+        return build(info.input_shape[0], info.num_classes)
+
+    register_model(params)(builder)
+    ZOO.append(name)

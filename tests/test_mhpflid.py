@@ -1,0 +1,297 @@
+"""MH-pFLID and model heterogeneity: the zoo, messenger, receiver/transmitter, the two stages,
+messenger averaging, FedMD, per-client architectures and resolutions, bad input."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from conftest import REAL_MEDMNIST
+from fixtures import write_medmnist_npz
+from test_bad_input import run_cli
+
+from raysim.algorithms.base import RunContext
+from raysim.algorithms.fedmd import FedMD, FedMDParams, public_indices
+from raysim.algorithms.mhpflid import MHpFLID, MHpFLIDParams
+from raysim.config import parse_config
+from raysim.data import load_dataset, stratified_subset
+from raysim.data.dataset import DataInfo
+from raysim.engine.runner import run_experiment
+from raysim.engine.runtime import ClientRuntime
+from raysim.engine.weights import get_weights
+from raysim.models import MODELS, build_model
+from raysim.models.costs import cost_table
+from raysim.models.messenger import InformationExchange, Messenger
+from raysim.models.split import ZOO
+from raysim.results import load
+from raysim.schema import DatasetConfig, TrainingConfig
+
+GRAY = DataInfo("fixture", "image", 3, (1, 28, 28), (0.5,), (0.25,))
+SMALL_MESSENGER = {"messenger_widths": [8, 8, 32], "messenger_hidden": 16}
+
+
+def zoo_params(name: str):
+    return MODELS[name].params()
+
+
+@pytest.mark.parametrize("size", [28, 4])
+def test_every_zoo_model_splits_into_body_and_head_at_any_input_size(size):
+    info = DataInfo("x", "image", 3, (1, size, size), (0.5,), (0.25,))
+    x = torch.randn(2, 1, size, size)
+    counts = set()
+    for name in ZOO:
+        model = build_model(zoo_params(name), info).eval()
+        features = model.body(x)
+        assert features.ndim == 4 and features.shape[1] == model.feature_channels
+        assert torch.equal(model.head(features), model(x)) and model(x).shape == (2, 3)
+        counts.add(sum(p.numel() for p in model.parameters()))
+    assert len(counts) == len(ZOO)  # eleven different architectures
+    assert {"resnet5", "resnet8", "resnet11", "resnet17", "shufflenetv2", "resnext",
+            "squeezenet", "senet", "mobilenetv2", "densenet", "vgg"} <= set(ZOO)
+
+
+def test_messenger_follows_appendix_e():
+    messenger = Messenger(1, 2)
+    convs = [m for m in messenger.body if isinstance(m, torch.nn.Conv2d)]
+    assert [(c.kernel_size[0], c.out_channels, c.stride[0]) for c in convs] == [
+        (3, 64, 2), (5, 64, 2), (7, 512, 2)]
+    pools = [m for m in messenger.body if isinstance(m, torch.nn.MaxPool2d)]
+    assert [(p.kernel_size, p.stride) for p in pools] == [(3, 2), (3, 2)]
+    assert messenger.body(torch.zeros(1, 1, 64, 64)).shape == (1, 512, 2, 2)
+    head = list(messenger.head)
+    assert (head[0].out_features, type(head[1]).__name__, head[3].out_features) == (
+        256, "BatchNorm1d", 2)
+
+
+@pytest.mark.parametrize("tokens", ["channel", "spatial"])
+@pytest.mark.parametrize("query_from", ["messenger", "local"])
+def test_attention_mixes_feature_tokens_never_samples(tokens, query_from):
+    torch.manual_seed(0)
+    exchange = InformationExchange(16, 32, query_from=query_from, mode="attention",
+                                   tokens=tokens).eval()
+    local, messenger = torch.randn(4, 16, 7, 7), torch.randn(4, 32, 2, 2)
+    out = exchange(local, messenger)
+    changed_local = local.clone()
+    changed_local[3] += 5.0
+    out2 = exchange(changed_local, messenger)
+    assert out.shape == (4, 32)
+    assert torch.allclose(out[:3], out2[:3], atol=1e-6)  # other samples untouched
+    assert not torch.allclose(out[3], out2[3])  # the changed sample's output depends on it
+
+
+def test_channel_tokens_keep_the_transmitter_informative_at_a_1x1_messenger_map():
+    torch.manual_seed(0)
+    transmitter = InformationExchange(16, 32, query_from="local", mode="attention").eval()
+    messenger = torch.randn(1, 32, 1, 1).expand(2, 32, 1, 1)  # 28 px: a 1x1 map
+    out = transmitter(torch.randn(2, 16, 7, 7), messenger)
+    assert not torch.allclose(out[0], out[1])
+
+
+def _runtime(num_clients: int = 2, architectures=("resnet8", "shufflenetv2"),
+             downsample=()) -> ClientRuntime:
+    rng = np.random.default_rng(0)
+    x = rng.integers(0, 255, size=(48, 28, 28), dtype=np.uint8)
+    y = rng.integers(0, 3, size=48)
+    archs = tuple(zoo_params(a) for a in architectures)
+    return ClientRuntime(seed=0, info=GRAY, model_params=archs[0],
+                         training=TrainingConfig(batch_size=8), train_x=x, train_y=y,
+                         client_indices=np.array_split(np.arange(48), num_clients),
+                         initial_weights=get_weights(build_model(archs[0], GRAY)),
+                         device=torch.device("cpu"), architectures=archs, downsample=downsample)
+
+
+def _algorithm(runtime: ClientRuntime, **params) -> MHpFLID:
+    context = RunContext(0, GRAY, runtime.architectures[0], runtime.training, 2, 2,
+                         runtime.architectures, runtime.downsample)
+    return MHpFLID(MHpFLIDParams(**{**SMALL_MESSENGER, **params}), context)
+
+
+def _changed(before: dict, after: dict) -> set[str]:
+    return {k for k in before if not np.array_equal(before[k], after[k])}
+
+
+def test_injection_trains_only_local_and_receiver_distillation_only_messenger_and_transmitter():
+    runtime = _runtime()
+    algorithm = _algorithm(runtime)
+    server = algorithm.init_server_state({})
+    state = algorithm._initial_state(runtime, 1)
+    local, messenger, receiver, transmitter = algorithm._modules(runtime, 1)
+    for module, weights in ((local, state["local"]), (messenger, server),
+                            (receiver, state["receiver"]), (transmitter, state["transmitter"])):
+        module.load_state_dict({k: torch.from_numpy(v.copy()) for k, v in weights.items()})
+    snapshot = {name: get_weights(m) for name, m in
+                (("local", local), ("messenger", messenger), ("receiver", receiver),
+                 ("transmitter", transmitter))}
+    algorithm._inject(runtime, 1, 0, local, messenger, receiver, state)
+    after = {name: get_weights(m) for name, m in
+             (("local", local), ("messenger", messenger), ("receiver", receiver),
+              ("transmitter", transmitter))}
+    assert _changed(snapshot["local"], after["local"]) and _changed(snapshot["receiver"],
+                                                                    after["receiver"])
+    assert not _changed(snapshot["messenger"], after["messenger"])  # frozen, BN stats too
+    assert not _changed(snapshot["transmitter"], after["transmitter"])
+    algorithm._distill(runtime, 1, 0, local, messenger, transmitter, state)
+    final = {name: get_weights(m) for name, m in
+             (("local", local), ("messenger", messenger), ("receiver", receiver),
+              ("transmitter", transmitter))}
+    assert not _changed(after["local"], final["local"])  # frozen, BN stats too
+    assert not _changed(after["receiver"], final["receiver"])
+    assert _changed(after["messenger"], final["messenger"]) and _changed(
+        after["transmitter"], final["transmitter"])
+
+
+@pytest.mark.parametrize("share_body,share_head", [(True, True), (True, False), (False, True)])
+def test_server_averages_exactly_the_shared_messenger_parts(share_body, share_head):
+    runtime = _runtime()
+    algorithm = _algorithm(runtime, share_messenger_body=share_body,
+                           share_messenger_head=share_head)
+    server = algorithm.init_server_state({})
+    message = algorithm.broadcast(server, 0)
+    results = algorithm.local_updates(runtime, [0, 1], 0, message, [None, None])
+    sent = set(message["messenger"])
+    assert all(k.startswith("body.") == share_body or k.startswith("head.") == share_head
+               for k in sent)
+    assert all(set(r.upload["messenger"]) == sent for r in results)
+    partial = algorithm.reduce(list(enumerate(results)))
+    merged = algorithm.aggregate(server, [partial], 0)
+    sizes = [r.metrics["num_samples"] for r in results]
+    for key in sent:
+        if merged[key].dtype.kind == "f":
+            expected = sum(n * r.upload["messenger"][key].astype(np.float64)
+                           for n, r in zip(sizes, results, strict=True)) / sum(sizes)
+            assert np.allclose(merged[key], expected, atol=1e-6)
+    for key in set(server) - sent:  # private parts stay with the clients
+        assert np.array_equal(merged[key], server[key])
+        assert all(key in r.state["private_messenger"] for r in results)
+
+
+def test_downsampled_clients_train_and_cost_at_their_own_resolution():
+    runtime = _runtime(4, ("resnet17", "resnet11", "resnet8", "resnet5"), (1, 2, 4, 8))
+    assert [tuple(runtime.client_data(c)[0].shape[2:]) for c in range(4)] == [
+        (28, 28), (14, 14), (7, 7), (4, 4)]
+    algorithm = MHpFLID(MHpFLIDParams(), RunContext(
+        0, GRAY, runtime.architectures[0], runtime.training, 4, 4, runtime.architectures,
+        (1, 2, 4, 8)))
+    table = cost_table(algorithm)
+    clients = table[table["client"] >= 0]
+    assert list(clients["input"]) == ["1x28x28", "1x14x14", "1x7x7", "1x4x4"]
+    assert clients["mflops"].is_monotonic_decreasing
+    messenger = table[table["model"] == "messenger"]
+    assert len(messenger) == 4 and messenger["params"].nunique() == 1
+    assert messenger["params"].iloc[0] == sum(p.numel() for p in Messenger(1, 3).parameters())
+
+
+def test_fedmd_public_set_and_consensus():
+    indices = [np.arange(0, 30), np.arange(30, 35), np.arange(35, 80)]
+    public = public_indices(indices, 10, seed=3)
+    assert len(public) == 10 + 5 + 10 and len(np.unique(public)) == len(public)
+    assert np.array_equal(public, public_indices(indices, 10, seed=3))
+    assert set(public[10:15]) == set(range(30, 35))
+    runtime = _runtime()
+    context = RunContext(0, GRAY, runtime.architectures[0], runtime.training, 2, 2,
+                         runtime.architectures)
+    algorithm = FedMD(FedMDParams(public_per_client=6), context)
+    first = algorithm.local_updates(runtime, [0, 1], 0, {}, [None, None])
+    assert all(r.upload["logits"].shape == (12, 3) for r in first)
+    consensus = algorithm.aggregate(None, [algorithm.reduce(list(enumerate(first)))], 0)
+    assert np.allclose(consensus["logits"],
+                       (first[0].upload["logits"] + first[1].upload["logits"]) / 2, atol=1e-6)
+    second = algorithm.local_updates(runtime, [0, 1], 1, algorithm.broadcast(consensus, 1),
+                                     [r.state for r in first])
+    assert all(np.isfinite(r.metrics["digest_loss"]) for r in second)
+
+
+def test_train_subset_is_stratified_and_fixed():
+    labels = np.repeat([0, 1, 2], [700, 200, 100])
+    keep = stratified_subset(labels, 100)
+    assert len(keep) == 100 and np.array_equal(np.bincount(labels[keep]), [70, 20, 10])
+    assert np.array_equal(keep, stratified_subset(labels, 100))
+
+
+def hetero_raw(root, algorithm: dict, workers: int = 1) -> dict:
+    return {
+        "name": "hetero-test",
+        "dataset": {"name": "pneumoniamnist", "root": str(root), "download": False,
+                    "verify_checksum": False},
+        "partition": {"scheme": "iid", "num_clients": 3},
+        "model": {"name": "resnet8"},
+        "clients": {"architectures": ["resnet5", "shufflenetv2"], "assign": "cycle"},
+        "algorithm": algorithm,
+        "training": {"rounds": 2, "batch_size": 16, "optimizer": {"name": "adam", "lr": 0.003}},
+        "seeds": [0],
+        "engine": {"num_workers": workers, "cpus_per_worker": 1},
+    }
+
+
+def test_mhpflid_run_is_the_same_on_one_or_two_workers_and_counts_messenger_bytes(
+        ray_session, tmp_path):
+    root = tmp_path / "data"
+    write_medmnist_npz(root, n_train=120, n_test=60)
+    algorithm = {"name": "mhpflid", "injection_epochs": 1, "injection_lr": 0.003,
+                 **SMALL_MESSENGER}
+    evals = {}
+    for workers in (1, 2):
+        outcome = run_experiment(parse_config(hetero_raw(root, algorithm, workers)),
+                                 output=str(tmp_path / f"w{workers}"), progress=False)[0]
+        assert outcome.error is None, outcome.error
+        evals[workers] = load(outcome.run_dir, "client_eval")
+        communication = load(outcome.run_dir, "communication")
+    first = evals[1]
+    assert list(first[first["round"] == 1]["architecture"]) == ["resnet5", "shufflenetv2",
+                                                                "resnet5"]
+    columns = ["round", "client", "own_accuracy", "own_macro_f1", "global_loss"]
+    assert first[columns].equals(evals[2][columns])
+    messenger_bytes = sum(p.numel() * 4 for p in Messenger(1, 2, (8, 8, 32), 16).state_dict()
+                          .values() if p.dtype == torch.float32)
+    up = communication[(communication["direction"] == "up") & (communication["round"] == 0)]
+    assert list(up["message_type"]) == ["messenger"]
+    assert messenger_bytes * 3 <= up["bytes"].sum() <= messenger_bytes * 3 + 3 * 64
+
+
+@pytest.mark.skipif(not (REAL_MEDMNIST / "pneumoniamnist.npz").exists(),
+                    reason="real PneumoniaMNIST not present")
+def test_heterogeneous_clients_learn_on_real_pneumonia(ray_session, tmp_path):
+    raw = hetero_raw(REAL_MEDMNIST, {"name": "mhpflid", "injection_epochs": 2,
+                                     "injection_lr": 0.001, **SMALL_MESSENGER})
+    raw["dataset"]["train_subset"] = 600
+    raw["partition"]["num_clients"] = 2
+    outcome = run_experiment(parse_config(raw), output=str(tmp_path), progress=False)[0]
+    assert outcome.error is None, outcome.error
+    rounds = load(outcome.run_dir, "rounds")
+    test_y = load_dataset(DatasetConfig(name="pneumoniamnist", root=str(REAL_MEDMNIST))).test_y
+    majority = np.bincount(test_y).max() / len(test_y)  # 0.625
+    assert rounds["accuracy"].iloc[-1] > majority + 0.1  # personal models on the test set
+
+
+BAD_CASES = [
+    ("unknown architecture", {"architectures": ["resnet17", "resnet99"]}, {}, "resnet99"),
+    ("list shorter than the clients", {"architectures": ["resnet17", "vgg"]}, {},
+     "clients.architectures lists 2 entries"),
+    ("downsample list mismatch", {"downsample": [1, 2]}, {}, "clients.downsample lists 2"),
+    ("loss weight above 1", {}, {"injection_local_weight": 1.5},
+     "algorithm.injection_local_weight"),
+    ("negative loss weight", {}, {"distillation_kl_weight": -0.1},
+     "algorithm.distillation_kl_weight"),
+]
+
+
+@pytest.mark.parametrize("label,clients,algorithm,expected", BAD_CASES,
+                         ids=[c[0] for c in BAD_CASES])
+def test_bad_heterogeneous_configs_exit_2(capsys, tmp_path, label, clients, algorithm, expected):
+    raw = hetero_raw(tmp_path, {"name": "mhpflid", **algorithm})
+    raw["clients"] = clients
+    raw["partition"]["num_clients"] = 3
+    code, err = run_cli(capsys, tmp_path, raw)
+    assert code == 2, err
+    assert expected in err and "Traceback" not in err
+
+
+def test_shared_model_algorithms_refuse_per_client_architectures(capsys, tmp_path):
+    root = tmp_path / "data"
+    write_medmnist_npz(root, n_train=60, n_test=30)
+    code, err = run_cli(capsys, tmp_path, hetero_raw(root, {"name": "fedavg"}))
+    assert code == 2 and "trains one shared model" in err and "mhpflid" in err
+    raw = hetero_raw(root, {"name": "mhpflid"})
+    raw["clients"]["architectures"] = ["convnet"]
+    code, err = run_cli(capsys, tmp_path, raw)
+    assert code == 2 and "body and head" in err
