@@ -64,6 +64,11 @@ def _parser() -> argparse.ArgumentParser:
     report.add_argument("--selection", nargs="?", const="main", metavar="MODEL",
                         help="also print the route frequencies of a routing model (FedSM's "
                         "super model: main, or a gamma sweep's g<gamma>_)")
+    report.add_argument("--communication", action="store_true",
+                        help="also print MB per round by direction and message type")
+    report.add_argument("--privacy", action="store_true",
+                        help="also print the membership-inference audit (max and mean AUC over "
+                        "clients, share of clients at AUC <= 0.5)")
     report.add_argument("--per-client", action="store_true",
                         help="also print each client's accuracy and macro-F1 on its own test share")
     return parser
@@ -184,7 +189,7 @@ def _report(args: argparse.Namespace) -> int:
                               "`raysim run` printed.")
     metrics = args.metrics.split(",") if args.metrics else None
     text, png = report(args.paths, args.metric, args.output, metrics, args.selection,
-                       args.per_client)
+                       args.per_client, args.privacy, args.communication)
     print(text)
     if png is not None:
         print(f"learning curves: {png}")

@@ -134,6 +134,11 @@ class EvaluationConfig(StrictModel):
         description="also evaluate personal models when there is a global model (algorithms "
         "without one, e.g. local-only, always evaluate their clients' models)",
     )
+    membership_audit: int = Field(
+        0, ge=0,
+        description="membership-inference audit of every client's upload in the last round: "
+        "this many of its training samples against as many test samples (0: off); per-client "
+        "AUC in the clients table (mia_auc), summary with `raysim report --privacy`")
 
 
 class EngineConfig(StrictModel):

@@ -6,9 +6,11 @@ from raysim.algorithms import (  # noqa: F401  (registration)
     centralized,
     fedavg,
     feddc,
+    feddm,
     fedmd,
     fedprox,
     fedsm,
+    fedvck,
     local_only,
     mhpflid,
 )

@@ -16,6 +16,7 @@ import torch
 from raysim.algorithms.base import Algorithm, RunContext
 from raysim.data.partition import Partition
 from raysim.engine.evaluation import classification_metrics, predict_proba
+from raysim.engine.membership import audit_sets, membership_auc
 from raysim.engine.memory import resident_memory_mb
 from raysim.engine.runtime import ClientRuntime, warm_up
 from raysim.engine.weights import Weights, payload_bytes, set_weights
@@ -38,6 +39,8 @@ class WorkerSetup:
     vectorize: str = "auto"
     test_sources: np.ndarray | None = None
     """The client whose test share holds each test sample (-1: unseen client, -2: none)."""
+    membership_audit: int = 0
+    """Members (and non-members) per client of the last round's membership audit (0: off)."""
 
 
 @dataclass
@@ -143,9 +146,19 @@ class ClientWorker:
         for key in dict.fromkeys(k for u in updates for k in u.metrics):
             columns[key] = np.array([u.metrics.get(key, np.nan) for u in updates], dtype=float)
         columns["train_seconds"] = np.full(len(clients), seconds)
+        if self.setup.membership_audit and round_ == self.setup.context.training.rounds - 1:
+            columns["mia_auc"] = np.array([self._audit(c, by_client[c].upload) for c in clients])
         outgoing = self._apply_moves([] if moves is None else moves.tolist())
         return RoundReply(results, columns, dict(bytes_up), outgoing, len(self.client_states),
                           resident_memory_mb())
+
+    def _audit(self, client: int, upload: dict[str, Any]) -> float:
+        """Membership-inference AUC of one client's upload (see raysim.engine.membership)."""
+        test_x, test_y = self.arrays["test_x"], self.arrays["test_y"]
+        members, nonmembers = audit_sets(self.runtime.client_indices[client], len(test_y),
+                                         self.setup.membership_audit,
+                                         self.setup.context.seed, client)
+        return membership_auc(self.runtime, upload, members, nonmembers, test_x, test_y)
 
     def snapshot_states(self) -> dict[int, Any]:
         """Every client state held here (for a checkpoint)."""

@@ -148,13 +148,48 @@ def client_table(client_eval: pd.DataFrame, metric: str = "accuracy") -> pd.Data
     return table.reset_index()
 
 
+def communication_table(communication: pd.DataFrame) -> pd.DataFrame:
+    """MB per round by direction and message type (mean over rounds and seeds), one row per
+    experiment and algorithm (the FedVCK paper's Table 5 shape), with the upload total."""
+    if communication.empty:
+        return pd.DataFrame()
+    per_round = communication.groupby([*_KEYS, "run", "round", "direction", "message_type"])[
+        "bytes"].sum().reset_index()
+    per_round["column"] = per_round["direction"] + " " + per_round["message_type"]
+    wide = per_round.pivot_table(index=[*_KEYS, "run", "round"], columns="column",
+                                 values="bytes", aggfunc="sum", fill_value=0)
+    uploads = [c for c in wide.columns if c.startswith("up ")]
+    wide["up total"] = wide[uploads].sum(axis=1) if uploads else 0
+    table = wide.groupby(_KEYS).mean() / 1e6
+    table.columns = [f"{c} MB" for c in table.columns]
+    return table.reset_index()
+
+
+def privacy_table(clients: pd.DataFrame) -> pd.DataFrame:
+    """The membership-inference audit (FedVCK's Table 6): per experiment and algorithm, the
+    max and mean over clients of the attack AUC and the share of clients at AUC <= 0.5
+    (total defence), each a mean ± std over seeds."""
+    if clients.empty or "mia_auc" not in clients or clients["mia_auc"].isna().all():
+        return pd.DataFrame()
+    audited = clients.dropna(subset=["mia_auc"])
+    per_run = audited.groupby([*_KEYS, "run"])["mia_auc"].agg(
+        max_auc="max", mean_auc="mean", defense_rate=lambda a: float((a <= 0.5).mean()))
+    grouped = per_run.groupby(_KEYS)
+    table = grouped.agg(["mean", "std"])
+    table.columns = [f"{metric}_{stat}" for metric, stat in table.columns]
+    table.insert(0, "seeds", grouped.size())
+    return table.reset_index()
+
+
 def report(paths: str | Path | list[str | Path], metric: str = "accuracy",
            output: str | Path | None = None, metrics: list[str] | None = None,
-           selection: str | None = None, per_client: bool = False) -> tuple[str, Path | None]:
+           selection: str | None = None, per_client: bool = False,
+           privacy: bool = False, communication: bool = False) -> tuple[str, Path | None]:
     """The summary text of every run under ``paths`` (``metrics``: the columns to summarise,
     default the usual ones; ``selection``: also the route frequencies of that routing model,
     e.g. "main"; ``per_client``: also each client's accuracy and macro-F1 on its own test
-    share) and the
+    share; ``privacy``: also the membership-inference audit; ``communication``: MB per round
+    by message type) and the
     learning-curve PNG, written to ``output`` (default: the first path)."""
     paths = [paths] if isinstance(paths, str | Path) else list(paths)
     rounds = pd.concat([load(path, "rounds") for path in paths], ignore_index=True)
@@ -172,6 +207,19 @@ def report(paths: str | Path | list[str | Path], metric: str = "accuracy",
                      "over seeds)\n" + (clients.round(4).to_string(index=False)
                                         if not clients.empty
                                         else "no per-client evaluations recorded"))
+    if communication:
+        volume = communication_table(pd.concat([load(path, "communication") for path in paths],
+                                               ignore_index=True))
+        text += ("\n\ncommunication per round in MB (mean over rounds and seeds; down: payload x "
+                 "receivers)\n" + (volume.round(4).to_string(index=False) if not volume.empty
+                                    else "no communication recorded"))
+    if privacy:
+        audit = privacy_table(pd.concat([load(path, "clients") for path in paths],
+                                        ignore_index=True))
+        text += ("\n\nmembership-inference audit of the last round's uploads (AUC per client; "
+                 "defense_rate: share of clients at AUC <= 0.5)\n"
+                 + (audit.round(3).to_string(index=False) if not audit.empty
+                    else "no audit recorded (set evaluation.membership_audit)"))
     if selection is not None:
         routes = selection_table(pd.concat([load(path, "selection") for path in paths],
                                            ignore_index=True), selection)

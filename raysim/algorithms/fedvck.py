@@ -1,0 +1,238 @@
+"""FedVCK (Yan et al., AAAI 2025): federated learning by valuable condensed knowledge.
+
+Client (see :mod:`raysim.algorithms.condensed` for the shared loop): synthetic images per class,
+``max(min_images_per_class, ceil(percent% * n_c))`` for classes with at least
+``min_class_samples`` local samples, N(0, 1)-initialised and warm-started across rounds,
+condensed by MMD (``kernel``: linear, gaussian, polynomial) between embeddings of the frozen
+global model, with the same differentiable augmentation on real and synthetic batches;
+``latent_constraint``: real batches pass the model in train mode (BatchNorm batch statistics,
+running statistics updated from real data), synthetic batches in eval mode (normalised with
+those statistics); ``selection: model_guided``: real batches are drawn with replacement by
+p = softmax within the class of w = sigmoid(gamma (CE(alpha z_t + (1 - alpha) z_{t-1}) - b)),
+``uniform``: without replacement. Uploads: the synthetic set (uint8) and per-class logit
+prototypes of the current model with their counts.
+
+Server: keeps the synthetic sets of the last ``keep_rounds`` rounds (default max(10, R/2)) and
+trains the global model on them with cross-entropy plus ``beta`` x the relational supervised
+contrastive loss (halved from round R/2): a projector h on the embedding, feature prototypes
+f_c of the synthetic data under the model before the update, hard negatives HN(c) = the top
+``hard_negatives`` classes of the global logit prototype of c (count-weighted mean of the
+clients' prototypes) except c, and -log(exp(h.f_c / tau) / sum_{j in {c} + HN(c)}
+exp(h.f_j / tau)) on L2-normalised vectors.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Literal
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from pydantic import Field
+
+from raysim.algorithms.base import RunContext, register_algorithm
+from raysim.algorithms.condensed import CondensedKnowledgeAlgorithm
+from raysim.condensation.importance import class_sampling_probabilities, importance_weights
+from raysim.condensation.kernels import mmd
+from raysim.condensation.matching import RealData, split_by_class
+from raysim.condensation.synthetic import images_per_class
+from raysim.data.dataset import to_tensor
+from raysim.engine.weights import get_weights, set_weights
+from raysim.errors import field_error
+from raysim.models import build_model
+from raysim.schema import StrictModel
+from raysim.seeding import torch_generator
+
+if TYPE_CHECKING:
+    from raysim.engine.runtime import ClientRuntime
+
+AUGMENTATIONS = Literal["color", "crop", "cutout", "flip", "scale", "rotate"]
+
+
+class FedVCKParams(StrictModel):
+    name: Literal["fedvck"] = "fedvck"
+    percent: float = Field(1.0, gt=0, le=100)
+    """p: synthetic images per class = max(min_images_per_class, ceil(p% of local n_c))."""
+    min_images_per_class: int = Field(5, ge=1)
+    min_class_samples: int = Field(10, ge=1)
+    """Classes with fewer local samples are not condensed."""
+    iterations: int = Field(5000, ge=1)
+    real_per_class: int = Field(256, ge=1)
+    image_lr: float = Field(0.2, gt=0)
+    momentum: float = Field(0.5, ge=0, lt=1)
+    kernel: Literal["linear", "gaussian", "polynomial"] = "linear"
+    latent_constraint: bool = True
+    selection: Literal["model_guided", "uniform"] = "model_guided"
+    alpha: float = Field(0.5, ge=0, le=1)
+    """Self-ensemble weight of the current model's logits."""
+    gamma: float = Field(1.0, gt=0)
+    offset: float = 0.0
+    """b in w = sigmoid(gamma (CE - b))."""
+    contrastive: bool = True
+    beta: float = Field(0.1, ge=0)
+    """Weight of the relational contrastive loss (halved from round R/2)."""
+    tau: float = Field(1.0, gt=0)
+    hard_negatives: int = Field(5, ge=1)
+    """K: hard-negative classes per class; fewer than the number of classes."""
+    keep_rounds: int | None = Field(None, ge=1)
+    """Rounds of synthetic sets the server trains on (default max(10, R/2))."""
+    server_epochs: int = Field(1000, ge=1)
+    server_lr: float = Field(1e-3, gt=0)
+    server_momentum: float = Field(0.9, ge=0, lt=1)
+    server_weight_decay: float = Field(1e-6, ge=0)
+    server_batch_size: int = Field(256, ge=2)
+    augmentation: tuple[AUGMENTATIONS, ...] = ("color", "crop", "cutout", "flip", "scale", "rotate")
+
+
+@register_algorithm
+class FedVCK(CondensedKnowledgeAlgorithm):
+    """Model-guided condensation with latent constraints; relational server training."""
+
+    params_class = FedVCKParams
+
+    def __init__(self, params: FedVCKParams, context: RunContext):
+        super().__init__(params, context)
+        classes = context.info.num_classes
+        if params.contrastive and params.hard_negatives >= classes:
+            raise field_error("algorithm.hard_negatives", params.hard_negatives,
+                              f"K hard-negative classes must be fewer than the {classes} "
+                              f"classes of {context.info.name} (at most {classes - 1}), or "
+                              "set algorithm.contrastive=false")
+        self._projector: torch.nn.Module | None = None
+
+    def synthetic_sizes(self, counts: np.ndarray) -> dict[int, int]:
+        p = self.params
+        return images_per_class(counts, p.percent, p.min_images_per_class, p.min_class_samples)
+
+    def kept_rounds(self) -> int:
+        return self.params.keep_rounds or max(10, self.context.training.rounds // 2)
+
+    # ----- client -----
+    def sampling(self, runtime: ClientRuntime, model: torch.nn.Module, message: dict[str, Any],
+                 client: int, real: RealData) -> tuple[RealData, dict[str, Any]]:
+        p = self.params
+        indices = runtime.client_indices[client]
+        labels = torch.from_numpy(runtime.train_y[indices].astype(np.int64))
+        classes = self.context.info.num_classes
+        logits_now = _logits(runtime, model, message["model"], indices)
+        counts = np.bincount(labels.numpy(), minlength=classes)
+        prototypes = np.zeros((classes, classes), dtype=np.float32)
+        for cls in np.flatnonzero(counts):
+            prototypes[cls] = logits_now[labels == int(cls)].mean(0).numpy()
+        uploads = {"prototypes": prototypes, "prototype_counts": counts.astype(np.int64)}
+        if p.selection == "model_guided":
+            logits_before = (None if "previous" not in message
+                             else _logits(runtime, model, message["previous"], indices))
+            set_weights(model, message["model"])
+            weights = importance_weights(logits_now, logits_before, labels, p.alpha, p.gamma,
+                                         p.offset)
+            probabilities = class_sampling_probabilities(weights, labels, classes)
+            real = RealData(real.x, real.by_class,
+                            {c: probabilities[c] for c in real.by_class})
+        return real, uploads
+
+    def matching_loss(self, runtime: ClientRuntime, model: torch.nn.Module, client: int,
+                      round_: int, message: dict[str, Any]) -> Any:
+        p = self.params
+
+        def loss(real: torch.Tensor, syn: torch.Tensor, real_sizes: list[int],
+                 syn_sizes: list[int]) -> torch.Tensor:
+            model.train()
+            with torch.no_grad():
+                real_embedding = model.embed(real)
+            if p.latent_constraint:
+                model.eval()
+            syn_embedding = model.embed(syn)
+            model.train()
+            return sum(mmd(r, s, p.kernel) for r, s in zip(
+                split_by_class(real_embedding, real_sizes),
+                split_by_class(syn_embedding, syn_sizes), strict=True))
+
+        return loss
+
+    # ----- server -----
+    def server_extra(self, state: dict[str, Any], uploads: list[dict[str, Any]], round_: int
+                     ) -> tuple[Any, list[torch.nn.Parameter] | None]:
+        p = self.params
+        if not p.contrastive or not uploads:
+            return None, None
+        info = self.context.info
+        counts = np.stack([u["prototype_counts"] for u in uploads]).astype(np.float64)
+        weighted = sum(c[:, None] * u["prototypes"].astype(np.float64)
+                       for c, u in zip(counts, uploads, strict=True))
+        totals = counts.sum(0)
+        present = totals > 0
+        global_prototypes = weighted / np.maximum(totals, 1)[:, None]
+        model = build_model(self.context.model, info)
+        set_weights(model, state["model"])
+        model.eval()
+        images = np.concatenate([b[1] for b in state["buffer"]])
+        labels = torch.from_numpy(np.concatenate([b[2] for b in state["buffer"]]).astype(np.int64))
+        with torch.no_grad():
+            embeddings = model.embed(to_tensor(images, info))
+        dim = embeddings.shape[1]
+        features = torch.zeros((info.num_classes, dim))
+        has_feature = torch.zeros(info.num_classes, dtype=torch.bool)
+        for cls in labels.unique().tolist():
+            features[cls] = embeddings[labels == cls].mean(0)
+            has_feature[cls] = True
+        features = F.normalize(features, dim=1)
+        candidates = torch.from_numpy(hard_negative_classes(
+            global_prototypes, p.hard_negatives, present & has_feature.numpy()))
+        projector = torch.nn.Linear(dim, dim)
+        if state.get("projector") is not None:
+            set_weights(projector, state["projector"])
+        else:
+            with torch.random.fork_rng(devices=[]):
+                torch.manual_seed(torch_generator(self.context.seed, "projector-init").initial_seed())
+                projector.reset_parameters()
+        self._projector = projector
+        beta = p.beta / 2 if round_ >= self.context.training.rounds / 2 else p.beta
+
+        def relational_loss(module: torch.nn.Module, inputs: torch.Tensor,
+                            targets: torch.Tensor) -> torch.Tensor:
+            rows = candidates[targets]  # (B, 1 + K): the class, then its hard negatives
+            usable = (rows[:, 0] >= 0) & (rows[:, 1] >= 0)
+            if not usable.any():
+                return torch.zeros(())
+            z = F.normalize(projector(module.embed(inputs[usable])), dim=1)
+            chosen = rows[usable]
+            logits = (z[:, None, :] * features[chosen.clamp(min=0)]).sum(-1) / p.tau
+            logits = logits.masked_fill(chosen < 0, float("-inf"))
+            return beta * F.cross_entropy(logits, torch.zeros(len(z), dtype=torch.long))
+
+        return relational_loss, list(projector.parameters())
+
+    def aggregate(self, state: dict[str, Any], partials: Any, round_: int) -> dict[str, Any]:
+        self._projector = None
+        state = super().aggregate(state, partials, round_)
+        if self._projector is not None:
+            state = {**state, "projector": get_weights(self._projector)}
+        return state
+
+
+def hard_negative_classes(prototypes: np.ndarray, k: int, available: np.ndarray) -> np.ndarray:
+    """(C, 1 + k) class indices: row c holds c, then HN(c) = the classes j != c with the top-k
+    values of the global logit prototype p_c among the available classes (-1 pads a row with
+    fewer, and fills the rows of unavailable classes)."""
+    classes = len(prototypes)
+    rows = np.full((classes, 1 + k), -1, dtype=np.int64)
+    for cls in np.flatnonzero(available):
+        scores = np.where((np.arange(classes) == cls) | ~available, -np.inf, prototypes[cls])
+        ranked = [j for j in np.argsort(-scores, kind="stable") if np.isfinite(scores[j])]
+        rows[cls, 0] = cls
+        rows[cls, 1:1 + len(ranked[:k])] = ranked[:k]
+    return rows
+
+
+def _logits(runtime: ClientRuntime, model: torch.nn.Module, weights: Any,
+            indices: np.ndarray) -> torch.Tensor:
+    """Logits (CPU, float32) of a model on stored training samples, in chunks, eval mode."""
+    set_weights(model, weights)
+    model.eval()
+    outputs = []
+    with torch.no_grad():
+        for start in range(0, len(indices), 512):
+            batch = to_tensor(runtime.train_x[indices[start:start + 512]], runtime.info)
+            outputs.append(model(batch.to(runtime.device)).float().cpu())
+    return torch.cat(outputs) if outputs else torch.zeros((0, runtime.info.num_classes))

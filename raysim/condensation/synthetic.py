@@ -1,0 +1,92 @@
+"""Synthetic (condensed) image sets: sizes per class, initialisation, the uint8 form they are
+uploaded in (one byte per pixel, as the FedVCK paper counts them), and server-side training of
+a model on them."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from raysim.data.dataset import DataInfo, to_tensor
+
+
+def images_per_class(counts: np.ndarray, percent: float | None, floor: int,
+                     min_class_samples: int) -> dict[int, int]:
+    """class -> number of synthetic images: ``max(floor, ceil(percent% * n_c))`` (``percent``
+    None: ``floor``) for every class with at least ``min_class_samples`` local samples."""
+    sizes = {}
+    for cls, count in enumerate(np.asarray(counts).tolist()):
+        if count >= max(min_class_samples, 1):
+            extra = 0 if percent is None else math.ceil(percent / 100.0 * count)
+            sizes[cls] = max(floor, extra)
+    return sizes
+
+
+def noise_images(sizes: dict[int, int], shape: tuple[int, ...], generator: torch.Generator
+                 ) -> dict[int, np.ndarray]:
+    """N(0, 1) initial images (in normalised input space) for each class."""
+    return {cls: torch.randn((n, *shape), generator=generator).numpy()
+            for cls, n in sorted(sizes.items())}
+
+
+def to_uint8(images: torch.Tensor, info: DataInfo) -> np.ndarray:
+    """Normalised (N, C, H, W) images -> the dataset's stored uint8 layout ((N, H, W) for one
+    channel, (N, H, W, C) else), rounded and clipped to [0, 255]."""
+    mean = torch.tensor(info.mean, device=images.device).view(1, -1, 1, 1)
+    std = torch.tensor(info.std, device=images.device).view(1, -1, 1, 1)
+    pixels = ((images.detach() * std + mean) * 255.0).round().clamp(0, 255).to(torch.uint8)
+    pixels = pixels.permute(0, 2, 3, 1).cpu().numpy()
+    return pixels[..., 0] if pixels.shape[-1] == 1 else pixels
+
+
+@dataclass(frozen=True)
+class ServerTraining:
+    """How the server trains the global model on synthetic data."""
+
+    epochs: int
+    lr: float
+    momentum: float
+    weight_decay: float
+    batch_size: int
+
+
+ExtraLoss = Callable[[nn.Module, torch.Tensor, torch.Tensor], torch.Tensor]
+"""(model, inputs, labels) -> an extra loss term added to the cross-entropy of a batch."""
+
+
+def train_on_synthetic(model: nn.Module, images: np.ndarray, labels: np.ndarray, info: DataInfo,
+                       settings: ServerTraining, generator: torch.Generator,
+                       extra_loss: ExtraLoss | None = None,
+                       extra_parameters: list[nn.Parameter] | None = None) -> float:
+    """SGD epochs of cross-entropy (+ ``extra_loss``) over the stored-format ``images``;
+    returns the mean loss of the last epoch."""
+    x = to_tensor(images, info)
+    y = torch.from_numpy(np.asarray(labels, dtype=np.int64))
+    parameters = [*model.parameters(), *(extra_parameters or [])]
+    optimizer = torch.optim.SGD(parameters, lr=settings.lr, momentum=settings.momentum,
+                                weight_decay=settings.weight_decay)
+    model.train()
+    last = float("nan")
+    for _ in range(settings.epochs):
+        order = torch.randperm(len(y), generator=generator)
+        total, seen = 0.0, 0
+        for batch in order.split(settings.batch_size):
+            if len(batch) < 2:  # BatchNorm cannot train on one sample
+                continue
+            inputs, targets = x[batch], y[batch]
+            loss = F.cross_entropy(model(inputs), targets)
+            if extra_loss is not None:
+                loss = loss + extra_loss(model, inputs, targets)
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            optimizer.step()
+            total += float(loss.detach()) * len(batch)
+            seen += len(batch)
+        last = total / max(seen, 1)
+    return last

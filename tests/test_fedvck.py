@@ -1,0 +1,219 @@
+"""FedVCK and FedDM: augmentation, kernels, importance sampling, condensation, server
+training with the relational contrastive loss, uploads, the membership audit, bad input."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+from fixtures import write_medmnist_npz
+from test_bad_input import run_cli
+
+from raysim.algorithms.base import RunContext
+from raysim.algorithms.feddm import FedDM, FedDMParams
+from raysim.algorithms.fedvck import FedVCK, FedVCKParams, hard_negative_classes
+from raysim.condensation.augment import augment
+from raysim.condensation.importance import class_sampling_probabilities, importance_weights
+from raysim.condensation.kernels import mmd
+from raysim.condensation.matching import MatchingSettings, RealData, condense
+from raysim.condensation.synthetic import images_per_class, to_uint8
+from raysim.data.dataset import DataInfo, to_tensor
+from raysim.engine.membership import audit_sets, membership_auc
+from raysim.engine.runtime import ClientRuntime
+from raysim.engine.weights import get_weights
+from raysim.models import build_model
+from raysim.models.convnet import ConvNetParams
+from raysim.results.report import communication_table, privacy_table
+from raysim.schema import TrainingConfig
+
+INFO = DataInfo("fixture", "image", 3, (1, 28, 28), (0.5,), (0.5,))
+MODEL = ConvNetParams(width=8, depth=3, norm="batch")
+FAST = {"iterations": 10, "real_per_class": 16, "server_epochs": 2, "server_batch_size": 16}
+
+
+def test_siamese_augmentation_is_seeded_shared_and_differentiable():
+    x = torch.randn(4, 1, 28, 28, requires_grad=True)
+    a, b = augment(x, 7), augment(x, 7)
+    assert torch.equal(a, b) and not torch.allclose(a, augment(x, 8))
+    a.sum().backward()
+    assert x.grad is not None and x.grad.abs().sum() > 0
+
+
+@pytest.mark.parametrize("kernel", ["linear", "gaussian", "polynomial"])
+def test_mmd_is_zero_for_equal_sets_and_positive_otherwise(kernel):
+    torch.manual_seed(0)
+    real = torch.randn(32, 6)
+    assert float(mmd(real, real, kernel)) == pytest.approx(0.0, abs=1e-5)
+    assert float(mmd(real, real + 1.0, kernel)) > 1e-3
+    if kernel == "linear":
+        shifted = real + 0.5
+        assert float(mmd(real, shifted)) == pytest.approx(6 * 0.25, rel=1e-5)
+
+
+def test_importance_sampling_favours_badly_predicted_samples():
+    labels = torch.tensor([0, 0, 0, 1, 1])
+    logits = torch.tensor([[5.0, 0], [0, 0], [-5, 0], [0, 5], [0, -5]])
+    weights = importance_weights(logits, None, labels, alpha=0.5, gamma=1.0, offset=0.0)
+    assert weights[2] > weights[1] > weights[0] and weights[4] > weights[3]
+    ensembled = importance_weights(logits, -logits, labels, alpha=0.5, gamma=1.0, offset=0.0)
+    assert torch.allclose(ensembled, ensembled[0].expand(5))  # z = 0 everywhere: equal CE
+    probabilities = class_sampling_probabilities(weights, labels, 3)
+    assert set(probabilities) == {0, 1}
+    assert all(np.isclose(p.sum(), 1.0) for p in probabilities.values())
+    assert probabilities[0].argmax() == 2
+
+
+def test_synthetic_set_sizes_follow_percent_floor_and_skip_rule():
+    sizes = images_per_class(np.array([1000, 9, 120, 0]), 1.0, 5, 10)
+    assert sizes == {0: 10, 2: 5}  # ceil(1% of 1000) = 10; class 1 < 10 samples skipped
+    assert images_per_class(np.array([3, 0]), None, 10, 1) == {0: 10}
+
+
+def test_uint8_upload_round_trips_within_one_grey_level():
+    x = torch.rand(3, 1, 28, 28) * 2 - 1  # normalised space of mean 0.5, std 0.5
+    back = to_tensor(to_uint8(x, INFO), INFO)
+    assert back.shape == x.shape
+    assert (back - x).abs().max() <= 1 / 255 / 0.5 + 1e-6
+    assert to_uint8(x, INFO).nbytes == 3 * 28 * 28  # one byte per pixel
+
+
+def test_condensation_moves_synthetic_class_means_towards_the_real_ones():
+    rng = np.random.default_rng(0)
+    x = rng.integers(0, 255, size=(64, 28, 28), dtype=np.uint8)
+    x[:32] //= 4  # class 0 dark, class 1 bright
+    real = RealData(x, {0: np.arange(32), 1: np.arange(32, 64)})
+    torch.manual_seed(0)
+    embed = torch.nn.Sequential(torch.nn.Conv2d(1, 4, 3), torch.nn.Flatten())
+    embed.requires_grad_(False)
+    synthetic = {c: torch.randn(5, 1, 28, 28, requires_grad=True) for c in (0, 1)}
+
+    def distance() -> float:
+        with torch.no_grad():
+            return sum(float(mmd(embed(to_tensor(x[real.by_class[c]], INFO)), embed(synthetic[c])))
+                       for c in (0, 1))
+
+    def loss(r, s, rs, ss):
+        return sum(mmd(a, b) for a, b in zip(embed(r).split(rs), embed(s).split(ss), strict=True))
+
+    before = distance()
+    condense(synthetic, real, INFO, MatchingSettings(60, 0.2, 0.5, 32, augmentation=()), loss,
+             np.random.default_rng(0), np.arange(60))
+    assert distance() < 0.2 * before
+
+
+def test_hard_negatives_are_the_top_k_other_classes_of_the_prototype():
+    prototypes = np.array([[9.0, 1, 5, 3], [2, 9, 1, 8], [0, 0, 9, 0], [1, 2, 3, 9]])
+    available = np.array([True, True, True, False])
+    rows = hard_negative_classes(prototypes, 2, available)
+    assert rows[0].tolist() == [0, 2, 1]  # class 3 unavailable
+    assert rows[1].tolist() == [1, 0, 2]
+    assert rows[3].tolist() == [-1, -1, -1]
+
+
+def _runtime(num_clients: int = 2) -> ClientRuntime:
+    rng = np.random.default_rng(0)
+    x = rng.integers(0, 255, size=(200, 28, 28), dtype=np.uint8)
+    y = np.repeat([0, 1, 2], [100, 60, 40])
+    torch.manual_seed(0)
+    return ClientRuntime(seed=0, info=INFO, model_params=MODEL,
+                         training=TrainingConfig(rounds=4), train_x=x, train_y=y,
+                         client_indices=[np.arange(0, 130), np.arange(130, 200)],
+                         initial_weights=get_weights(build_model(MODEL, INFO)),
+                         device=torch.device("cpu"))
+
+
+def _context(runtime: ClientRuntime) -> RunContext:
+    return RunContext(0, INFO, MODEL, runtime.training, 2, 2)
+
+
+def _rounds(algorithm, runtime, rounds: int):
+    state, states, history = algorithm.init_server_state(runtime.initial_weights), [None, None], []
+    for round_ in range(rounds):
+        results = algorithm.local_updates(runtime, [0, 1], round_,
+                                          algorithm.broadcast(state, round_), states)
+        states = [r.state for r in results]
+        state = algorithm.aggregate(state, [algorithm.reduce(list(enumerate(results)))], round_)
+        history.append((results, state))
+    return history
+
+
+def test_fedvck_uploads_synthetic_sets_and_prototypes_and_keeps_a_window_of_rounds():
+    runtime = _runtime()
+    algorithm = FedVCK(FedVCKParams(**FAST, percent=10, hard_negatives=2, keep_rounds=2),
+                       _context(runtime))
+    history = _rounds(algorithm, runtime, 3)
+    results, state = history[0]
+    # client 0: 100 of class 0 -> 10 images, 30 of class 1 -> 5; client 1: 30 + 40 -> 5 + 5
+    assert [len(r.upload["synthetic"]) for r in results] == [15, 10]
+    assert results[0].upload["synthetic"].dtype == np.uint8
+    assert results[0].upload["prototype_counts"].tolist() == [100, 30, 0]
+    assert [len(b[1]) for b in state["buffer"]] == [15, 10]
+    assert "projector" in state and state["previous"] is not None
+    assert sorted({b[0] for b in history[2][1]["buffer"]}) == [1, 2]  # the last 2 rounds
+    warm = history[1][0][0].state[0]  # warm start: round 1 continued round 0's images
+    assert warm.shape == (10, 1, 28, 28) and not np.allclose(warm, results[0].state[0])
+
+
+def test_feddm_trains_the_server_on_the_current_round_only():
+    runtime = _runtime()
+    algorithm = FedDM(FedDMParams(**FAST, images_per_class=3), _context(runtime))
+    history = _rounds(algorithm, runtime, 2)
+    assert [len(r.upload["synthetic"]) for r in history[0][0]] == [6, 6]
+    assert {b[0] for b in history[1][1]["buffer"]} == {1}
+    assert not np.array_equal(history[1][1]["model"]["classifier.weight"],
+                              history[0][1]["model"]["classifier.weight"])
+
+
+def test_membership_audit_detects_uploaded_members():
+    runtime = _runtime()
+    test_x, test_y = runtime.train_x[:50].copy() // 2, runtime.train_y[:50].copy()
+    members, nonmembers = audit_sets(runtime.client_indices[0], len(test_y), 20, 0, 0)
+    assert len(members) == len(nonmembers) == 20 and set(members) <= set(range(130))
+    leaky = {"synthetic": runtime.train_x[members], "labels": runtime.train_y[members]}
+    assert membership_auc(runtime, leaky, members, nonmembers, test_x, test_y) == 1.0
+    unrelated = {"synthetic": test_x[nonmembers], "labels": test_y[nonmembers]}
+    assert membership_auc(runtime, unrelated, members, nonmembers, test_x, test_y) < 0.5
+    assert np.isnan(membership_auc(runtime, {"logits": np.zeros(3)}, members, nonmembers,
+                                   test_x, test_y))
+
+
+def test_privacy_and_communication_tables():
+    clients = pd.DataFrame({"experiment": "e", "algorithm": "fedvck", "run": ["a"] * 4,
+                            "round": 9, "mia_auc": [0.4, 0.5, 0.6, 0.7]})
+    row = privacy_table(clients).iloc[0]
+    assert row["max_auc_mean"] == 0.7 and row["mean_auc_mean"] == pytest.approx(0.55)
+    assert row["defense_rate_mean"] == 0.5
+    communication = pd.DataFrame({"experiment": "e", "algorithm": "fedvck", "run": "a",
+                                  "round": [0, 0, 1, 1], "direction": "up",
+                                  "message_type": ["synthetic", "prototypes"] * 2,
+                                  "bytes": [2_000_000, 100, 4_000_000, 100]})
+    table = communication_table(communication).iloc[0]
+    assert table["up synthetic MB"] == 3.0 and table["up total MB"] == pytest.approx(3.0001)
+
+
+def vck_raw(root, **algorithm) -> dict:
+    return {"name": "fedvck-test",
+            "dataset": {"name": "pneumoniamnist", "root": str(root), "download": False,
+                        "verify_checksum": False},
+            "partition": {"scheme": "dirichlet", "num_clients": 3, "beta": 0.5, "min_size": 10},
+            "model": {"name": "convnet", "width": 8, "depth": 3, "norm": "batch"},
+            "algorithm": {"name": "fedvck", **FAST, "hard_negatives": 1, **algorithm},
+            "training": {"rounds": 2}, "seeds": [0],
+            "engine": {"num_workers": 1, "cpus_per_worker": 1}}
+
+
+BAD = [("percent 0", {"percent": 0}, "algorithm.percent"),
+       ("percent above 100", {"percent": 101}, "algorithm.percent"),
+       ("unknown kernel", {"kernel": "cosine"}, "algorithm.kernel"),
+       ("negative beta", {"beta": -0.1}, "algorithm.beta"),
+       ("K >= classes", {"hard_negatives": 2}, "algorithm.hard_negatives")]
+
+
+@pytest.mark.parametrize("label,algorithm,expected", BAD, ids=[b[0] for b in BAD])
+def test_bad_fedvck_settings_exit_2(capsys, tmp_path, label, algorithm, expected):
+    root = tmp_path / "data"
+    write_medmnist_npz(root, n_train=60, n_test=20)
+    code, err = run_cli(capsys, tmp_path, vck_raw(root, **algorithm))
+    assert code == 2, err
+    assert expected in err and "Traceback" not in err
