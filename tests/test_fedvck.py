@@ -18,12 +18,15 @@ from raysim.condensation.importance import class_sampling_probabilities, importa
 from raysim.condensation.kernels import mmd
 from raysim.condensation.matching import MatchingSettings, RealData, condense
 from raysim.condensation.synthetic import images_per_class, to_uint8
+from raysim.config import parse_config
 from raysim.data.dataset import DataInfo, to_tensor
 from raysim.engine.membership import audit_sets, membership_auc
+from raysim.engine.runner import run_experiment
 from raysim.engine.runtime import ClientRuntime
 from raysim.engine.weights import get_weights
 from raysim.models import build_model
 from raysim.models.convnet import ConvNetParams
+from raysim.results import load
 from raysim.results.report import communication_table, privacy_table
 from raysim.schema import TrainingConfig
 
@@ -217,3 +220,30 @@ def test_bad_fedvck_settings_exit_2(capsys, tmp_path, label, algorithm, expected
     code, err = run_cli(capsys, tmp_path, vck_raw(root, **algorithm))
     assert code == 2, err
     assert expected in err and "Traceback" not in err
+
+
+def test_fedvck_run_is_the_same_on_one_or_two_workers_with_audit_and_byte_counts(
+        ray_session, tmp_path):
+    root = tmp_path / "data"
+    write_medmnist_npz(root, n_train=120, n_test=40)
+    rounds = {}
+    for workers in (1, 2):
+        raw = vck_raw(root, iterations=5)
+        raw["engine"]["num_workers"] = workers
+        raw["evaluation"] = {"membership_audit": 10}
+        outcome = run_experiment(parse_config(raw), output=str(tmp_path / f"w{workers}"),
+                                 progress=False)[0]
+        assert outcome.error is None, outcome.error
+        rounds[workers] = load(outcome.run_dir, "rounds")
+        clients = load(outcome.run_dir, "clients")
+        communication = load(outcome.run_dir, "communication")
+    columns = ["round", "accuracy", "auc", "loss", "bytes_up"]
+    assert rounds[1][columns].equals(rounds[2][columns])
+    audited = clients.dropna(subset=["mia_auc"])
+    assert set(audited["round"]) == {1} and len(audited) == 3
+    assert audited["mia_auc"].between(0, 1).all()
+    up = communication[communication["direction"] == "up"]
+    assert {"synthetic", "labels", "prototypes", "prototype_counts"} == set(up["message_type"])
+    images = clients[clients["round"] == 0]["synthetic_images"].sum()
+    assert up[(up["round"] == 0) & (up["message_type"] == "synthetic")]["bytes"].sum() == (
+        images * 28 * 28)
