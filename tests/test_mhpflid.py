@@ -295,3 +295,23 @@ def test_shared_model_algorithms_refuse_per_client_architectures(capsys, tmp_pat
     raw["clients"]["architectures"] = ["convnet"]
     code, err = run_cli(capsys, tmp_path, raw)
     assert code == 2 and "body and head" in err
+
+
+def test_per_share_macro_f1_matches_scikit_learn():
+    from sklearn.metrics import f1_score
+
+    from raysim.engine.evaluation import share_metrics
+
+    rng = np.random.default_rng(0)
+    probabilities = rng.dirichlet(np.ones(4), size=300)
+    labels = rng.integers(0, 4, 300)
+    shares = [np.arange(0, 100), np.arange(100, 130), np.array([], dtype=int), np.arange(130, 300)]
+    scores = share_metrics(probabilities, labels, shares)
+    for client, share in enumerate(shares):
+        if not len(share):
+            assert np.isnan(scores["macro_f1"][client])
+            continue
+        predicted = probabilities[share].argmax(1)
+        expected = f1_score(labels[share], predicted, average="macro", zero_division=0,
+                            labels=np.unique(np.concatenate([labels[share], predicted])))
+        assert scores["macro_f1"][client] == pytest.approx(expected)

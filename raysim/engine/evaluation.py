@@ -62,18 +62,29 @@ def classification_metrics(labels: np.ndarray, probs: np.ndarray) -> dict[str, f
 
 def share_metrics(probabilities: np.ndarray, labels: np.ndarray, shares: list[np.ndarray]
                   ) -> dict[str, np.ndarray]:
-    """Accuracy and loss of pooled predictions on each client's test share (vectorised; NaN
-    for an empty share)."""
+    """Accuracy, macro-F1 (over the classes among a share's labels and predictions, as
+    :func:`classification_metrics`) and loss of pooled predictions on each client's test share
+    (vectorised; NaN for an empty share)."""
     sizes = np.array([len(s) for s in shares])
     order = np.concatenate(shares) if shares else np.zeros(0, dtype=np.int64)
-    correct = (probabilities[order].argmax(axis=1) == labels[order]).astype(float)
-    picked = probabilities[order, labels[order]]
+    predicted, truth = probabilities[order].argmax(axis=1), labels[order]
+    correct = (predicted == truth).astype(float)
+    picked = probabilities[order, truth]
     losses = -np.log(np.clip(picked, 1e-15, None))
     owner = np.repeat(np.arange(len(shares)), sizes)
+    classes = probabilities.shape[1]
+    cells = len(shares) * classes
+    true_positives = np.bincount(owner * classes + truth, correct, cells)
+    actual = np.bincount(owner * classes + truth, minlength=cells)
+    claimed = np.bincount(owner * classes + predicted, minlength=cells)
     with np.errstate(invalid="ignore", divide="ignore"):
         accuracy = np.bincount(owner, correct, len(shares)) / sizes
         loss = np.bincount(owner, losses, len(shares)) / sizes
-    return {"accuracy": accuracy, "loss": loss}
+        denominator = actual + claimed  # 2 tp + fp + fn
+        f1 = np.where(denominator > 0, 2 * true_positives / np.maximum(denominator, 1), 0.0)
+        present = (denominator > 0).reshape(len(shares), classes)
+        macro_f1 = (f1.reshape(len(shares), classes) * present).sum(1) / present.sum(1)
+    return {"accuracy": accuracy, "macro_f1": macro_f1, "loss": loss}
 
 
 def route_counts(routes: np.ndarray, sources: np.ndarray) -> list[dict[str, int]]:
