@@ -240,7 +240,10 @@ def test_fedvck_run_is_the_same_on_one_or_two_workers_with_audit_and_byte_counts
     columns = ["round", "accuracy", "auc", "loss", "bytes_up"]
     assert rounds[1][columns].equals(rounds[2][columns])
     audited = clients.dropna(subset=["mia_auc"])
-    assert set(audited["round"]) == {1} and len(audited) == 3
+    last = clients[clients["round"] == 1]
+    assert set(audited["round"]) == {1}  # the last round only
+    # every client that uploaded synthetic images is audited (one may hold no class >= 10)
+    assert len(audited) == (last["synthetic_images"] > 0).sum() >= 2
     assert audited["mia_auc"].between(0, 1).all()
     up = communication[communication["direction"] == "up"]
     assert {"synthetic", "labels", "prototypes", "prototype_counts"} == set(up["message_type"])
