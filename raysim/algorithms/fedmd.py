@@ -65,7 +65,7 @@ class FedMD(Algorithm):
         if context.num_clients < 2:
             raise field_error("partition.num_clients", context.num_clients,
                               "FedMD needs at least 2 clients to form a consensus")
-        self._public: np.ndarray | None = None
+        self._public: torch.Tensor | None = None
 
     # ----- server -----
     def init_server_state(self, initial_weights: Weights) -> Weights | None:
@@ -83,10 +83,12 @@ class FedMD(Algorithm):
         return weighted_mean(partials) if partials else state
 
     # ----- client -----
-    def _public_inputs(self, runtime: ClientRuntime) -> np.ndarray:
+    def _public_inputs(self, runtime: ClientRuntime) -> torch.Tensor:
+        """The public set as normalised tensors on the worker's device (built once per worker)."""
         if self._public is None:
-            self._public = public_indices(runtime.client_indices, self.params.public_per_client,
-                                          self.context.seed)
+            indices = public_indices(runtime.client_indices, self.params.public_per_client,
+                                     self.context.seed)
+            self._public = to_tensor(runtime.train_x[indices], runtime.info).to(runtime.device)
         return self._public
 
     def local_updates(self, runtime: ClientRuntime, clients: Sequence[int], round_: int,
@@ -96,8 +98,7 @@ class FedMD(Algorithm):
         for client, state in zip(clients, states, strict=True):
             model = runtime.client_model(client)
             set_weights(model, runtime.client_initial_weights(client) if state is None else state[0])
-            public_x = runtime.client_inputs(
-                client, to_tensor(runtime.train_x[public], runtime.info).to(runtime.device))
+            public_x = runtime.client_inputs(client, public)
             metrics: dict[str, float] = {}
             optimizer_state = None if state is None else state[1]
             if "consensus" in message and self.params.digest_epochs:
