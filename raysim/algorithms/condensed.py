@@ -40,11 +40,12 @@ class CondensedKnowledgeAlgorithm(Algorithm):
 
     def __init__(self, params: Any, context: RunContext):
         super().__init__(params, context)
-        if not hasattr(build_model(context.model, context.info), "embed"):
+        probe = build_model(context.model, context.info)
+        if not (hasattr(probe, "embed") and hasattr(probe, "classifier")):
             raise field_error("model.name", context.model.name,  # type: ignore[attr-defined]
                               "condensation matches embeddings, so the model needs an "
-                              "`embed` method; use convnet (with norm: batch for FedVCK's "
-                              "latent constraint) or resnet18")
+                              "`embed` method and a `classifier` layer on it; use convnet "
+                              "(with norm: batch for FedVCK's latent constraint) or resnet18")
 
     # ----- hooks -----
     def synthetic_sizes(self, counts: np.ndarray) -> dict[int, int]:

@@ -189,13 +189,12 @@ class FedVCK(CondensedKnowledgeAlgorithm):
         self._projector = projector
         beta = p.beta / 2 if round_ >= self.context.training.rounds / 2 else p.beta
 
-        def relational_loss(module: torch.nn.Module, inputs: torch.Tensor,
-                            targets: torch.Tensor) -> torch.Tensor:
+        def relational_loss(embeddings: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
             rows = candidates[targets]  # (B, 1 + K): the class, then its hard negatives
             usable = (rows[:, 0] >= 0) & (rows[:, 1] >= 0)
             if not usable.any():
                 return torch.zeros(())
-            z = F.normalize(projector(module.embed(inputs[usable])), dim=1)
+            z = F.normalize(projector(embeddings[usable]), dim=1)
             chosen = rows[usable]
             logits = (z[:, None, :] * features[chosen.clamp(min=0)]).sum(-1) / p.tau
             logits = logits.masked_fill(chosen < 0, float("-inf"))

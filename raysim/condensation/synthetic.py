@@ -56,8 +56,9 @@ class ServerTraining:
     batch_size: int
 
 
-ExtraLoss = Callable[[nn.Module, torch.Tensor, torch.Tensor], torch.Tensor]
-"""(model, inputs, labels) -> an extra loss term added to the cross-entropy of a batch."""
+ExtraLoss = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+"""(embeddings, labels) -> an extra loss term added to the cross-entropy of a batch; the
+embeddings are the model's ``embed`` output of the batch, computed once for both terms."""
 
 
 def train_on_synthetic(model: nn.Module, images: np.ndarray, labels: np.ndarray, info: DataInfo,
@@ -80,9 +81,12 @@ def train_on_synthetic(model: nn.Module, images: np.ndarray, labels: np.ndarray,
             if len(batch) < 2:  # BatchNorm cannot train on one sample
                 continue
             inputs, targets = x[batch], y[batch]
-            loss = F.cross_entropy(model(inputs), targets)
-            if extra_loss is not None:
-                loss = loss + extra_loss(model, inputs, targets)
+            if extra_loss is None:
+                loss = F.cross_entropy(model(inputs), targets)
+            else:  # one forward pass feeds both terms (the model has ``embed`` + ``classifier``)
+                embeddings = model.embed(inputs)
+                loss = (F.cross_entropy(model.classifier(embeddings), targets)
+                        + extra_loss(embeddings, targets))
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
             optimizer.step()
