@@ -17,7 +17,12 @@ from raysim.condensation.augment import augment
 from raysim.condensation.importance import class_sampling_probabilities, importance_weights
 from raysim.condensation.kernels import mmd
 from raysim.condensation.matching import MatchingSettings, RealData, condense
-from raysim.condensation.synthetic import images_per_class, to_uint8
+from raysim.condensation.synthetic import (
+    ServerTraining,
+    images_per_class,
+    to_uint8,
+    train_on_synthetic,
+)
 from raysim.config import parse_config
 from raysim.data.dataset import DataInfo, to_tensor
 from raysim.engine.membership import audit_sets, membership_auc
@@ -79,6 +84,28 @@ def test_uint8_upload_round_trips_within_one_grey_level():
     assert back.shape == x.shape
     assert (back - x).abs().max() <= 1 / 255 / 0.5 + 1e-6
     assert to_uint8(x, INFO).nbytes == 3 * 28 * 28  # one byte per pixel
+
+
+def test_server_training_feeds_one_forward_pass_to_both_loss_terms():
+    """With an extra loss, each batch passes the model once: BatchNorm counts one update per
+    step, and the extra term receives the batch's embeddings."""
+    model = build_model(ConvNetParams(width=8, depth=2, norm="batch"), INFO)
+    images = np.random.default_rng(0).integers(0, 256, (20, 28, 28), dtype=np.uint8)
+    labels = np.arange(20) % 3
+    seen = []
+
+    def extra(embeddings: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        seen.append((embeddings.shape, len(targets)))
+        return embeddings.pow(2).mean() * 0.0
+
+    settings = ServerTraining(epochs=3, lr=0.01, momentum=0.9, weight_decay=0.0, batch_size=8)
+    train_on_synthetic(model, images, labels, INFO, settings, torch.Generator().manual_seed(0),
+                       extra)
+    steps = 3 * 3  # 20 samples in batches of 8, 8, 4
+    assert len(seen) == steps
+    assert all(shape == (n, model.embedding_dim) for shape, n in seen)
+    bn = next(m for m in model.modules() if isinstance(m, torch.nn.BatchNorm2d))
+    assert int(bn.num_batches_tracked) == steps
 
 
 def test_condensation_moves_synthetic_class_means_towards_the_real_ones():
