@@ -181,6 +181,9 @@ def test_fedvck_uploads_synthetic_sets_and_prototypes_and_keeps_a_window_of_roun
     assert [len(b[1]) for b in state["buffer"]] == [15, 10]
     assert "projector" in state and state["previous"] is not None
     assert sorted({b[0] for b in history[2][1]["buffer"]}) == [1, 2]  # the last 2 rounds
+    assert "previous" in algorithm.broadcast(state, 1)  # the self-ensemble needs z_{t-1}
+    uniform = FedVCK(FedVCKParams(**FAST, selection="uniform", hard_negatives=2), _context(runtime))
+    assert "previous" not in uniform.broadcast(state, 1)  # nobody reads it: not sent
     warm = history[1][0][0].state[0]  # warm start: round 1 continued round 0's images
     assert warm.shape == (10, 1, 28, 28) and not np.allclose(warm, results[0].state[0])
 
@@ -191,6 +194,7 @@ def test_feddm_trains_the_server_on_the_current_round_only():
     history = _rounds(algorithm, runtime, 2)
     assert [len(r.upload["synthetic"]) for r in history[0][0]] == [6, 6]
     assert {b[0] for b in history[1][1]["buffer"]} == {1}
+    assert set(algorithm.broadcast(history[1][1], 2)) == {"model"}  # no previous model sent
     assert not np.array_equal(history[1][1]["model"]["classifier.weight"],
                               history[0][1]["model"]["classifier.weight"])
 

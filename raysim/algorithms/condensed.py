@@ -66,6 +66,10 @@ class CondensedKnowledgeAlgorithm(Algorithm):
         """How many rounds of synthetic sets the server trains on."""
         return 1
 
+    def sends_previous_model(self) -> bool:
+        """Whether clients need the previous round's global model too (default: no)."""
+        return False
+
     def server_extra(self, state: dict[str, Any], uploads: list[dict[str, Any]],
                      round_: int) -> tuple[Any, list[torch.nn.Parameter] | None]:
         """(extra loss, its parameters) for the server's training this round."""
@@ -87,7 +91,7 @@ class CondensedKnowledgeAlgorithm(Algorithm):
 
     def broadcast(self, state: dict[str, Any], round_: int) -> dict[str, Any]:
         message = {"model": state["model"]}
-        if state["previous"] is not None:
+        if state["previous"] is not None and self.sends_previous_model():
             message["previous"] = state["previous"]
         return message
 

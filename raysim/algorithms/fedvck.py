@@ -107,6 +107,9 @@ class FedVCK(CondensedKnowledgeAlgorithm):
     def kept_rounds(self) -> int:
         return self.params.keep_rounds or max(10, self.context.training.rounds // 2)
 
+    def sends_previous_model(self) -> bool:
+        return self.params.selection == "model_guided"  # the self-ensemble's z_{t-1}
+
     # ----- client -----
     def sampling(self, runtime: ClientRuntime, model: torch.nn.Module, message: dict[str, Any],
                  client: int, real: RealData) -> tuple[RealData, dict[str, Any]]:
