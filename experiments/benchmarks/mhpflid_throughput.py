@@ -29,14 +29,13 @@ import torch
 import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tests"))
+from bench_common import measure_raysim
 from fixtures import write_medmnist_npz
 
 from raysim.config import parse_config
 from raysim.data import load_dataset, to_tensor
-from raysim.engine.runner import run_experiment
 from raysim.models import MODELS, build_model
 from raysim.models.messenger import InformationExchange, Messenger
-from raysim.results import load
 
 ARCHITECTURES = ["resnet17", "shufflenetv2", "resnext", "squeezenet", "senet", "mobilenetv2",
                  "densenet", "vgg"]
@@ -54,15 +53,6 @@ def config(dataset: dict, rounds: int) -> dict:
         "evaluation": {"every": 0},
         "engine": {"num_workers": 2, "cpus_per_worker": 1, "flush_seconds": 5.0},
     }
-
-
-def measure_raysim(raw: dict, output: Path) -> dict:
-    started = time.perf_counter()
-    outcome = run_experiment(parse_config(raw), output=str(output), progress=False)[0]
-    total = time.perf_counter() - started
-    rounds = load(outcome.run_dir)
-    span = rounds["wall_time"].iloc[-1] - rounds["wall_time"].iloc[0]
-    return {"raysim_rounds_per_s": (len(rounds) - 1) / span, "raysim_startup_s": total - span}
 
 
 def measure_plain(raw: dict, data_root: str, rounds: int) -> float:
