@@ -1,10 +1,13 @@
 """Helpers shared by the benchmark scripts (run them from the repository root; the scripts'
-folder is on sys.path then)."""
+folder and tests/ (for the fixtures) are on sys.path then)."""
 
 from __future__ import annotations
 
+import json
 import time
 from pathlib import Path
+
+from fixtures import write_medmnist_npz
 
 from raysim.config import parse_config
 from raysim.engine.runner import run_experiment
@@ -20,3 +23,22 @@ def measure_raysim(raw: dict, output: Path) -> dict:
     rounds = load(outcome.run_dir)
     span = rounds["wall_time"].iloc[-1] - rounds["wall_time"].iloc[0]
     return {"raysim_rounds_per_s": (len(rounds) - 1) / span, "raysim_startup_s": total - span}
+
+
+def medmnist_source(data_root: str, flag: str, scratch: Path, n_train: int, n_test: int
+                    ) -> tuple[dict, str, bool]:
+    """(dataset config section, data root, real?) for ``flag``: the real file under
+    ``data_root`` when present, else a generated file of that layout under ``scratch``."""
+    real = (Path(data_root) / f"{flag}.npz").exists()
+    if not real:
+        data_root = str(scratch / "data")
+        write_medmnist_npz(Path(data_root), flag, n_train=n_train, n_test=n_test)
+    return ({"name": flag, "root": data_root, "download": False, "verify_checksum": real},
+            data_root, real)
+
+
+def print_ratio(result: dict) -> None:
+    """Add raysim / plain to ``result`` and print it as one JSON line (floats to 3 places)."""
+    result["raysim_over_plain"] = result["raysim_rounds_per_s"] / result["plain_rounds_per_s"]
+    print(json.dumps({k: round(v, 3) if isinstance(v, float) else v for k, v in result.items()}),
+          flush=True)

@@ -21,7 +21,6 @@ excluded and reported separately).
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import tempfile
 import time
@@ -32,8 +31,7 @@ import torch
 import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tests"))
-from bench_common import measure_raysim
-from fixtures import write_medmnist_npz
+from bench_common import measure_raysim, medmnist_source, print_ratio
 
 from raysim.condensation.augment import augment
 from raysim.condensation.synthetic import to_uint8
@@ -134,20 +132,15 @@ def main() -> None:
     parser.add_argument("--server-epochs", type=int, default=30)
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
-        real = (Path(args.data_root) / "pneumoniamnist.npz").exists()
-        data_root = args.data_root if real else str(Path(tmp) / "data")
-        if not real:
-            write_medmnist_npz(Path(tmp) / "data", "pneumoniamnist", n_train=4708, n_test=624)
-        raw = config({"name": "pneumoniamnist", "root": data_root, "download": False,
-                      "verify_checksum": real}, args.rounds, args.iterations, args.server_epochs)
+        dataset, data_root, real = medmnist_source(args.data_root, "pneumoniamnist", Path(tmp),
+                                                   n_train=4708, n_test=624)
+        raw = config(dataset, args.rounds, args.iterations, args.server_epochs)
         result = {"workload": "fedvck-10-clients-dir0.05", "rounds": args.rounds,
                   "iterations": args.iterations, "server_epochs": args.server_epochs,
                   "real_data": real}
         result.update(measure_raysim(raw, Path(tmp) / "out"))
         result["plain_rounds_per_s"] = measure_plain(raw, data_root, min(args.rounds, 3))
-        result["raysim_over_plain"] = result["raysim_rounds_per_s"] / result["plain_rounds_per_s"]
-        print(json.dumps({k: round(v, 3) if isinstance(v, float) else v
-                          for k, v in result.items()}), flush=True)
+        print_ratio(result)
 
 
 if __name__ == "__main__":

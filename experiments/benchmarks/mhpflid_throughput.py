@@ -18,7 +18,6 @@ completion (start-up excluded and reported separately).
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import tempfile
 import time
@@ -29,8 +28,7 @@ import torch
 import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tests"))
-from bench_common import measure_raysim
-from fixtures import write_medmnist_npz
+from bench_common import measure_raysim, medmnist_source, print_ratio
 
 from raysim.config import parse_config
 from raysim.data import load_dataset, to_tensor
@@ -124,19 +122,14 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=4)
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
-        real = (Path(args.data_root) / "breastmnist.npz").exists()
-        data_root = args.data_root if real else str(Path(tmp) / "data")
-        if not real:
-            write_medmnist_npz(Path(tmp) / "data", "breastmnist", n_train=546, n_test=64)
-        raw = config({"name": "breastmnist", "root": data_root, "download": False,
-                      "verify_checksum": real}, args.rounds)
+        dataset, data_root, real = medmnist_source(args.data_root, "breastmnist", Path(tmp),
+                                                   n_train=546, n_test=64)
+        raw = config(dataset, args.rounds)
         result = {"workload": "mhpflid-8-architectures", "rounds": args.rounds,
                   "real_data": real}
         result.update(measure_raysim(raw, Path(tmp) / "out"))
         result["plain_rounds_per_s"] = measure_plain(raw, data_root, min(args.rounds, 3))
-        result["raysim_over_plain"] = result["raysim_rounds_per_s"] / result["plain_rounds_per_s"]
-        print(json.dumps({k: round(v, 3) if isinstance(v, float) else v
-                          for k, v in result.items()}), flush=True)
+        print_ratio(result)
 
 
 if __name__ == "__main__":
