@@ -18,7 +18,7 @@ def privatize(model: Weights, reference: Weights, clip: float, sigma: float,
     """
     base = flatten(reference)
     update = flatten(model) - base
-    norm = float(np.linalg.norm(update))
+    norm = float(np.linalg.norm(update.astype(np.float64)))  # float32 sums drift ~1e-5
     update /= max(1.0, norm / clip)
     update += rng.normal(0.0, sigma * clip, size=update.shape)
     return unflatten(base + update, model)
