@@ -9,6 +9,7 @@ import time
 import numpy as np
 import pandas as pd
 import pytest
+import torch
 from conftest import REAL_MEDMNIST, quickstart_raw
 from fixtures import write_medmnist_npz
 
@@ -117,7 +118,10 @@ def test_four_quarter_gpu_workers_share_one_gpu(ray_session, tmp_path):
     workers = json.loads((outcome.run_dir / "manifest.json").read_text())["workers"]
     assert len(workers) == 4
     assert all(w["gpu_ids"] == ["0"] for w in workers)  # Ray's logical GPU 0, shared
-    assert all(w["device"] == "cpu" for w in workers)   # no CUDA here: the CPU twin runs
+    if torch.cuda.is_available():  # each worker on the GPU, its memory capped to a quarter
+        assert all(w["device"] == "cuda" and w["gpu_memory_fraction"] == 0.25 for w in workers)
+    else:  # no CUDA: the CPU twin runs, with no memory share
+        assert all(w["device"] == "cpu" and "gpu_memory_fraction" not in w for w in workers)
 
 
 def test_seeds_run_concurrently_each_with_its_own_driver(ray_session, tmp_path):

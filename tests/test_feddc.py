@@ -73,7 +73,8 @@ def test_privatize_clips_updates_and_adds_sigma_times_s_noise():
 
 
 @pytest.mark.parametrize("model_name, options", [("mlp", {"hidden": (16,)}),
-                                                 ("convnet", {"width": 4, "depth": 2})])
+                                                 ("convnet", {"width": 4, "depth": 2}),
+                                                 ("cnn", {"channels": (4, 8), "hidden": 16})])
 def test_vectorized_clients_match_one_by_one_training(model_name, options):
     dataset = load_dataset(DatasetConfig(name="digits"))
     params = MODELS[model_name].params(**options)

@@ -19,6 +19,8 @@ def measure_raysim(raw: dict, output: Path) -> dict:
     (round 0 and start-up excluded; start-up reported separately)."""
     started = time.perf_counter()
     outcome = run_experiment(parse_config(raw), output=str(output), progress=False)[0]
+    if outcome.error is not None:
+        raise RuntimeError(f"the benchmark run failed: {outcome.error}")
     total = time.perf_counter() - started
     rounds = load(outcome.run_dir)
     span = rounds["wall_time"].iloc[-1] - rounds["wall_time"].iloc[0]

@@ -30,7 +30,7 @@ from raysim.engine.placement import assign_groups, client_groups
 from raysim.engine.server_evaluation import Evaluator
 from raysim.engine.weights import payload_bytes
 from raysim.engine.worker import ClientWorker, RoundReply, WorkerSetup
-from raysim.errors import DivergenceError, WorkerFailureError
+from raysim.errors import DivergenceError, RunError, WorkerFailureError
 from raysim.results.manifest import update_manifest
 from raysim.results.sink import ParquetSink
 from raysim.schema import EngineConfig, EvaluationConfig
@@ -131,8 +131,15 @@ class Driver:
         try:
             self._set_progress(status="waiting for resources")
             group, workers = self._start_workers()
-            self._set_progress(status="running")
-            final = self._round_loop(workers, sink, checkpoint)
+            try:
+                update_manifest(self.run_dir, workers=ray.get(
+                    [worker.describe.remote() for worker in workers]))
+                self._set_progress(status="running")
+                final = self._round_loop(workers, sink, checkpoint)
+            except ray.exceptions.RayTaskError as error:
+                if isinstance(error.cause, RunError):  # a worker's clear message, not a bug
+                    raise error.cause from None
+                raise
             sink.flush()
             remove_checkpoint(self.run_dir)
             update_manifest(self.run_dir, status="completed", finished=time.time())
@@ -167,8 +174,6 @@ class Driver:
             ).remote(self.spec.setup, index)
             for index in range(engine.num_workers)
         ]
-        described = ray.get([worker.describe.remote() for worker in workers])
-        update_manifest(self.run_dir, workers=described)
         return group, workers
 
     def _layout(self, num_workers: int) -> _Layout:

@@ -315,7 +315,8 @@ def _start_driver(config: ExperimentConfig, dataset: ArrayDataset, partition: Pa
                         # one pooled client gains nothing from batching clients
                         vectorize="never" if algorithm_class.pooled else config.engine.vectorize,
                         test_sources=sources,
-                        membership_audit=config.evaluation.membership_audit)
+                        membership_audit=config.evaluation.membership_audit,
+                        gpu_fraction=config.engine.gpus_per_worker)
     use_gpus = config.engine.gpus_per_worker > 0 and not notices
     spec = RunSpec(str(run_dir), setup, config.training.rounds, config.engine,
                    config.evaluation, use_gpus, resume=resume,

@@ -16,6 +16,7 @@ import torch
 from raysim.algorithms.base import Algorithm, RunContext
 from raysim.data.partition import Partition
 from raysim.engine.evaluation import classification_metrics, predict_proba
+from raysim.engine.gpu import GpuMemoryError, cap_gpu_memory, gpu_memory_errors
 from raysim.engine.membership import audit_sets, membership_auc
 from raysim.engine.memory import resident_memory_mb
 from raysim.engine.runtime import ClientRuntime, warm_up
@@ -41,6 +42,8 @@ class WorkerSetup:
     """The client whose test share holds each test sample (-1: unseen client, -2: none)."""
     membership_audit: int = 0
     """Members (and non-members) per client of the last round's membership audit (0: off)."""
+    gpu_fraction: float = 0.0
+    """The worker's share of a GPU (``engine.gpus_per_worker``); its memory is capped to it."""
 
 
 @dataclass
@@ -81,6 +84,7 @@ class ClientWorker:
         self.setup = setup
         self.index = index
         self.device = pick_device()
+        self.gpu_share = cap_gpu_memory(self.device, setup.gpu_fraction)
         context = setup.context
         self.algorithm = setup.algorithm_class(setup.algorithm_params, context)
         self.arrays = {name: ray.get(ref) if isinstance(ref, ray.ObjectRef) else ref
@@ -95,14 +99,23 @@ class ClientWorker:
         )
         self.client_states: dict[int, Any] = {}
         self.group_of: dict[int, int] = {}
-        warm_up(self.runtime.model, context.info, context.training.optimizer, self.device)
+        self._startup_error: GpuMemoryError | None = None
+        try:  # a failed actor start hides its error, so it is raised by the first call
+            with gpu_memory_errors(self.gpu_share, index, "while warming up"):
+                warm_up(self.runtime.model, context.info, context.training.optimizer,
+                        self.device)
+        except GpuMemoryError as error:
+            self._startup_error = error
 
     def describe(self) -> dict[str, Any]:
         """Where this worker runs: node, process, device, GPU ids, threads."""
+        if self._startup_error is not None:
+            raise self._startup_error
         return {"node_id": ray.get_runtime_context().get_node_id(), "pid": os.getpid(),
                 "device": str(self.device), "gpu_ids": [str(g) for g in ray.get_gpu_ids()],
                 "threads": torch.get_num_threads(), "training_path": self.runtime.path,
-                "training_path_reason": self.runtime.path_reason}
+                "training_path_reason": self.runtime.path_reason,
+                **(self.gpu_share.describe() if self.gpu_share else {})}
 
     def set_groups(self, clients: np.ndarray, groups: np.ndarray) -> None:
         """The fixed client group of each client this worker holds."""
@@ -126,8 +139,10 @@ class ClientWorker:
         for client in clients:
             groups[self.group_of[client]].append(client)
         started = time.perf_counter()
-        updates = self.algorithm.local_updates(
-            self.runtime, clients, round_, message, [self.client_states.get(c) for c in clients])
+        with gpu_memory_errors(self.gpu_share, self.index, f"in round {round_}"):
+            updates = self.algorithm.local_updates(
+                self.runtime, clients, round_, message,
+                [self.client_states.get(c) for c in clients])
         seconds = (time.perf_counter() - started) / max(len(clients), 1)
         by_client = dict(zip(clients, updates, strict=True))
         bytes_up: dict[str, int] = defaultdict(int)
@@ -196,9 +211,10 @@ class ClientWorker:
         test_x, sources = self.arrays["test_x"], self.setup.test_sources
         outputs: dict[str, list[tuple[np.ndarray, np.ndarray | None]]] = {name: [] for name in models}
         for start, stop in chunks:
-            predicted = self.algorithm.predict_many(self.runtime, models, test_x[start:stop],
-                                                    sources[start:stop],
-                                                    self.setup.eval_batch_size)
+            with gpu_memory_errors(self.gpu_share, self.index, "while evaluating"):
+                predicted = self.algorithm.predict_many(self.runtime, models,
+                                                        test_x[start:stop], sources[start:stop],
+                                                        self.setup.eval_batch_size)
             for name, output in predicted.items():
                 outputs[name].append(output)
         return outputs

@@ -1,0 +1,162 @@
+"""Vectorised clients against the per-client loop and a plain PyTorch loop, on a GPU (issue #19).
+
+Workloads (FedAvg, no evaluation, rounds per second from the first to the last round's end,
+start-up reported separately):
+
+(i)  ``w2``: 150 clients x 8 PneumoniaMNIST images (28 px), ConvNet width 32 depth 3
+     (GroupNorm), one local SGD step per round on the client's 8 images, lr 0.01, all clients
+     every round. The real file from --data-root when present, else a generated file of that
+     layout.
+(ii) ``pfl``: the pfl-research CIFAR-10 benchmark's shape on 28x28x3 inputs: 1,000 clients x 50
+     samples (a generated 50,000-image file in the MedMNIST layout; throughput does not depend
+     on the pixels), 50 clients per round, the 2-conv CNN 32/64 + dense 128 (``model: cnn``),
+     batch 10, SGD lr 0.1, one local epoch (5 steps).
+
+For each workload, in one invocation: raysim with one worker on the whole GPU and the
+per-client loop (``engine.vectorize: never``), the same worker on the vectorised path
+(``always``), four workers at ``gpus_per_worker: 0.25`` on the vectorised path, and a plain
+PyTorch loop in this process on the same device (one model, weights loaded per client, one
+fresh SGD per client, sample-weighted averaging). Prints one JSON line per configuration with
+rounds/s and the ratio to the plain loop. Without a GPU every configuration runs on the CPU
+(``gpus_per_worker`` ignored), which checks the script, not the GPU figures.
+
+    python experiments/benchmarks/gpu_vectorized.py [--workload w2 pfl] [--rounds 100]
+        [--data-root ../shared/data/medmnist]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tests"))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_common import measure_raysim, medmnist_source
+from fixtures import write_medmnist_npz
+
+from raysim.data import load_dataset, to_tensor
+from raysim.models import build_model
+from raysim.schema import DatasetConfig
+
+WORKLOADS = {
+    "w2": {"flag": "pneumoniamnist", "clients": 150, "samples": 8, "per_round": None,
+           "model": {"name": "convnet", "width": 32, "depth": 3}, "batch": 8, "lr": 0.01,
+           "steps": 1},
+    "pfl": {"flag": "pathmnist", "clients": 1000, "samples": 50, "per_round": 50,
+            "model": {"name": "cnn", "channels": [32, 64], "hidden": 128}, "batch": 10,
+            "lr": 0.1, "steps": None},
+}
+ENGINES = {
+    "raysim_loop_1gpu": {"num_workers": 1, "gpus_per_worker": 1.0, "vectorize": "never"},
+    "raysim_vectorized_1gpu": {"num_workers": 1, "gpus_per_worker": 1.0, "vectorize": "always"},
+    "raysim_vectorized_4x0.25gpu": {"num_workers": 4, "gpus_per_worker": 0.25,
+                                    "vectorize": "always"},
+}
+
+
+def config(spec: dict, dataset: dict, rounds: int, engine: dict) -> dict:
+    training = {"rounds": rounds, "batch_size": spec["batch"],
+                "clients_per_round": spec["per_round"],
+                "optimizer": {"name": "sgd", "lr": spec["lr"]}}
+    training.update({"local_steps": spec["steps"]} if spec["steps"] else {"local_epochs": 1})
+    return {"name": "gpu-bench", "dataset": dataset,
+            "partition": {"scheme": "iid", "num_clients": spec["clients"],
+                          "samples_per_client": spec["samples"]},
+            "model": spec["model"], "algorithm": {"name": "fedavg"}, "training": training,
+            "evaluation": {"every": 0}, "seeds": [0],
+            "engine": {"cpus_per_worker": 1, "flush_seconds": 5.0, **engine}}
+
+
+def plain_loop(spec: dict, dataset: dict, rounds: int, device: torch.device) -> float:
+    """Rounds per second of a plain single-process FedAvg loop on ``device``."""
+    data = load_dataset(DatasetConfig(**dataset))
+    rng = np.random.default_rng(0)
+    order = rng.permutation(len(data.train_y))[: spec["clients"] * spec["samples"]]
+    x = to_tensor(data.train_x[order], data.info).to(device)
+    x = x.reshape(spec["clients"], spec["samples"], *x.shape[1:])
+    y = torch.from_numpy(data.train_y[order]).to(device).reshape(spec["clients"], -1)
+    from raysim.models import MODELS
+    model = build_model(MODELS[spec["model"]["name"]].params(**spec["model"]), data.info).to(device)
+    global_state = {k: v.clone() for k, v in model.state_dict().items()}
+    loss_fn = torch.nn.CrossEntropyLoss()
+    per_round = spec["per_round"] or spec["clients"]
+    steps = spec["steps"] or spec["samples"] // spec["batch"]
+
+    def one_round() -> None:
+        total = {k: torch.zeros_like(v) for k, v in global_state.items()}
+        for client in rng.choice(spec["clients"], per_round, replace=False):
+            model.load_state_dict(global_state)
+            optimizer = torch.optim.SGD(model.parameters(), lr=spec["lr"])
+            perm = torch.randperm(spec["samples"], device=device)
+            for step in range(steps):
+                batch = perm[step * spec["batch"]:(step + 1) * spec["batch"]]
+                optimizer.zero_grad(set_to_none=True)
+                loss_fn(model(x[client, batch]), y[client, batch]).backward()
+                optimizer.step()
+            for k, v in model.state_dict().items():
+                total[k] += v
+        for k in global_state:
+            global_state[k] = total[k] / per_round
+
+    one_round()  # warm-up (kernels, allocator)
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+    started = time.perf_counter()
+    for _ in range(rounds):
+        one_round()
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+    return rounds / (time.perf_counter() - started)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--workload", nargs="+", choices=list(WORKLOADS), default=list(WORKLOADS))
+    parser.add_argument("--engines", nargs="+", choices=list(ENGINES), default=list(ENGINES))
+    parser.add_argument("--rounds", type=int, default=100)
+    parser.add_argument("--data-root", default="../shared/data/medmnist")
+    args = parser.parse_args()
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    name = torch.cuda.get_device_name() if device.type == "cuda" else "CPU"
+    with tempfile.TemporaryDirectory() as scratch_dir:
+        scratch = Path(scratch_dir)
+        for workload in args.workload:
+            spec = WORKLOADS[workload]
+            if workload == "pfl":
+                root = scratch / "pfl"
+                write_medmnist_npz(root, "pathmnist", n_train=spec["clients"] * spec["samples"],
+                                   n_test=200, channels=3, num_classes=9)
+                dataset = {"name": "pathmnist", "root": str(root), "download": False,
+                           "verify_checksum": False}
+                real = False
+            else:
+                dataset, _, real = medmnist_source(args.data_root, spec["flag"], scratch,
+                                                   n_train=2000, n_test=200)
+            plain = plain_loop(spec, dataset, args.rounds, device)
+            print(json.dumps({"workload": workload, "device": name, "real_data": real,
+                              "configuration": "plain_pytorch_loop",
+                              "rounds_per_s": round(plain, 3)}), flush=True)
+            for label in args.engines:
+                try:
+                    measured = measure_raysim(config(spec, dataset, args.rounds, ENGINES[label]),
+                                              scratch / label)
+                except RuntimeError as error:
+                    print(json.dumps({"workload": workload, "configuration": label,
+                                      "error": str(error)}), flush=True)
+                    continue
+                rate = measured["raysim_rounds_per_s"]
+                print(json.dumps({"workload": workload, "device": name, "configuration": label,
+                                  "rounds_per_s": round(rate, 3),
+                                  "startup_s": round(measured["raysim_startup_s"], 1),
+                                  "over_plain": round(rate / plain, 3)}), flush=True)
+
+
+if __name__ == "__main__":
+    main()
