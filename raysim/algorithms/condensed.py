@@ -13,12 +13,14 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 import torch
+from pydantic import Field, field_validator
 
 from raysim.algorithms.base import Algorithm, ClientResult, RunContext
+from raysim.condensation.augment import OPERATIONS
 from raysim.condensation.matching import MatchingSettings, RealData, condense
 from raysim.condensation.synthetic import (
     ServerTraining,
@@ -29,10 +31,50 @@ from raysim.condensation.synthetic import (
 from raysim.engine.weights import Weights, get_weights, set_weights
 from raysim.errors import field_error
 from raysim.models import build_model
+from raysim.schema import StrictModel
 from raysim.seeding import numpy_rng, torch_generator
 
 if TYPE_CHECKING:
     from raysim.engine.runtime import ClientRuntime
+
+
+Operation = Literal["color", "crop", "cutout", "flip", "scale", "rotate"]
+
+
+class AugmentationParams(StrictModel):
+    """Differentiable siamese augmentation of the matching steps (and of server training)."""
+
+    mode: Literal["single", "all"] = "single"
+    """single: one operation per step, drawn from ``operations`` (the FedVCK authors' default);
+    all: every operation in turn (DSA's original)."""
+    operations: tuple[Operation, ...] = OPERATIONS  # type: ignore[assignment]
+    server: bool = True
+    """Augment the synthetic batches while the server trains on them (one random operation per
+    batch, not siamese), as the authors do."""
+
+
+class CondensationParams(StrictModel):
+    """Settings every condensation method shares: matching, augmentation, server training."""
+
+    iterations: int = Field(1000, ge=1)
+    real_per_class: int = Field(256, ge=1)
+    image_lr: float = Field(1.0, gt=0)
+    momentum: float = Field(0.5, ge=0, lt=1)
+    augmentation: AugmentationParams = AugmentationParams()
+    server_epochs: int = Field(1000, ge=1)
+    server_lr: float = Field(1e-3, gt=0)
+    server_momentum: float = Field(0.9, ge=0, lt=1)
+    server_weight_decay: float = Field(1e-6, ge=0)
+    server_batch_size: int = Field(256, ge=2)
+    server_lr_decay: float = Field(0.1, gt=0, le=1)
+    """Factor on the server's learning rates (and FedVCK's contrastive weight) from half the
+    server epochs on (the authors' StepLR); 1 keeps them constant."""
+
+    @field_validator("augmentation", mode="before")
+    @classmethod
+    def _operations_shorthand(cls, value: Any) -> Any:
+        """``augmentation: [crop, flip]`` (or ``[]`` for none) means those operations."""
+        return {"operations": value} if isinstance(value, list | tuple) else value
 
 
 class CondensedKnowledgeAlgorithm(Algorithm):
@@ -71,19 +113,23 @@ class CondensedKnowledgeAlgorithm(Algorithm):
         return False
 
     def server_extra(self, state: dict[str, Any], uploads: list[dict[str, Any]],
-                     round_: int) -> tuple[Any, list[torch.nn.Parameter] | None]:
-        """(extra loss, its parameters) for the server's training this round."""
+                     round_: int) -> tuple[Any, torch.nn.Module | None]:
+        """(extra loss, the module holding its trainable parameters) for the server's training
+        this round (default: none)."""
         return None, None
 
     def matching_settings(self) -> MatchingSettings:
         p = self.params
         return MatchingSettings(p.iterations, p.image_lr, p.momentum, p.real_per_class,
-                                augmentation=tuple(p.augmentation))
+                                augmentation=tuple(p.augmentation.operations),
+                                augmentation_mode=p.augmentation.mode)
 
     def server_settings(self) -> ServerTraining:
         p = self.params
+        augmentation = tuple(p.augmentation.operations) if p.augmentation.server else ()
         return ServerTraining(p.server_epochs, p.server_lr, p.server_momentum,
-                              p.server_weight_decay, p.server_batch_size)
+                              p.server_weight_decay, p.server_batch_size,
+                              lr_decay=p.server_lr_decay, augmentation=augmentation)
 
     # ----- server -----
     def init_server_state(self, initial_weights: Weights) -> dict[str, Any]:
@@ -108,12 +154,12 @@ class CondensedKnowledgeAlgorithm(Algorithm):
             return state
         model = build_model(self.context.model, self.context.info)
         set_weights(model, state["model"])
-        extra_loss, extra_parameters = self.server_extra(state, uploads, round_)
+        extra_loss, extra_module = self.server_extra(state, uploads, round_)
         train_on_synthetic(model, np.concatenate([b[1] for b in buffer]),
                            np.concatenate([b[2] for b in buffer]), self.context.info,
                            self.server_settings(),
                            torch_generator(self.context.seed, "server-train", round_),
-                           extra_loss, extra_parameters)
+                           extra_loss, extra_module)
         return {**state, "previous": state["model"], "model": get_weights(model)}
 
     def global_weights(self, state: dict[str, Any]) -> Weights:

@@ -16,33 +16,20 @@ import torch
 from pydantic import Field
 
 from raysim.algorithms.base import register_algorithm
-from raysim.algorithms.condensed import CondensedKnowledgeAlgorithm
-from raysim.algorithms.fedvck import AUGMENTATIONS
+from raysim.algorithms.condensed import CondensationParams, CondensedKnowledgeAlgorithm
 from raysim.condensation.matching import split_by_class
 from raysim.condensation.synthetic import images_per_class
-from raysim.schema import StrictModel
 from raysim.seeding import torch_generator
 
 if TYPE_CHECKING:
     from raysim.engine.runtime import ClientRuntime
 
 
-class FedDMParams(StrictModel):
+class FedDMParams(CondensationParams):
     name: Literal["feddm"] = "feddm"
     images_per_class: int = Field(10, ge=1)
-    iterations: int = Field(1000, ge=1)
-    real_per_class: int = Field(256, ge=1)
-    image_lr: float = Field(1.0, gt=0)
-    momentum: float = Field(0.5, ge=0, lt=1)
     rho: float = Field(5.0, ge=0)
     """Largest norm of the random perturbation of the global model."""
-    server_epochs: int = Field(1000, ge=1)
-    server_lr: float = Field(1e-3, gt=0)
-    server_momentum: float = Field(0.9, ge=0, lt=1)
-    server_weight_decay: float = Field(1e-6, ge=0)
-    server_batch_size: int = Field(256, ge=2)
-    augmentation: tuple[AUGMENTATIONS, ...] = ("color", "crop", "cutout", "flip", "scale",
-                                                "rotate")
 
 
 @register_algorithm

@@ -23,6 +23,7 @@ exp(h.f_j / tau)) on L2-normalised vectors.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
@@ -31,25 +32,21 @@ import torch.nn.functional as F
 from pydantic import Field
 
 from raysim.algorithms.base import RunContext, register_algorithm
-from raysim.algorithms.condensed import CondensedKnowledgeAlgorithm
+from raysim.algorithms.condensed import CondensationParams, CondensedKnowledgeAlgorithm
 from raysim.condensation.importance import class_sampling_probabilities, importance_weights
 from raysim.condensation.kernels import mmd
 from raysim.condensation.matching import RealData, split_by_class
-from raysim.condensation.synthetic import images_per_class
+from raysim.condensation.synthetic import ServerTraining, images_per_class
 from raysim.data.dataset import to_tensor
-from raysim.engine.weights import get_weights, set_weights
+from raysim.engine.weights import set_weights
 from raysim.errors import field_error
 from raysim.models import build_model
-from raysim.schema import StrictModel
 from raysim.seeding import torch_generator
 
 if TYPE_CHECKING:
     from raysim.engine.runtime import ClientRuntime
 
-AUGMENTATIONS = Literal["color", "crop", "cutout", "flip", "scale", "rotate"]
-
-
-class FedVCKParams(StrictModel):
+class FedVCKParams(CondensationParams):
     name: Literal["fedvck"] = "fedvck"
     percent: float = Field(1.0, gt=0, le=100)
     """p: synthetic images per class = max(min_images_per_class, ceil(p% of local n_c))."""
@@ -57,9 +54,7 @@ class FedVCKParams(StrictModel):
     min_class_samples: int = Field(10, ge=1)
     """Classes with fewer local samples are not condensed."""
     iterations: int = Field(5000, ge=1)
-    real_per_class: int = Field(256, ge=1)
     image_lr: float = Field(0.2, gt=0)
-    momentum: float = Field(0.5, ge=0, lt=1)
     kernel: Literal["linear", "gaussian", "polynomial"] = "linear"
     latent_constraint: bool = True
     selection: Literal["model_guided", "uniform"] = "model_guided"
@@ -70,18 +65,16 @@ class FedVCKParams(StrictModel):
     """b in w = sigmoid(gamma (CE - b))."""
     contrastive: bool = True
     beta: float = Field(0.1, ge=0)
-    """Weight of the relational contrastive loss (halved from round R/2)."""
+    """Weight of the relational contrastive loss (x server_lr_decay from half the epochs)."""
     tau: float = Field(1.0, gt=0)
-    hard_negatives: int = Field(5, ge=1)
-    """K: hard-negative classes per class; fewer than the number of classes."""
+    hard_negatives: int | None = Field(None, ge=1)
+    """K hard-negative classes per class (default min(5, classes - 1))."""
+    projector_hidden: int = Field(128, ge=1)
+    """Hidden width of the projector MLP (Linear-BatchNorm-ReLU-Linear), new every round."""
+    projector_lr: float = Field(0.01, gt=0)
+    """Adam learning rate of the projector."""
     keep_rounds: int | None = Field(None, ge=1)
     """Rounds of synthetic sets the server trains on (default max(10, R/2))."""
-    server_epochs: int = Field(1000, ge=1)
-    server_lr: float = Field(1e-3, gt=0)
-    server_momentum: float = Field(0.9, ge=0, lt=1)
-    server_weight_decay: float = Field(1e-6, ge=0)
-    server_batch_size: int = Field(256, ge=2)
-    augmentation: tuple[AUGMENTATIONS, ...] = ("color", "crop", "cutout", "flip", "scale", "rotate")
 
 
 @register_algorithm
@@ -93,12 +86,13 @@ class FedVCK(CondensedKnowledgeAlgorithm):
     def __init__(self, params: FedVCKParams, context: RunContext):
         super().__init__(params, context)
         classes = context.info.num_classes
-        if params.contrastive and params.hard_negatives >= classes:
+        if params.contrastive and params.hard_negatives is not None and \
+                params.hard_negatives >= classes:
             raise field_error("algorithm.hard_negatives", params.hard_negatives,
                               f"K hard-negative classes must be fewer than the {classes} "
-                              f"classes of {context.info.name} (at most {classes - 1}), or "
-                              "set algorithm.contrastive=false")
-        self._projector: torch.nn.Module | None = None
+                              f"classes of {context.info.name} (at most {classes - 1}; unset, "
+                              "it is min(5, classes - 1)), or set algorithm.contrastive=false")
+        self.hard_negatives = params.hard_negatives or min(5, classes - 1)
 
     def synthetic_sizes(self, counts: np.ndarray) -> dict[int, int]:
         p = self.params
@@ -154,8 +148,11 @@ class FedVCK(CondensedKnowledgeAlgorithm):
         return loss
 
     # ----- server -----
+    def server_settings(self) -> ServerTraining:
+        return replace(super().server_settings(), extra_lr=self.params.projector_lr)
+
     def server_extra(self, state: dict[str, Any], uploads: list[dict[str, Any]], round_: int
-                     ) -> tuple[Any, list[torch.nn.Parameter] | None]:
+                     ) -> tuple[Any, torch.nn.Module | None]:
         p = self.params
         if not p.contrastive or not uploads:
             return None, None
@@ -181,36 +178,26 @@ class FedVCK(CondensedKnowledgeAlgorithm):
             has_feature[cls] = True
         features = F.normalize(features, dim=1)
         candidates = torch.from_numpy(hard_negative_classes(
-            global_prototypes, p.hard_negatives, present & has_feature.numpy()))
-        projector = torch.nn.Linear(dim, dim)
-        if state.get("projector") is not None:
-            set_weights(projector, state["projector"])
-        else:
-            with torch.random.fork_rng(devices=[]):
-                torch.manual_seed(torch_generator(self.context.seed, "projector-init").initial_seed())
-                projector.reset_parameters()
-        self._projector = projector
-        beta = p.beta / 2 if round_ >= self.context.training.rounds / 2 else p.beta
+            global_prototypes, self.hard_negatives, present & has_feature.numpy()))
+        with torch.random.fork_rng(devices=[]):  # a new projector every round, as the authors
+            torch.manual_seed(torch_generator(self.context.seed, "projector-init",
+                                              round_).initial_seed())
+            projector = torch.nn.Sequential(
+                torch.nn.Linear(dim, p.projector_hidden), torch.nn.BatchNorm1d(p.projector_hidden),
+                torch.nn.ReLU(), torch.nn.Linear(p.projector_hidden, dim))
 
         def relational_loss(embeddings: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
             rows = candidates[targets]  # (B, 1 + K): the class, then its hard negatives
             usable = (rows[:, 0] >= 0) & (rows[:, 1] >= 0)
-            if not usable.any():
+            if usable.sum() < 2:  # the projector's BatchNorm needs two samples
                 return torch.zeros(())
             z = F.normalize(projector(embeddings[usable]), dim=1)
             chosen = rows[usable]
             logits = (z[:, None, :] * features[chosen.clamp(min=0)]).sum(-1) / p.tau
             logits = logits.masked_fill(chosen < 0, float("-inf"))
-            return beta * F.cross_entropy(logits, torch.zeros(len(z), dtype=torch.long))
+            return p.beta * F.cross_entropy(logits, torch.zeros(len(z), dtype=torch.long))
 
-        return relational_loss, list(projector.parameters())
-
-    def aggregate(self, state: dict[str, Any], partials: Any, round_: int) -> dict[str, Any]:
-        self._projector = None
-        state = super().aggregate(state, partials, round_)
-        if self._projector is not None:
-            state = {**state, "projector": get_weights(self._projector)}
-        return state
+        return relational_loss, projector
 
 
 def hard_negative_classes(prototypes: np.ndarray, k: int, available: np.ndarray) -> np.ndarray:

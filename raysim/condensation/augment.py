@@ -1,66 +1,112 @@
-"""Differentiable siamese augmentation (Zhao & Bilen 2021): random colour, crop, cutout, flip,
-scale and rotation, differentiable in the images, with the *same* random parameters for the
-real and the synthetic batch of a step (both calls get generators in the same state)."""
+"""Differentiable siamese augmentation (DSA, Zhao & Bilen 2021) as the FedVCK authors run it
+(``src/utils.py`` of Youth-49/FedVCK_2024): colour (brightness, saturation, contrast), crop
+(a whole-pixel shift of up to 1/8 of the size, zero fill), cutout (a zeroed square of half the
+size centred at a random pixel), flip, scale (1/1.2 to 1.2 per axis) and rotation (+-15 deg),
+differentiable in the images. One parameter draw per operation is shared by the whole batch,
+and both the real and the synthetic batch of a step are augmented from the same seed, so they
+see the same transformation (siamese).
+
+``mode``: ``single`` (the authors' default ``aug_mode='S'``) applies ONE operation per call,
+chosen from ``operations`` by the seed; ``all`` (their ``'M'``, DSA's original) applies every
+operation in turn.
+"""
 
 from __future__ import annotations
 
 import math
+from typing import Literal
 
 import torch
 import torch.nn.functional as F
 
-STRATEGY = ("color", "crop", "cutout", "flip", "scale", "rotate")
+OPERATIONS = ("color", "crop", "cutout", "flip", "scale", "rotate")
+AugmentationMode = Literal["single", "all"]
 
 
-def _uniform(generator: torch.Generator, count: int, low: float, high: float,
-             device: torch.device) -> torch.Tensor:
-    return (torch.rand(count, generator=generator) * (high - low) + low).to(device)
+def _uniform(generator: torch.Generator, low: float, high: float) -> float:
+    return float(torch.rand(1, generator=generator)) * (high - low) + low
 
 
-def _affine(x: torch.Tensor, theta: torch.Tensor) -> torch.Tensor:
+def _affine(x: torch.Tensor, matrix: list[list[float]]) -> torch.Tensor:
+    theta = torch.tensor(matrix, dtype=x.dtype, device=x.device).expand(len(x), 2, 3)
     grid = F.affine_grid(theta, list(x.shape), align_corners=True)
     return F.grid_sample(x, grid, align_corners=True)
 
 
-def augment(x: torch.Tensor, seed: int, strategy: tuple[str, ...] = STRATEGY) -> torch.Tensor:
-    """Apply each op of ``strategy`` with parameters drawn from ``seed`` (one draw per op, shared
-    by the whole batch as in DSA's siamese mode); differentiable in ``x``."""
+def _color(x: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
+    x = x + _uniform(generator, -0.5, 0.5)  # brightness
+    mean = x.mean(dim=1, keepdim=True)
+    x = (x - mean) * _uniform(generator, 0.0, 2.0) + mean  # saturation
+    mean = x.mean(dim=(1, 2, 3), keepdim=True)
+    return (x - mean) * _uniform(generator, 0.5, 1.5) + mean  # contrast
+
+
+def shift(x: torch.Tensor, rows: int, cols: int) -> torch.Tensor:
+    """``x`` moved by whole pixels (output[i, j] = x[i + rows, j + cols]), zeros outside."""
+    pad = max(abs(rows), abs(cols))
+    if pad == 0:
+        return x
+    height, width = x.shape[-2:]
+    padded = F.pad(x, [pad, pad, pad, pad])
+    return padded[..., pad + rows:pad + rows + height, pad + cols:pad + cols + width]
+
+
+def _crop(x: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
+    limit_rows, limit_cols = (int(size * 0.125 + 0.5) for size in x.shape[-2:])
+    rows = int(torch.randint(-limit_rows, limit_rows + 1, (1,), generator=generator))
+    cols = int(torch.randint(-limit_cols, limit_cols + 1, (1,), generator=generator))
+    return shift(x, rows, cols)
+
+
+def _cutout(x: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
+    height, width = x.shape[-2:]
+    size_rows, size_cols = int(height * 0.5 + 0.5), int(width * 0.5 + 0.5)
+    centre_row = int(torch.randint(0, height + (1 - size_rows % 2), (1,), generator=generator))
+    centre_col = int(torch.randint(0, width + (1 - size_cols % 2), (1,), generator=generator))
+    top, left = max(centre_row - size_rows // 2, 0), max(centre_col - size_cols // 2, 0)
+    mask = torch.ones((height, width), dtype=x.dtype, device=x.device)
+    mask[top:centre_row - size_rows // 2 + size_rows, left:centre_col - size_cols // 2 + size_cols] = 0
+    return x * mask
+
+
+def _flip(x: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
+    return x.flip(-1) if float(torch.rand(1, generator=generator)) < 0.5 else x
+
+
+def _scale(x: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
+    sx, sy = _uniform(generator, 1 / 1.2, 1.2), _uniform(generator, 1 / 1.2, 1.2)
+    return _affine(x, [[sx, 0.0, 0.0], [0.0, sy, 0.0]])
+
+
+def _rotate(x: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
+    angle = _uniform(generator, -15.0, 15.0) * math.pi / 180
+    return _affine(x, [[math.cos(angle), -math.sin(angle), 0.0],
+                       [math.sin(angle), math.cos(angle), 0.0]])
+
+
+_FUNCTIONS = {"color": _color, "crop": _crop, "cutout": _cutout, "flip": _flip,
+              "scale": _scale, "rotate": _rotate}
+
+
+def chosen_operations(seed: int, operations: tuple[str, ...], mode: AugmentationMode
+                      ) -> tuple[str, ...]:
+    """The operations a call with this seed applies: all of them, or the one drawn first."""
+    for op in operations:
+        if op not in _FUNCTIONS:
+            raise ValueError(f"unknown augmentation {op!r}; allowed: {', '.join(OPERATIONS)}")
+    if mode == "all" or not operations:
+        return operations
     generator = torch.Generator().manual_seed(seed)
-    device = x.device
-    for op in strategy:
-        if op == "color":
-            x = x + (_uniform(generator, 1, -0.5, 0.5, device) - 0.0)  # brightness
-            mean = x.mean(dim=1, keepdim=True)
-            x = (x - mean) * _uniform(generator, 1, 0.0, 2.0, device) + mean  # saturation
-            mean = x.mean(dim=(1, 2, 3), keepdim=True)
-            x = (x - mean) * _uniform(generator, 1, 0.5, 1.5, device) + mean  # contrast
-        elif op == "crop":  # translation by up to 1/8 of the size, zero padding
-            shift = _uniform(generator, 2, -0.25, 0.25, device)
-            theta = torch.tensor([[1.0, 0.0, 0.0], [0.0, 1.0, 0.0]], device=device)
-            theta = theta.clone()
-            theta[0, 2], theta[1, 2] = shift[0], shift[1]
-            x = _affine(x, theta.expand(len(x), 2, 3))
-        elif op == "cutout":  # a zeroed square of half the size at a random position
-            size = x.shape[-1]
-            half = size // 2
-            top, left = (int(v) for v in torch.randint(0, size - half + 1, (2,),
-                                                       generator=generator))
-            mask = torch.ones_like(x[:1])
-            mask[..., top:top + half, left:left + half] = 0
-            x = x * mask
-        elif op == "flip":
-            if float(torch.rand(1, generator=generator)) < 0.5:
-                x = x.flip(-1)
-        elif op == "scale":
-            sx, sy = _uniform(generator, 2, 0.8, 1.2, device)
-            theta = torch.zeros(2, 3, device=device)
-            theta[0, 0], theta[1, 1] = sx, sy
-            x = _affine(x, theta.expand(len(x), 2, 3))
-        elif op == "rotate":
-            angle = float(_uniform(generator, 1, -15.0, 15.0, torch.device("cpu"))) * math.pi / 180
-            theta = torch.tensor([[math.cos(angle), -math.sin(angle), 0.0],
-                                  [math.sin(angle), math.cos(angle), 0.0]], device=device)
-            x = _affine(x, theta.expand(len(x), 2, 3))
-        else:
-            raise ValueError(f"unknown augmentation {op!r}; allowed: {', '.join(STRATEGY)}")
+    return (operations[int(torch.randint(0, len(operations), (1,), generator=generator))],)
+
+
+def augment(x: torch.Tensor, seed: int, operations: tuple[str, ...] = OPERATIONS,
+            mode: AugmentationMode = "single") -> torch.Tensor:
+    """Augment a batch with parameters drawn from ``seed`` (one draw per operation, shared by
+    the whole batch); differentiable in ``x``. The same seed gives the same transformation."""
+    generator = torch.Generator().manual_seed(seed)
+    if mode == "single":
+        torch.randint(0, max(len(operations), 1), (1,), generator=generator)  # the choice
+    for op in chosen_operations(seed, operations, mode):
+        x = _FUNCTIONS[op](x, generator)
     return x

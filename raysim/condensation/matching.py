@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from raysim.condensation.augment import augment
+from raysim.condensation.augment import OPERATIONS, AugmentationMode, augment
 from raysim.data.dataset import DataInfo, to_tensor
 
 
@@ -27,7 +27,8 @@ class MatchingSettings:
     momentum: float
     real_per_class: int
     clip: float = 10.0
-    augmentation: tuple[str, ...] = ("color", "crop", "cutout", "flip", "scale", "rotate")
+    augmentation: tuple[str, ...] = OPERATIONS
+    augmentation_mode: AugmentationMode = "single"
 
 
 @dataclass
@@ -75,8 +76,9 @@ def condense(synthetic: dict[int, torch.Tensor], real: RealData, info: DataInfo,
         syn_batch = torch.cat(images)
         seed = int(seeds[iteration])
         if settings.augmentation:
-            real_batch = augment(real_batch, seed, settings.augmentation)
-            syn_batch = augment(syn_batch, seed, settings.augmentation)
+            real_batch = augment(real_batch, seed, settings.augmentation,
+                                 settings.augmentation_mode)
+            syn_batch = augment(syn_batch, seed, settings.augmentation, settings.augmentation_mode)
         loss = loss_fn(real_batch, syn_batch, [len(p) for p in picks], [len(s) for s in images])
         optimizer.zero_grad(set_to_none=True)
         loss.backward()

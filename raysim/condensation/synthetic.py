@@ -13,6 +13,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from raysim.condensation.augment import augment
 from raysim.data.dataset import DataInfo, to_tensor
 
 
@@ -54,6 +55,12 @@ class ServerTraining:
     momentum: float
     weight_decay: float
     batch_size: int
+    lr_decay: float = 1.0
+    """Factor on both learning rates and the extra loss's weight from epoch ``epochs // 2``."""
+    augmentation: tuple[str, ...] = ()
+    """Operations of which one, drawn per batch, augments each batch (empty: none)."""
+    extra_lr: float = 0.01
+    """Adam learning rate of the extra loss's own parameters (FedVCK's projector)."""
 
 
 ExtraLoss = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
@@ -64,32 +71,47 @@ embeddings are the model's ``embed`` output of the batch, computed once for both
 def train_on_synthetic(model: nn.Module, images: np.ndarray, labels: np.ndarray, info: DataInfo,
                        settings: ServerTraining, generator: torch.Generator,
                        extra_loss: ExtraLoss | None = None,
-                       extra_parameters: list[nn.Parameter] | None = None) -> float:
-    """SGD epochs of cross-entropy (+ ``extra_loss``) over the stored-format ``images``;
-    returns the mean loss of the last epoch."""
+                       extra_module: nn.Module | None = None) -> float:
+    """SGD epochs of cross-entropy (+ ``extra_loss``, whose ``extra_module`` trains with Adam)
+    over the stored-format ``images``, each batch augmented by one random operation of
+    ``settings.augmentation``; from half the epochs on, the learning rates and the extra loss's
+    weight are multiplied by ``settings.lr_decay``. Returns the mean loss of the last epoch."""
     x = to_tensor(images, info)
     y = torch.from_numpy(np.asarray(labels, dtype=np.int64))
-    parameters = [*model.parameters(), *(extra_parameters or [])]
-    optimizer = torch.optim.SGD(parameters, lr=settings.lr, momentum=settings.momentum,
+    optimizer = torch.optim.SGD(model.parameters(), lr=settings.lr, momentum=settings.momentum,
                                 weight_decay=settings.weight_decay)
+    optimizers = [optimizer]
+    if extra_module is not None:
+        extra_module.train()
+        optimizers.append(torch.optim.Adam(extra_module.parameters(), lr=settings.extra_lr))
     model.train()
-    last = float("nan")
-    for _ in range(settings.epochs):
+    last, weight = float("nan"), 1.0
+    for epoch in range(settings.epochs):
+        if epoch == settings.epochs // 2 and epoch > 0:
+            weight = settings.lr_decay
+            for opt in optimizers:
+                for group in opt.param_groups:
+                    group["lr"] *= settings.lr_decay
         order = torch.randperm(len(y), generator=generator)
         total, seen = 0.0, 0
         for batch in order.split(settings.batch_size):
             if len(batch) < 2:  # BatchNorm cannot train on one sample
                 continue
             inputs, targets = x[batch], y[batch]
+            if settings.augmentation:
+                seed = int(torch.randint(0, 2**62, (1,), generator=generator))
+                inputs = augment(inputs, seed, settings.augmentation, "single")
             if extra_loss is None:
                 loss = F.cross_entropy(model(inputs), targets)
             else:  # one forward pass feeds both terms (the model has ``embed`` + ``classifier``)
                 embeddings = model.embed(inputs)
                 loss = (F.cross_entropy(model.classifier(embeddings), targets)
-                        + extra_loss(embeddings, targets))
-            optimizer.zero_grad(set_to_none=True)
+                        + weight * extra_loss(embeddings, targets))
+            for opt in optimizers:
+                opt.zero_grad(set_to_none=True)
             loss.backward()
-            optimizer.step()
+            for opt in optimizers:
+                opt.step()
             total += float(loss.detach()) * len(batch)
             seen += len(batch)
         last = total / max(seen, 1)

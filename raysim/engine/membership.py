@@ -1,7 +1,9 @@
 """Membership-inference audit of what clients upload (reusable by every method).
 
-For each audited client: ``n`` of its training samples (members) and ``n`` test samples
-(non-members, never trained on by anyone), drawn from the stream (seed, "membership", client),
+For each audited client: up to ``n`` of its training samples (members) and as many test samples
+(non-members, never trained on by anyone) with the members' class mix, so that an attack cannot
+score by label alone (a one-class client's members would otherwise all carry the label that the
+skewed model favours), drawn from the stream (seed, "membership", client),
 are scored by an attack on the client's upload; the ROC AUC of members against non-members is
 reported per client (``mia_auc`` in the ``clients`` table). The attack depends on the upload:
 
@@ -32,14 +34,23 @@ if TYPE_CHECKING:
     from raysim.engine.runtime import ClientRuntime
 
 
-def audit_sets(train_indices: np.ndarray, num_test: int, size: int, seed: int, client: int
-               ) -> tuple[np.ndarray, np.ndarray]:
-    """Balanced (members, non-members): ``min(size, local samples)`` training indices of the
-    client and as many test indices."""
+def audit_sets(train_indices: np.ndarray, train_labels: np.ndarray, test_labels: np.ndarray,
+               size: int, seed: int, client: int) -> tuple[np.ndarray, np.ndarray]:
+    """Balanced (members, non-members) with the same number of samples of every class: up to
+    ``size`` training indices of the client, then per class as many test indices of that class
+    (members of a class with fewer test samples are dropped to that count)."""
     rng = numpy_rng(seed, "membership", client=client)
-    count = min(size, len(train_indices), num_test)
-    return rng.choice(train_indices, count, replace=False), rng.choice(num_test, count,
-                                                                       replace=False)
+    members = rng.choice(train_indices, min(size, len(train_indices)), replace=False)
+    kept, nonmembers = [], []
+    for cls in np.unique(train_labels[members]):
+        of_class = members[train_labels[members] == cls]
+        pool = np.flatnonzero(test_labels == cls)
+        count = min(len(of_class), len(pool))
+        kept.append(of_class[:count])
+        nonmembers.append(rng.choice(pool, count, replace=False))
+    if not kept:
+        return members[:0], members[:0]
+    return np.concatenate(kept), np.concatenate(nonmembers)
 
 
 @torch.no_grad()

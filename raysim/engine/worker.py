@@ -170,7 +170,8 @@ class ClientWorker:
     def _audit(self, client: int, upload: dict[str, Any]) -> float:
         """Membership-inference AUC of one client's upload (see raysim.engine.membership)."""
         test_x, test_y = self.arrays["test_x"], self.arrays["test_y"]
-        members, nonmembers = audit_sets(self.runtime.client_indices[client], len(test_y),
+        members, nonmembers = audit_sets(self.runtime.client_indices[client],
+                                         self.arrays["train_y"], test_y,
                                          self.setup.membership_audit,
                                          self.setup.context.seed, client)
         return membership_auc(self.runtime, upload, members, nonmembers, test_x, test_y)

@@ -19,6 +19,9 @@ class ConvNetParams(StrictModel):
     depth: int = Field(3, ge=1)
     norm: Literal["instance", "batch", "none"] = "instance"
     pooling: Literal["avg", "max"] = "avg"
+    first_padding: int = Field(1, ge=0, le=3)
+    """Zero padding of the first convolution: 1 keeps the size; 3 (the FedVCK/DC authors' code
+    on 28 px inputs) grows 28 to 32 px, so three poolings end on a 4x4 map instead of 3x3."""
 
 
 def _norm(kind: str, channels: int) -> nn.Module:
@@ -36,9 +39,11 @@ class ConvNet(nn.Module):
         super().__init__()
         layers: list[nn.Module] = []
         channels = in_channels
-        for _ in range(params.depth):
+        for layer in range(params.depth):
+            padding = params.first_padding if layer == 0 else 1
+            size += 2 * (padding - 1)
             layers += [
-                nn.Conv2d(channels, params.width, kernel_size=3, padding=1),
+                nn.Conv2d(channels, params.width, kernel_size=3, padding=padding),
                 _norm(params.norm, params.width),
                 nn.ReLU(inplace=True),
                 nn.AvgPool2d(2) if params.pooling == "avg" else nn.MaxPool2d(2),
