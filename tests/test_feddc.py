@@ -215,3 +215,87 @@ def test_variants_run_together_and_report_per_variant(ray_session, tmp_path):
     assert sorted(o.run_dir.parent.name for o in outcomes) == ["fedavg_b1", "feddc"]
     table = summary_table(load(outcomes[0].run_dir.parents[1]))
     assert table["experiment"].tolist() == ["fedavg_b1", "feddc"]
+
+
+# ----- mechanisms (issue #15) -----
+def test_radon_point_is_not_the_mean_and_lies_in_both_hulls_of_its_partition():
+    # a triangle and a point inside it: the Radon partition is {inside} vs {triangle}, so the
+    # Radon point is the inside point itself, while the mean is pulled towards the corners
+    points = np.array([[0.0, 0.0], [4.0, 0.0], [0.0, 4.0], [1.0, 0.5]])
+    point = radon_point(points)
+    np.testing.assert_allclose(point, [1.0, 0.5], atol=1e-9)
+    assert np.abs(point - points.mean(0)).max() > 0.2
+    skew = np.array([[0.0, 0.0], [10.0, 0.0], [0.0, 1.0], [10.0, 1.0]])  # crossing diagonals
+    np.testing.assert_allclose(radon_point(skew), [5.0, 0.5], atol=1e-9)
+
+
+def test_iterated_radon_point_uses_exactly_the_first_r_to_the_h_models():
+    rng = np.random.default_rng(1)
+    models = [{"w": rng.normal(size=(2,)).astype(np.float32)} for _ in range(17)]  # r=4, h=2
+    point = iterated_radon_point(models)["w"]
+    outlier = [*models[:16], {"w": np.array([1e6, -1e6], np.float32)}]
+    np.testing.assert_array_equal(iterated_radon_point(outlier)["w"], point)  # 17th unused
+    moved = [{"w": models[0]["w"] + 3.0}, *models[1:]]
+    assert not np.allclose(iterated_radon_point(moved)["w"], point)  # the first ones count
+    groups = np.stack([m["w"] for m in models[:16]]).astype(np.float64).reshape(4, 4, 2)
+    two_level = radon_point(np.stack([radon_point(g) for g in groups]))
+    np.testing.assert_allclose(point, two_level, rtol=1e-5, atol=1e-5)
+
+
+def _feddc(context_clients: int = 4, **params):
+    from raysim.algorithms.base import RunContext
+    from raysim.algorithms.feddc import FedDC, FedDCParams
+
+    dataset = load_dataset(DatasetConfig(name="digits"))
+    model = MODELS["mlp"].params(hidden=(8,))
+    training = TrainingConfig(local_steps=2, batch_size=4,
+                              optimizer=OptimizerConfig(lr=0.05, momentum=0.0))
+    context = RunContext(0, dataset.info, model, training, context_clients, context_clients)
+    return FedDC(FedDCParams(**params), context), dataset, model, training
+
+
+def test_aggregation_takes_precedence_over_daisy_chaining_in_the_same_round():
+    algorithm, *_ = _feddc(daisy_period=2, aggregation_period=4)
+    assert [algorithm.daisy_chains_in(r) for r in range(8)] == [False, True, False, False] * 2
+    assert [algorithm.aggregates_in(r) for r in range(8)] == [False, False, False, True] * 2
+    assert algorithm.migration(3) is None and algorithm.migration(1) is not None
+    permutation = algorithm.migration(1)
+    assert sorted(permutation.tolist()) == [0, 1, 2, 3]
+
+
+def test_proximal_anchor_lives_in_client_state_and_survives_a_new_algorithm_object():
+    algorithm, dataset, model, training = _feddc(daisy_period=None, aggregation_period=2,
+                                                 mu=0.5)
+    torch.manual_seed(0)
+    start = get_weights(build_model(model, dataset.info))
+    runtime = ClientRuntime(seed=0, info=dataset.info, model_params=model, training=training,
+                            train_x=dataset.train_x, train_y=dataset.train_y,
+                            client_indices=[np.arange(c * 8, c * 8 + 8) for c in range(4)],
+                            initial_weights=start, device=torch.device("cpu"), vectorize="never")
+    aggregate = {k: v * 0.5 for k, v in start.items()}  # an aggregate the clients received
+    first = algorithm.local_updates(runtime, [0, 1, 2, 3], 2, {"model": aggregate}, [None] * 4)
+    states = [r.state for r in first]
+    continued = algorithm.local_updates(runtime, [0, 1, 2, 3], 3, {}, states)
+    restarted_algorithm, *_ = _feddc(daisy_period=None, aggregation_period=2, mu=0.5)
+    restarted = restarted_algorithm.local_updates(runtime, [0, 1, 2, 3], 3, {}, states)
+    for a, b in zip(continued, restarted, strict=True):
+        for key in a.state[0]:
+            np.testing.assert_array_equal(np.asarray(a.state[0][key]),
+                                          np.asarray(b.state[0][key]))
+    without_prox, *_ = _feddc(daisy_period=None, aggregation_period=2, mu=0.0)
+    plain = without_prox.local_updates(runtime, [0, 1, 2, 3], 3, {},
+                                       [(s[0], s[1], s[2], None) for s in states])
+    assert not np.allclose(np.asarray(plain[0].state[0]["net.1.weight"]),
+                           np.asarray(continued[0].state[0]["net.1.weight"]))
+
+
+def test_daisy_chaining_moves_models_between_clients(ray_session, tmp_path):
+    """Daisy-chaining alone (d=1, no aggregation) against the same clients with no
+    permutation: if models were not moved, every client would train its own model and both
+    runs would give the same personal models."""
+    chained = load(run(feddc_raw(daisy_period=1, aggregation_period=None), tmp_path / "dc"),
+                   "client_eval")
+    alone = load(run(feddc_raw(daisy_period=None, aggregation_period=None), tmp_path / "local"),
+                 "client_eval")
+    assert len(chained) == len(alone) > 0
+    assert not np.allclose(chained["global_loss"].to_numpy(), alone["global_loss"].to_numpy())

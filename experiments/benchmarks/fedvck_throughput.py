@@ -114,9 +114,13 @@ def measure_plain(raw: dict, data_root: str, rounds: int) -> float:
         x, y = to_tensor(np.concatenate(buffer_x), info), torch.from_numpy(np.concatenate(buffer_y))
         optimizer = torch.optim.SGD(model.parameters(), lr=algorithm.server_lr, momentum=0.9,
                                     weight_decay=1e-6)
-        for _ in range(algorithm.server_epochs):
+        for epoch in range(algorithm.server_epochs):
+            if epoch == algorithm.server_epochs // 2:  # the authors' StepLR
+                for group in optimizer.param_groups:
+                    group["lr"] *= 0.1
             for batch in torch.randperm(len(y)).split(256):
-                loss = F.cross_entropy(model(x[batch]), y[batch])
+                inputs = augment(x[batch], int(rng.integers(0, 2**62)))  # one op per batch
+                loss = F.cross_entropy(model(inputs), y[batch])
                 optimizer.zero_grad()
                 loss.backward()
                 optimizer.step()

@@ -92,7 +92,6 @@ class FedDC(Algorithm):
                     f"but there are {clients} clients. Use more clients, a smaller model "
                     "(e.g. model.hidden: []) or aggregator: mean."
                 )
-        self._anchor: Weights | None = None  # the last aggregate, as the clients know it
 
     # ----- schedule -----
     def aggregates_in(self, round_: int) -> bool:
@@ -138,26 +137,31 @@ class FedDC(Algorithm):
     # ----- client -----
     def local_updates(self, runtime: ClientRuntime, clients: Sequence[int], round_: int,
                       message: dict[str, Any], states: Sequence[Any]) -> list[ClientResult]:
-        if "model" in message:
-            self._anchor = message["model"]
-        anchor = self._anchor if self._anchor is not None else runtime.initial_weights
-        starts, references, optimizer_states = [], [], []
+        starts, references, optimizer_states, anchors = [], [], [], []
         for state in states:
-            weights, optimizer_state, reference = (
+            # client state: (model, optimizer state, DP reference, proximal anchor = the last
+            # aggregate as this client knows it; kept in the state so it survives restarts)
+            weights, optimizer_state, reference, anchor = (
                 state if state is not None else (runtime.initial_weights, None,
-                                                 runtime.initial_weights))
+                                                 runtime.initial_weights, None))
             if "model" in message:
                 weights = reference = message["model"]
+                anchor = message["model"] if self.params.mu > 0 else None
             starts.append(weights)
             references.append(reference)
             optimizer_states.append(optimizer_state)
-        prox = (anchor, self.params.mu) if self.params.mu > 0 else None
-        trained = runtime.train_many(clients, round_, starts, optimizer_states, prox=prox)
+            anchors.append(anchor)
+        if self.params.mu > 0:  # every client's anchor is the same aggregate (or the start)
+            anchor = next((a for a in anchors if a is not None), runtime.initial_weights)
+            trained = runtime.train_many(clients, round_, starts, optimizer_states,
+                                         prox=(anchor, self.params.mu))
+        else:
+            trained = runtime.train_many(clients, round_, starts, optimizer_states)
         kind = ("model" if self.aggregates_in(round_)
                 else "daisy_chain" if self.daisy_chains_in(round_) else None)
         results = []
-        for client, (weights, outcome), reference in zip(clients, trained, references,
-                                                         strict=True):
+        for client, (weights, outcome), reference, anchor in zip(clients, trained, references,
+                                                                 anchors, strict=True):
             if kind is not None:
                 if self.params.dp is not None:
                     weights = privatize(weights, reference, self.params.dp.clip,
@@ -165,7 +169,7 @@ class FedDC(Algorithm):
                                         numpy_rng(self.context.seed, "dp_noise", round_, client))
                 reference = weights
             upload = {kind: weights} if kind else {}
-            state = (weights, outcome.optimizer_state, reference)
+            state = (weights, outcome.optimizer_state, reference, anchor)
             results.append(ClientResult(upload, state, outcome.metrics()))
         return results
 
