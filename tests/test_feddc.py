@@ -299,3 +299,24 @@ def test_daisy_chaining_moves_models_between_clients(ray_session, tmp_path):
                  "client_eval")
     assert len(chained) == len(alone) > 0
     assert not np.allclose(chained["global_loss"].to_numpy(), alone["global_loss"].to_numpy())
+
+
+def test_radon_sample_random_draws_other_models_per_aggregation_first_keeps_the_first():
+    algorithm, dataset, *_ = _feddc(context_clients=700, daisy_period=None,
+                                    aggregation_period=1, aggregator="radon")
+    model = MODELS["mlp"].params(hidden=())
+    algorithm.context = algorithm.context.__class__(0, dataset.info, model,
+                                                    algorithm.context.training, 700, 700)
+    rng = np.random.default_rng(0)
+    shapes = {"net.1.weight": (10, 64), "net.1.bias": (10,)}  # 650 parameters: r = 652, h = 1
+    models = [{k: rng.normal(size=s).astype(np.float32) for k, s in shapes.items()}
+              for _ in range(700)]
+    first = algorithm.aggregate({}, [models], 0)["aggregate"]
+    assert np.allclose(first["net.1.bias"], iterated_radon_point(models[:652])["net.1.bias"])
+    from raysim.algorithms.feddc import FedDC, FedDCParams
+    sampled = FedDC(FedDCParams(daisy_period=None, aggregation_period=1, aggregator="radon",
+                                radon_sample="random"), algorithm.context)
+    round0 = sampled.aggregate({}, [models], 0)["aggregate"]["net.1.bias"]
+    round1 = sampled.aggregate({}, [models], 1)["aggregate"]["net.1.bias"]
+    assert not np.allclose(round0, first["net.1.bias"]) and not np.allclose(round0, round1)
+    np.testing.assert_array_equal(round0, sampled.aggregate({}, [models], 0)["aggregate"]["net.1.bias"])

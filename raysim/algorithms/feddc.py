@@ -50,6 +50,9 @@ class FedDCParams(StrictModel):
     aggregation_period: int | None = Field(10, ge=1, description="b in rounds; null: never")
     permutation: Literal["shuffle", "derangement"] = "shuffle"
     aggregator: Literal["mean", "radon", "median"] = "mean"
+    radon_sample: Literal["first", "random"] = Field(
+        "first", description="which r^h models the iterated Radon point uses when there are "
+        "more: the first ones (the paper) or a fresh random draw per aggregation")
     weighted: bool = Field(False, description="mean weighted by sample counts (paper: unweighted)")
     mu: float = Field(0.0, ge=0, description="FedProx proximal weight towards the last aggregate")
     dp: DifferentialPrivacy | None = None
@@ -127,6 +130,9 @@ class FedDC(Algorithm):
             merged = weighted_mean(partials)
         else:
             models = [weights for partial in partials for weights in partial]
+            if self.params.radon_sample == "random":  # every client's model can be drawn
+                order = numpy_rng(self.context.seed, "radon-sample", round_).permutation(len(models))
+                models = [models[i] for i in order]
             merged = (iterated_radon_point(models) if self.params.aggregator == "radon"
                       else coordinate_median(models))
         return {"aggregate": merged, "fresh": True}
