@@ -164,3 +164,14 @@ def test_local_only_and_centralized(ray_session, tmp_path):
     assert sorted(central_evals[central_evals["round"] == 4]["client"]) == list(range(10))
     assert central_rounds["own_accuracy"].iloc[-1] == pytest.approx(
         central_evals[central_evals["round"] == 4]["main_own_accuracy"].mean())
+
+
+def test_centralized_on_the_clients_union_or_on_the_full_training_split(ray_session, tmp_path):
+    partition = {"scheme": "iid", "num_clients": 10, "samples_per_client": 4}
+    sizes = {}
+    for data in ("clients", "full"):
+        outcome = run(quickstart_raw(algorithm={"name": "centralized", "data": data},
+                                     partition=partition, training={"rounds": 1}),
+                      tmp_path / data)[0]
+        sizes[data] = int(load(outcome.run_dir, "clients")["num_samples"].iloc[0])
+    assert sizes == {"clients": 40, "full": 455}

@@ -16,6 +16,10 @@ if TYPE_CHECKING:
 
 class CentralizedParams(StrictModel):
     name: Literal["centralized"] = "centralized"
+    data: Literal["clients", "full"] = "clients"
+    """clients: the union of the clients' training samples (the same data the federated
+    methods see); full: the whole training split, e.g. FedDC's centralized baseline, whose
+    clients hold only a small sample of it."""
 
 
 @register_algorithm

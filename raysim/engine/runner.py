@@ -57,10 +57,12 @@ def initial_weights(config: ExperimentConfig, dataset: ArrayDataset, seed: int) 
         return get_weights(build_model(config.model, dataset.info))
 
 
-def pooled(partition: Partition, num_test: int) -> Partition:
-    """The union of all clients' training data as a single client (centralized training)."""
-    return Partition([np.sort(np.concatenate(partition.train))], [np.arange(num_test)],
-                     partition.unseen)
+def pooled(partition: Partition, num_test: int, num_train: int | None = None) -> Partition:
+    """The union of all clients' training data (or, with ``num_train``, the whole training
+    split) as a single client (centralized training)."""
+    train = (np.arange(num_train) if num_train is not None
+             else np.sort(np.concatenate(partition.train)))
+    return Partition([train], [np.arange(num_test)], partition.unseen)
 
 
 def ensure_ray(config: ExperimentConfig) -> list[str]:
@@ -307,7 +309,9 @@ def _start_driver(config: ExperimentConfig, dataset: ArrayDataset, partition: Pa
     client_test_shares = tuple(partition.test)
     sources = test_sources(len(dataset.test_y), partition.test, partition.unseen)
     if algorithm_class.pooled:
-        partition = pooled(partition, len(dataset.test_y))
+        full = getattr(config.algorithm, "data", "clients") == "full"
+        partition = pooled(partition, len(dataset.test_y),
+                           len(dataset.train_y) if full else None)
     context = run_context(config, dataset, seed, partition.num_clients)
     setup = WorkerSetup(algorithm_class, config.algorithm, context, arrays, partition,
                         initial_weights(config, dataset, seed), config.evaluation.batch_size,
