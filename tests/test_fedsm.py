@@ -11,6 +11,7 @@ from conftest import REAL_MEDMNIST
 from fixtures import write_medmnist_npz
 from test_bad_input import run_cli
 
+from raysim.algorithms.base import ALGORITHMS
 from raysim.algorithms.fedsm import soft_pull
 from raysim.config import parse_config
 from raysim.data import load_dataset, make_partition
@@ -219,3 +220,93 @@ def test_validate_checks_method_settings_against_the_data(capsys, tmp_path, reti
     assert code == 2 and "algorithm.softpull_lambda" in err and "1/K" in err
     code, _ = run_cli(capsys, tmp_path, fedsm_raw(retina_fixture))
     assert code == 0
+
+
+# ----- mechanisms (issue #15) -----
+def test_soft_pull_at_an_intermediate_lambda_mixes_own_and_the_others_mean():
+    models = [{"w": np.full((2,), float(k), np.float32)} for k in range(4)]  # 0, 1, 2, 3
+    total = {"w": sum(m["w"].astype(np.float64) for m in models)}
+    pulled = soft_pull(models[0], total, 0.7, 4)["w"]
+    np.testing.assert_allclose(pulled, 0.7 * 0 + 0.3 * (1 + 2 + 3) / 3)  # = 0.6
+
+
+def test_fedsm_global_model_is_fedavg(ray_session, tmp_path, retina_fixture):
+    raw = fedsm_raw(retina_fixture)
+    fedsm = load(run_experiment(parse_config(raw), output=str(tmp_path / "sm"),
+                                progress=False)[0].run_dir)
+    raw["algorithm"] = {"name": "fedavg"}
+    fedavg = load(run_experiment(parse_config(raw), output=str(tmp_path / "avg"),
+                                 progress=False)[0].run_dir)
+    np.testing.assert_allclose(fedsm["gm_loss"].to_numpy(), fedavg["loss"].to_numpy(),
+                               rtol=1e-6)
+    assert not np.allclose(fedsm["loss"].to_numpy(), fedavg["loss"].to_numpy())  # super model
+
+
+def _fedsm_algorithm(root, **params):
+    raw = fedsm_raw(root, **params)
+    config = parse_config(raw)
+    prepared = prepare(config, None)
+    dataset, partition = prepared[0]
+    return (ALGORITHMS["fedsm"](config.algorithm, run_context(config, dataset, 0, 3)),
+            dataset, partition, config)
+
+
+def test_selector_takes_one_adam_step_per_selector_epoch_and_has_its_own_architecture(
+        retina_fixture):
+    import torch
+
+    from raysim.engine.runtime import ClientRuntime
+    from raysim.engine.weights import get_weights
+    from raysim.models import build_model
+
+    algorithm, dataset, partition, config = _fedsm_algorithm(
+        retina_fixture, selector_epochs=3,
+        selector_model={"name": "convnet", "width": 4, "depth": 1, "norm": "none"})
+    torch.manual_seed(0)
+    runtime = ClientRuntime(seed=0, info=dataset.info, model_params=config.model,
+                            training=config.training, train_x=dataset.train_x,
+                            train_y=dataset.train_y, client_indices=partition.train,
+                            initial_weights=get_weights(build_model(config.model, dataset.info)),
+                            device=torch.device("cpu"))
+    state = algorithm.init_server_state(runtime.initial_weights)
+    assert state["selector"]["classifier.weight"].shape == (3, 4 * 14 * 14)  # its own model
+    results = algorithm.local_updates(runtime, [0], 0, algorithm.broadcast(state, 0), [None])
+    steps = {v.item() for k, v in results[0].upload["selector_adam"].items()
+             if k.endswith(".step")}
+    assert steps == {3.0}
+
+
+def test_fedsm_extra_labels_each_sample_with_its_least_loss_model(retina_fixture):
+    import torch
+
+    from raysim.engine.runtime import ClientRuntime
+    from raysim.engine.weights import get_weights
+    from raysim.models import build_model
+
+    algorithm, dataset, partition, config = _fedsm_algorithm(
+        retina_fixture, variant="extra", extra_rounds=1)
+    torch.manual_seed(0)
+    weights = [get_weights(build_model(config.model, dataset.info)) for _ in range(4)]
+    runtime = ClientRuntime(seed=0, info=dataset.info, model_params=config.model,
+                            training=config.training, train_x=dataset.train_x,
+                            train_y=dataset.train_y, client_indices=partition.train,
+                            initial_weights=weights[0], device=torch.device("cpu"))
+    seen = []
+    original = algorithm._train_selector
+    algorithm._train_selector = lambda rt, x, message, labels: (  # capture the labels
+        seen.append(labels) or original(rt, x, message, labels))
+    state = algorithm.init_server_state(weights[0])
+    state["global"], state["personal"] = weights[0], weights[1:]
+    algorithm.local_updates(runtime, [1], 2, algorithm.broadcast(state, 2), [None])
+    x, y = runtime.client_data(1)
+    losses = []
+    for w in weights:
+        model = build_model(config.model, dataset.info)
+        from raysim.engine.weights import set_weights
+        set_weights(model, w)
+        model.eval()
+        with torch.no_grad():
+            losses.append(torch.nn.functional.cross_entropy(model(x), y, reduction="none"))
+    expected = torch.stack(losses).argmin(0).numpy()
+    np.testing.assert_array_equal(seen[0], expected)
+    assert len(set(expected.tolist())) > 1  # the labels are not all one model

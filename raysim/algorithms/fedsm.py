@@ -38,7 +38,7 @@ from raysim.algorithms.base import Algorithm, ClientResult, RunContext, register
 from raysim.engine.evaluation import predict_proba
 from raysim.engine.weights import Weights, get_weights, set_weights
 from raysim.errors import field_error
-from raysim.models import build_model
+from raysim.models import MODELS, build_model
 from raysim.schema import StrictModel
 from raysim.seeding import torch_generator
 
@@ -59,7 +59,13 @@ class FedSMParams(StrictModel):
     gamma_sweep: list[float] = Field(default_factory=list)
     """More gammas to evaluate at every evaluation (no retraining), columns ``g<gamma>_*``."""
     selector_lr: float = Field(1e-3, gt=0)
-    """Adam learning rate of the selector (full-batch, one step per local epoch)."""
+    """Adam learning rate of the selector (full-batch steps)."""
+    selector_epochs: int | None = Field(None, ge=1)
+    """Full-batch Adam steps of the selector per client and round (NVFlare's selector
+    epochs); default: training.local_epochs (1 with local_steps)."""
+    selector_model: dict[str, Any] | None = None
+    """The selector's architecture as a model section (e.g. {name: convnet, norm: none}; the
+    authors use VGG-11 without normalisation); default: the task model."""
     extra_rounds: int = Field(0, ge=0)
     """FedSM-extra: the last ``extra_rounds`` rounds train only the selector."""
     weighted: bool = True
@@ -122,6 +128,17 @@ class FedSM(Algorithm):
                               f"selector rounds; use fewer than training.rounds="
                               f"{context.training.rounds}")
         self.outputs = k + 1 if params.variant == "extra" else k
+        self.selector_params = context.model
+        if params.selector_model is not None:
+            name = params.selector_model.get("name")
+            if name not in MODELS:
+                raise field_error("algorithm.selector_model.name", name,
+                                  f"a model name ({', '.join(sorted(MODELS))})")
+            try:
+                self.selector_params = MODELS[name].params(**params.selector_model)
+            except ValueError as error:
+                raise field_error("algorithm.selector_model", params.selector_model,
+                                  f"a valid {name} section ({error})") from None
         self._selector: nn.Module | None = None
 
     # ----- server -----
@@ -237,7 +254,7 @@ class FedSM(Algorithm):
         batch = runtime.training.batch_size
         module.train()
         loss_value = 0.0
-        for _ in range(runtime.training.epochs or 1):
+        for _ in range(self.params.selector_epochs or runtime.training.epochs or 1):
             optimizer.zero_grad(set_to_none=True)
             loss_value = 0.0
             for start in range(0, len(targets), batch):
@@ -245,13 +262,13 @@ class FedSM(Algorithm):
                 loss = nn.functional.cross_entropy(module(x[chunk]), targets[chunk],
                                                    reduction="sum") / len(targets)
                 loss.backward()
-                loss_value += float(loss)
+                loss_value += float(loss.detach())
             optimizer.step()
         return get_weights(module), _adam_moments(optimizer), loss_value
 
     def _build_selector(self) -> nn.Module:
         info = replace(self.context.info, num_classes=self.outputs)
-        return build_model(self.context.model, info)
+        return build_model(self.selector_params, info)
 
     def _selector_module(self, runtime: ClientRuntime) -> nn.Module:
         if self._selector is None:
