@@ -231,6 +231,28 @@ def load_experiments(path: str | Path, overrides: list[str] | None = None
     return experiments
 
 
+class DuplicateKeyError(yaml.YAMLError):
+    """A mapping sets the same key twice."""
+
+    def __init__(self, key: str, first: int, second: int):
+        super().__init__(f"duplicate key {key!r}")
+        self.key, self.first, self.second = key, first, second
+
+
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """yaml.safe_load that refuses a key set twice in one mapping."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict:
+        seen: dict[Any, int] = {}
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=deep)  # type: ignore[no-untyped-call]
+            line = key_node.start_mark.line + 1
+            if key in seen:
+                raise DuplicateKeyError(str(key), seen[key], line)
+            seen[key] = line
+        return super().construct_mapping(node, deep=deep)
+
+
 def _read_yaml(path: str | Path) -> Any:
     path = Path(path)
     if not path.is_file():
@@ -239,7 +261,17 @@ def _read_yaml(path: str | Path) -> Any:
             "file, e.g. `raysim run experiments/quickstart.yaml`."
         )
     try:
-        return yaml.safe_load(path.read_text()) or {}
+        return yaml.load(path.read_text(encoding="utf-8"), Loader=_UniqueKeyLoader) or {}
+    except UnicodeDecodeError:
+        raise ConfigError(
+            f"Config file {str(path)!r} is not a text file (not UTF-8). Pass the path of an "
+            "experiment YAML file, e.g. `raysim run experiments/quickstart.yaml`."
+        ) from None
+    except DuplicateKeyError as error:
+        raise ConfigError(
+            f"Config file {str(path)!r} sets `{error.key}` twice (line {error.first} and line "
+            f"{error.second}); YAML would silently keep the later value. Keep one of them."
+        ) from None
     except yaml.YAMLError as error:
         mark = getattr(error, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""

@@ -120,3 +120,55 @@ def test_impossible_partition_is_rejected_before_running(capsys, tmp_path):
 def test_report_on_missing_path(capsys, tmp_path):
     assert main(["report", str(tmp_path / "none")]) == 2
     assert "does not exist" in capsys.readouterr().err
+
+
+# ----- issue #18: cases that used to end in a traceback -----
+def test_duplicated_yaml_key_and_binary_config_exit_2(capsys, tmp_path):
+    code, err = run_cli(capsys, tmp_path, "name: a\ntraining: {rounds: 3}\nname: b\n")
+    assert code == 2 and "`name` twice (line 1 and line 3)" in err and "Traceback" not in err
+    config = tmp_path / "binary.yaml"
+    config.write_bytes(bytes(range(256)) * 4)
+    code = main(["validate", str(config)])
+    err = capsys.readouterr().err
+    assert code == 2 and "not a text file" in err and "Traceback" not in err
+
+
+NPZ_CASES = [
+    ("labels of another length", lambda a: {"train_labels": a["train_labels"][:-3]},
+     "one label per image"),
+    ("images of another size", lambda a: {"train_images": a["train_images"][:, :, :17]},
+     "(N, 28, 28)"),
+    ("three channels in a grey subset",
+     lambda a: {"test_images": a["test_images"][..., None].repeat(3, axis=-1)}, "grey"),
+    ("labels outside the classes", lambda a: {"train_labels": a["train_labels"] + 5},
+     "2 classes"),
+]
+
+
+@pytest.mark.parametrize("label, change, needle", NPZ_CASES, ids=[c[0] for c in NPZ_CASES])
+def test_hand_made_npz_that_does_not_fit_its_subset_exit_2(capsys, tmp_path, label, change,
+                                                          needle):
+    import numpy as np
+
+    path = write_medmnist_npz(tmp_path, "pneumoniamnist", n_train=40, n_test=20)
+    arrays = dict(np.load(path))
+    arrays.update(change(arrays))
+    np.savez(path, **arrays)
+    code, err = _run_with(capsys, tmp_path, {"name": "pneumoniamnist", "root": str(tmp_path),
+                                             "verify_checksum": False})
+    assert code == 2 and needle in err and "does not fit" in err and "Traceback" not in err
+
+
+def test_unwritable_output_exit_2_before_any_run_starts(capsys, tmp_path):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    code, err = run_cli(capsys, tmp_path, quickstart_raw(training={"rounds": 1}), "--output",
+                        str(blocker / "results"), "--no-progress", command="run")
+    assert code == 2 and "cannot be written" in err and "--output" in err
+    assert "Traceback" not in err and not (tmp_path / "results").exists()
+
+
+def test_more_gpus_per_worker_than_any_node_has_exit_2(ray_session, capsys, tmp_path):
+    code, err = run_cli(capsys, tmp_path, quickstart_raw(engine={"gpus_per_worker": 2}),
+                        "--no-progress", command="run")
+    assert code == 2 and "could never be scheduled" in err

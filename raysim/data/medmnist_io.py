@@ -69,6 +69,7 @@ def load_medmnist(
         _check_md5(path, md5)
     arrays = _read_npz(path)
     channels = int(meta["n_channels"])
+    _check_layout(path, arrays, size, channels, len(meta["label"]))
     info = DataInfo(
         name=flag if size == 28 else f"{flag}_{size}",
         kind="image",
@@ -138,3 +139,29 @@ def _read_npz(path: Path) -> dict[str, np.ndarray]:
             f"{path} cannot be read as an npz file ({exc}): it is corrupt or truncated. "
             "Delete it to download it again, or replace it with the official file."
         ) from None
+
+
+def _check_layout(path: Path, arrays: dict[str, np.ndarray], size: int, channels: int,
+                  num_classes: int) -> None:
+    """The arrays must be what the subset promises: (N, size, size) grey or (N, size, size, 3)
+    RGB uint8 images, one label per image, labels in [0, classes). Checked here so that a file
+    made by hand (dataset.verify_checksum=false) fails with a clear message, not inside a run."""
+    image_shape = (size, size) if channels == 1 else (size, size, channels)
+    layout = "grey (N, H, W)" if channels == 1 else f"RGB (N, H, W, {channels})"
+    for split in ("train", "test"):
+        images, labels = arrays[f"{split}_images"], arrays[f"{split}_labels"]
+        problem = None
+        if images.shape[1:] != image_shape:
+            problem = (f"{split}_images has shape {images.shape}, but this subset at {size} px "
+                       f"is {layout} with H = W = {size}, i.e. (N, {', '.join(map(str, image_shape))})")
+        elif labels.size != len(images):
+            problem = (f"{split}_labels holds {labels.size} labels for {len(images)} "
+                       f"{split}_images; there must be one label per image")
+        elif labels.size and (labels.min() < 0 or labels.max() >= num_classes):
+            problem = (f"{split}_labels holds values from {labels.min()} to {labels.max()}, but "
+                       f"this subset has {num_classes} classes (labels 0-{num_classes - 1})")
+        if problem:
+            raise DataError(
+                f"{path} does not fit its MedMNIST subset: {problem}. Use the official file, "
+                "or fix the file you made (dataset.size must match its image size)."
+            )

@@ -6,6 +6,7 @@ import math
 import os
 import socket
 import sys
+import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -83,6 +84,15 @@ def ensure_ray(config: ExperimentConfig) -> list[str]:
             f"{engine.num_workers} workers x {engine.cpus_per_worker} CPUs need {needed_cpus:g} "
             f"CPUs, but the Ray cluster has {resources.get('CPU', 0):g}. Lower engine.num_workers "
             "or engine.cpus_per_worker, or add nodes to the cluster."
+        )
+    largest_node = max((node.get("Resources", {}).get("GPU", 0) for node in ray.nodes()
+                        if node.get("Alive", True)), default=0)
+    if resources.get("GPU", 0) > 0 and engine.gpus_per_worker > largest_node + 1e-9:
+        raise ConfigError(
+            f"Invalid config field `engine.gpus_per_worker` = {engine.gpus_per_worker}: a worker "
+            f"runs on one node, and the largest node of this cluster has {largest_node:g} GPUs, "
+            "so such a worker could never be scheduled. Use a fraction of one GPU (e.g. 0.25) or "
+            f"at most {largest_node:g}."
         )
     if engine.gpus_per_worker > 0 and resources.get("GPU", 0) == 0:
         notices.append(f"No GPU in the Ray cluster: the {engine.num_workers} workers run on CPU "
@@ -173,7 +183,22 @@ def new_run_root(config: ExperimentConfig, output: str | None) -> Path:
     while root.exists():
         root = parent / f"{config.name}-{stamp}-{suffix}"
         suffix += 1
+    _check_writable(parent)
     return root
+
+
+def _check_writable(parent: Path) -> None:
+    """Refuse an output directory that cannot be created or written, before Ray starts."""
+    try:
+        parent.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=parent, prefix=".raysim-write-check-"):
+            pass
+    except OSError as error:
+        raise ConfigError(
+            f"Invalid output directory {str(parent)!r}: it cannot be written "
+            f"({error.strerror or error}). Results go to <output>/<name>-<timestamp>/; pass a "
+            "writable directory with `--output DIR` (or set `output:` in the config)."
+        ) from None
 
 
 def run_experiment(config: ExperimentConfig, *, data_root: str | None = None,
