@@ -206,9 +206,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     except RaysimError as error:
         print(f"error: {error}", file=sys.stderr)
         return error.exit_code
-    except KeyboardInterrupt:
-        print("interrupted: rows written so far are kept in the results directory",
-              file=sys.stderr)
+    except KeyboardInterrupt as interrupt:
+        root = getattr(interrupt, "root", None)
+        where = f" in {root}" if root else " in the results directory"
+        config = getattr(args, "config", "CONFIG")
+        again = (f"; continue with `raysim {args.command} {config} --resume {root}` (the same "
+                 "config and --set options)" if root and args.command in ("run", "sweep") else "")
+        print(f"interrupted: rows written so far are kept{where} (runs marked "
+              f"`interrupted` in their manifest.json){again}.", file=sys.stderr)
         return 130
 
 

@@ -41,3 +41,11 @@ class DivergenceError(RunError):
 
 class WorkerFailureError(RunError):
     """Worker actors died more often than ``engine.max_worker_failures`` allows."""
+
+
+class RunInterrupted(KeyboardInterrupt):
+    """The user interrupted an invocation (Ctrl-C); ``root`` holds its results."""
+
+    def __init__(self, root: str):
+        super().__init__(root)
+        self.root = root

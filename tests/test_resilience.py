@@ -198,3 +198,26 @@ def test_driver_actor_killed_mid_run_is_replaced_and_resumes(ray_session, tmp_pa
     _same_metrics(rounds, load(undisturbed.run_dir), METRICS)
     _same_metrics(load(disturbed.run_dir, "client_eval"), load(undisturbed.run_dir, "client_eval"),
                   ["round", "client", "own_accuracy", "own_loss"])
+
+
+def test_ctrl_c_marks_running_runs_interrupted_and_names_resume(ray_session, tmp_path, capsys,
+                                                               monkeypatch):
+    from raysim.engine import runner
+
+    real_follow = runner._follow
+
+    def follow_then_interrupt(queue, start, limit, rounds, show):
+        start(queue[0])  # the first run has started (manifest written) ...
+        raise KeyboardInterrupt  # ... when the user presses Ctrl-C
+
+    monkeypatch.setattr(runner, "_follow", follow_then_interrupt)
+    config = tmp_path / "config.yaml"
+    config.write_text(yaml.safe_dump(quickstart_raw(training={"rounds": 50})))
+    code = main(["run", str(config), "--output", str(tmp_path / "out"), "--no-progress"])
+    err = capsys.readouterr().err
+    monkeypatch.setattr(runner, "_follow", real_follow)
+    manifests = list((tmp_path / "out").glob("*/seed_0/manifest.json"))
+    assert code == 130 and len(manifests) == 1
+    assert json.loads(manifests[0].read_text())["status"] == "interrupted"
+    root = manifests[0].parent.parent
+    assert str(root) in err and f"--resume {root}" in err

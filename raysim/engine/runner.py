@@ -27,7 +27,7 @@ from raysim.engine.driver import Driver, RunSpec
 from raysim.engine.evaluation import test_sources
 from raysim.engine.weights import get_weights
 from raysim.engine.worker import WorkerSetup
-from raysim.errors import ConfigError
+from raysim.errors import ConfigError, RunInterrupted
 from raysim.models import build_model
 from raysim.results.load import load
 from raysim.results.manifest import (
@@ -249,8 +249,15 @@ def run_experiments(experiments: dict[str, ExperimentConfig], *, data_root: str 
         return _start_driver(config, dataset, partition, seed, arrays[dataset_key],
                              run_dirs[key], notices, here, (labels or {}).get(label, {}))
 
-    results = _follow(queue, start, limit,
-                      {key: experiments[key[0]].training.rounds for key in queue}, progress)
+    try:
+        results = _follow(queue, start, limit,
+                          {key: experiments[key[0]].training.rounds for key in queue}, progress)
+    except KeyboardInterrupt:
+        for key in queue:  # runs that were going say so; completed ones keep their status
+            if (run_dirs[key] / MANIFEST).is_file() and \
+                    read_manifest(run_dirs[key]).get("status") in ("running", "queued"):
+                update_manifest(run_dirs[key], status="interrupted", interrupted=time.time())
+        raise RunInterrupted(str(root)) from None
     results.update({key: (final, None) for key, final in finished.items()})
     return [RunOutcome(key[1], run_dirs[key], *results[key]) for key in run_dirs]
 
