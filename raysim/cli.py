@@ -10,9 +10,19 @@ from collections.abc import Sequence
 from raysim.errors import RaysimError
 
 
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("raysim")
+    except PackageNotFoundError:  # run from a source tree without installing
+        return "unknown (not installed)"
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="raysim", description="Simulate federated learning on medical images with Ray.")
+    parser.add_argument("--version", action="version", version=f"raysim {_version()}")
     commands = parser.add_subparsers(dest="command", required=True)
     run = commands.add_parser("run", help="run an experiment (every seed, concurrently)")
     run.add_argument("config", help="experiment YAML file")

@@ -110,3 +110,21 @@ def test_proximal_term_gradient_pulls_towards_anchor():
     term = proximal_term(model, anchor, mu=2.0)
     term().backward()
     torch.testing.assert_close(model.weight.grad, 2.0 * model.weight.detach())
+
+
+def test_summary_shows_n_1_where_one_seed_leaves_the_spread_undefined_and_version(capsys):
+    import pandas as pd
+
+    from raysim.cli import main
+    from raysim.results.report import _KEYS, format_summary
+
+    row = {key: "x" for key in _KEYS}
+    table = pd.DataFrame([{**row, "seeds": 1, "completed": 1, "rounds": 3,
+                           "accuracy_mean": 0.75, "accuracy_std": float("nan")},
+                          {**row, "seeds": 3, "completed": 3, "rounds": 3,
+                           "accuracy_mean": 0.5, "accuracy_std": 0.1}])
+    text = format_summary(table)
+    assert "0.7500 (n=1)" in text and "0.5000 ± 0.1000" in text and "± 0.0000" not in text
+    with pytest.raises(SystemExit):
+        main(["--version"])
+    assert capsys.readouterr().out.startswith("raysim ")

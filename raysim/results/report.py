@@ -46,14 +46,15 @@ def summary_table(rounds: pd.DataFrame, metrics: list[str] | None = None) -> pd.
 
 
 def format_summary(table: pd.DataFrame) -> str:
-    """Render a summary table with ``mean ± std`` cells."""
+    """Render a summary table with ``mean ± std`` cells (``value (n=1)`` where one seed leaves
+    the spread undefined)."""
     shown = table[[*_KEYS, "seeds", "completed", "rounds"]].copy()
     for column in table.columns:
         if column.endswith("_mean"):
             metric = column.removesuffix("_mean")
-            std = table[f"{metric}_std"].fillna(0.0)
-            shown[metric] = ["-" if m != m else f"{m:.4f} ± {s:.4f}"
-                             for m, s in zip(table[column], std, strict=True)]
+            shown[metric] = ["-" if m != m else f"{m:.4f} (n=1)" if s != s
+                             else f"{m:.4f} ± {s:.4f}"
+                             for m, s in zip(table[column], table[f"{metric}_std"], strict=True)]
     return shown.to_string(index=False)
 
 
