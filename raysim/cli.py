@@ -69,6 +69,8 @@ def _parser() -> argparse.ArgumentParser:
     report.add_argument("--output", help="where to write the learning-curve PNG "
                         "(default: the first PATH)")
     report.add_argument("--metric", default="accuracy", help="metric of the learning curves")
+    report.add_argument("--csv", metavar="DIR", help="also write every table shown as CSV "
+                        "into DIR (summary.csv, privacy.csv, ...), e.g. docs/results/<name>")
     report.add_argument("--metrics", help="comma-separated metric columns of the summary table "
                         "(e.g. accuracy,gm_accuracy,g0.5_accuracy)")
     report.add_argument("--selection", nargs="?", const="main", metavar="MODEL",
@@ -199,7 +201,7 @@ def _report(args: argparse.Namespace) -> int:
                               "`raysim run` printed.")
     metrics = args.metrics.split(",") if args.metrics else None
     text, png = report(args.paths, args.metric, args.output, metrics, args.selection,
-                       args.per_client, args.privacy, args.communication)
+                       args.per_client, args.privacy, args.communication, args.csv)
     print(text)
     if png is not None:
         print(f"learning curves: {png}")

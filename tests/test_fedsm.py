@@ -129,8 +129,11 @@ def test_fedsm_routes_evaluates_and_matches_across_worker_counts(ray_session, tm
     routes = selection_table(selection, "g0_")
     assert "GM" not in routes.columns and np.allclose(routes.filter(like="PM").sum(axis=1), 1)
     text, _ = report(outcome_dirs[1], metrics=["accuracy", "gm_accuracy", "g1_accuracy"],
-                     selection="main")
+                     selection="main", csv_dir=tmp_path / "csv")
     assert "gm_accuracy" in text and "selection frequencies" in text
+    summary = pd.read_csv(tmp_path / "csv" / "summary.csv")  # the tables as CSV too
+    assert summary["gm_accuracy_mean"].iloc[0] == pytest.approx(rounds["gm_accuracy"].iloc[-1])
+    assert (tmp_path / "csv" / "selection.csv").is_file()
     # personalized models on their own shares: one row per client per evaluated round
     assert sorted(client_eval["client"].unique()) == [0, 1, 2]
     assert client_eval[["main_own_accuracy", "gm_own_accuracy", "pm_own_accuracy"]].notna().all().all()

@@ -185,13 +185,16 @@ def privacy_table(clients: pd.DataFrame) -> pd.DataFrame:
 def report(paths: str | Path | list[str | Path], metric: str = "accuracy",
            output: str | Path | None = None, metrics: list[str] | None = None,
            selection: str | None = None, per_client: bool = False,
-           privacy: bool = False, communication: bool = False) -> tuple[str, Path | None]:
+           privacy: bool = False, communication: bool = False,
+           csv_dir: str | Path | None = None) -> tuple[str, Path | None]:
     """The summary text of every run under ``paths`` (``metrics``: the columns to summarise,
     default the usual ones; ``selection``: also the route frequencies of that routing model,
     e.g. "main"; ``per_client``: also each client's accuracy and macro-F1 on its own test
     share; ``privacy``: also the membership-inference audit; ``communication``: MB per round
     by message type) and the
-    learning-curve PNG, written to ``output`` (default: the first path)."""
+    learning-curve PNG, written to ``output`` (default: the first path). ``csv_dir``: also write
+    every table shown as CSV there (summary.csv, per_client_<metric>.csv, communication.csv,
+    privacy.csv, selection.csv), the form committed under docs/results/."""
     paths = [paths] if isinstance(paths, str | Path) else list(paths)
     rounds = pd.concat([load(path, "rounds") for path in paths], ignore_index=True)
     if rounds.empty or rounds["accuracy"].isna().all():
@@ -199,32 +202,38 @@ def report(paths: str | Path | list[str | Path], metric: str = "accuracy",
     target = Path(output or paths[0])
     target.mkdir(parents=True, exist_ok=True)
     png = plot_learning_curves(rounds, target / f"learning_curves_{metric}.png", metric)
-    text = format_summary(summary_table(rounds, metrics))
+    tables: dict[str, pd.DataFrame] = {"summary": summary_table(rounds, metrics)}
+    text = format_summary(tables["summary"])
     if per_client:
         client_eval = pd.concat([load(path, "client_eval") for path in paths], ignore_index=True)
         for name in ("accuracy", "macro_f1"):
-            clients = client_table(client_eval, name)
+            clients = tables[f"per_client_{name}"] = client_table(client_eval, name)
             text += (f"\n\n{name} on each client's own test share (last evaluated round, mean "
                      "over seeds)\n" + (clients.round(4).to_string(index=False)
                                         if not clients.empty
                                         else "no per-client evaluations recorded"))
     if communication:
-        volume = communication_table(pd.concat([load(path, "communication") for path in paths],
-                                               ignore_index=True))
+        volume = tables["communication"] = communication_table(pd.concat(
+            [load(path, "communication") for path in paths], ignore_index=True))
         text += ("\n\ncommunication per round in MB (mean over rounds and seeds; down: payload x "
                  "receivers)\n" + (volume.round(4).to_string(index=False) if not volume.empty
                                     else "no communication recorded"))
     if privacy:
-        audit = privacy_table(pd.concat([load(path, "clients") for path in paths],
+        audit = tables["privacy"] = privacy_table(pd.concat([load(path, "clients") for path in paths],
                                         ignore_index=True))
         text += ("\n\nmembership-inference audit of the last round's uploads (AUC per client; "
                  "defense_rate: share of clients at AUC <= 0.5)\n"
                  + (audit.round(3).to_string(index=False) if not audit.empty
                     else "no audit recorded (set evaluation.membership_audit)"))
     if selection is not None:
-        routes = selection_table(pd.concat([load(path, "selection") for path in paths],
+        routes = tables["selection"] = selection_table(pd.concat([load(path, "selection") for path in paths],
                                            ignore_index=True), selection)
         text += ("\n\nselection frequencies (" + selection + "; source_client -1: unseen "
                  "client)\n" + (routes.round(3).to_string(index=False) if not routes.empty
                                  else "no routes recorded"))
+    if csv_dir is not None:
+        Path(csv_dir).mkdir(parents=True, exist_ok=True)
+        for name, table in tables.items():
+            table.to_csv(Path(csv_dir) / f"{name}.csv", index=False)
+        text += f"\n\ntables as CSV: {csv_dir}"
     return text, png
