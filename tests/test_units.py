@@ -128,3 +128,12 @@ def test_summary_shows_n_1_where_one_seed_leaves_the_spread_undefined_and_versio
     with pytest.raises(SystemExit):
         main(["--version"])
     assert capsys.readouterr().out.startswith("raysim ")
+
+
+def test_curve_labels_drop_run_timestamps_and_repeat_no_algorithm():
+    from raysim.results.report import _curve_label
+
+    assert _curve_label("retina-20261122-234926", "fedavg") == "retina (fedavg)"
+    assert _curve_label("retina-20261122-234926-2", "fedavg") == "retina (fedavg)"
+    assert _curve_label("fedvck", "fedvck") == "fedvck"
+    assert _curve_label("fedvck_no_latent", "fedvck") == "fedvck_no_latent (fedvck)"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pandas as pd
@@ -58,27 +59,52 @@ def format_summary(table: pd.DataFrame) -> str:
     return shown.to_string(index=False)
 
 
+def _curve_label(experiment: str, algorithm: str) -> str:
+    """A legend label: the variant or grid label (run timestamps dropped), with the algorithm
+    when it is not already the label."""
+    name = re.sub(r"-\d{8}-\d{6}(-\d+)?$", "", str(experiment))
+    return name if name == algorithm else f"{name} ({algorithm})"
+
+
 def plot_learning_curves(rounds: pd.DataFrame, path: Path, metric: str = "accuracy") -> Path:
-    """Mean (line) and std (band) over seeds of ``metric`` against the round, one line per
-    experiment and algorithm."""
+    """Mean (line) and ± one standard deviation over seeds (band; none for one seed) of
+    ``metric`` after each completed round (Parquet ``round`` r is the state after r + 1
+    rounds), one line per experiment, variant or grid point, in distinct colours and line
+    styles, the legend outside the axes, the dataset(s) and metric in the title."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
 
     evaluated = rounds.dropna(subset=[metric])
-    figure, axis = plt.subplots(figsize=(7, 4.5))
-    for (experiment, algorithm), frame in evaluated.groupby(_KEYS, sort=True):
-        curve = frame.groupby("round")[metric].agg(["mean", "std"]).fillna(0.0)
+    figure, axis = plt.subplots(figsize=(8.5, 4.5))
+    colours = plt.get_cmap("tab10").colors
+    styles = ("-", "--", "-.", ":")
+    seeds_seen = set()
+    for index, ((experiment, algorithm), frame) in enumerate(
+            evaluated.groupby(_KEYS, sort=True)):
+        curve = frame.groupby("round")[metric].agg(["mean", "std", "count"])
         x = curve.index.to_numpy() + 1
-        axis.plot(x, curve["mean"], label=f"{experiment} / {algorithm}")
-        axis.fill_between(x, curve["mean"] - curve["std"], curve["mean"] + curve["std"], alpha=0.2)
-    axis.set_xlabel("round")
+        colour, style = colours[index % len(colours)], styles[(index // len(colours)) % 4]
+        seeds = int(curve["count"].max())
+        seeds_seen.add(seeds)
+        axis.plot(x, curve["mean"], color=colour, linestyle=style, linewidth=1.8,
+                  label=f"{_curve_label(experiment, algorithm)} (n={seeds})")
+        if seeds > 1:
+            axis.fill_between(x, curve["mean"] - curve["std"], curve["mean"] + curve["std"],
+                              color=colour, alpha=0.15, linewidth=0)
+    axis.set_xlabel("rounds completed (Parquet round + 1)")
     axis.set_ylabel(f"test {metric}")
+    axis.xaxis.set_major_locator(MaxNLocator(integer=True))
     axis.grid(alpha=0.3)
-    axis.legend(fontsize=8)
+    datasets = sorted({str(read_manifest(Path(run)).get("dataset", "?"))
+                       for run in evaluated["run"].unique()}) if "run" in evaluated else []
+    band = "; band: ± 1 std over seeds" if max(seeds_seen, default=1) > 1 else ""
+    axis.set_title(f"{metric} on {', '.join(datasets) or 'the test set'}{band}", fontsize=10)
+    axis.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
     figure.tight_layout()
-    figure.savefig(path, dpi=120)
+    figure.savefig(path, dpi=120, bbox_inches="tight")
     plt.close(figure)
     return path
 
