@@ -175,3 +175,25 @@ def test_centralized_on_the_clients_union_or_on_the_full_training_split(ray_sess
                       tmp_path / data)[0]
         sizes[data] = int(load(outcome.run_dir, "clients")["num_samples"].iloc[0])
     assert sizes == {"clients": 40, "full": 455}
+
+
+def test_runs_from_a_directory_where_a_folder_named_raysim_shadows_the_package(tmp_path):
+    """Ray puts the driver's working directory on the workers' path: from the parent of a
+    clone named ``raysim`` that folder used to shadow the package in every worker."""
+    import shutil
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    script = Path(sys.executable).parent / "raysim"
+    if not script.exists():
+        script = Path(shutil.which("raysim") or "raysim")
+    repository = Path(__file__).resolve().parents[1]
+    (tmp_path / "raysim").symlink_to(repository)
+    completed = subprocess.run(
+        [str(script), "run", "raysim/experiments/quickstart.yaml", "--set", "training.rounds=1",
+         "--set", "seeds=[0]", "--output", "out", "--no-progress"],
+        cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert completed.returncode == 0, completed.stderr[-2000:]
+    assert "No module named" not in completed.stderr
+    assert len(list((tmp_path / "out").glob("quickstart-*/seed_0/manifest.json"))) == 1

@@ -8,6 +8,8 @@ import socket
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -66,15 +68,33 @@ def pooled(partition: Partition, num_test: int, num_train: int | None = None) ->
     return Partition([train], [np.arange(num_test)], partition.unseen)
 
 
+@contextmanager
+def _package_directory() -> Iterator[None]:
+    """Run the block in the directory that holds the raysim package. Ray puts the driver's
+    working directory on every worker's sys.path ahead of site-packages, so a directory
+    named ``raysim`` beside the user (e.g. the clone, seen from its parent) would shadow the
+    package in the workers."""
+    before = os.getcwd()
+    os.chdir(Path(__file__).resolve().parents[2])
+    try:
+        yield
+    finally:
+        os.chdir(before)
+
+
+def _start_ray(config: ExperimentConfig) -> None:
+    if config.engine.address:
+        ray.init(address=config.engine.address, logging_level="ERROR", log_to_driver=False)
+    else:
+        ray.init(num_cpus=os.cpu_count(), logging_level="ERROR", log_to_driver=False,
+                 include_dashboard=False)
+
+
 def ensure_ray(config: ExperimentConfig) -> list[str]:
     """Connect to the configured cluster or start a local one; returns one-line notices."""
     if not ray.is_initialized():
-        if config.engine.address:
-            ray.init(address=config.engine.address, logging_level="ERROR",
-                     log_to_driver=False)
-        else:
-            ray.init(num_cpus=os.cpu_count(), logging_level="ERROR", log_to_driver=False,
-                     include_dashboard=False)
+        with _package_directory():
+            _start_ray(config)
     resources = ray.cluster_resources()
     engine, notices = config.engine, []
     needed_cpus = engine.num_workers * engine.cpus_per_worker
@@ -221,7 +241,7 @@ def run_experiments(experiments: dict[str, ExperimentConfig], *, data_root: str 
     """
     prepared = {label: prepare(config, data_root) for label, config in experiments.items()}
     first = next(iter(experiments.values()))
-    root = Path(resume) if resume is not None else new_run_root(first, output)
+    root = (Path(resume) if resume is not None else new_run_root(first, output)).absolute()
     queue: list[tuple[str, int]] = [(label, seed) for label, config in experiments.items()
                                     for seed in config.seeds]
     run_dirs = {key: root / key[0] / f"seed_{key[1]}" if key[0] else root / f"seed_{key[1]}"
