@@ -13,12 +13,15 @@ p = softmax within the class of w = sigmoid(gamma (CE(alpha z_t + (1 - alpha) z_
 prototypes of the current model with their counts.
 
 Server: keeps the synthetic sets of the last ``keep_rounds`` rounds (default max(10, R/2)) and
-trains the global model on them with cross-entropy plus ``beta`` x the relational supervised
-contrastive loss (halved from round R/2): a projector h on the embedding, feature prototypes
-f_c of the synthetic data under the model before the update, hard negatives HN(c) = the top
-``hard_negatives`` classes of the global logit prototype of c (count-weighted mean of the
-clients' prototypes) except c, and -log(exp(h.f_c / tau) / sum_{j in {c} + HN(c)}
-exp(h.f_j / tau)) on L2-normalised vectors.
+trains the global model on them (each batch augmented by one random operation, learning rates
+x ``server_lr_decay`` from half the epochs) with cross-entropy plus ``beta`` x the relational
+supervised contrastive loss (its weight also x ``server_lr_decay`` from half the epochs): a
+projector h (Linear-BatchNorm-ReLU-Linear, new every round, Adam) on the embedding, feature
+prototypes f_c of the synthetic data under the model before the update, hard negatives HN(c) =
+the top ``hard_negatives`` (default min(5, classes - 1)) classes of the global logit prototype of
+c (count-weighted mean of the clients' prototypes) except c, and -log(exp(h.f_c / tau) /
+sum_{j in {c} + HN(c)} exp(h.f_j / tau)) on L2-normalised vectors. Deviations from the paper
+and the authors' code: docs/fedvck.md.
 """
 
 from __future__ import annotations
