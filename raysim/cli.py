@@ -52,15 +52,17 @@ def _parser() -> argparse.ArgumentParser:
                        help="continue an interrupted sweep (default: the latest one)")
     validate = commands.add_parser("validate", help="check a config without running it (with "
                                    "its data when present: partitions and method settings too)")
-    validate.add_argument("config")
+    validate.add_argument("config", help="experiment YAML file")
     validate.add_argument("--set", dest="overrides", action="append", default=[],
-                          metavar="KEY=VALUE")
+                          metavar="KEY=VALUE", help="override a config field, e.g. "
+                          "training.rounds=5 (repeatable)")
     validate.add_argument("--data-root", help="directory holding the MedMNIST npz files")
     costs = commands.add_parser("costs", help="parameters and FLOPs of every client's model "
                                 "and of shared models (e.g. MH-pFLID's messenger)")
-    costs.add_argument("config")
+    costs.add_argument("config", help="experiment YAML file")
     costs.add_argument("--set", dest="overrides", action="append", default=[],
-                       metavar="KEY=VALUE")
+                       metavar="KEY=VALUE", help="override a config field, e.g. "
+                       "clients.downsample=[1,2,4,8] (repeatable)")
     costs.add_argument("--data-root", help="directory holding the MedMNIST npz files")
     report = commands.add_parser("report", help="summary table and learning curves of results")
     report.add_argument("paths", nargs="+", metavar="PATH",

@@ -137,3 +137,14 @@ def test_curve_labels_drop_run_timestamps_and_repeat_no_algorithm():
     assert _curve_label("retina-20261122-234926-2", "fedavg") == "retina (fedavg)"
     assert _curve_label("fedvck", "fedvck") == "fedvck"
     assert _curve_label("fedvck_no_latent", "fedvck") == "fedvck_no_latent (fedvck)"
+
+
+def test_every_cli_argument_has_help():
+    from raysim.cli import _parser
+
+    parser = _parser()
+    commands = next(a for a in parser._actions if a.dest == "command").choices
+    for name, command in commands.items():
+        for action in command._actions:
+            if action.dest != "help":
+                assert action.help, f"raysim {name}: {action.option_strings or action.dest}"
