@@ -22,6 +22,7 @@ from raysim.engine.weights import get_weights
 from raysim.models import MODELS, build_model
 from raysim.models.costs import cost_table
 from raysim.models.messenger import InformationExchange, Messenger
+from raysim.models.messenger_probes import probe_transmitter
 from raysim.models.split import ZOO
 from raysim.results import load
 from raysim.schema import DatasetConfig, TrainingConfig
@@ -72,26 +73,21 @@ def test_attention_mixes_feature_tokens_never_samples(tokens, query_from):
     local, messenger = torch.randn(4, 16, 7, 7), torch.randn(4, 32, 2, 2)
     out = exchange(local, messenger)
     changed_local = local.clone()
-    changed_local[3] += 5.0
+    changed_local[3] = torch.randn_like(changed_local[3])
     out2 = exchange(changed_local, messenger)
     assert out.shape == (4, 32)
     assert torch.allclose(out[:3], out2[:3], atol=1e-6)  # other samples untouched
     assert not torch.allclose(out[3], out2[3])  # the changed sample's output depends on it
 
 
-def test_channel_tokens_keep_the_transmitter_informative_at_a_1x1_messenger_map():
-    torch.manual_seed(0)
-    transmitter = InformationExchange(16, 32, query_from="local", mode="attention").eval()
-    messenger = torch.randn(1, 32, 1, 1).expand(2, 32, 1, 1)  # 28 px: a 1x1 map
-    out = transmitter(torch.randn(2, 16, 7, 7), messenger)
-    assert not torch.allclose(out[0], out[1])
-
-
 def _runtime(num_clients: int = 2, architectures=("resnet8", "shufflenetv2"),
-             downsample=()) -> ClientRuntime:
+             downsample=(), relabel_first_client: bool = False) -> ClientRuntime:
+    torch.manual_seed(0)  # the first architecture's initial weights
     rng = np.random.default_rng(0)
     x = rng.integers(0, 255, size=(48, 28, 28), dtype=np.uint8)
     y = rng.integers(0, 3, size=48)
+    if relabel_first_client:  # other data on client 0 only (it holds rows 0-23 of 2 clients)
+        y[:48 // num_clients] = (y[:48 // num_clients] + 1) % 3
     archs = tuple(zoo_params(a) for a in architectures)
     return ClientRuntime(seed=0, info=GRAY, model_params=archs[0],
                          training=TrainingConfig(batch_size=8), train_x=x, train_y=y,
@@ -315,3 +311,85 @@ def test_per_share_macro_f1_matches_scikit_learn():
         expected = f1_score(labels[share], predicted, average="macro", zero_division=0,
                             labels=np.unique(np.concatenate([labels[share], predicted])))
         assert scores["macro_f1"][client] == pytest.approx(expected)
+
+
+def _probe(algorithm: MHpFLID, local_architecture: str = "resnet17"):
+    torch.manual_seed(0)
+    images = torch.randn(48, 1, 28, 28)
+    local = build_model(zoo_params(local_architecture), GRAY).eval()
+    messenger = algorithm.build_messenger().eval()
+    transmitter = algorithm._build_exchange("transmitter", local.feature_channels)
+    with torch.no_grad():
+        return probe_transmitter(transmitter, local.body(images), messenger.feature_map(images))
+
+
+@pytest.mark.parametrize("local_architecture", ["resnet17", "shufflenetv2"])
+def test_transmitter_tokens_carry_messenger_and_local_information_at_28px(local_architecture):
+    """The default design at 28 px: permuting the messenger's channels changes the transmitter's
+    output, the output moves in many directions with the messenger's input (local input fixed)
+    and moves with the local input (messenger fixed)."""
+    runtime = _runtime()
+    probe = _probe(_algorithm(runtime, messenger_widths=[16, 16, 64]), local_architecture)
+    assert probe.permutation_change > 0.5
+    assert probe.messenger_directions() >= 16
+    assert probe.local_directions() >= 1
+
+
+def test_token_probes_reject_the_degenerate_designs():
+    """Channel tokens over a 1x1 messenger map (the old default): permutation-blind, 1-2
+    directions. Spatial tokens over a 1x1 map: the output ignores the local features."""
+    runtime = _runtime()
+    channel = _probe(_algorithm(runtime, messenger_widths=[16, 16, 64], tokens="channel",
+                                messenger_input_size=None))
+    assert channel.permutation_change < 1e-3 and channel.messenger_directions() <= 2
+    single_key = _probe(_algorithm(runtime, messenger_widths=[16, 16, 64],
+                                   messenger_input_size=None))
+    assert single_key.local_directions() == 0
+    assert _algorithm(runtime).build_messenger().feature_map(
+        torch.zeros(1, 1, 28, 28)).shape[2:] == (4, 4)  # the default: 16 spatial tokens
+
+
+def _two_rounds(runtime: ClientRuntime, **params) -> list[list]:
+    """Client results of rounds 0 and 1 of MH-pFLID on both clients of ``runtime``."""
+    algorithm = _algorithm(runtime, **params)
+    server = algorithm.init_server_state({})
+    states: list = [None, None]
+    rounds = []
+    for round_ in range(2):
+        results = algorithm.local_updates(runtime, [0, 1], round_,
+                                          algorithm.broadcast(server, round_), states)
+        server = algorithm.aggregate(server, [algorithm.reduce(list(enumerate(results)))],
+                                     round_)
+        states = [r.state for r in results]
+        rounds.append(results)
+    return rounds
+
+
+def test_messenger_averaging_carries_one_clients_data_into_anothers_local_model():
+    """Change client 0's labels only: client 1's local model is unchanged after round 0 (no
+    exchange yet) and different after round 1, when it has injected the averaged messenger that
+    client 0 distilled. Without messenger averaging, distillation or the injection's messenger
+    term, client 1 would never see client 0's data."""
+    params = {"injection_epochs": 1, "injection_lr": 0.003, "distillation_lr": 0.003}
+    original = _two_rounds(_runtime(), **params)
+    relabelled = _two_rounds(_runtime(relabel_first_client=True), **params)
+    assert _changed(original[0][0].state["local"], relabelled[0][0].state["local"])  # client 0
+    assert not _changed(original[0][1].state["local"], relabelled[0][1].state["local"])
+    assert _changed(original[1][1].state["local"], relabelled[1][1].state["local"])
+    assert all(r.metrics["messenger_change"] > 1e-3 for r in original[1])
+
+
+def test_injection_messenger_term_changes_the_local_model():
+    """The receiver's cross-entropy reaches the local body: the same injection with
+    injection_messenger_weight 0 (local training alone) gives other local weights."""
+    outcomes = []
+    for weight in (0.1, 0.0):
+        runtime = _runtime()
+        algorithm = _algorithm(runtime, injection_epochs=1, injection_lr=0.003,
+                               injection_messenger_weight=weight)
+        result = algorithm.local_updates(runtime, [0], 0,
+                                         algorithm.broadcast(algorithm.init_server_state({}), 0),
+                                         [None])[0]
+        outcomes.append(result.state["local"])
+    body = [k for k in outcomes[0] if k.startswith("body.") and outcomes[0][k].dtype.kind == "f"]
+    assert any(not np.allclose(outcomes[0][k], outcomes[1][k]) for k in body)

@@ -27,6 +27,7 @@ import math
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 from pydantic import Field
@@ -63,9 +64,13 @@ class MHpFLIDParams(StrictModel):
     transmitter: Literal["attention", "add"] = "attention"
     share_messenger_body: bool = True
     share_messenger_head: bool = True
-    tokens: Literal["channel", "spatial"] = "channel"
-    """Attention tokens: messenger channels (each a token_grid^2 map) or spatial positions."""
+    tokens: Literal["channel", "spatial"] = "spatial"
+    """Attention tokens: spatial positions (D_mes features each, the paper's Eq. 8) or messenger
+    channels (each a token_grid^2 map; degenerate over a 1x1 messenger map, kept to compare)."""
     token_grid: int = Field(4, ge=1, le=16)
+    messenger_input_size: int | None = Field(112, ge=32)
+    """Images are resized (bilinear) to this size before the messenger, so that its map keeps
+    spatial tokens: 112 px gives 4x4 (28 px gives 1x1). None: the client's own resolution."""
     messenger_widths: tuple[int, int, int] = (64, 64, 512)
     """Output channels of the messenger body's three convolutions (Appendix E: 64, 64, 512)."""
     messenger_hidden: int = Field(256, ge=1)
@@ -109,7 +114,7 @@ class MHpFLID(Algorithm):
         """A fresh messenger for this run's data."""
         channels = self.context.info.input_shape[0]
         return Messenger(channels, self.context.info.num_classes, self.params.messenger_widths,
-                         self.params.messenger_hidden)
+                         self.params.messenger_hidden, self.params.messenger_input_size)
 
     def shared_models(self) -> dict[str, nn.Module]:
         return {"messenger": self.build_messenger()}
@@ -186,12 +191,13 @@ class MHpFLID(Algorithm):
         distillation_loss, _, distillation_steps = self._distill(
             runtime, client, round_, local, messenger, transmitter, state)
         trained = get_weights(messenger)
+        change = _relative_change(shared_messenger, trained)
         state.update(local=get_weights(local), receiver=get_weights(receiver),
                      transmitter=get_weights(transmitter),
                      private_messenger={k: v for k, v in trained.items() if not self._shared(k)})
         upload = {"messenger": {k: v for k, v in trained.items() if self._shared(k)}}
         metrics = {"train_loss": injection_loss, "distillation_loss": distillation_loss,
-                   "num_samples": float(samples),
+                   "messenger_change": change, "num_samples": float(samples),
                    "steps": float(injection_steps + distillation_steps)}
         return ClientResult(upload, state, metrics)
 
@@ -211,7 +217,7 @@ class MHpFLID(Algorithm):
         def loss(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
             features = local.body(x)
             with torch.no_grad():
-                messenger_map = messenger.body(x)
+                messenger_map = messenger.feature_map(x)
             messenger_logits = messenger.head(receiver(features, messenger_map))
             return (p.injection_local_weight * F.cross_entropy(local.head(features), y)
                     + p.injection_messenger_weight * F.cross_entropy(messenger_logits, y))
@@ -239,7 +245,7 @@ class MHpFLID(Algorithm):
             with torch.no_grad():
                 features = local.body(x)
                 local_log_probs = F.log_softmax(local.head(features), dim=1)
-            messenger_logits = messenger.head(transmitter(features, messenger.body(x)))
+            messenger_logits = messenger.head(transmitter(features, messenger.feature_map(x)))
             kl = F.kl_div(F.log_softmax(messenger_logits, dim=1), local_log_probs,
                           reduction="batchmean", log_target=True)
             return (p.distillation_messenger_weight * F.cross_entropy(messenger_logits, y)
@@ -261,6 +267,14 @@ def _stage(runtime: ClientRuntime, client: int, round_: int, optimizer: torch.op
     if epochs == 0:
         return math.nan, len(runtime.client_indices[client]), 0
     return runtime.fit(client, round_, optimizer, loss, epochs=epochs, stream=stream)
+
+
+def _relative_change(before: Weights, after: Weights) -> float:
+    """||after - before|| / ||before|| over the floating-point tensors both hold."""
+    keys = [k for k in before if k in after and before[k].dtype.kind == "f"]
+    moved = sum(float(np.sum((after[k].astype(np.float64) - before[k]) ** 2)) for k in keys)
+    size = sum(float(np.sum(before[k].astype(np.float64) ** 2)) for k in keys)
+    return math.sqrt(moved / size) if size > 0 else math.nan
 
 
 class _frozen:

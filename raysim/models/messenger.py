@@ -14,13 +14,19 @@ softmax(Q K^T / sqrt(d)) V, pooled over tokens to a D_mes vector for the messeng
 
 Attention is computed per sample over *feature tokens*, never across the batch:
 
-- ``channel`` tokens (default): both maps are average-pooled to a ``grid`` x ``grid`` map; W_d is
-  linear over channels (C_loc -> D_mes); each of the D_mes channels is a token whose vector is
-  its grid x grid map (d = grid^2). This stays informative when the messenger's map is 1x1
-  (28 px inputs give a 1x1 messenger map: 28 -> 14 -> 7 -> 4 -> 2 -> 1).
-- ``spatial`` tokens: every position of each map is a token of D_mes features (W_d: C_loc ->
-  D_mes per position; d = D_mes as in the paper). With a 1x1 messenger map the transmitter's
-  single key makes its output independent of the local features, so prefer it for >= 64 px.
+- ``spatial`` tokens (default): every position of each map is a token of D_mes features (W_d:
+  C_loc -> D_mes per position; d = D_mes as in the paper's Eq. 8). The messenger needs a map with
+  spatial extent for this: the Appendix-E body divides the input by 32, so a 28 px image gives a
+  1x1 map (28 -> 14 -> 7 -> 4 -> 2 -> 1) and the transmitter would have a single key (its softmax
+  is 1 and its output ignores the local features). ``Messenger(input_size=112)`` therefore
+  resizes its input (bilinear) to 112 px, which gives a 4x4 map (16 tokens) whatever the
+  client's resolution; the paper's 384 px BreaKHis images give 12x12 without resizing.
+- ``channel`` tokens: both maps are average-pooled to a ``grid`` x ``grid`` map; W_d is linear
+  over channels (C_loc -> D_mes); each of the D_mes channels is a token whose vector is its
+  grid x grid map (d = grid^2). Kept for comparison only: attention is invariant to permuting
+  its keys, so the transmitter's output does not change when the messenger's channels are
+  permuted, and over a 1x1 messenger map every token is a constant; measured, its output then
+  varies in 1-2 directions when the messenger input changes (see ``token_probes``).
 
 ``mode: add`` replaces attention by feature addition, the paper's ablation:
 ``pool(I_mes) + W_d(pool(I_loc))``.
@@ -41,9 +47,11 @@ TokenKind = Literal["channel", "spatial"]
 class Messenger(nn.Module):
     """The lightweight model every client carries and the server averages (body + head)."""
 
-    def __init__(self, in_channels: int, num_classes: int, widths: tuple[int, int, int] = (64, 64, 512),
-                 hidden: int = 256):
+    def __init__(self, in_channels: int, num_classes: int,
+                 widths: tuple[int, int, int] = (64, 64, 512), hidden: int = 256,
+                 input_size: int | None = None):
         super().__init__()
+        self.input_size = input_size
         first, second, out = widths
         self.body = nn.Sequential(
             nn.Conv2d(in_channels, first, 3, 2, 1), nn.ReLU(inplace=True),
@@ -55,8 +63,15 @@ class Messenger(nn.Module):
                                   nn.ReLU(inplace=True), nn.Linear(hidden, num_classes))
         self.feature_channels = out
 
+    def feature_map(self, x: Tensor) -> Tensor:
+        """The body's (B, D_mes, h, w) map of ``x``, resized to ``input_size`` first if set."""
+        if self.input_size is not None and x.shape[-2:] != (self.input_size, self.input_size):
+            x = F.interpolate(x, size=(self.input_size, self.input_size), mode="bilinear",
+                              align_corners=False)
+        return self.body(x)
+
     def forward(self, x: Tensor) -> Tensor:
-        return self.head(pool(self.body(x)))
+        return self.head(pool(self.feature_map(x)))
 
 
 def pool(feature_map: Tensor) -> Tensor:
@@ -69,12 +84,14 @@ class InformationExchange(nn.Module):
 
     def __init__(self, local_channels: int, messenger_channels: int, *,
                  query_from: Literal["messenger", "local"], mode: Literal["attention", "add"],
-                 tokens: TokenKind = "channel", grid: int = 4):
+                 tokens: TokenKind = "spatial", grid: int = 4, normalize: bool = True):
         super().__init__()
         self.query_from, self.mode, self.tokens, self.grid = query_from, mode, tokens, grid
         self.project_local = nn.Linear(local_channels, messenger_channels)  # W_d
         if mode == "attention":
             width = grid * grid if tokens == "channel" else messenger_channels
+            norm = nn.LayerNorm if normalize else nn.Identity
+            self.norm_queries, self.norm_sources = norm(width), norm(width)
             self.query = nn.Linear(width, width)
             self.key = nn.Linear(width, width)
             self.value = nn.Linear(width, width)
@@ -89,6 +106,7 @@ class InformationExchange(nn.Module):
             queries, sources = messenger_tokens, local_tokens
         else:
             queries, sources = local_tokens, messenger_tokens
+        queries, sources = self.norm_queries(queries), self.norm_sources(sources)
         q, k, v = self.query(queries), self.key(sources), self.value(sources)
         weights = torch.softmax(q @ k.transpose(1, 2) * self.scale, dim=-1)  # (B, Nq, Nk)
         out = weights @ v  # (B, Nq, width)
