@@ -190,9 +190,9 @@ def test_runs_from_a_directory_where_a_folder_named_raysim_shadows_the_package(t
         script = Path(shutil.which("raysim") or "raysim")
     repository = Path(__file__).resolve().parents[1]
     (tmp_path / "raysim").symlink_to(repository)
-    completed = subprocess.run(
-        [str(script), "run", "raysim/experiments/quickstart.yaml", "--set", "training.rounds=1",
-         "--set", "seeds=[0]", "--output", "out", "--no-progress"],
+    completed = subprocess.run(  # the console script, run by this test's interpreter
+        [sys.executable, str(script), "run", "raysim/experiments/quickstart.yaml", "--set",
+         "training.rounds=1", "--set", "seeds=[0]", "--output", "out", "--no-progress"],
         cwd=tmp_path, capture_output=True, text=True, timeout=300)
     assert completed.returncode == 0, completed.stderr[-2000:]
     assert "No module named" not in completed.stderr

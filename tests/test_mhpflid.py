@@ -11,14 +11,16 @@ from fixtures import write_medmnist_npz
 from test_bad_input import run_cli
 
 from raysim.algorithms.base import RunContext
-from raysim.algorithms.fedmd import FedMD, FedMDParams, public_indices
+from raysim.algorithms.feddf import FedDF, FedDFParams
+from raysim.algorithms.fedmd import FedMD, FedMDParams
 from raysim.algorithms.mhpflid import MHpFLID, MHpFLIDParams
+from raysim.algorithms.public_set import public_indices
 from raysim.config import parse_config
 from raysim.data import load_dataset, stratified_subset
 from raysim.data.dataset import DataInfo
 from raysim.engine.runner import run_experiment
 from raysim.engine.runtime import ClientRuntime
-from raysim.engine.weights import get_weights
+from raysim.engine.weights import get_weights, set_weights
 from raysim.models import MODELS, build_model
 from raysim.models.costs import cost_table
 from raysim.models.messenger import InformationExchange, Messenger
@@ -393,3 +395,100 @@ def test_injection_messenger_term_changes_the_local_model():
         outcomes.append(result.state["local"])
     body = [k for k in outcomes[0] if k.startswith("body.") and outcomes[0][k].dtype.kind == "f"]
     assert any(not np.allclose(outcomes[0][k], outcomes[1][k]) for k in body)
+
+
+def _feddf(runtime: ClientRuntime, **params) -> FedDF:
+    context = RunContext(0, GRAY, runtime.architectures[0], runtime.training,
+                         len(runtime.client_indices), len(runtime.client_indices),
+                         runtime.architectures, runtime.downsample)
+    algorithm = FedDF(FedDFParams(**{"public_per_client": 8, **params}), context)
+    algorithm.attach_server_inputs(runtime.train_x, runtime.client_indices)
+    return algorithm
+
+
+def _kl_to_teacher(algorithm: FedDF, runtime: ClientRuntime, client: int, weights,
+                   teacher: np.ndarray) -> float:
+    model = runtime.client_model(client)
+    set_weights(model, weights)
+    model.eval()
+    with torch.no_grad():
+        logits = model(runtime.client_inputs(client, algorithm._public))
+    return float(torch.nn.functional.kl_div(torch.log_softmax(logits, 1),
+                                            torch.log_softmax(torch.from_numpy(teacher), 1),
+                                            reduction="batchmean", log_target=True))
+
+
+def test_feddf_averages_each_architecture_group_then_distils_it_towards_the_ensemble():
+    runtime = _runtime(3, ("resnet5", "shufflenetv2", "resnet5"))
+    plain = _feddf(runtime, distillation_steps=0)
+    assert plain.group_of_client == [0, 1, 0]
+    results = plain.local_updates(runtime, [0, 1, 2], 0, {}, [None] * 3)
+    assert all(r.upload["logits"].shape == (24, 3) for r in results)  # 3 clients x 8 public
+    partial = plain.reduce(list(enumerate(results)))
+    averaged = plain.aggregate({}, [partial], 0)
+    sizes = [r.metrics["num_samples"] for r in results]
+    for key, value in averaged["0"].items():  # group 0 = clients 0 and 2, sample-weighted
+        if value.dtype.kind == "f":
+            expected = (sizes[0] * results[0].upload["model"][key].astype(np.float64)
+                        + sizes[2] * results[2].upload["model"][key]) / (sizes[0] + sizes[2])
+            assert np.allclose(value, expected, atol=1e-5)
+    assert all(np.array_equal(v, results[1].upload["model"][k]) for k, v in
+               averaged["1"].items())  # a group of one keeps its model
+    rng = np.random.default_rng(1)  # a confident ensemble the models do not yet agree with
+    for upload in partial:
+        upload["logits"] = rng.normal(0, 3, upload["logits"].shape).astype(np.float32)
+    distilling = _feddf(runtime, distillation_steps=200)
+    distilled = distilling.aggregate({}, [partial], 0)
+    teacher = np.mean([u["logits"] for u in partial], axis=0)
+    for group, client in (("0", 0), ("1", 1)):
+        before = _kl_to_teacher(distilling, runtime, client, averaged[group], teacher)
+        after = _kl_to_teacher(distilling, runtime, client, distilled[group], teacher)
+        assert after < 0.5 * before, (group, before, after)
+    message = distilling.broadcast(distilled, 1)
+    again = distilling.local_updates(runtime, [1], 1, message, [None])[0]
+    assert _changed(distilled["1"], again.state)  # local training starts from it
+
+
+def test_feddf_runs_on_the_engine_with_the_server_holding_the_public_set(ray_session, tmp_path):
+    root = tmp_path / "data"
+    write_medmnist_npz(root, n_train=120, n_test=60)
+    raw = hetero_raw(root, {"name": "feddf", "public_per_client": 10, "distillation_steps": 5},
+                     workers=2)
+    outcome = run_experiment(parse_config(raw), output=str(tmp_path / "out"), progress=False)[0]
+    assert outcome.error is None, outcome.error
+    communication = load(outcome.run_dir, "communication")
+    up = communication[communication["direction"] == "up"]
+    assert set(up["message_type"]) == {"model", "logits"}
+    down = communication[communication["direction"] == "down"]
+    assert set(down[down["round"] == 1]["message_type"]) == {"models"}
+    evals = load(outcome.run_dir, "client_eval")
+    assert evals["own_accuracy"].notna().all() and len(evals) == 2 * 3
+
+
+def test_fedmd_pretrains_on_the_labelled_public_set_once_and_digest_regresses_logits():
+    runtime = _runtime()
+    context = RunContext(0, GRAY, runtime.architectures[0], runtime.training, 2, 2,
+                         runtime.architectures)
+    runs = {}
+    for epochs in (3, 0):
+        algorithm = FedMD(FedMDParams(public_per_client=6, pretrain_epochs=epochs), context)
+        runs[epochs] = algorithm.local_updates(runtime, [0, 1], 0, {}, [None, None])
+    assert all("pretrain_loss" in r.metrics for r in runs[3])
+    assert not any("pretrain_loss" in r.metrics for r in runs[0])
+    assert _changed(runs[3][0].state[0], runs[0][0].state[0])
+    second = algorithm.local_updates(runtime, [0], 1, {}, [runs[3][0].state])[0]
+    assert "pretrain_loss" not in second.metrics  # only before the first round
+    # the digest (l1, the authors' loss) pulls the public logits towards the consensus
+    model = runtime.client_model(0)
+    set_weights(model, runs[3][0].state[0])
+    public = algorithm._public_inputs(runtime)
+    consensus = np.random.default_rng(0).normal(0, 2, (12, 3)).astype(np.float32)
+
+    def distance() -> float:
+        model.eval()
+        with torch.no_grad():
+            return float(np.abs(model(public).numpy() - consensus).mean())
+
+    before = distance()
+    algorithm._digest(runtime, model, 0, 1, public, consensus, None)
+    assert distance() < before

@@ -6,6 +6,7 @@ from raysim.algorithms import (  # noqa: F401  (registration)
     centralized,
     fedavg,
     feddc,
+    feddf,
     feddm,
     fedmd,
     fedprox,

@@ -91,6 +91,9 @@ class Algorithm(ABC):
     """Upload types that only feed the server's evaluation, not communication (not counted)."""
     heterogeneous: ClassVar[bool] = False
     """True when clients may run different architectures (``clients.architectures``)."""
+    server_holds_inputs: ClassVar[bool] = False
+    """True when the server works on (unlabelled) training inputs, e.g. FedDF's public set:
+    the driver then calls :meth:`attach_server_inputs` once before round 0."""
 
     def __init__(self, params: StrictModel, context: RunContext):
         self.params = params
@@ -100,6 +103,12 @@ class Algorithm(ABC):
     def init_server_state(self, initial_weights: Weights) -> Any:
         """The server state before round 0 (default: the initial global model)."""
         return initial_weights
+
+    def attach_server_inputs(self, train_x: np.ndarray,
+                             client_indices: Sequence[np.ndarray]) -> None:
+        """Give the server the training inputs (no labels) and the partition; called on the
+        driver before round 0 when ``server_holds_inputs`` (default: nothing)."""
+        return None
 
     def broadcast(self, state: Any, round_: int) -> dict[str, Any]:
         """Message type -> payload sent to every sampled client (default: nothing)."""

@@ -1,11 +1,15 @@
 """FedMD (Li & Wang, 2019): model-heterogeneous FL by logit consensus on a public set.
 
-The public set is carved from the clients' training data, as MH-pFLID's comparison does (each
-client contributes ``public_per_client`` of its samples, drawn from the stream (seed,
-"fedmd-public", client); the samples stay in its private data too). A round:
+The public set is carved from the clients' training data, as MH-pFLID's comparison does
+(:mod:`raysim.algorithms.public_set`). Before the first round each client runs FedMD's
+transfer-learning step: ``pretrain_epochs`` epochs of cross-entropy on the labelled public set
+(the paper trains "to convergence" on a large public dataset; 0 skips it), then its private
+data (round 0's revisit). A round:
 
 1. *Digest* (from round 1): each client trains its model for ``digest_epochs`` epochs on the
-   public set towards the consensus, with KL(softmax(consensus / T) || softmax(logits / T)) * T^2;
+   public set towards the consensus logits: ``digest_loss: l1`` regresses the logits with the
+   mean absolute error, as the authors' code does; ``mse`` squared error; ``kl`` distils
+   KL(softmax(consensus / T) || softmax(logits / T)) * T^2 (raysim's earlier default);
 2. *Revisit*: the client trains on its private data (``training``: optimizer, epochs, batch);
 3. the client uploads its logits on the public set; the server averages them into the next
    consensus, which it broadcasts.
@@ -26,12 +30,12 @@ from pydantic import Field
 
 from raysim.algorithms.aggregators import WeightedSum, mean_partial, weighted_mean
 from raysim.algorithms.base import Algorithm, ClientResult, RunContext, register_algorithm
+from raysim.algorithms.public_set import public_indices
 from raysim.data.dataset import to_tensor
 from raysim.engine.runtime import make_optimizer
 from raysim.engine.weights import Weights, get_weights, set_weights
 from raysim.errors import field_error
 from raysim.schema import StrictModel
-from raysim.seeding import numpy_rng
 
 if TYPE_CHECKING:
     from raysim.engine.runtime import ClientRuntime
@@ -42,14 +46,13 @@ class FedMDParams(StrictModel):
     public_per_client: int = Field(50, ge=1)
     """Samples each client contributes to the public set (all of them if it has fewer)."""
     digest_epochs: int = Field(1, ge=0)
+    digest_loss: Literal["l1", "mse", "kl"] = "l1"
+    """How the digest pulls logits to the consensus: the authors' mean absolute error (l1),
+    squared error (mse) or temperature-scaled KL divergence (kl)."""
     temperature: float = Field(1.0, gt=0)
-
-
-def public_indices(client_indices: Sequence[np.ndarray], per_client: int, seed: int) -> np.ndarray:
-    """Training-set indices of the public set: ``per_client`` seeded samples of each client."""
-    picks = [numpy_rng(seed, "fedmd-public", client=c).permutation(indices)[:per_client]
-             for c, indices in enumerate(client_indices)]
-    return np.concatenate(picks)
+    """Softmax temperature of ``digest_loss: kl``."""
+    pretrain_epochs: int = Field(5, ge=0)
+    """Epochs of supervised training on the labelled public set before the first round."""
 
 
 @register_algorithm
@@ -66,6 +69,7 @@ class FedMD(Algorithm):
             raise field_error("partition.num_clients", context.num_clients,
                               "FedMD needs at least 2 clients to form a consensus")
         self._public: torch.Tensor | None = None
+        self._public_rows = np.zeros(0, dtype=np.int64)
 
     # ----- server -----
     def init_server_state(self, initial_weights: Weights) -> Weights | None:
@@ -86,10 +90,21 @@ class FedMD(Algorithm):
     def _public_inputs(self, runtime: ClientRuntime) -> torch.Tensor:
         """The public set as normalised tensors on the worker's device (built once per worker)."""
         if self._public is None:
-            indices = public_indices(runtime.client_indices, self.params.public_per_client,
-                                     self.context.seed)
-            self._public = to_tensor(runtime.train_x[indices], runtime.info).to(runtime.device)
+            self._public_rows = public_indices(runtime.client_indices,
+                                               self.params.public_per_client, self.context.seed)
+            self._public = to_tensor(runtime.train_x[self._public_rows],
+                                     runtime.info).to(runtime.device)
         return self._public
+
+    def _pretrain(self, runtime: ClientRuntime, model: torch.nn.Module, client: int,
+                  public_x: torch.Tensor, public_y: torch.Tensor) -> tuple[float, dict[str, Any]]:
+        """FedMD's transfer-learning step: cross-entropy on the labelled public set."""
+        optimizer = make_optimizer(model.parameters(), runtime.training.optimizer)
+        model.train()
+        mean_loss, _, _ = runtime.fit(
+            client, 0, optimizer, lambda x, y: F.cross_entropy(model(x), y),
+            epochs=self.params.pretrain_epochs, stream="fedmd-pretrain", data=(public_x, public_y))
+        return mean_loss, optimizer.state_dict()
 
     def local_updates(self, runtime: ClientRuntime, clients: Sequence[int], round_: int,
                       message: dict[str, Any], states: Sequence[Any]) -> list[ClientResult]:
@@ -101,6 +116,10 @@ class FedMD(Algorithm):
             public_x = runtime.client_inputs(client, public)
             metrics: dict[str, float] = {}
             optimizer_state = None if state is None else state[1]
+            if state is None and self.params.pretrain_epochs:
+                metrics["pretrain_loss"], optimizer_state = self._pretrain(
+                    runtime, model, client, public_x,
+                    torch.from_numpy(runtime.train_y[self._public_rows]).to(runtime.device))
             if "consensus" in message and self.params.digest_epochs:
                 metrics["digest_loss"], optimizer_state = self._digest(
                     runtime, model, client, round_, public_x, message["consensus"],
@@ -127,7 +146,12 @@ class FedMD(Algorithm):
         model.train()
 
         def loss(x: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
-            return F.kl_div(F.log_softmax(model(x) / t, dim=1),
+            logits = model(x)
+            if self.params.digest_loss == "l1":
+                return F.l1_loss(logits, target[index])
+            if self.params.digest_loss == "mse":
+                return F.mse_loss(logits, target[index])
+            return F.kl_div(F.log_softmax(logits / t, dim=1),
                             F.log_softmax(target[index] / t, dim=1), reduction="batchmean",
                             log_target=True) * t * t
 

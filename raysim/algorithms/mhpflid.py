@@ -270,8 +270,10 @@ def _stage(runtime: ClientRuntime, client: int, round_: int, optimizer: torch.op
 
 
 def _relative_change(before: Weights, after: Weights) -> float:
-    """||after - before|| / ||before|| over the floating-point tensors both hold."""
-    keys = [k for k in before if k in after and before[k].dtype.kind == "f"]
+    """||after - before|| / ||before|| over the trainable tensors both hold (BatchNorm running
+    statistics, which jump in the first batches whatever the learning rate, left out)."""
+    keys = [k for k in before if k in after and before[k].dtype.kind == "f"
+            and ".running_" not in k]
     moved = sum(float(np.sum((after[k].astype(np.float64) - before[k]) ** 2)) for k in keys)
     size = sum(float(np.sum(before[k].astype(np.float64) ** 2)) for k in keys)
     return math.sqrt(moved / size) if size > 0 else math.nan

@@ -87,6 +87,11 @@ class _Durable:
     client_states: dict[int, Any]
 
 
+def _fetch(array: Any) -> Any:
+    """An array that may travel as an object-store reference."""
+    return ray.get(array) if isinstance(array, ray.ObjectRef) else array
+
+
 class Driver:
     """Runs the round loop: sampling, dispatch to workers, aggregation, evaluation, results,
     checkpoints, and recovery from dying workers."""
@@ -97,8 +102,10 @@ class Driver:
         setup = spec.setup
         self.context = setup.context
         self.algorithm = setup.algorithm_class(setup.algorithm_params, setup.context)
-        self.test_y = ray.get(setup.arrays["test_y"]) if isinstance(
-            setup.arrays["test_y"], ray.ObjectRef) else setup.arrays["test_y"]
+        self.test_y = _fetch(setup.arrays["test_y"])
+        if self.algorithm.server_holds_inputs:
+            self.algorithm.attach_server_inputs(_fetch(setup.arrays["train_x"]),
+                                                setup.partition.train)
         self._progress: dict[str, Any] = {"round": 0, "rounds": spec.rounds, "status": "queued",
                                           "accuracy": math.nan}
         self._lock = threading.Lock()

@@ -73,6 +73,11 @@ def batch_plans(num_samples: int, batch_size: int, epochs: int | None, steps: in
     return [orders[:, epoch, start:stop] for epoch, (start, stop) in schedule]
 
 
+def downsample_images(x: torch.Tensor, factor: int) -> torch.Tensor:
+    """Images average-pooled by ``factor`` (``clients.downsample``; 1: unchanged)."""
+    return F.avg_pool2d(x, factor, ceil_mode=True) if factor > 1 else x
+
+
 def rng_seed(seed: int, purpose: str, round_: int, client: int) -> int:
     """A 63-bit integer seed for the stream (seed, purpose, round, client)."""
     return int(seed_sequence(seed, purpose, round_, client).generate_state(1, np.uint64)[0] >> 1)
@@ -170,8 +175,7 @@ class ClientRuntime:
 
     def client_inputs(self, client: int, x: torch.Tensor) -> torch.Tensor:
         """Images as the client sees them: average-pooled by its ``clients.downsample``."""
-        factor = self.downsample[client] if self.downsample else 1
-        return F.avg_pool2d(x, factor, ceil_mode=True) if factor > 1 else x
+        return downsample_images(x, self.downsample[client] if self.downsample else 1)
 
     def client_data(self, client: int) -> tuple[torch.Tensor, torch.Tensor]:
         """A client's whole training set as normalised tensors on the worker's device."""

@@ -1,0 +1,167 @@
+"""FedDF (Lin et al., NeurIPS 2020): ensemble distillation for model fusion, with heterogeneous
+clients (the paper's Algorithm 3).
+
+Clients that share an architecture and input resolution form a *prototype group*. A round:
+
+1. every sampled client starts from its group's server model (round 0: its architecture's
+   initial weights), trains on its private data (``training``: optimizer, epochs, batch) and
+   uploads its weights and its logits on the public set;
+2. the server averages each group's uploads (FedAvg, sample-weighted, BatchNorm buffers
+   included) and takes the ensemble teacher as the plain mean of every client's logits
+   (AVGLOGITS, across all groups);
+3. the server distils each group's average towards the teacher on the unlabelled public set:
+   ``distillation_steps`` Adam steps (``distillation_lr``) on batches of
+   ``distillation_batch_size``, loss KL(softmax(teacher / T) || softmax(student / T)) * T^2.
+
+The public set is carved from the clients' training data (:mod:`raysim.algorithms.public_set`)
+and used without labels. Each client's personal model, evaluated on its own test share, is its
+model after local training (which started from its group's distilled model).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, Literal
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from pydantic import Field
+
+from raysim.algorithms.aggregators import mean_partial, weighted_mean
+from raysim.algorithms.base import Algorithm, ClientResult, RunContext, register_algorithm
+from raysim.algorithms.public_set import public_indices
+from raysim.data.dataset import to_tensor
+from raysim.engine.runtime import downsample_images
+from raysim.engine.weights import Weights, get_weights, set_weights
+from raysim.errors import field_error
+from raysim.models import build_model
+from raysim.schema import StrictModel
+from raysim.seeding import torch_generator
+
+if TYPE_CHECKING:
+    from raysim.engine.runtime import ClientRuntime
+
+
+class FedDFParams(StrictModel):
+    name: Literal["feddf"] = "feddf"
+    public_per_client: int = Field(50, ge=1)
+    """Samples each client contributes to the unlabelled public set."""
+    distillation_steps: int = Field(200, ge=0)
+    """Server Adam steps per group and round (the paper: up to 10^4 with early stopping)."""
+    distillation_lr: float = Field(1e-3, gt=0)
+    distillation_batch_size: int = Field(64, ge=1)
+    temperature: float = Field(1.0, gt=0)
+    weighted: bool = True
+    """Average a group's models by the clients' sample counts (False: plain mean)."""
+
+
+@register_algorithm
+class FedDF(Algorithm):
+    """Per-group FedAvg, then server-side distillation of each group towards the ensemble."""
+
+    params_class = FedDFParams
+    personalized = True
+    heterogeneous = True
+    server_holds_inputs = True
+
+    def __init__(self, params: FedDFParams, context: RunContext):
+        super().__init__(params, context)
+        if context.num_clients < 2:
+            raise field_error("partition.num_clients", context.num_clients,
+                              "FedDF needs at least 2 clients to form an ensemble")
+        keys = [(context.architecture(c).model_dump_json(),
+                 context.downsample[c] if context.downsample else 1)
+                for c in range(context.num_clients)]
+        order = list(dict.fromkeys(keys))
+        self.group_of_client = [order.index(key) for key in keys]
+        self._public: torch.Tensor | None = None  # the public inputs, normalised
+
+    def _group_key(self, client: int) -> str:
+        return str(self.group_of_client[client])
+
+    def _public_rows(self, client_indices: Sequence[np.ndarray]) -> np.ndarray:
+        return public_indices(client_indices, self.params.public_per_client, self.context.seed)
+
+    # ----- server -----
+    def attach_server_inputs(self, train_x: np.ndarray,
+                             client_indices: Sequence[np.ndarray]) -> None:
+        self._public = to_tensor(train_x[self._public_rows(client_indices)], self.context.info)
+
+    def init_server_state(self, initial_weights: Weights) -> dict[str, Weights]:
+        return {}  # group -> distilled model; clients start from their initial weights
+
+    def broadcast(self, state: dict[str, Weights], round_: int) -> dict[str, Any]:
+        return {"models": state} if state else {}
+
+    def reduce(self, results: Sequence[tuple[int, ClientResult]]) -> list[dict[str, Any]]:
+        return [{"client": client, "samples": result.metrics["num_samples"], **result.upload}
+                for client, result in results]
+
+    def aggregate(self, state: dict[str, Weights], partials: Sequence[list[dict[str, Any]]],
+                  round_: int) -> dict[str, Weights]:
+        uploads = [u for partial in partials for u in partial]
+        if not uploads:
+            return state
+        teacher = torch.from_numpy(np.mean([u["logits"] for u in uploads], axis=0))
+        models = dict(state)
+        for group in sorted({self.group_of_client[u["client"]] for u in uploads}):
+            members = [u for u in uploads if self.group_of_client[u["client"]] == group]
+            average = weighted_mean([mean_partial([u["model"] for u in members],
+                                                  [u["samples"] for u in members],
+                                                  self.params.weighted)])
+            models[str(group)] = self._distill(members[0]["client"], average, teacher, round_,
+                                               group)
+        return models
+
+    def _distill(self, client: int, start: Weights, teacher: torch.Tensor, round_: int,
+                 group: int) -> Weights:
+        """Distil one group's averaged model towards the ensemble's logits on the public set."""
+        p = self.params
+        if self._public is None:
+            raise RuntimeError("FedDF's server has no public set: attach_server_inputs was "
+                               "not called")
+        student = build_model(self.context.architecture(client), self.context.info)
+        set_weights(student, start)
+        if p.distillation_steps == 0:
+            return start
+        factor = self.context.downsample[client] if self.context.downsample else 1
+        inputs = downsample_images(self._public, factor)
+        optimizer = torch.optim.Adam(student.parameters(), lr=p.distillation_lr)
+        generator = torch_generator(self.context.seed, "feddf-distill", round_, group)
+        t = p.temperature
+        student.train()
+        for _ in range(p.distillation_steps):
+            batch = torch.randint(len(inputs), (min(p.distillation_batch_size, len(inputs)),),
+                                  generator=generator)
+            loss = F.kl_div(F.log_softmax(student(inputs[batch]) / t, dim=1),
+                            F.log_softmax(teacher[batch] / t, dim=1), reduction="batchmean",
+                            log_target=True) * t * t
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            optimizer.step()
+        return get_weights(student)
+
+    # ----- client -----
+    def local_updates(self, runtime: ClientRuntime, clients: Sequence[int], round_: int,
+                      message: dict[str, Any], states: Sequence[Any]) -> list[ClientResult]:
+        if self._public is None:
+            self._public = to_tensor(runtime.train_x[self._public_rows(runtime.client_indices)],
+                                     runtime.info)
+        public = self._public.to(runtime.device)
+        results = []
+        for client in clients:
+            model = runtime.client_model(client)
+            start = message.get("models", {}).get(self._group_key(client))
+            set_weights(model, runtime.client_initial_weights(client) if start is None else start)
+            outcome = runtime.train(model, client, round_)
+            model.eval()
+            with torch.no_grad():
+                logits = model(runtime.client_inputs(client, public)).float().cpu().numpy()
+            weights = get_weights(model)
+            results.append(ClientResult({"model": weights, "logits": logits}, weights,
+                                        outcome.metrics()))
+        return results
+
+    def personal_weights(self, state: Any) -> Weights | None:
+        return state
