@@ -492,3 +492,26 @@ def test_fedmd_pretrains_on_the_labelled_public_set_once_and_digest_regresses_lo
     before = distance()
     algorithm._digest(runtime, model, 0, 1, public, consensus, None)
     assert distance() < before
+
+
+def test_heterogeneous_clients_are_placed_by_flops_times_samples():
+    from raysim.engine.placement import assign_groups, per_sample_costs
+
+    architectures = ("resnet17", "shufflenetv2", "senet", "mobilenetv2")
+    runtime = _runtime(4, architectures)
+    algorithm = _algorithm(runtime)
+    algorithm.context = RunContext(0, GRAY, runtime.architectures[0], runtime.training, 4, 4,
+                                   runtime.architectures)
+    costs = per_sample_costs(algorithm)
+    table = cost_table(algorithm)
+    messenger = float(table[table["model"] == "messenger"]["mflops"].iloc[0])
+    own = table[table["client"] >= 0]["mflops"].to_numpy()
+    assert np.allclose(costs, own + messenger)  # every client also trains the messenger
+    assert costs.argmax() == 2 and costs.argmin() == 1  # SENet heaviest, ShuffleNet lightest
+    loads = (np.full(4, 60) * costs).tolist()
+    by_cost = [sum(loads[g] for g in owned) for owned in assign_groups(loads, 2)]
+    by_size = [sum(loads[g] for g in owned) for owned in assign_groups([60.0] * 4, 2)]
+    assert max(by_cost) < max(by_size)  # the slower worker finishes sooner
+    homogeneous = _algorithm(_runtime(2, ("resnet8", "resnet8")))
+    homogeneous.context = RunContext(0, GRAY, runtime.architectures[0], runtime.training, 2, 2)
+    assert per_sample_costs(homogeneous) is None

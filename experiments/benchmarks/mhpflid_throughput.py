@@ -2,11 +2,13 @@
 
 Workload: 8 clients with 8 architectures (resnet17, shufflenetv2, resnext, squeezenet, senet,
 mobilenetv2, densenet, vgg), 60 BreastMNIST-sized 28 px images each (iid), the paper's round:
-4 injection + 1 distillation epochs at batch 8 with the Appendix-E messenger and channel-token
-receiver/transmitter, then messenger averaging. Uses the real BreastMNIST from --data-root when
+4 injection + 1 distillation epochs at batch 8 with the Appendix-E messenger (its input resized
+to 112 px) and the spatial-token receiver/transmitter, MH-pFLID's default learning rates, then
+messenger averaging. Uses the real BreastMNIST from --data-root when
 present, else a generated file of that layout.
 
-The plain loop runs in one process (all threads): per client it keeps the local model, receiver,
+raysim places the clients on its workers by FLOPs x samples (`raysim costs`). The plain loop
+runs in one process (all threads): per client it keeps the local model, receiver,
 transmitter and both Adam optimizers, takes the same steps with the same losses on the same
 modules (raysim's model classes) and averages the messengers after each round. raysim runs with
 2 workers x 1 CPU and no evaluation; its rate is measured from the first to the last round's
@@ -30,6 +32,7 @@ import torch.nn.functional as F
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tests"))
 from bench_common import measure_raysim, medmnist_source, print_ratio
 
+from raysim.algorithms.mhpflid import MHpFLIDParams
 from raysim.config import parse_config
 from raysim.data import load_dataset, to_tensor
 from raysim.models import MODELS, build_model
@@ -63,15 +66,18 @@ def measure_plain(raw: dict, data_root: str, rounds: int) -> float:
     ys = [torch.from_numpy(dataset.train_y[c]) for c in chosen]
     torch.manual_seed(0)
     locals_ = [build_model(MODELS[a].params(), info) for a in ARCHITECTURES]
-    global_messenger = Messenger(info.input_shape[0], info.num_classes)
-    messengers = [Messenger(info.input_shape[0], info.num_classes) for _ in ARCHITECTURES]
+    p = MHpFLIDParams()
+    global_messenger = Messenger(info.input_shape[0], info.num_classes,
+                                 input_size=p.messenger_input_size)
+    messengers = [Messenger(info.input_shape[0], info.num_classes,
+                            input_size=p.messenger_input_size) for _ in ARCHITECTURES]
     receivers = [InformationExchange(m.feature_channels, 512, query_from="messenger",
                                      mode="attention") for m in locals_]
     transmitters = [InformationExchange(m.feature_channels, 512, query_from="local",
                                         mode="attention") for m in locals_]
-    injection = [torch.optim.Adam([*m.parameters(), *r.parameters()], lr=1e-4)
+    injection = [torch.optim.Adam([*m.parameters(), *r.parameters()], lr=p.injection_lr)
                  for m, r in zip(locals_, receivers, strict=True)]
-    distillation = [torch.optim.Adam([*m.parameters(), *t.parameters()], lr=1e-5)
+    distillation = [torch.optim.Adam([*m.parameters(), *t.parameters()], lr=p.distillation_lr)
                     for m, t in zip(messengers, transmitters, strict=True)]
     started = None
     for t in range(rounds + 1):
@@ -91,7 +97,7 @@ def measure_plain(raw: dict, data_root: str, rounds: int) -> float:
                         if stage == "inject":
                             features = local.body(x)
                             with torch.no_grad():
-                                mes = messenger.body(x)
+                                mes = messenger.feature_map(x)
                             loss = 0.9 * F.cross_entropy(local.head(features), y) + 0.1 * (
                                 F.cross_entropy(messenger.head(receivers[i](features, mes)), y))
                             optimizer = injection[i]
@@ -99,7 +105,8 @@ def measure_plain(raw: dict, data_root: str, rounds: int) -> float:
                             with torch.no_grad():
                                 features = local.body(x)
                                 target = F.log_softmax(local.head(features), 1)
-                            logits = messenger.head(transmitters[i](features, messenger.body(x)))
+                            logits = messenger.head(transmitters[i](features,
+                                                                     messenger.feature_map(x)))
                             loss = 0.9 * F.cross_entropy(logits, y) + 0.1 * F.kl_div(
                                 F.log_softmax(logits, 1), target, reduction="batchmean",
                                 log_target=True)

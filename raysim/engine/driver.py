@@ -26,7 +26,7 @@ from raysim.engine.checkpoint import (
 )
 from raysim.engine.evaluation import METRICS
 from raysim.engine.memory import resident_memory_mb
-from raysim.engine.placement import assign_groups, client_groups
+from raysim.engine.placement import assign_groups, client_groups, per_sample_costs
 from raysim.engine.server_evaluation import Evaluator
 from raysim.engine.weights import payload_bytes
 from raysim.engine.worker import ClientWorker, RoundReply, WorkerSetup
@@ -186,9 +186,11 @@ class Driver:
     def _layout(self, num_workers: int) -> _Layout:
         partition = self.spec.setup.partition
         groups = client_groups(partition.num_clients, self.spec.engine.client_groups)
-        sizes = partition.sizes()
+        loads = partition.sizes().astype(np.float64)
+        if num_workers > 1 and (costs := per_sample_costs(self.algorithm)) is not None:
+            loads = loads * costs
         owner_of_group = {}
-        for worker, owned in enumerate(assign_groups([float(sizes[g].sum()) for g in groups],
+        for worker, owned in enumerate(assign_groups([float(loads[g].sum()) for g in groups],
                                                      num_workers)):
             for g in owned:
                 owner_of_group[g] = worker
