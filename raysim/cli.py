@@ -154,8 +154,8 @@ def _execute(experiments: dict, args: argparse.Namespace, labels: dict | None = 
 
 def _validate(args: argparse.Namespace) -> int:
     from raysim.config import load_experiments
-    from raysim.engine.runner import prepare
     from raysim.errors import DataError
+    from raysim.preparation import prepare
 
     for label, config in load_experiments(args.config, args.overrides).items():
         # partitions and the method's data-dependent settings (e.g. FedSM's lambda >= 1/K)
@@ -177,8 +177,7 @@ def _validate(args: argparse.Namespace) -> int:
 def _costs(args: argparse.Namespace) -> int:
     from raysim.algorithms import ALGORITHMS
     from raysim.config import load_experiments
-    from raysim.engine.runner import prepare, run_context
-    from raysim.models.costs import cost_table
+    from raysim.preparation import prepare, run_context
 
     for label, config in load_experiments(args.config, args.overrides).items():
         seed = config.seeds[0]
@@ -187,7 +186,7 @@ def _costs(args: argparse.Namespace) -> int:
         num_clients = 1 if algorithm_class.pooled else partition.num_clients
         algorithm = algorithm_class(config.algorithm, run_context(config, dataset, seed,
                                                                   num_clients))
-        table = cost_table(algorithm)
+        table = algorithm.cost_table()
         title = f"{args.config}{' [' + label + ']' if label else ''}"
         print(f"{title}: parameters and MFLOPs per forward pass of one sample (seed {seed})")
         print(table.to_string(index=False, float_format=lambda v: f"{v:.2f}"))

@@ -19,11 +19,11 @@ from raysim.algorithms.privacy import privatize
 from raysim.config import parse_config
 from raysim.data import load_dataset
 from raysim.engine.runner import run_experiment
-from raysim.engine.runtime import ClientRuntime
-from raysim.engine.weights import get_weights
 from raysim.models import MODELS, build_model
 from raysim.results import load
 from raysim.schema import DatasetConfig, OptimizerConfig, TrainingConfig
+from raysim.training.runtime import ClientRuntime
+from raysim.training.weights import get_weights
 
 
 def feddc_raw(**algorithm):

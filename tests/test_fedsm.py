@@ -16,8 +16,9 @@ from raysim.algorithms.fedsm import soft_pull
 from raysim.config import parse_config
 from raysim.data import load_dataset, make_partition
 from raysim.data.site_shift import apply_site_shift, site_appearance
-from raysim.engine.runner import prepare, run_context, run_experiment
+from raysim.engine.runner import run_experiment
 from raysim.errors import ConfigError
+from raysim.preparation import prepare, run_context
 from raysim.results import load
 from raysim.results.report import _original_id, _route_label, report, selection_table
 from raysim.schema import DatasetConfig, PartitionConfig, SiteShiftConfig
@@ -258,9 +259,9 @@ def test_selector_takes_one_adam_step_per_selector_epoch_and_has_its_own_archite
         retina_fixture):
     import torch
 
-    from raysim.engine.runtime import ClientRuntime
-    from raysim.engine.weights import get_weights
     from raysim.models import build_model
+    from raysim.training.runtime import ClientRuntime
+    from raysim.training.weights import get_weights
 
     algorithm, dataset, partition, config = _fedsm_algorithm(
         retina_fixture, selector_epochs=3,
@@ -282,9 +283,9 @@ def test_selector_takes_one_adam_step_per_selector_epoch_and_has_its_own_archite
 def test_fedsm_extra_labels_each_sample_with_its_least_loss_model(retina_fixture):
     import torch
 
-    from raysim.engine.runtime import ClientRuntime
-    from raysim.engine.weights import get_weights
     from raysim.models import build_model
+    from raysim.training.runtime import ClientRuntime
+    from raysim.training.weights import get_weights
 
     algorithm, dataset, partition, config = _fedsm_algorithm(
         retina_fixture, variant="extra", extra_rounds=1)
@@ -305,7 +306,7 @@ def test_fedsm_extra_labels_each_sample_with_its_least_loss_model(retina_fixture
     losses = []
     for w in weights:
         model = build_model(config.model, dataset.info)
-        from raysim.engine.weights import set_weights
+        from raysim.training.weights import set_weights
         set_weights(model, w)
         model.eval()
         with torch.no_grad():

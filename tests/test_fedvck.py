@@ -26,16 +26,16 @@ from raysim.condensation.synthetic import (
 )
 from raysim.config import parse_config
 from raysim.data.dataset import DataInfo, to_tensor
-from raysim.engine.evaluation import classification_metrics, predict_proba
-from raysim.engine.membership import audit_sets, membership_auc
 from raysim.engine.runner import run_experiment
-from raysim.engine.runtime import ClientRuntime
-from raysim.engine.weights import get_weights, set_weights
 from raysim.models import build_model
 from raysim.models.convnet import ConvNetParams
 from raysim.results import load
 from raysim.results.report import communication_table, privacy_table
 from raysim.schema import TrainingConfig
+from raysim.training.evaluation import classification_metrics, predict_proba
+from raysim.training.membership import audit_sets, membership_auc
+from raysim.training.runtime import ClientRuntime
+from raysim.training.weights import get_weights, set_weights
 
 INFO = DataInfo("fixture", "image", 3, (1, 28, 28), (0.5,), (0.5,))
 MODEL = ConvNetParams(width=8, depth=3, norm="batch")

@@ -19,15 +19,14 @@ from raysim.config import parse_config
 from raysim.data import load_dataset, stratified_subset
 from raysim.data.dataset import DataInfo
 from raysim.engine.runner import run_experiment
-from raysim.engine.runtime import ClientRuntime
-from raysim.engine.weights import get_weights, set_weights
 from raysim.models import MODELS, build_model
-from raysim.models.costs import cost_table
 from raysim.models.messenger import InformationExchange, Messenger
 from raysim.models.messenger_probes import probe_transmitter
 from raysim.models.split import ZOO
 from raysim.results import load
 from raysim.schema import DatasetConfig, TrainingConfig
+from raysim.training.runtime import ClientRuntime
+from raysim.training.weights import get_weights, set_weights
 
 GRAY = DataInfo("fixture", "image", 3, (1, 28, 28), (0.5,), (0.25,))
 SMALL_MESSENGER = {"messenger_widths": [8, 8, 32], "messenger_hidden": 16}
@@ -170,7 +169,7 @@ def test_downsampled_clients_train_and_cost_at_their_own_resolution():
     algorithm = MHpFLID(MHpFLIDParams(), RunContext(
         0, GRAY, runtime.architectures[0], runtime.training, 4, 4, runtime.architectures,
         (1, 2, 4, 8)))
-    table = cost_table(algorithm)
+    table = algorithm.cost_table()
     clients = table[table["client"] >= 0]
     assert list(clients["input"]) == ["1x28x28", "1x14x14", "1x7x7", "1x4x4"]
     assert clients["mflops"].is_monotonic_decreasing
@@ -298,7 +297,7 @@ def test_shared_model_algorithms_refuse_per_client_architectures(capsys, tmp_pat
 def test_per_share_macro_f1_matches_scikit_learn():
     from sklearn.metrics import f1_score
 
-    from raysim.engine.evaluation import share_metrics
+    from raysim.training.evaluation import share_metrics
 
     rng = np.random.default_rng(0)
     probabilities = rng.dirichlet(np.ones(4), size=300)
@@ -503,7 +502,7 @@ def test_heterogeneous_clients_are_placed_by_flops_times_samples():
     algorithm.context = RunContext(0, GRAY, runtime.architectures[0], runtime.training, 4, 4,
                                    runtime.architectures)
     costs = per_sample_costs(algorithm)
-    table = cost_table(algorithm)
+    table = algorithm.cost_table()
     messenger = float(table[table["model"] == "messenger"]["mflops"].iloc[0])
     own = table[table["client"] >= 0]["mflops"].to_numpy()
     assert np.allclose(costs, own + messenger)  # every client also trains the messenger

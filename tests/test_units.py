@@ -11,10 +11,10 @@ from sklearn.metrics import roc_auc_score
 
 from raysim.algorithms.aggregators import WeightedSum, weighted_mean
 from raysim.data.dataset import DataInfo
-from raysim.engine.evaluation import classification_metrics
 from raysim.engine.placement import assign_groups, client_groups
-from raysim.engine.runtime import batch_plans, proximal_term
 from raysim.models import MODELS, build_model
+from raysim.training.evaluation import classification_metrics
+from raysim.training.runtime import batch_plans, proximal_term
 
 GRAY28 = DataInfo("fixture", "image", 2, (1, 28, 28), (0.5,), (0.5,))
 

@@ -23,12 +23,12 @@ from raysim.algorithms.fedvck import FedVCK, FedVCKParams
 from raysim.condensation.augment import OPERATIONS
 from raysim.condensation.synthetic import ServerTraining, train_on_synthetic
 from raysim.data import load_dataset
-from raysim.engine.evaluation import classification_metrics, predict_proba
-from raysim.engine.runtime import ClientRuntime
-from raysim.engine.weights import get_weights, set_weights
 from raysim.models import build_model
 from raysim.models.convnet import ConvNetParams
 from raysim.schema import DatasetConfig, TrainingConfig
+from raysim.training.evaluation import classification_metrics, predict_proba
+from raysim.training.runtime import ClientRuntime
+from raysim.training.weights import get_weights, set_weights
 
 
 def main() -> None:

@@ -1,4 +1,4 @@
-"""Reusable aggregation operators over :data:`~raysim.engine.weights.Weights`.
+"""Reusable aggregation operators over :data:`~raysim.training.weights.Weights`.
 
 Aggregation is split into a per-worker ``reduce`` (clients of one fixed group, in client order)
 and a server-side ``combine`` (groups in group order), so the result does not depend on how many
@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from raysim.engine.weights import Weights
+from raysim.training.weights import Weights
 
 
 @dataclass

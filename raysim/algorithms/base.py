@@ -27,15 +27,16 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
+import pandas as pd
 from torch import nn
 
 from raysim.data.dataset import DataInfo
-from raysim.engine.evaluation import predict_proba
-from raysim.engine.weights import Weights, set_weights
 from raysim.schema import StrictModel, TrainingConfig
+from raysim.training.evaluation import predict_proba
+from raysim.training.weights import Weights, set_weights
 
 if TYPE_CHECKING:
-    from raysim.engine.runtime import ClientRuntime
+    from raysim.training.runtime import ClientRuntime
 
 ALGORITHMS: dict[str, type[Algorithm]] = {}
 
@@ -151,6 +152,16 @@ class Algorithm(ABC):
         """Models besides the clients' own that every client trains and sends (e.g. MH-pFLID's
         messenger), by name, for the cost table (parameters, FLOPs)."""
         return {}
+
+    def cost_table(self) -> pd.DataFrame:
+        """Parameters and forward FLOPs of every client's model at its input size and of the
+        shared models (:func:`raysim.models.costs.cost_table`)."""
+        from raysim.models.costs import cost_table
+
+        context = self.context
+        return cost_table(context.info, [context.architecture(c) for c in range(
+            context.num_clients)], [context.downsample[c] if context.downsample else 1
+                                    for c in range(context.num_clients)], self.shared_models())
 
     def migration(self, round_: int) -> np.ndarray | None:
         """``destination[c]``: the client that receives client c's persistent state after this

@@ -7,11 +7,11 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from raysim.algorithms.base import ClientResult, register_algorithm
 from raysim.algorithms.local_only import LocalOnly
-from raysim.engine.weights import Weights
 from raysim.schema import StrictModel
+from raysim.training.weights import Weights
 
 if TYPE_CHECKING:
-    from raysim.engine.runtime import ClientRuntime
+    from raysim.training.runtime import ClientRuntime
 
 
 class CentralizedParams(StrictModel):

@@ -28,14 +28,14 @@ from raysim.condensation.synthetic import (
     to_uint8,
     train_on_synthetic,
 )
-from raysim.engine.weights import Weights, get_weights, set_weights
 from raysim.errors import field_error
 from raysim.models import build_model
 from raysim.schema import StrictModel
 from raysim.seeding import numpy_rng, torch_generator
+from raysim.training.weights import Weights, get_weights, set_weights
 
 if TYPE_CHECKING:
-    from raysim.engine.runtime import ClientRuntime
+    from raysim.training.runtime import ClientRuntime
 
 
 Operation = Literal["color", "crop", "cutout", "flip", "scale", "rotate"]

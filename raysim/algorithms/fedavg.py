@@ -7,11 +7,11 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from raysim.algorithms.aggregators import WeightedSum, mean_partial, weighted_mean
 from raysim.algorithms.base import Algorithm, ClientResult, register_algorithm
-from raysim.engine.weights import Weights
 from raysim.schema import StrictModel
+from raysim.training.weights import Weights
 
 if TYPE_CHECKING:
-    from raysim.engine.runtime import ClientRuntime
+    from raysim.training.runtime import ClientRuntime
 
 
 class FedAvgParams(StrictModel):

@@ -30,13 +30,13 @@ from raysim.algorithms.aggregators import (
 )
 from raysim.algorithms.base import Algorithm, ClientResult, RunContext, register_algorithm
 from raysim.algorithms.privacy import privatize
-from raysim.engine.weights import Weights
 from raysim.errors import ConfigError
 from raysim.schema import StrictModel
 from raysim.seeding import numpy_rng
+from raysim.training.weights import Weights
 
 if TYPE_CHECKING:
-    from raysim.engine.runtime import ClientRuntime
+    from raysim.training.runtime import ClientRuntime
 
 
 class DifferentialPrivacy(StrictModel):

@@ -32,15 +32,15 @@ from raysim.algorithms.aggregators import mean_partial, weighted_mean
 from raysim.algorithms.base import Algorithm, ClientResult, RunContext, register_algorithm
 from raysim.algorithms.public_set import public_indices
 from raysim.data.dataset import to_tensor
-from raysim.engine.runtime import downsample_images
-from raysim.engine.weights import Weights, get_weights, set_weights
 from raysim.errors import field_error
 from raysim.models import build_model
 from raysim.schema import StrictModel
 from raysim.seeding import torch_generator
+from raysim.training.runtime import downsample_images
+from raysim.training.weights import Weights, get_weights, set_weights
 
 if TYPE_CHECKING:
-    from raysim.engine.runtime import ClientRuntime
+    from raysim.training.runtime import ClientRuntime
 
 
 class FedDFParams(StrictModel):

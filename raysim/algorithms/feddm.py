@@ -22,7 +22,7 @@ from raysim.condensation.synthetic import images_per_class
 from raysim.seeding import torch_generator
 
 if TYPE_CHECKING:
-    from raysim.engine.runtime import ClientRuntime
+    from raysim.training.runtime import ClientRuntime
 
 
 class FedDMParams(CondensationParams):

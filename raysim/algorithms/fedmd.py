@@ -32,13 +32,13 @@ from raysim.algorithms.aggregators import WeightedSum, mean_partial, weighted_me
 from raysim.algorithms.base import Algorithm, ClientResult, RunContext, register_algorithm
 from raysim.algorithms.public_set import public_indices
 from raysim.data.dataset import to_tensor
-from raysim.engine.runtime import make_optimizer
-from raysim.engine.weights import Weights, get_weights, set_weights
 from raysim.errors import field_error
 from raysim.schema import StrictModel
+from raysim.training.runtime import make_optimizer
+from raysim.training.weights import Weights, get_weights, set_weights
 
 if TYPE_CHECKING:
-    from raysim.engine.runtime import ClientRuntime
+    from raysim.training.runtime import ClientRuntime
 
 
 class FedMDParams(StrictModel):

@@ -8,8 +8,8 @@ from pydantic import Field
 
 from raysim.algorithms.base import register_algorithm
 from raysim.algorithms.fedavg import FedAvg
-from raysim.engine.weights import Weights
 from raysim.schema import StrictModel
+from raysim.training.weights import Weights
 
 
 class FedProxParams(StrictModel):

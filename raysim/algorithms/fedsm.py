@@ -35,15 +35,15 @@ from torch import nn
 
 from raysim.algorithms.aggregators import WeightedSum, mean_partial, weighted_mean
 from raysim.algorithms.base import Algorithm, ClientResult, RunContext, register_algorithm
-from raysim.engine.evaluation import predict_proba
-from raysim.engine.weights import Weights, get_weights, set_weights
 from raysim.errors import field_error
 from raysim.models import MODELS, build_model
 from raysim.schema import StrictModel
 from raysim.seeding import torch_generator
+from raysim.training.evaluation import predict_proba
+from raysim.training.weights import Weights, get_weights, set_weights
 
 if TYPE_CHECKING:
-    from raysim.engine.runtime import ClientRuntime
+    from raysim.training.runtime import ClientRuntime
 
 GLOBAL = -1  # route of a sample answered by the global model
 

@@ -41,13 +41,13 @@ from raysim.condensation.kernels import mmd
 from raysim.condensation.matching import RealData, split_by_class
 from raysim.condensation.synthetic import ServerTraining, images_per_class
 from raysim.data.dataset import to_tensor
-from raysim.engine.weights import set_weights
 from raysim.errors import field_error
 from raysim.models import build_model
 from raysim.seeding import torch_generator
+from raysim.training.weights import set_weights
 
 if TYPE_CHECKING:
-    from raysim.engine.runtime import ClientRuntime
+    from raysim.training.runtime import ClientRuntime
 
 class FedVCKParams(CondensationParams):
     name: Literal["fedvck"] = "fedvck"

@@ -6,11 +6,11 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
 from raysim.algorithms.base import Algorithm, ClientResult, register_algorithm
-from raysim.engine.weights import Weights
 from raysim.schema import StrictModel
+from raysim.training.weights import Weights
 
 if TYPE_CHECKING:
-    from raysim.engine.runtime import ClientRuntime
+    from raysim.training.runtime import ClientRuntime
 
 
 class LocalOnlyParams(StrictModel):

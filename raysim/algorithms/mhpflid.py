@@ -35,16 +35,16 @@ from torch import nn
 
 from raysim.algorithms.aggregators import WeightedSum, mean_partial, weighted_mean
 from raysim.algorithms.base import Algorithm, ClientResult, RunContext, register_algorithm
-from raysim.engine.weights import Weights, get_weights, set_weights
 from raysim.errors import field_error
 from raysim.models import build_model
 from raysim.models.messenger import InformationExchange, Messenger
 from raysim.models.split import ZOO, SplitModel
 from raysim.schema import StrictModel
 from raysim.seeding import torch_generator
+from raysim.training.weights import Weights, get_weights, set_weights
 
 if TYPE_CHECKING:
-    from raysim.engine.runtime import ClientRuntime
+    from raysim.training.runtime import ClientRuntime
 
 class MHpFLIDParams(StrictModel):
     name: Literal["mhpflid"] = "mhpflid"

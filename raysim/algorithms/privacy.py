@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from raysim.algorithms.aggregators import flatten, unflatten
-from raysim.engine.weights import Weights
+from raysim.training.weights import Weights
 
 
 def privatize(model: Weights, reference: Weights, clip: float, sigma: float,

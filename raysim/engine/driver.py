@@ -24,17 +24,17 @@ from raysim.engine.checkpoint import (
     save_checkpoint,
     truncate_results,
 )
-from raysim.engine.evaluation import METRICS
 from raysim.engine.memory import resident_memory_mb
 from raysim.engine.placement import assign_groups, client_groups, per_sample_costs
 from raysim.engine.server_evaluation import Evaluator
-from raysim.engine.weights import payload_bytes
 from raysim.engine.worker import ClientWorker, RoundReply, WorkerSetup
 from raysim.errors import DivergenceError, RunError, WorkerFailureError
 from raysim.results.manifest import update_manifest
 from raysim.results.sink import ParquetSink
 from raysim.schema import EngineConfig, EvaluationConfig
 from raysim.seeding import numpy_rng
+from raysim.training.evaluation import METRICS
+from raysim.training.weights import payload_bytes
 
 _INLINE_BYTES = 100 * 1024  # Ray inlines arguments below this size
 _RESTART_TIMEOUT = 300.0  # seconds to wait for Ray to restart a dead worker

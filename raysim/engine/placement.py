@@ -42,9 +42,9 @@ def per_sample_costs(algorithm: Algorithm) -> np.ndarray | None:
     context = algorithm.context
     if not context.heterogeneous and not any(f > 1 for f in context.downsample):
         return None
-    from raysim.models.costs import client_input_shape, cost_table
+    from raysim.models.costs import client_input_shape
 
-    table = cost_table(algorithm)
+    table = algorithm.cost_table()
     own = table[table["client"] >= 0].set_index("client")["mflops"]
     shared = table[table["client"] < 0].groupby("input")["mflops"].sum()
     costs = []

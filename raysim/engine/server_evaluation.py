@@ -11,14 +11,14 @@ import numpy as np
 import ray
 
 from raysim.algorithms.base import Algorithm
-from raysim.engine.evaluation import (
+from raysim.results.sink import ParquetSink
+from raysim.schema import EvaluationConfig
+from raysim.training.evaluation import (
     METRICS,
     classification_metrics,
     route_counts,
     share_metrics,
 )
-from raysim.results.sink import ParquetSink
-from raysim.schema import EvaluationConfig
 
 _EVAL_CHUNK = 256  # fixed test-set chunks: predictions do not depend on the worker count
 

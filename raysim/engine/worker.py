@@ -15,13 +15,13 @@ import torch
 
 from raysim.algorithms.base import Algorithm, RunContext
 from raysim.data.partition import Partition
-from raysim.engine.evaluation import classification_metrics, predict_proba
 from raysim.engine.gpu import GpuMemoryError, cap_gpu_memory, gpu_memory_errors
-from raysim.engine.membership import audit_sets, membership_auc
 from raysim.engine.memory import resident_memory_mb
-from raysim.engine.runtime import ClientRuntime, warm_up
-from raysim.engine.weights import Weights, payload_bytes, set_weights
 from raysim.schema import StrictModel
+from raysim.training.evaluation import classification_metrics, predict_proba
+from raysim.training.membership import audit_sets, membership_auc
+from raysim.training.runtime import ClientRuntime, warm_up
+from raysim.training.weights import Weights, payload_bytes, set_weights
 
 
 @dataclass(frozen=True)
@@ -168,7 +168,7 @@ class ClientWorker:
                           resident_memory_mb())
 
     def _audit(self, client: int, upload: dict[str, Any]) -> float:
-        """Membership-inference AUC of one client's upload (see raysim.engine.membership)."""
+        """Membership-inference AUC of one client's upload (see raysim.training.membership)."""
         test_x, test_y = self.arrays["test_x"], self.arrays["test_y"]
         members, nonmembers = audit_sets(self.runtime.client_indices[client],
                                          self.arrays["train_y"], test_y,

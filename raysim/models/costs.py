@@ -5,17 +5,16 @@ and for the models an algorithm shares (e.g. MH-pFLID's messenger)."""
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING
+from collections.abc import Sequence
 
 import pandas as pd
 import torch
 from torch import nn
 from torch.utils.flop_counter import FlopCounterMode
 
+from raysim.data.dataset import DataInfo
 from raysim.models.registry import build_model
-
-if TYPE_CHECKING:
-    from raysim.algorithms.base import Algorithm
+from raysim.schema import StrictModel
 
 
 def parameter_count(module: nn.Module) -> int:
@@ -39,23 +38,21 @@ def client_input_shape(input_shape: tuple[int, ...], factor: int) -> tuple[int, 
     return (channels, *(math.ceil(s / factor) for s in spatial))
 
 
-def cost_table(algorithm: Algorithm) -> pd.DataFrame:
-    """One row per client (its architecture at its input size) and one per shared model and
-    distinct client input size: columns client, model, input, params, mflops."""
-    context = algorithm.context
-    info = context.info
+def cost_table(info: DataInfo, architectures: Sequence[StrictModel], downsample: Sequence[int],
+               shared_models: dict[str, nn.Module]) -> pd.DataFrame:
+    """One row per client (its architecture at its input size: ``architectures[c]``,
+    ``downsample[c]``) and one per shared model (e.g. MH-pFLID's messenger) and distinct client
+    input size: columns client, model, input, params, mflops."""
     rows = []
     sizes = []
-    for client in range(context.num_clients):
-        factor = context.downsample[client] if context.downsample else 1
+    for client, (architecture, factor) in enumerate(zip(architectures, downsample, strict=True)):
         shape = client_input_shape(info.input_shape, factor)
         sizes.append(shape)
-        architecture = context.architecture(client)
         model = build_model(architecture, info)
         rows.append({"client": client, "model": architecture.name,  # type: ignore[attr-defined]
                      "input": "x".join(map(str, shape)), "params": parameter_count(model),
                      "mflops": forward_flops(model, shape) / 1e6})
-    for name, module in algorithm.shared_models().items():
+    for name, module in shared_models.items():
         for shape in dict.fromkeys(sizes):
             rows.append({"client": -1, "model": name, "input": "x".join(map(str, shape)),
                          "params": parameter_count(module),

@@ -27,11 +27,11 @@ import torch.nn.functional as F
 from sklearn.metrics import roc_auc_score
 
 from raysim.data.dataset import to_tensor
-from raysim.engine.weights import set_weights
 from raysim.seeding import numpy_rng
+from raysim.training.weights import set_weights
 
 if TYPE_CHECKING:
-    from raysim.engine.runtime import ClientRuntime
+    from raysim.training.runtime import ClientRuntime
 
 
 def audit_sets(train_indices: np.ndarray, train_labels: np.ndarray, test_labels: np.ndarray,

@@ -12,11 +12,11 @@ import torch.nn.functional as F
 from torch import nn
 
 from raysim.data.dataset import DataInfo, to_tensor
-from raysim.engine.vectorized import LOOP, VECTORIZED, choose_path, train_vectorized
-from raysim.engine.weights import Weights, as_tensor, get_weights, set_weights
 from raysim.models import build_model
 from raysim.schema import OptimizerConfig, StrictModel, TrainingConfig
 from raysim.seeding import client_keys, seed_sequence, torch_generator
+from raysim.training.vectorized import LOOP, VECTORIZED, choose_path, train_vectorized
+from raysim.training.weights import Weights, as_tensor, get_weights, set_weights
 
 
 @dataclass

@@ -15,8 +15,8 @@ import torch
 from torch import nn
 from torch.func import functional_call, grad_and_value, vmap
 
-from raysim.engine.weights import FlatWeights, Layout, Weights, as_tensor, flat_vector
 from raysim.schema import OptimizerConfig
+from raysim.training.weights import FlatWeights, Layout, Weights, as_tensor, flat_vector
 
 VECTORIZED, LOOP = "vectorized", "loop"
 

@@ -1,0 +1,100 @@
+"""Ray-free preparation of an experiment, shared by ``raysim run``, ``validate`` and ``costs``:
+load the data, build every seed's partition, check per-client settings, and describe a run to
+its algorithm. Every input error is raised here, before Ray starts."""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from raysim.algorithms import ALGORITHMS
+from raysim.algorithms.base import RunContext
+from raysim.config import ExperimentConfig
+from raysim.data import ArrayDataset, Partition, load_dataset, make_partition
+from raysim.data.site_shift import apply_site_shift
+from raysim.errors import ConfigError
+from raysim.models import build_model
+from raysim.seeding import torch_generator
+from raysim.training.weights import get_weights
+
+
+def initial_weights(config: ExperimentConfig, dataset: ArrayDataset, seed: int) -> dict:
+    """The initial global model, drawn from the stream (seed, "init")."""
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(int(torch_generator(seed, "init").initial_seed()))
+        return get_weights(build_model(config.model, dataset.info))
+
+
+def pooled(partition: Partition, num_test: int, num_train: int | None = None) -> Partition:
+    """The union of all clients' training data (or, with ``num_train``, the whole training
+    split) as a single client (centralized training)."""
+    train = (np.arange(num_train) if num_train is not None
+             else np.sort(np.concatenate(partition.train)))
+    return Partition([train], [np.arange(num_test)], partition.unseen)
+
+
+def prepare(config: ExperimentConfig, data_root: str | None
+            ) -> dict[int, tuple[ArrayDataset, Partition]]:
+    """Load the data and build every seed's partition (with its site shift and held-out
+    client, if configured) and the model once: all input errors are raised here, before Ray
+    starts. Returns (dataset, partition) per seed; seeds share one dataset object unless a
+    site shift makes the images seed-specific."""
+    dataset = load_dataset(config.dataset, data_root)
+    build_model(config.model, dataset.info)
+    check_client_settings(config, dataset)
+    settings = config.partition
+    prepared = {}
+    for seed in config.seeds:
+        partition = make_partition(dataset.train_y, dataset.test_y, settings,
+                                   dataset.info.num_classes, seed)
+        shifted = dataset
+        if settings.site_shift is not None:
+            shifted = apply_site_shift(dataset, partition, settings.site_shift, seed)
+        if settings.holdout_client is not None:
+            partition = partition.hold_out(settings.holdout_client)
+        prepared[seed] = (shifted, partition)
+    algorithm_class = ALGORITHMS[config.algorithm.name]
+    first_dataset, first_partition = prepared[config.seeds[0]]
+    num_clients = 1 if algorithm_class.pooled else first_partition.num_clients
+    algorithm_class(config.algorithm, run_context(config, first_dataset, config.seeds[0],
+                                                  num_clients))
+    return prepared
+
+
+def check_client_settings(config: ExperimentConfig, dataset: ArrayDataset) -> None:
+    """Per-client architectures and resolutions need an algorithm that supports them, and
+    every listed architecture must build for the dataset."""
+    per_client = config.clients
+    algorithm_class = ALGORITHMS[config.algorithm.name]
+    for key in ("architectures", "downsample"):
+        if getattr(per_client, key) is not None and not algorithm_class.heterogeneous:
+            supported = ", ".join(sorted(n for n, c in ALGORITHMS.items() if c.heterogeneous))
+            raise ConfigError(
+                f"Invalid config field `clients.{key}`: algorithm {config.algorithm.name!r} "
+                f"trains one shared model, so every client must use the same architecture and "
+                f"input. Set `model` (and remove clients.{key}), or use an algorithm for "
+                f"heterogeneous clients: {supported}.")
+    for architecture in per_client.architectures or ():
+        build_model(architecture, dataset.info)
+    if per_client.downsample and dataset.info.kind != "image":
+        raise ConfigError("Invalid config field `clients.downsample`: dataset "
+                          f"{dataset.info.name!r} is tabular; downsampling applies to images. "
+                          "Remove clients.downsample.")
+
+
+def run_context(config: ExperimentConfig, dataset: ArrayDataset, seed: int,
+                num_clients: int) -> RunContext:
+    """What the algorithm of one run knows about it (``num_clients``: 1 for pooled runs)."""
+    holdout = config.partition.holdout_client is not None
+    training_clients = config.partition.num_clients - int(holdout)  # a held-out client sits out
+    per_client = config.clients
+    architectures = (per_client.resolve(config.model, config.partition.num_clients, seed)
+                     if per_client.architectures is not None else ())
+    downsample = tuple(per_client.downsample or ())
+    if holdout:  # the partition renumbers the training clients without the held-out one
+        architectures, downsample = (tuple(v for c, v in enumerate(values)
+                                           if c != config.partition.holdout_client)
+                                     for values in (architectures, downsample))
+    return RunContext(seed, dataset.info, config.model, config.training, num_clients,
+                      min(config.clients_per_round, training_clients), architectures,
+                      downsample)

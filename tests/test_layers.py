@@ -1,0 +1,71 @@
+"""The package's layers only point down: cli -> sweep/engine (Ray) -> config/preparation ->
+algorithms -> training/condensation (Ray-free) -> models -> data/results -> schema/errors/
+seeding. An import running back up (type-only imports included) fails here."""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+PACKAGE = Path(__file__).resolve().parents[1] / "raysim"
+
+LAYERS = {  # higher imports lower or equal, never the other way
+    "cli": 8, "__main__": 8,
+    "sweep": 7, "engine": 7,
+    "config": 6, "preparation": 6,
+    "algorithms": 5,
+    "training": 4, "condensation": 4,
+    "models": 3,
+    "data": 2, "results": 2,
+    "schema": 1, "errors": 1, "seeding": 1,
+}
+
+
+def _layer(module: str) -> str:
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else "raysim"
+
+
+def _imports(path: Path) -> list[tuple[int, str]]:
+    found = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            if node.module == "raysim":
+                found.extend((node.lineno, f"raysim.{a.name}") for a in node.names)
+            elif node.module.startswith("raysim."):
+                found.append((node.lineno, node.module))
+        elif isinstance(node, ast.Import):
+            found.extend((node.lineno, a.name) for a in node.names
+                         if a.name.startswith("raysim."))
+    return found
+
+
+def test_every_module_belongs_to_a_layer():
+    layers = {_layer(".".join(p.relative_to(PACKAGE.parent).with_suffix("").parts))
+              for p in PACKAGE.rglob("*.py")} - {"raysim", "__init__"}
+    assert layers <= set(LAYERS), layers - set(LAYERS)
+
+
+def test_imports_only_point_down():
+    upward = []
+    for path in PACKAGE.rglob("*.py"):
+        module = ".".join(path.relative_to(PACKAGE.parent).with_suffix("").parts)
+        here = _layer(module)
+        if here not in LAYERS:
+            continue  # raysim/__init__.py
+        for line, imported in _imports(path):
+            there = _layer(imported)
+            if there in LAYERS and LAYERS[there] > LAYERS[here]:
+                upward.append(f"{path.relative_to(PACKAGE.parent)}:{line} ({here}) imports "
+                              f"{imported} ({there})")
+    assert not upward, "imports running back up:\n" + "\n".join(upward)
+
+
+def test_config_algorithms_and_training_load_without_ray():
+    code = ("import sys, raysim.config, raysim.preparation, raysim.algorithms, raysim.training"
+            ".runtime; print(sorted(m for m in ('ray',) if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True).stdout.strip()
+    assert out == "[]"
