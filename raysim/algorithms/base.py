@@ -17,6 +17,15 @@ the states between workers through the object store after the round's local work
 
 Evaluation uses ``global_weights(state)`` on the global test set and, for algorithms with
 personal models, ``personal_weights(client_state)`` on each client's own test share.
+
+The rule every algorithm follows: **no hook keeps state on the algorithm object from one round
+to the next**. The driver's and every worker's algorithm objects are rebuilt after a
+checkpoint restore or a worker restart, so what must survive a round goes into the server
+state, the broadcast message or the client's state (caches derived from the run's constant
+inputs, e.g. a resident module or the public set, are fine). States must pickle. Enforced for
+every registered algorithm by ``tests/test_contract.py``: fresh objects every round and
+pickled states give bit-identical results, and other client groupings the same results up to
+float summation order.
 """
 
 from __future__ import annotations

@@ -1,0 +1,95 @@
+"""A Ray-free stand-in for the engine's round loop (tests only): one process plays the driver
+and every worker, with the same hooks in the same order (broadcast, migration, local updates,
+per-group reduce, aggregate, state moves). Used to check the algorithm contract: results do
+not depend on the algorithm object surviving between rounds, on pickling the states, or on how
+clients are grouped."""
+
+from __future__ import annotations
+
+import pickle
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+
+from raysim.algorithms import ALGORITHMS
+from raysim.config import ExperimentConfig
+from raysim.preparation import initial_weights, pooled, prepare, run_context
+from raysim.training.runtime import ClientRuntime
+
+
+@dataclass
+class Trace:
+    """What a simulated run produced: per round, each client's metrics; the final states."""
+
+    metrics: list[dict[int, dict[str, float]]] = field(default_factory=list)
+    server_state: Any = None
+    client_states: dict[int, Any] = field(default_factory=dict)
+
+
+def simulate(config: ExperimentConfig, *, fresh_objects: bool = False,
+             group_size: int = 1) -> Trace:
+    """Run ``config``'s first seed for its rounds, every client every round. ``fresh_objects``:
+    new algorithm objects every round, server and client states round-tripped through pickle
+    (as after a checkpoint or a worker restart). ``group_size``: clients per reduce group."""
+    seed = config.seeds[0]
+    dataset, partition = prepare(config, None)[seed]
+    algorithm_class = ALGORITHMS[config.algorithm.name]
+    if algorithm_class.pooled:
+        partition = pooled(partition, len(dataset.test_y))
+    context = run_context(config, dataset, seed, partition.num_clients)
+    start = initial_weights(config, dataset, seed)
+
+    def new_algorithm() -> Any:
+        algorithm = algorithm_class(config.algorithm, context)
+        if algorithm.server_holds_inputs:
+            algorithm.attach_server_inputs(dataset.train_x, partition.train)
+        return algorithm
+
+    runtime = ClientRuntime(
+        seed=seed, info=dataset.info, model_params=config.model, training=config.training,
+        train_x=dataset.train_x, train_y=dataset.train_y, client_indices=partition.train,
+        initial_weights=start, device=torch.device("cpu"), vectorize=config.engine.vectorize,
+        architectures=context.architectures, downsample=context.downsample)
+    server, client_side = new_algorithm(), new_algorithm()
+    state = server.init_server_state(start)
+    clients = list(range(partition.num_clients))
+    groups = [clients[i:i + group_size] for i in range(0, len(clients), group_size)]
+    trace = Trace()
+    client_states: dict[int, Any] = {}
+    for round_ in range(config.training.rounds):
+        if fresh_objects:
+            server, client_side = new_algorithm(), new_algorithm()
+            state = pickle.loads(pickle.dumps(state))
+            client_states = pickle.loads(pickle.dumps(client_states))
+        message = server.broadcast(state, round_)
+        destination = server.migration(round_)
+        results = {}
+        for group in groups:  # one worker call per group, as in the engine
+            results.update(zip(group, client_side.local_updates(
+                runtime, group, round_, message, [client_states.get(c) for c in group]),
+                strict=True))
+        partials = [p for group in groups
+                    if (p := client_side.reduce([(c, results[c]) for c in group])) is not None]
+        state = server.aggregate(state, partials, round_)
+        client_states = {c: r.state for c, r in results.items() if r.state is not None}
+        if destination is not None:
+            client_states = {int(destination[c]): s for c, s in client_states.items()}
+        trace.metrics.append({c: {k: v for k, v in r.metrics.items() if "seconds" not in k}
+                              for c, r in results.items()})  # timings differ run to run
+    trace.server_state, trace.client_states = state, client_states
+    return trace
+
+
+def flatten(value: Any) -> list[np.ndarray]:
+    """Every array or number inside a (nested) state, in a deterministic order."""
+    if isinstance(value, dict):
+        return [a for k in sorted(value, key=str) for a in flatten(value[k])]
+    if isinstance(value, list | tuple):
+        return [a for v in value for a in flatten(v)]
+    if isinstance(value, np.ndarray | np.generic | float | int | bool):
+        return [np.asarray(value)]
+    if isinstance(value, torch.Tensor):
+        return [value.detach().cpu().numpy()]
+    return []
