@@ -151,7 +151,7 @@ def test_server_averages_exactly_the_shared_messenger_parts(share_body, share_he
     assert all(set(r.upload["messenger"]) == sent for r in results)
     partial = algorithm.reduce(list(enumerate(results)))
     merged = algorithm.aggregate(server, [partial], 0)
-    sizes = [r.metrics["num_samples"] for r in results]
+    sizes = [r.num_samples for r in results]
     for key in sent:
         if merged[key].dtype.kind == "f":
             expected = sum(n * r.upload["messenger"][key].astype(np.float64)
@@ -425,7 +425,7 @@ def test_feddf_averages_each_architecture_group_then_distils_it_towards_the_ense
     assert all(r.upload["logits"].shape == (24, 3) for r in results)  # 3 clients x 8 public
     partial = plain.reduce(list(enumerate(results)))
     averaged = plain.aggregate({}, [partial], 0)
-    sizes = [r.metrics["num_samples"] for r in results]
+    sizes = [r.num_samples for r in results]
     for key, value in averaged["0"].items():  # group 0 = clients 0 and 2, sample-weighted
         if value.dtype.kind == "f":
             expected = (sizes[0] * results[0].upload["model"][key].astype(np.float64)

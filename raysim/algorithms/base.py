@@ -45,7 +45,7 @@ from raysim.training.evaluation import predict_proba
 from raysim.training.weights import Weights, set_weights
 
 if TYPE_CHECKING:
-    from raysim.training.runtime import ClientRuntime
+    from raysim.training.runtime import ClientRuntime, TrainOutcome
 
 ALGORITHMS: dict[str, type[Algorithm]] = {}
 
@@ -77,14 +77,28 @@ class RunContext:
 
 @dataclass
 class ClientResult:
-    """What one client's local work produced."""
+    """What one client's local work produced. The engine reads the named fields (the
+    ``clients`` table's ``num_samples`` and ``train_loss`` columns, the round's sample-weighted
+    ``train_loss``, the divergence check); ``metrics`` holds the algorithm's own numbers."""
 
     upload: dict[str, Any]
     """Message type -> payload sent to the server (counted in ``bytes_up``)."""
     state: Any = None
     """Persistent client state, kept resident on the client's worker."""
     metrics: dict[str, float] = field(default_factory=dict)
-    """Per-client numbers for the ``clients`` table (train_loss, num_samples, ...)."""
+    """Algorithm-specific per-client numbers for the ``clients`` table (steps, ...)."""
+    num_samples: int = 0
+    """Training samples the client holds (the weight of its upload in sample-weighted means)."""
+    train_loss: float | None = None
+    """The round's mean training loss (None: the algorithm reports none). A NaN or infinite
+    loss stops the run as diverged."""
+
+    @classmethod
+    def trained(cls, upload: dict[str, Any], state: Any, outcome: TrainOutcome,
+                **metrics: float) -> ClientResult:
+        """The result of a client whose round was ``runtime.train``'s local training."""
+        return cls(upload, state, {"steps": float(outcome.steps), **metrics},
+                   outcome.num_samples, outcome.mean_loss)
 
 
 class Algorithm(ABC):

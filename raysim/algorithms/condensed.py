@@ -205,6 +205,5 @@ class CondensedKnowledgeAlgorithm(Algorithm):
                   .astype(np.uint8), **extra_uploads}
         new_state = {c: t.detach().cpu().numpy() for c, t in synthetic.items()}
         return ClientResult(upload, new_state, {
-            "num_samples": float(len(indices)), "matching_loss": loss,
-            "synthetic_images": float(len(images)),
-            "condense_seconds": time.perf_counter() - started})
+            "matching_loss": loss, "synthetic_images": float(len(images)),
+            "condense_seconds": time.perf_counter() - started}, len(indices))

@@ -34,7 +34,7 @@ class FedAvg(Algorithm):
         start = message["model"]
         trained = runtime.train_many(clients, round_, [start] * len(clients),
                                      [None] * len(clients), prox=self.proximal(start))
-        return [ClientResult({"model": weights}, None, outcome.metrics())
+        return [ClientResult.trained({"model": weights}, None, outcome)
                 for weights, outcome in trained]
 
     def proximal(self, global_weights: Weights) -> tuple[Weights, float] | None:
@@ -44,7 +44,7 @@ class FedAvg(Algorithm):
 
     def reduce(self, results: Sequence[tuple[int, ClientResult]]) -> WeightedSum:
         return mean_partial([r.upload["model"] for _, r in results],
-                            [r.metrics["num_samples"] for _, r in results], self.params.weighted)
+                            [r.num_samples for _, r in results], self.params.weighted)
 
     def aggregate(self, state: Weights, partials: Sequence[WeightedSum], round_: int) -> Weights:
         return weighted_mean(partials)

@@ -176,7 +176,7 @@ class FedDC(Algorithm):
                 reference = weights
             upload = {kind: weights} if kind else {}
             state = (weights, outcome.optimizer_state, reference, anchor)
-            results.append(ClientResult(upload, state, outcome.metrics()))
+            results.append(ClientResult.trained(upload, state, outcome))
         return results
 
     def reduce(self, results: Sequence[tuple[int, ClientResult]]) -> Any:
@@ -186,7 +186,7 @@ class FedDC(Algorithm):
         if self.params.aggregator != "mean":
             return [r.upload["model"] for _, r in uploads]
         return mean_partial([r.upload["model"] for _, r in uploads],
-                            [r.metrics["num_samples"] for _, r in uploads], self.params.weighted)
+                            [r.num_samples for _, r in uploads], self.params.weighted)
 
     def personal_weights(self, state: Any) -> Weights | None:
         return None if state is None else state[0]

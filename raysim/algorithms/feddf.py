@@ -95,7 +95,7 @@ class FedDF(Algorithm):
         return {"models": state} if state else {}
 
     def reduce(self, results: Sequence[tuple[int, ClientResult]]) -> list[dict[str, Any]]:
-        return [{"client": client, "samples": result.metrics["num_samples"], **result.upload}
+        return [{"client": client, "samples": result.num_samples, **result.upload}
                 for client, result in results]
 
     def aggregate(self, state: dict[str, Weights], partials: Sequence[list[dict[str, Any]]],
@@ -159,8 +159,8 @@ class FedDF(Algorithm):
             with torch.no_grad():
                 logits = model(runtime.client_inputs(client, public)).float().cpu().numpy()
             weights = get_weights(model)
-            results.append(ClientResult({"model": weights, "logits": logits}, weights,
-                                        outcome.metrics()))
+            results.append(ClientResult.trained({"model": weights, "logits": logits}, weights,
+                                                outcome))
         return results
 
     def personal_weights(self, state: Any) -> Weights | None:

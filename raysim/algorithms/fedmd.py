@@ -128,9 +128,9 @@ class FedMD(Algorithm):
             model.eval()
             with torch.no_grad():
                 logits = model(public_x).float().cpu().numpy()
-            results.append(ClientResult({"logits": logits},
-                                        (get_weights(model), outcome.optimizer_state),
-                                        {**outcome.metrics(), **metrics}))
+            results.append(ClientResult.trained({"logits": logits},
+                                                (get_weights(model), outcome.optimizer_state),
+                                                outcome, **metrics))
         return results
 
     def _digest(self, runtime: ClientRuntime, model: torch.nn.Module, client: int, round_: int,

@@ -213,14 +213,15 @@ class FedSM(Algorithm):
         for client, (g, g_out), (p, p_out) in zip(clients, trained_global, trained_personal,
                                                    strict=True):
             upload = {"model": g, "personal": p}
-            metrics = {**g_out.metrics(), "personal_train_loss": p_out.mean_loss}
+            metrics = {"personal_train_loss": p_out.mean_loss}
             if "selector" in message:
                 x, _ = runtime.client_data(client)
                 selector, moments, loss = self._train_selector(runtime, x, message,
                                                                np.full(len(x), client))
                 upload |= {"selector": selector, "selector_adam": moments}
                 metrics["selector_loss"] = loss
-            results.append(ClientResult(upload, (p, p_out.optimizer_state), metrics))
+            results.append(ClientResult.trained(upload, (p, p_out.optimizer_state), g_out,
+                                                **metrics))
         return results
 
     def _selector_round(self, runtime: ClientRuntime, client: int, round_: int,
@@ -239,7 +240,7 @@ class FedSM(Algorithm):
         labels = torch.stack(losses).argmin(dim=0).cpu().numpy()
         selector, moments, loss = self._train_selector(runtime, x, message, labels)
         return ClientResult({"selector": selector, "selector_adam": moments}, None,
-                            {"num_samples": float(len(y)), "selector_loss": loss})
+                            {"selector_loss": loss}, len(y))
 
     def _train_selector(self, runtime: ClientRuntime, x: torch.Tensor, message: dict[str, Any],
                         labels: np.ndarray) -> tuple[Weights, Weights, float]:
@@ -277,7 +278,7 @@ class FedSM(Algorithm):
 
     def reduce(self, results: Sequence[tuple[int, ClientResult]]) -> dict[str, Any]:
         partial: dict[str, Any] = {}
-        counts = [r.metrics["num_samples"] for _, r in results]
+        counts = [r.num_samples for _, r in results]
         for key, out in (("model", "global"), ("selector", "selector"),
                          ("selector_adam", "selector_adam")):
             uploads = [r.upload[key] for _, r in results if key in r.upload]

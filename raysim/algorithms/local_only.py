@@ -38,7 +38,7 @@ class LocalOnly(Algorithm):
         optimizer_states = [None if s is None else s[1] for s in states]
         trained = runtime.train_many(clients, round_, starts, optimizer_states,
                                      steps_scale=self.local_work_scale())
-        return [ClientResult({}, (weights, outcome.optimizer_state), outcome.metrics())
+        return [ClientResult.trained({}, (weights, outcome.optimizer_state), outcome)
                 for weights, outcome in trained]
 
     def personal_weights(self, state: Any) -> Weights | None:

@@ -143,7 +143,7 @@ class MHpFLID(Algorithm):
 
     def reduce(self, results: Sequence[tuple[int, ClientResult]]) -> WeightedSum:
         return mean_partial([r.upload["messenger"] for _, r in results],
-                            [r.metrics["num_samples"] for _, r in results], self.params.weighted)
+                            [r.num_samples for _, r in results], self.params.weighted)
 
     def aggregate(self, state: Weights, partials: Sequence[WeightedSum], round_: int) -> Weights:
         return {**state, **weighted_mean(partials)} if partials else state
@@ -199,10 +199,9 @@ class MHpFLID(Algorithm):
                      transmitter=get_weights(transmitter),
                      private_messenger={k: v for k, v in trained.items() if not self._shared(k)})
         upload = {"messenger": {k: v for k, v in trained.items() if self._shared(k)}}
-        metrics = {"train_loss": injection_loss, "distillation_loss": distillation_loss,
-                   "messenger_change": change, "num_samples": float(samples),
+        metrics = {"distillation_loss": distillation_loss, "messenger_change": change,
                    "steps": float(injection_steps + distillation_steps)}
-        return ClientResult(upload, state, metrics)
+        return ClientResult(upload, state, metrics, samples, injection_loss)
 
     def _inject(self, runtime: ClientRuntime, client: int, round_: int, local: SplitModel,
                 messenger: Messenger, receiver: InformationExchange, state: dict[str, Any]

@@ -158,6 +158,10 @@ class ClientWorker:
             if partial is not None:
                 results.append(GroupResult(group, partial))
         columns = {"client": np.array(clients, dtype=np.int64)}
+        if any(u.train_loss is not None for u in updates):
+            columns["train_loss"] = np.array([np.nan if u.train_loss is None else u.train_loss
+                                              for u in updates], dtype=float)
+        columns["num_samples"] = np.array([u.num_samples for u in updates], dtype=float)
         for key in dict.fromkeys(k for u in updates for k in u.metrics):
             columns[key] = np.array([u.metrics.get(key, np.nan) for u in updates], dtype=float)
         columns["train_seconds"] = np.full(len(clients), seconds)

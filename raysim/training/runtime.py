@@ -28,11 +28,6 @@ class TrainOutcome:
     steps: int
     optimizer_state: dict[str, Any]
 
-    def metrics(self) -> dict[str, float]:
-        """Per-client numbers for the results (train_loss, num_samples, steps)."""
-        return {"train_loss": self.mean_loss, "num_samples": float(self.num_samples),
-                "steps": float(self.steps)}
-
 
 def make_optimizer(parameters: Any, config: OptimizerConfig) -> torch.optim.Optimizer:
     """Build the configured optimizer."""
