@@ -453,6 +453,7 @@ def test_feddf_runs_on_the_engine_with_the_server_holding_the_public_set(ray_ses
     write_medmnist_npz(root, n_train=120, n_test=60)
     raw = hetero_raw(root, {"name": "feddf", "public_per_client": 10, "distillation_steps": 5},
                      workers=2)
+    raw["evaluation"] = {"membership_audit": 6}  # the loss attack on each client's architecture
     outcome = run_experiment(parse_config(raw), output=str(tmp_path / "out"), progress=False)[0]
     assert outcome.error is None, outcome.error
     communication = load(outcome.run_dir, "communication")
@@ -462,6 +463,8 @@ def test_feddf_runs_on_the_engine_with_the_server_holding_the_public_set(ray_ses
     assert set(down[down["round"] == 1]["message_type"]) == {"models"}
     evals = load(outcome.run_dir, "client_eval")
     assert evals["own_accuracy"].notna().all() and len(evals) == 2 * 3
+    audited = load(outcome.run_dir, "clients").dropna(subset=["mia_auc"])
+    assert len(audited) == 3 and audited["mia_auc"].between(0, 1).all()
 
 
 def test_fedmd_pretrains_on_the_labelled_public_set_once_and_digest_regresses_logits():

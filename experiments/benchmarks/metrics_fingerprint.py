@@ -2,7 +2,8 @@
 a refactoring changes no number: run it on two commits and compare the output.
 
 Every algorithm runs the configuration of tests/algorithm_configs.py (3 clients, 3 rounds, a
-generated PneumoniaMNIST-layout file) on the engine with 2 workers. For each results table
+generated PneumoniaMNIST-layout file) on the engine with 2 workers and the membership audit
+(8 members per client). For each results table
 (rounds, clients, client_eval, communication) the timing, memory and wall-clock columns and
 the labels holding the timestamped run directory are dropped, the columns sorted by name and
 the rows hashed (SHA-256 of pandas' row hashes).
@@ -48,6 +49,7 @@ def main() -> None:
         for name in sorted(ALGORITHMS):
             raw = contract_raw(root, name)
             raw["engine"] = {"num_workers": 2, "cpus_per_worker": 1}
+            raw["evaluation"] = {"membership_audit": 8}  # the audit's attacks are compared too
             outcome = run_experiment(parse_config(raw), output=str(Path(scratch) / name),
                                      progress=False)[0]
             if outcome.error is not None:

@@ -42,6 +42,7 @@ from torch import nn
 from raysim.data.dataset import DataInfo
 from raysim.schema import StrictModel, TrainingConfig
 from raysim.training.evaluation import predict_proba
+from raysim.training.membership import loss_attack_scores
 from raysim.training.weights import Weights, set_weights
 
 if TYPE_CHECKING:
@@ -206,6 +207,16 @@ class Algorithm(ABC):
     def reduce(self, results: Sequence[tuple[int, ClientResult]]) -> Any:
         """Pre-aggregate the results of one client group, given in client order."""
         return None
+
+    def membership_scores(self, runtime: ClientRuntime, client: int, upload: dict[str, Any],
+                          x: np.ndarray, y: np.ndarray) -> np.ndarray | None:
+        """The membership-inference attack on one client's upload (the audit of
+        ``evaluation.membership_audit``): scores of stored samples (x, y), higher = more likely
+        a member, or None when nothing in the upload is attackable. Default: the loss attack
+        on an uploaded ``model`` (Yeom et al. 2018)."""
+        if "model" not in upload:
+            return None
+        return loss_attack_scores(runtime, client, upload["model"], x, y)
 
     def personal_weights(self, state: Any) -> Weights | None:
         """A client's own model, evaluated on its test share and the global test set."""

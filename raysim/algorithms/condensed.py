@@ -32,6 +32,7 @@ from raysim.errors import field_error
 from raysim.models import build_model
 from raysim.schema import StrictModel
 from raysim.seeding import numpy_rng, torch_generator
+from raysim.training.membership import nearest_synthetic_scores
 from raysim.training.weights import Weights, get_weights, set_weights
 
 if TYPE_CHECKING:
@@ -161,6 +162,13 @@ class CondensedKnowledgeAlgorithm(Algorithm):
                            torch_generator(self.context.seed, "server-train", round_),
                            extra_loss, extra_module)
         return {**state, "previous": state["model"], "model": get_weights(model)}
+
+    def membership_scores(self, runtime: ClientRuntime, client: int, upload: dict[str, Any],
+                          x: np.ndarray, y: np.ndarray) -> np.ndarray | None:
+        """The nearest-synthetic-image attack on the uploaded synthetic set."""
+        if "synthetic" not in upload:
+            return None
+        return nearest_synthetic_scores(runtime, upload["synthetic"], upload["labels"], x, y)
 
     def global_weights(self, state: dict[str, Any]) -> Weights:
         return state["model"]

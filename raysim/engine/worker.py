@@ -178,7 +178,9 @@ class ClientWorker:
                                          self.arrays["train_y"], test_y,
                                          self.setup.membership_audit,
                                          self.setup.context.seed, client)
-        return membership_auc(self.runtime, upload, members, nonmembers, test_x, test_y)
+        return membership_auc(
+            lambda x, y: self.algorithm.membership_scores(self.runtime, client, upload, x, y),
+            self.runtime, members, nonmembers, test_x, test_y)
 
     def snapshot_states(self) -> dict[int, Any]:
         """Every client state held here (for a checkpoint)."""

@@ -5,9 +5,10 @@ For each audited client: up to ``n`` of its training samples (members) and as ma
 score by label alone (a one-class client's members would otherwise all carry the label that the
 skewed model favours), drawn from the stream (seed, "membership", client),
 are scored by an attack on the client's upload; the ROC AUC of members against non-members is
-reported per client (``mia_auc`` in the ``clients`` table). The attack depends on the upload:
+reported per client (``mia_auc`` in the ``clients`` table). The attack is the algorithm's
+(``Algorithm.membership_scores``), by what it uploads:
 
-- a model (``model``): the loss attack (Yeom et al. 2018): score = -CE(model(x), y), members
+- a model (``model``, the default): the loss attack (Yeom et al. 2018): score = -CE(model(x), y), members
   are expected to have lower loss;
 - a synthetic image set (``synthetic`` + ``labels``, FedDM/FedVCK): the nearest-neighbour
   attack: score = -min L2 distance (normalised pixels) to the uploaded images of the sample's
@@ -19,7 +20,8 @@ Simpler than LiRA (which trains shadow models): an honest, cheap lower bound on 
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
@@ -28,7 +30,7 @@ from sklearn.metrics import roc_auc_score
 
 from raysim.data.dataset import to_tensor
 from raysim.seeding import numpy_rng
-from raysim.training.weights import set_weights
+from raysim.training.weights import Weights, set_weights
 
 if TYPE_CHECKING:
     from raysim.training.runtime import ClientRuntime
@@ -53,38 +55,50 @@ def audit_sets(train_indices: np.ndarray, train_labels: np.ndarray, test_labels:
     return np.concatenate(kept), np.concatenate(nonmembers)
 
 
+Scores = Callable[[np.ndarray, np.ndarray], "np.ndarray | None"]
+"""Membership scores (higher = more likely a member) of stored samples (x, y), or None when
+the upload holds nothing attackable."""
+
+
 @torch.no_grad()
-def attack_scores(runtime: ClientRuntime, upload: dict[str, Any], x: np.ndarray,
-                  y: np.ndarray) -> np.ndarray | None:
-    """Membership scores (higher = more likely a member) of samples under an upload, or None
-    when the upload holds nothing attackable."""
+def loss_attack_scores(runtime: ClientRuntime, client: int, weights: Weights, x: np.ndarray,
+                       y: np.ndarray) -> np.ndarray:
+    """-CE of the client's architecture with ``weights`` on (x, y) seen at its resolution."""
+    model = runtime.client_model(client)
+    set_weights(model, weights)
+    model.eval()
+    inputs = runtime.client_inputs(client, to_tensor(x, runtime.info).to(runtime.device))
+    labels = torch.from_numpy(np.asarray(y, dtype=np.int64)).to(runtime.device)
+    return -F.cross_entropy(model(inputs), labels, reduction="none").cpu().numpy()
+
+
+@torch.no_grad()
+def nearest_synthetic_scores(runtime: ClientRuntime, synthetic: np.ndarray,
+                             synthetic_labels: np.ndarray, x: np.ndarray, y: np.ndarray
+                             ) -> np.ndarray | None:
+    """-min L2 distance to the synthetic images of the sample's class (all of them if the class
+    is absent); None for an empty synthetic set."""
+    if not len(synthetic):
+        return None
     inputs = to_tensor(x, runtime.info).to(runtime.device)
     labels = torch.from_numpy(np.asarray(y, dtype=np.int64)).to(runtime.device)
-    if "model" in upload:
-        model = runtime.model
-        set_weights(model, upload["model"])
-        model.eval()
-        return -F.cross_entropy(model(inputs), labels, reduction="none").cpu().numpy()
-    if "synthetic" in upload and len(upload["synthetic"]):
-        synthetic = to_tensor(upload["synthetic"], runtime.info).to(runtime.device).flatten(1)
-        synthetic_labels = torch.from_numpy(upload["labels"].astype(np.int64)).to(runtime.device)
-        distances = torch.cdist(inputs.flatten(1), synthetic)
-        same_class = labels[:, None] == synthetic_labels[None, :]
-        has_class = same_class.any(dim=1, keepdim=True)
-        distances = distances.masked_fill(has_class & ~same_class, float("inf"))
-        return -distances.min(dim=1).values.cpu().numpy()
-    return None
+    images = to_tensor(synthetic, runtime.info).to(runtime.device).flatten(1)
+    image_labels = torch.from_numpy(synthetic_labels.astype(np.int64)).to(runtime.device)
+    distances = torch.cdist(inputs.flatten(1), images)
+    same_class = labels[:, None] == image_labels[None, :]
+    has_class = same_class.any(dim=1, keepdim=True)
+    distances = distances.masked_fill(has_class & ~same_class, float("inf"))
+    return -distances.min(dim=1).values.cpu().numpy()
 
 
-def membership_auc(runtime: ClientRuntime, upload: dict[str, Any], members: np.ndarray,
+def membership_auc(scores: Scores, runtime: ClientRuntime, members: np.ndarray,
                    nonmembers: np.ndarray, test_x: np.ndarray, test_y: np.ndarray
                    ) -> float:
-    """ROC AUC of the attack separating members (training indices) from non-members (test
+    """ROC AUC of ``scores`` separating members (training indices) from non-members (test
     indices); NaN when the upload is not attackable."""
-    member_scores = attack_scores(runtime, upload, runtime.train_x[members],
-                                  runtime.train_y[members])
+    member_scores = scores(runtime.train_x[members], runtime.train_y[members])
     if member_scores is None or len(members) == 0:
         return float("nan")
-    nonmember_scores = attack_scores(runtime, upload, test_x[nonmembers], test_y[nonmembers])
+    nonmember_scores = scores(test_x[nonmembers], test_y[nonmembers])
     truth = np.concatenate([np.ones(len(members)), np.zeros(len(nonmembers))])
     return float(roc_auc_score(truth, np.concatenate([member_scores, nonmember_scores])))
