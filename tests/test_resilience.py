@@ -221,3 +221,34 @@ def test_ctrl_c_marks_running_runs_interrupted_and_names_resume(ray_session, tmp
     assert json.loads(manifests[0].read_text())["status"] == "interrupted"
     root = manifests[0].parent.parent
     assert str(root) in err and f"--resume {root}" in err
+
+
+def test_concurrent_invocations_share_cpu_slots_and_a_killed_one_frees_them(tmp_path):
+    """Concurrent `raysim` invocations take machine-wide CPU slots before starting a local Ray:
+    the second gets what the first left, waits (with a notice) when too few are free, and the
+    slots of a SIGKILLed invocation are free at once (the OS drops its locks)."""
+    import subprocess
+    import sys
+
+    from raysim.engine.cpu_slots import CpuSlots
+
+    holder = subprocess.Popen(
+        [sys.executable, "-c",
+         "import sys, time; from pathlib import Path; from raysim.engine.cpu_slots import "
+         f"CpuSlots; s = CpuSlots(4, Path({str(tmp_path)!r})); print(s.acquire(3, 3), "
+         "flush=True); time.sleep(120)"], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "3"
+        mine = CpuSlots(4, tmp_path)
+        assert mine.acquire(1) == 1  # the one slot the other invocation left
+        mine.release()
+        notices: list[str] = []
+        with pytest.raises(TimeoutError):
+            mine.acquire(2, timeout=0.3, notify=notices.append, poll_seconds=0.05)
+        assert len(notices) == 1 and "waiting for 2 of the 4" in notices[0]
+        assert mine.held == 0  # nothing kept while waiting
+    finally:
+        holder.kill()
+        holder.wait()
+    assert mine.acquire(2, timeout=10, poll_seconds=0.05) == 4
+    mine.release()

@@ -21,6 +21,7 @@ from tqdm import tqdm
 from raysim.algorithms import ALGORITHMS
 from raysim.config import ExperimentConfig
 from raysim.data import ArrayDataset, Partition
+from raysim.engine.cpu_slots import CpuSlots
 from raysim.engine.driver import Driver, RunSpec
 from raysim.engine.worker import WorkerSetup
 from raysim.errors import ConfigError, RunInterrupted
@@ -61,21 +62,37 @@ def _package_directory() -> Iterator[None]:
         os.chdir(before)
 
 
-def _start_ray(config: ExperimentConfig) -> None:
+_SLOTS: CpuSlots | None = None
+"""The machine's CPU slots this process holds while its local Ray runs."""
+
+
+def _start_ray(config: ExperimentConfig) -> list[str]:
+    """Join the configured cluster, or start a local Ray with the CPUs no other raysim
+    invocation on this machine holds (waiting for enough of them); returns notices."""
+    global _SLOTS
     if config.engine.address:
         ray.init(address=config.engine.address, logging_level="ERROR", log_to_driver=False)
-    else:
-        ray.init(num_cpus=os.cpu_count(), logging_level="ERROR", log_to_driver=False,
-                 include_dashboard=False)
+        return []
+    total = os.cpu_count() or 1
+    if _SLOTS is None:
+        _SLOTS = CpuSlots(total)
+    needed = math.ceil(config.engine.num_workers * config.engine.cpus_per_worker)
+    held = _SLOTS.acquire(needed) if _SLOTS.held == 0 else _SLOTS.held
+    ray.init(num_cpus=held, logging_level="ERROR", log_to_driver=False, include_dashboard=False)
+    if held < total:
+        return [f"Another raysim invocation on this machine holds {total - held} of its {total} "
+                f"CPUs: this one runs with the other {held}."]
+    return []
 
 
 def ensure_ray(config: ExperimentConfig) -> list[str]:
     """Connect to the configured cluster or start a local one; returns one-line notices."""
+    notices: list[str] = []
     if not ray.is_initialized():
         with _package_directory():
-            _start_ray(config)
+            notices = _start_ray(config)
     resources = ray.cluster_resources()
-    engine, notices = config.engine, []
+    engine = config.engine
     needed_cpus = engine.num_workers * engine.cpus_per_worker
     if needed_cpus > resources.get("CPU", 0) + 1e-9:
         raise ConfigError(
