@@ -21,6 +21,7 @@ from raysim.cli import main
 from raysim.config import parse_config
 from raysim.engine.checkpoint import CHECKPOINT_FILE, load_checkpoint
 from raysim.engine.runner import run_experiment
+from raysim.engine.watchdog import descendants, start_time
 from raysim.results import load
 
 METRICS = ["round", "accuracy", "macro_f1", "auc", "loss", "train_loss", "bytes_up"]
@@ -30,10 +31,11 @@ def _parts(run_dir: Path, table: str = "rounds") -> int:
     return len(list((run_dir / table).glob("part-*.parquet"))) if (run_dir / table).is_dir() else 0
 
 
-def _wait_for(condition, timeout: float = 120.0) -> None:
+def _wait_for(condition, timeout: float = 120.0,
+              what: str = "timed out waiting for the run to get going") -> None:
     deadline = time.monotonic() + timeout
     while not condition():
-        assert time.monotonic() < deadline, "timed out waiting for the run to get going"
+        assert time.monotonic() < deadline, what
         time.sleep(0.05)
 
 
@@ -96,8 +98,9 @@ def test_worker_killed_mid_run_is_replaced_and_metrics_match(ray_session, tmp_pa
 
 def test_resume_after_sigkill_of_the_driver_process(ray_session, tmp_path):
     """Kill `raysim run` (the process that owns the Ray job) with SIGKILL after a checkpoint
-    and after later rounds were written; `raysim run --resume` finishes the run with every
-    round exactly once and the metrics of an uninterrupted run."""
+    and after later rounds were written: no process it started survives, and `raysim run
+    --resume` finishes the run with every round exactly once and the metrics of an
+    uninterrupted run."""
     raw = quickstart_raw(training={"rounds": 30}, algorithm={"name": "local"},
                          engine={"num_workers": 1, "cpus_per_worker": 1, "flush_seconds": 0,
                                  "checkpoint_every": 4})
@@ -118,9 +121,14 @@ def test_resume_after_sigkill_of_the_driver_process(ray_session, tmp_path):
 
     try:
         _wait_for(checkpointed_and_beyond, timeout=180)
+        started = descendants(process.pid)  # its Ray: GCS, raylet, agents, workers, watchdog
     finally:
         process.send_signal(signal.SIGKILL)
         process.wait()
+    assert len(started) >= 4
+    # nothing the killed invocation started outlives it (the watchdog removes Ray's agents)
+    _wait_for(lambda: not any(start_time(p) == t for p, t in started.items()), timeout=30,
+              what="processes of the killed invocation outlived it")
     directory = run_dir()
     interrupted = load(directory)
     assert 8 < len(interrupted) < 30  # killed mid-run, with rows past the checkpoint

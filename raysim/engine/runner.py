@@ -23,6 +23,7 @@ from raysim.config import ExperimentConfig
 from raysim.data import ArrayDataset, Partition
 from raysim.engine.cpu_slots import CpuSlots
 from raysim.engine.driver import Driver, RunSpec
+from raysim.engine.watchdog import start_watchdog
 from raysim.engine.worker import WorkerSetup
 from raysim.errors import ConfigError, RunInterrupted
 from raysim.preparation import initial_weights, pooled, prepare, run_context
@@ -79,6 +80,7 @@ def _start_ray(config: ExperimentConfig) -> list[str]:
     needed = math.ceil(config.engine.num_workers * config.engine.cpus_per_worker)
     held = _SLOTS.acquire(needed) if _SLOTS.held == 0 else _SLOTS.held
     ray.init(num_cpus=held, logging_level="ERROR", log_to_driver=False, include_dashboard=False)
+    start_watchdog()  # removes what Ray leaves if this process is SIGKILLed
     if held < total:
         return [f"Another raysim invocation on this machine holds {total - held} of its {total} "
                 f"CPUs: this one runs with the other {held}."]
