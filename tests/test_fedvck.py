@@ -209,12 +209,18 @@ def test_membership_audit_detects_uploaded_members():
     # non-members carry the members' class mix, so labels alone cannot separate them
     assert np.array_equal(np.bincount(runtime.train_y[members], minlength=3),
                           np.bincount(test_y[nonmembers], minlength=3))
+    algorithm = FedVCK(FedVCKParams(**FAST, hard_negatives=2), _context(runtime))
+
+    def audit(upload: dict) -> float:  # the engine's audit: the algorithm's attack hook
+        return membership_auc(
+            lambda x, y: algorithm.membership_scores(runtime, 0, upload, x, y), runtime,
+            members, nonmembers, test_x, test_y)
+
     leaky = {"synthetic": runtime.train_x[members], "labels": runtime.train_y[members]}
-    assert membership_auc(runtime, leaky, members, nonmembers, test_x, test_y) == 1.0
+    assert audit(leaky) == 1.0
     unrelated = {"synthetic": test_x[nonmembers], "labels": test_y[nonmembers]}
-    assert membership_auc(runtime, unrelated, members, nonmembers, test_x, test_y) < 0.5
-    assert np.isnan(membership_auc(runtime, {"logits": np.zeros(3)}, members, nonmembers,
-                                   test_x, test_y))
+    assert audit(unrelated) < 0.5
+    assert np.isnan(audit({"logits": np.zeros(3)}))
 
 
 def test_privacy_and_communication_tables():
