@@ -85,6 +85,12 @@ def _parser() -> argparse.ArgumentParser:
                         "clients, share of clients at AUC <= 0.5)")
     report.add_argument("--per-client", action="store_true",
                         help="also print each client's accuracy and macro-F1 on its own test share")
+    report.add_argument("--checkpoint", choices=("last", "best"), default="last",
+                        help="report each run at its last evaluated round (default) or at its "
+                        "best validation round (needs evaluation.validation)")
+    report.add_argument("--select-by", default="val_accuracy", metavar="METRIC",
+                        help="the validation metric that picks the best round "
+                        "(default val_accuracy; e.g. val_auc, gm_val_accuracy)")
     return parser
 
 
@@ -202,7 +208,8 @@ def _report(args: argparse.Namespace) -> int:
                               "`raysim run` printed.")
     metrics = args.metrics.split(",") if args.metrics else None
     text, png = report(args.paths, args.metric, args.output, metrics, args.selection,
-                       args.per_client, args.privacy, args.communication, args.csv)
+                       args.per_client, args.privacy, args.communication, args.csv,
+                       args.checkpoint, args.select_by)
     print(text)
     if png is not None:
         print(f"learning curves: {png}")

@@ -27,10 +27,12 @@ def initial_weights(config: ExperimentConfig, dataset: ArrayDataset, seed: int) 
 
 def pooled(partition: Partition, num_test: int, num_train: int | None = None) -> Partition:
     """The union of all clients' training data (or, with ``num_train``, the whole training
-    split) as a single client (centralized training)."""
-    train = (np.arange(num_train) if num_train is not None
+    split less the clients' validation shares) as a single client (centralized training)."""
+    held, _ = partition.validation_sources()
+    train = (np.setdiff1d(np.arange(num_train), held) if num_train is not None
              else np.sort(np.concatenate(partition.train)))
-    return Partition([train], [np.arange(num_test)], partition.unseen)
+    validation = None if partition.validation is None else [np.sort(held)]
+    return Partition([train], [np.arange(num_test)], partition.unseen, validation)
 
 
 def prepare(config: ExperimentConfig, data_root: str | None
@@ -50,6 +52,8 @@ def prepare(config: ExperimentConfig, data_root: str | None
         shifted = dataset
         if settings.site_shift is not None:
             shifted = apply_site_shift(dataset, partition, settings.site_shift, seed)
+        if config.evaluation.validation > 0:
+            partition = _split_validation(partition, config.evaluation.validation, seed)
         if settings.holdout_client is not None:
             partition = partition.hold_out(settings.holdout_client)
         prepared[seed] = (shifted, partition)
@@ -59,6 +63,18 @@ def prepare(config: ExperimentConfig, data_root: str | None
     algorithm_class(config.algorithm, run_context(config, first_dataset, config.seeds[0],
                                                   num_clients))
     return prepared
+
+
+def _split_validation(partition: Partition, fraction: float, seed: int) -> Partition:
+    split = partition.split_validation(fraction, seed)
+    if not sum(len(share) for share in split.validation or []):
+        largest = int(partition.sizes().max())
+        raise ConfigError(
+            f"Invalid config field `evaluation.validation` = {fraction}: no client can spare a "
+            f"validation sample (the largest holds {largest} training sample"
+            f"{'s' if largest != 1 else ''}, and each keeps at least one to train on). Use "
+            "clients with at least two samples, or set evaluation.validation: 0.")
+    return split
 
 
 def check_client_settings(config: ExperimentConfig, dataset: ArrayDataset) -> None:

@@ -139,6 +139,12 @@ class EvaluationConfig(StrictModel):
         description="membership-inference audit of every client's upload in the last round: "
         "this many of its training samples against as many test samples (0: off); per-client "
         "AUC in the clients table (mia_auc), summary with `raysim report --privacy`")
+    validation: float = Field(
+        0.0, ge=0, lt=1,
+        description="share of each client's training samples held out as its validation set "
+        "and never trained on (0: none); evaluated models also report val_* metrics on the "
+        "pooled validation set, and `raysim report --checkpoint best` reports every run at its "
+        "round of best validation accuracy")
 
 
 class EngineConfig(StrictModel):

@@ -27,13 +27,40 @@ class Partition:
     unseen: np.ndarray | None = None
     """Test indices of a held-out client that takes no part in training (unseen-client
     experiments), else None."""
+    validation: list[np.ndarray] | None = None
+    """Training-set indices each client holds out as its validation share (never trained on),
+    or None without a validation split."""
 
     def hold_out(self, client: int) -> Partition:
         """The partition without ``client`` (the others renumbered in order); its test share
         becomes the unseen set."""
         keep = [c for c in range(self.num_clients) if c != client]
+        validation = None if self.validation is None else [self.validation[c] for c in keep]
         return Partition([self.train[c] for c in keep], [self.test[c] for c in keep],
-                         self.test[client])
+                         self.test[client], validation)
+
+    def split_validation(self, fraction: float, seed: int) -> Partition:
+        """Each client's training share split into training and validation: a random
+        ``round(fraction * n)`` of its n samples (at least one where ``fraction`` > 0 and the
+        client keeps at least one to train on) become its validation share, drawn from the
+        stream (seed, "validation", client), so the split does not depend on other clients."""
+        train, validation = [], []
+        for client, indices in enumerate(self.train):
+            count = min(max(1, round(fraction * len(indices))), len(indices) - 1)
+            chosen = numpy_rng(seed, "validation", client=client).permutation(len(indices))
+            validation.append(np.sort(indices[chosen[:max(count, 0)]]))
+            train.append(np.sort(indices[chosen[max(count, 0):]]))
+        return Partition(train, self.test, self.unseen, validation)
+
+    def validation_sources(self) -> tuple[np.ndarray, np.ndarray]:
+        """The pooled validation set: its training-set indices (clients in order) and the client
+        that holds each one (empty arrays without a validation split)."""
+        shares = self.validation or []
+        if not shares:
+            return np.array([], dtype=np.int64), np.array([], dtype=np.int64)
+        sizes = [len(share) for share in shares]
+        return (np.concatenate(shares).astype(np.int64),
+                np.repeat(np.arange(len(shares), dtype=np.int64), sizes))
 
     @property
     def num_clients(self) -> int:
@@ -44,9 +71,11 @@ class Partition:
         return np.array([len(indices) for indices in self.train], dtype=np.int64)
 
     def to_frame(self) -> pd.DataFrame:
-        """Long table with columns client, split (train, test, unseen), index."""
+        """Long table with columns client, split (train, test, validation, unseen), index."""
         frames = []
         splits = [("train", self.train), ("test", self.test)]
+        if self.validation is not None:
+            splits.append(("validation", self.validation))
         for split, parts in splits + ([("unseen", [self.unseen])] if self.unseen is not None
                                       else []):
             sizes = [len(p) for p in parts]

@@ -113,8 +113,11 @@ class Driver:
         self._recorded = 0  # rounds [0, _recorded) have their rows in the results
         self._stateful = False  # some client keeps state between rounds
         self._recoveries: list[dict[str, Any]] = []
+        validation_y = (None if setup.validation_index is None
+                        else _fetch(setup.arrays["train_y"])[setup.validation_index])
         self._evaluator = Evaluator(self.algorithm, self.test_y, spec.client_test_shares,
-                                    setup.partition.unseen, setup.test_sources, spec.evaluation)
+                                    setup.partition.unseen, setup.test_sources, spec.evaluation,
+                                    validation_y)
 
     def progress(self) -> dict[str, Any]:
         """Latest round, accuracy and status (callable while ``run`` is going)."""

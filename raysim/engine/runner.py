@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import socket
@@ -19,7 +20,7 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 from tqdm import tqdm
 
 from raysim.algorithms import ALGORITHMS
-from raysim.config import ExperimentConfig
+from raysim.config import ExperimentConfig, parse_config
 from raysim.data import ArrayDataset, Partition
 from raysim.engine.cpu_slots import CpuSlots
 from raysim.engine.driver import Driver, RunSpec
@@ -223,7 +224,10 @@ def _completed_run(run_dir: Path, config: ExperimentConfig) -> dict[str, Any] | 
     if not (run_dir / MANIFEST).is_file():
         return None
     manifest = read_manifest(run_dir)
-    before = {k: v for k, v in manifest["config"].items() if k not in _RESUME_IGNORES}
+    stored = manifest["config"]
+    with contextlib.suppress(ConfigError, ValueError):  # newer fields compare at defaults
+        stored = parse_config(stored).model_dump(mode="json")
+    before = {k: v for k, v in stored.items() if k not in _RESUME_IGNORES}
     now = {k: v for k, v in config.model_dump(mode="json").items() if k not in _RESUME_IGNORES}
     if before != now:
         changed = sorted(k for k in now.keys() | before.keys() if before.get(k) != now.get(k))
@@ -291,6 +295,7 @@ def _start_driver(config: ExperimentConfig, dataset: ArrayDataset, partition: Pa
         })
     client_test_shares = tuple(partition.test)
     sources = test_sources(len(dataset.test_y), partition.test, partition.unseen)
+    validation_index, validation_sources = partition.validation_sources()
     if algorithm_class.pooled:
         full = getattr(config.algorithm, "data", "clients") == "full"
         partition = pooled(partition, len(dataset.test_y),
@@ -303,7 +308,9 @@ def _start_driver(config: ExperimentConfig, dataset: ArrayDataset, partition: Pa
                         vectorize="never" if algorithm_class.pooled else config.engine.vectorize,
                         test_sources=sources,
                         membership_audit=config.evaluation.membership_audit,
-                        gpu_fraction=config.engine.gpus_per_worker)
+                        gpu_fraction=config.engine.gpus_per_worker,
+                        validation_index=validation_index if len(validation_index) else None,
+                        validation_sources=validation_sources)
     use_gpus = config.engine.gpus_per_worker > 0 and not notices
     spec = RunSpec(str(run_dir), setup, config.training.rounds, config.engine,
                    config.evaluation, use_gpus, resume=resume,

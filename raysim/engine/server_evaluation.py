@@ -28,9 +28,11 @@ class Evaluator:
 
     def __init__(self, algorithm: Algorithm, test_y: np.ndarray,
                  shares: tuple[np.ndarray, ...], unseen: np.ndarray | None,
-                 sources: np.ndarray, settings: EvaluationConfig):
+                 sources: np.ndarray, settings: EvaluationConfig,
+                 validation_y: np.ndarray | None = None):
         self.algorithm = algorithm
         self.test_y = test_y
+        self.validation_y = validation_y if validation_y is not None and len(validation_y) else None
         self.shares = shares
         self.unseen = unseen
         self._sources = sources
@@ -45,7 +47,14 @@ class Evaluator:
         models = self.algorithm.evaluation_models(state)
         shares, unseen = self.shares, self.unseen
         per_client: dict[str, np.ndarray] = {}
-        for name, (probabilities, routes) in self._predict_test_set(workers, models).items():
+        if self.validation_y is not None:  # server models on the pooled validation set
+            for name, (probabilities, _) in self._predict(workers, models, "validation",
+                                                          len(self.validation_y)).items():
+                if np.isfinite(probabilities).all():
+                    row.update(_prefixed(classification_metrics(self.validation_y,
+                                                                probabilities), f"{name}val_"))
+        for name, (probabilities, routes) in self._predict(workers, models, "test",
+                                                           len(self.test_y)).items():
             if not np.isfinite(probabilities).all():
                 return {**row, "diverged": True}  # popped by the round loop
             row.update(_prefixed(classification_metrics(self.test_y, probabilities), name))
@@ -71,6 +80,10 @@ class Evaluator:
             row.update(_mean_client_metrics(personal_rows, "own_", "personal_"))
             if not models:  # no global model: the clients' models on the global test set
                 row.update(_mean_client_metrics(personal_rows, "global_", ""))
+            if any("val_accuracy" in r for r in personal_rows):  # and on their validation shares
+                row.update(_mean_client_metrics(personal_rows, "val_", "personal_val_"))
+                if not models:
+                    row.update(_mean_client_metrics(personal_rows, "val_", "val_"))
         if per_client:  # server models' per-client columns join the personal models' rows
             by_client = {r["client"]: r for r in personal_rows}
             for client in range(len(shares)):
@@ -80,17 +93,17 @@ class Evaluator:
         sink.add("client_eval", personal_rows)
         return row
 
-    def _predict_test_set(self, workers: list[Any], models: dict[str, Any]
-                          ) -> dict[str, tuple[np.ndarray, np.ndarray | None]]:
-        """Every evaluation model's predictions on the whole test set, computed in fixed chunks
-        spread over the workers (the result does not depend on the worker count)."""
+    def _predict(self, workers: list[Any], models: dict[str, Any], split: str, size: int
+                 ) -> dict[str, tuple[np.ndarray, np.ndarray | None]]:
+        """Every evaluation model's predictions on the whole test (or validation) set, computed
+        in fixed chunks spread over the workers (the result does not depend on the worker
+        count)."""
         if not models:
             return {}
         models_ref = ray.put(models)
-        bounds = [(s, min(s + _EVAL_CHUNK, len(self.test_y)))
-                  for s in range(0, len(self.test_y), _EVAL_CHUNK)]
+        bounds = [(s, min(s + _EVAL_CHUNK, size)) for s in range(0, size, _EVAL_CHUNK)]
         assigned = [bounds[i::len(workers)] for i in range(len(workers))]
-        outputs = ray.get([w.predict_test.remote(models_ref, chunks)
+        outputs = ray.get([w.predict_test.remote(models_ref, chunks, split)
                            for w, chunks in zip(workers, assigned, strict=True) if chunks])
         results = {}
         for name in models:
@@ -114,6 +127,6 @@ def _mean_client_metrics(rows: list[dict[str, Any]], source: str, target: str
     """Mean over clients of each metric (NaN-aware; NaN when no client has one)."""
     means = {}
     for metric in METRICS:
-        values = np.array([r[source + metric] for r in rows], dtype=float)
+        values = np.array([r.get(source + metric, math.nan) for r in rows], dtype=float)
         means[target + metric] = float(np.nanmean(values)) if np.isfinite(values).any() else math.nan
     return means

@@ -44,6 +44,10 @@ class WorkerSetup:
     """Members (and non-members) per client of the last round's membership audit (0: off)."""
     gpu_fraction: float = 0.0
     """The worker's share of a GPU (``engine.gpus_per_worker``); its memory is capped to it."""
+    validation_index: np.ndarray | None = None
+    """Training-set indices of the pooled validation set (``evaluation.validation``), or None."""
+    validation_sources: np.ndarray | None = None
+    """The client whose validation share holds each pooled validation sample."""
 
 
 @dataclass
@@ -212,16 +216,23 @@ class ClientWorker:
             arrived += len(bundle)
         return arrived
 
-    def predict_test(self, models: dict[str, Any], chunks: list[tuple[int, int]]
+    def predict_test(self, models: dict[str, Any], chunks: list[tuple[int, int]],
+                     split: str = "test"
                      ) -> dict[str, list[tuple[np.ndarray, np.ndarray | None]]]:
-        """Each evaluation model's (probabilities, routes) on test-set chunks [start, stop)."""
-        test_x, sources = self.arrays["test_x"], self.setup.test_sources
+        """Each evaluation model's (probabilities, routes) on chunks [start, stop) of the test
+        set, or (``split="validation"``) of the pooled validation set."""
+        setup = self.setup
         outputs: dict[str, list[tuple[np.ndarray, np.ndarray | None]]] = {name: [] for name in models}
         for start, stop in chunks:
+            if split == "validation":
+                assert setup.validation_index is not None and setup.validation_sources is not None
+                x = self.arrays["train_x"][setup.validation_index[start:stop]]
+                sources = setup.validation_sources[start:stop]
+            else:
+                x, sources = self.arrays["test_x"][start:stop], setup.test_sources[start:stop]
             with gpu_memory_errors(self.gpu_share, self.index, "while evaluating"):
-                predicted = self.algorithm.predict_many(self.runtime, models,
-                                                        test_x[start:stop], sources[start:stop],
-                                                        self.setup.eval_batch_size)
+                predicted = self.algorithm.predict_many(self.runtime, models, x, sources,
+                                                        setup.eval_batch_size)
             for name, output in predicted.items():
                 outputs[name].append(output)
         return outputs
@@ -250,6 +261,13 @@ class ClientWorker:
                                       self.device, transform))
             described = ({"architecture": self.runtime.architecture(client).name}  # type: ignore[attr-defined]
                          if self.setup.context.architectures else {})
+            validation = self.setup.partition.validation
+            if validation is not None and len(validation[client]):
+                held = validation[client]
+                described.update({f"val_{k}": v for k, v in classification_metrics(
+                    self.arrays["train_y"][held],
+                    predict_proba(model, self.arrays["train_x"][held], info,
+                                  self.setup.eval_batch_size, self.device, transform)).items()})
             rows.append({"round": round_, "client": client, **described,
                          **{f"own_{k}": v for k, v in own.items()},
                          **{f"global_{k}": v for k, v in pooled.items()}})

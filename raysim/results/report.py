@@ -16,19 +16,38 @@ SUMMARY_METRICS = ("accuracy", "macro_f1", "auc", "loss", "own_accuracy", "perso
 _KEYS = ["experiment", "algorithm"]
 
 
-def final_metrics(rounds: pd.DataFrame) -> pd.DataFrame:
-    """The last evaluated round of every run."""
-    evaluated = rounds.dropna(subset=["accuracy"])
-    last = evaluated.sort_values("round").groupby("run", sort=False).tail(1)
-    return last.sort_values([*_KEYS, "seed"]).reset_index(drop=True)
+def final_metrics(rounds: pd.DataFrame, checkpoint: str = "last",
+                  select_by: str = "val_accuracy") -> pd.DataFrame:
+    """One row per run: its last evaluated round (``checkpoint="last"``), or
+    (``checkpoint="best"``) its evaluated round of highest ``select_by``, a validation metric
+    (the earliest such round on ties), as papers that report the best validation checkpoint
+    do. The row's ``round`` says which round was chosen."""
+    evaluated = rounds.dropna(subset=["accuracy"]).sort_values("round")
+    if checkpoint == "last":
+        chosen = evaluated.groupby("run", sort=False).tail(1)
+    elif checkpoint == "best":
+        if select_by not in evaluated or evaluated[select_by].isna().all():
+            raise RaysimError(
+                f"Cannot report the best checkpoint by {select_by!r}: these results have no "
+                f"{select_by} values. Best-checkpoint reporting needs a validation split: run "
+                "with evaluation.validation set (e.g. --set evaluation.validation=0.1), or "
+                "report the last round (--checkpoint last).")
+        scored = evaluated.dropna(subset=[select_by])
+        chosen = scored.loc[scored.groupby("run", sort=False)[select_by].idxmax()]
+    else:
+        raise RaysimError(f"Unknown checkpoint {checkpoint!r}: use 'last' or 'best'.")
+    return chosen.sort_values([*_KEYS, "seed"]).reset_index(drop=True)
 
 
-def summary_table(rounds: pd.DataFrame, metrics: list[str] | None = None) -> pd.DataFrame:
+def summary_table(rounds: pd.DataFrame, metrics: list[str] | None = None,
+                  checkpoint: str = "last", select_by: str = "val_accuracy") -> pd.DataFrame:
     """Mean and std over seeds of the final metrics (default: those of
-    :data:`SUMMARY_METRICS` present), per experiment and algorithm; ``rounds`` is the last
-    evaluated round and ``completed`` how many of the runs have finished (a run still going, or
-    stopped, is reported at its last evaluated round)."""
-    final = final_metrics(rounds)
+    :data:`SUMMARY_METRICS` present), per experiment and algorithm, at each run's last
+    evaluated round or (``checkpoint="best"``) its best validation round
+    (:func:`final_metrics`); ``rounds`` is the last round reported and ``completed`` how many of
+    the runs have finished (a run still going, or stopped, is reported at its last evaluated
+    round)."""
+    final = final_metrics(rounds, checkpoint, select_by)
     if metrics is None:
         metrics = [m for m in SUMMARY_METRICS if m in final and final[m].notna().any()]
     missing = [m for m in metrics if m not in final]
@@ -212,7 +231,8 @@ def report(paths: str | Path | list[str | Path], metric: str = "accuracy",
            output: str | Path | None = None, metrics: list[str] | None = None,
            selection: str | None = None, per_client: bool = False,
            privacy: bool = False, communication: bool = False,
-           csv_dir: str | Path | None = None) -> tuple[str, Path | None]:
+           csv_dir: str | Path | None = None, checkpoint: str = "last",
+           select_by: str = "val_accuracy") -> tuple[str, Path | None]:
     """The summary text of every run under ``paths`` (``metrics``: the columns to summarise,
     default the usual ones; ``selection``: also the route frequencies of that routing model,
     e.g. "main"; ``per_client``: also each client's accuracy and macro-F1 on its own test
@@ -220,7 +240,9 @@ def report(paths: str | Path | list[str | Path], metric: str = "accuracy",
     by message type) and the
     learning-curve PNG, written to ``output`` (default: the first path). ``csv_dir``: also write
     every table shown as CSV there (summary.csv, per_client_<metric>.csv, communication.csv,
-    privacy.csv, selection.csv), the form committed under docs/results/."""
+    privacy.csv, selection.csv), the form committed under docs/results/. ``checkpoint``:
+    "last" (each run's last evaluated round) or "best" (its round of highest ``select_by``,
+    a validation metric)."""
     paths = [paths] if isinstance(paths, str | Path) else list(paths)
     rounds = pd.concat([load(path, "rounds") for path in paths], ignore_index=True)
     if rounds.empty or rounds["accuracy"].isna().all():
@@ -228,8 +250,12 @@ def report(paths: str | Path | list[str | Path], metric: str = "accuracy",
     target = Path(output or paths[0])
     target.mkdir(parents=True, exist_ok=True)
     png = plot_learning_curves(rounds, target / f"learning_curves_{metric}.png", metric)
-    tables: dict[str, pd.DataFrame] = {"summary": summary_table(rounds, metrics)}
+    tables: dict[str, pd.DataFrame] = {"summary": summary_table(rounds, metrics, checkpoint,
+                                                                select_by)}
     text = format_summary(tables["summary"])
+    if checkpoint == "best":
+        text = (f"each run at its round of best {select_by} (the best validation checkpoint); "
+                "rounds: the latest round chosen\n" + text)
     if per_client:
         client_eval = pd.concat([load(path, "client_eval") for path in paths], ignore_index=True)
         for name in ("accuracy", "macro_f1"):
