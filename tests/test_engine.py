@@ -51,6 +51,31 @@ def test_one_and_three_workers_give_identical_metrics(ray_session, tmp_path):
     assert c1["client"].nunique() > 7  # sampling picked different clients across rounds
 
 
+def test_runs_reuse_pooled_actors_and_give_the_numbers_of_fresh_ones(ray_session, tmp_path):
+    """Runs of one process share worker and driver actors (no start-up per run); a run served
+    by actors that served other runs gives the numbers of one on fresh actors."""
+    from raysim.engine.pool import POOL
+
+    first = quickstart_raw(dataset={"name": "digits"}, training={"rounds": 3},
+                           model={"name": "convnet", "width": 8, "depth": 2},
+                           engine={"num_workers": 2, "cpus_per_worker": 1})
+    other = {**first, "algorithm": {"name": "local"}, "model": {"name": "mlp", "hidden": [16]}}
+    POOL.clear()
+    # local-only keeps client states on the workers: the second local run must not see the
+    # first one's
+    outcomes = [run(raw, tmp_path / f"run{i}")[0] for i, raw in enumerate([first, other, other])]
+    POOL.clear()  # the first config again, on fresh actors
+    outcomes.append(run(first, tmp_path / "fresh")[0])
+    pids = [sorted(w["pid"] for w in json.loads((o.run_dir / "manifest.json").read_text())
+                   ["workers"]) for o in outcomes]
+    assert pids[0] == pids[1] == pids[2] and set(pids[3]).isdisjoint(pids[0])
+    tables = [load(o.run_dir, "rounds") for o in outcomes]
+    metrics = ["accuracy", "macro_f1", "auc", "loss", "train_loss"]
+    pd.testing.assert_frame_equal(tables[1][metrics], tables[2][metrics])
+    pd.testing.assert_frame_equal(tables[0][metrics], tables[3][metrics])
+    assert not np.allclose(tables[0]["accuracy"], tables[1]["accuracy"])
+
+
 def test_fedavg_learns_breast_cancer_within_quickstart_budget(ray_session, tmp_path):
     outcome = run(quickstart_raw(), tmp_path)[0]
     rounds = load(outcome.run_dir)

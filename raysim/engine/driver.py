@@ -14,8 +14,6 @@ from typing import Any
 
 import numpy as np
 import ray
-from ray.util.placement_group import placement_group, remove_placement_group
-from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
 from raysim.engine.checkpoint import (
     Checkpoint,
@@ -27,7 +25,7 @@ from raysim.engine.checkpoint import (
 from raysim.engine.memory import resident_memory_mb
 from raysim.engine.placement import assign_groups, client_groups, per_sample_costs
 from raysim.engine.server_evaluation import Evaluator
-from raysim.engine.worker import ClientWorker, RoundReply, WorkerSetup
+from raysim.engine.worker import RoundReply, WorkerSetup
 from raysim.errors import DivergenceError, RunError, WorkerFailureError
 from raysim.results.manifest import update_manifest
 from raysim.results.sink import ParquetSink
@@ -96,8 +94,10 @@ class Driver:
     """Runs the round loop: sampling, dispatch to workers, aggregation, evaluation, results,
     checkpoints, and recovery from dying workers."""
 
-    def __init__(self, spec: RunSpec):
+    def __init__(self, spec: RunSpec, workers: list[Any]):
         self.spec = spec
+        self.workers = workers
+        """The run's worker actors (borrowed from the pool, configured by :meth:`run`)."""
         self.run_dir = Path(spec.run_dir)
         setup = spec.setup
         self.context = setup.context
@@ -137,13 +137,11 @@ class Driver:
         sink = ParquetSink(self.run_dir, self.spec.engine.flush_seconds)
         update_manifest(self.run_dir, driver={"pid": os.getpid(),
                                               "node_id": ray.get_runtime_context().get_node_id()})
-        group = None
         try:
             self._set_progress(status="waiting for resources")
-            group, workers = self._start_workers()
+            workers = self.workers
             try:
-                update_manifest(self.run_dir, workers=ray.get(
-                    [worker.describe.remote() for worker in workers]))
+                update_manifest(self.run_dir, workers=self._configure(workers))
                 self._set_progress(status="running")
                 final = self._round_loop(workers, sink, checkpoint)
             except ray.exceptions.RayTaskError as error:
@@ -163,28 +161,13 @@ class Driver:
                             traceback=traceback.format_exc())
             self._set_progress(status="failed")
             raise
-        finally:
-            if group is not None:
-                remove_placement_group(group)
 
     # ----- setup -----
-    def _start_workers(self) -> tuple[Any, list[Any]]:
-        engine = self.spec.engine
-        gpus = engine.gpus_per_worker if self.spec.use_gpus else 0.0
-        bundle = {"CPU": engine.cpus_per_worker, **({"GPU": gpus} if gpus else {})}
-        group = placement_group([bundle] * engine.num_workers,
-                                strategy="SPREAD" if engine.placement == "spread" else "PACK")
-        ray.get(group.ready())
-        actor = ray.remote(ClientWorker)
-        workers = [
-            actor.options(
-                num_cpus=engine.cpus_per_worker, num_gpus=gpus,
-                max_restarts=engine.max_worker_failures,
-                scheduling_strategy=PlacementGroupSchedulingStrategy(group, index),
-            ).remote(self.spec.setup, index)
-            for index in range(engine.num_workers)
-        ]
-        return group, workers
+    def _configure(self, workers: list[Any]) -> list[dict[str, Any]]:
+        """Bind every worker to this run (also after Ray restarted one); returns where each
+        runs."""
+        return ray.get([worker.configure.remote(self.spec.setup, index)
+                        for index, worker in enumerate(workers)])
 
     def _layout(self, num_workers: int) -> _Layout:
         partition = self.spec.setup.partition
@@ -253,8 +236,9 @@ class Driver:
         deadline = time.monotonic() + _RESTART_TIMEOUT
         while True:  # Ray restarts dead actors (max_restarts); wait until all answer
             try:
-                described = ray.get([worker.describe.remote() for worker in workers],
-                                    timeout=_RESTART_TIMEOUT)
+                ray.get([worker.describe.remote() for worker in workers],
+                        timeout=_RESTART_TIMEOUT)
+                described = self._configure(workers)  # a restarted actor starts unconfigured
                 break
             except (ray.exceptions.RayActorError, ray.exceptions.GetTimeoutError):
                 if time.monotonic() > deadline:
@@ -485,3 +469,27 @@ def _weighted_train_loss(clients: dict[str, np.ndarray]) -> float:
     if not total:
         return math.nan
     return float((clients["train_loss"] * clients["num_samples"]).sum() / total)
+
+
+class DriverHost:
+    """A pooled driver process: runs one :class:`Driver` at a time (``progress`` answers
+    while ``run`` is going: the actor runs with two threads)."""
+
+    def __init__(self) -> None:
+        self._driver: Driver | None = None
+
+    def run(self, spec: RunSpec, workers: list[Any]) -> dict[str, Any]:
+        """Run one run on ``workers``; returns its final rounds row."""
+        self._driver = Driver(spec, workers)
+        return self._driver.run()
+
+    def reset(self) -> None:
+        """Forget the finished run (before the host serves another)."""
+        self._driver = None
+
+    def progress(self) -> dict[str, Any]:
+        """The current run's progress (queued before it starts)."""
+        driver = self._driver
+        if driver is None:
+            return {"round": 0, "status": "queued", "accuracy": math.nan}
+        return driver.progress()

@@ -23,7 +23,8 @@ from raysim.algorithms import ALGORITHMS
 from raysim.config import ExperimentConfig, parse_config
 from raysim.data import ArrayDataset, Partition
 from raysim.engine.cpu_slots import CpuSlots
-from raysim.engine.driver import Driver, RunSpec
+from raysim.engine.driver import RunSpec
+from raysim.engine.pool import POOL, WorkerShape
 from raysim.engine.watchdog import start_watchdog
 from raysim.engine.worker import WorkerSetup
 from raysim.errors import ConfigError, RunInterrupted
@@ -190,7 +191,11 @@ def run_experiments(experiments: dict[str, ExperimentConfig], *, data_root: str 
     here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)
     limit = _concurrent_runs(experiments.values())
 
-    def start(key: tuple[str, int]) -> Any:
+    borrowed: dict[tuple[str, int], tuple[WorkerShape, list[Any], Any]] = {}
+
+    def start(key: tuple[str, int]) -> tuple[Any, Any]:
+        """Start a run on workers and a driver host from the pool (after its driver died: on
+        the same workers with a new driver)."""
         label, seed = key
         config = experiments[label]
         dataset, partition = prepared[label][seed]
@@ -198,13 +203,35 @@ def run_experiments(experiments: dict[str, ExperimentConfig], *, data_root: str 
         if dataset_key not in arrays:  # each dataset goes into the object store once
             arrays[dataset_key] = {name: ray.put(getattr(dataset, name))
                                    for name in ("train_x", "train_y", "test_x", "test_y")}
-        return _start_driver(config, dataset, partition, seed, arrays[dataset_key],
-                             run_dirs[key], notices, here, (labels or {}).get(label, {}))
+        spec = _run_spec(config, dataset, partition, seed, arrays[dataset_key], run_dirs[key],
+                         notices, (labels or {}).get(label, {}))
+        if key in borrowed:
+            shape, workers, _ = borrowed[key]
+        else:
+            engine = config.engine
+            shape = WorkerShape(engine.cpus_per_worker,
+                                engine.gpus_per_worker if spec.use_gpus else 0.0,
+                                engine.placement == "spread", engine.max_worker_failures)
+            workers = POOL.workers(shape, engine.num_workers)
+        driver = POOL.driver(here)
+        borrowed[key] = (shape, workers, driver)
+        return driver, driver.run.remote(spec, workers)
+
+    def finish(key: tuple[str, int], succeeded: bool) -> None:
+        """A run ended: its actors go back to the pool, or are killed if it failed."""
+        shape, workers, driver = borrowed.pop(key)
+        if succeeded:
+            POOL.give_back_workers(shape, workers)
+            POOL.give_back_driver(driver)
+        else:
+            POOL.discard([*workers, driver])
 
     try:
-        results = _follow(queue, start, limit,
+        results = _follow(queue, start, finish, limit,
                           {key: experiments[key[0]].training.rounds for key in queue}, progress)
     except KeyboardInterrupt:
+        POOL.discard([actor for _, workers, driver in borrowed.values()
+                      for actor in (*workers, driver)])  # stop the runs that were going
         for key in queue:  # runs that were going say so; completed ones keep their status
             if (run_dirs[key] / MANIFEST).is_file() and \
                     read_manifest(run_dirs[key]).get("status") in ("running", "queued"):
@@ -271,11 +298,11 @@ def _concurrent_runs(configs: Any) -> int:
     return max(1, math.floor(min(fits) + 1e-9))
 
 
-def _start_driver(config: ExperimentConfig, dataset: ArrayDataset, partition: Partition,
-                  seed: int, arrays: dict[str, Any], run_dir: Path, notices: list[str],
-                  placement: Any, extra: dict[str, Any]) -> Any:
+def _run_spec(config: ExperimentConfig, dataset: ArrayDataset, partition: Partition,
+              seed: int, arrays: dict[str, Any], run_dir: Path, notices: list[str],
+              extra: dict[str, Any]) -> RunSpec:
     """Write the run directory's manifest and partition (or, for a run that resumes, note the
-    resumption), then start its Driver actor."""
+    resumption); returns what its driver needs."""
     algorithm_class = ALGORITHMS[config.algorithm.name]
     resume = (run_dir / MANIFEST).is_file()
     if resume:
@@ -312,19 +339,18 @@ def _start_driver(config: ExperimentConfig, dataset: ArrayDataset, partition: Pa
                         validation_index=validation_index if len(validation_index) else None,
                         validation_sources=validation_sources)
     use_gpus = config.engine.gpus_per_worker > 0 and not notices
-    spec = RunSpec(str(run_dir), setup, config.training.rounds, config.engine,
+    return RunSpec(str(run_dir), setup, config.training.rounds, config.engine,
                    config.evaluation, use_gpus, resume=resume,
                    client_test_shares=client_test_shares)
-    return ray.remote(Driver).options(num_cpus=0, max_concurrency=2,
-                                      scheduling_strategy=placement).remote(spec)
 
 
-def _follow(queue: list[tuple[str, int]], start: Any, limit: int,
+def _follow(queue: list[tuple[str, int]], start: Any, finish: Any, limit: int,
             rounds: dict[tuple[str, int], int], show: bool
             ) -> dict[tuple[str, int], tuple[dict[str, Any] | None, str | None]]:
     """Start runs (at most ``limit`` at a time, in order) and show live progress: one bar per
     run with round, status, latest accuracy and ETA. A driver whose process dies is replaced by
-    one that resumes from the run's checkpoint. Returns (final row, error) per run."""
+    one that resumes from the run's checkpoint. ``start(key)`` returns (driver, future);
+    ``finish(key, succeeded)`` is called when a run ends. Returns (final row, error) per run."""
     bars = {key: tqdm(total=rounds[key], desc=f"{key[0] + ' ' if key[0] else ''}seed {key[1]}",
                       position=i, unit="round", disable=not show, dynamic_ncols=True,
                       leave=True, mininterval=0.5)
@@ -336,8 +362,7 @@ def _follow(queue: list[tuple[str, int]], start: Any, limit: int,
     while waiting or active:
         while waiting and len(active) < limit:
             key = waiting.pop(0)
-            driver = start(key)
-            active[key] = (driver, driver.run.remote())
+            active[key] = start(key)
         ready, _ = ray.wait([future for _, future in active.values()], timeout=0.5,
                             num_returns=len(active))
         for key, (driver, future) in list(active.items()):
@@ -361,13 +386,12 @@ def _follow(queue: list[tuple[str, int]], start: Any, limit: int,
                                         f"(last: {error})")
                     else:  # a new driver resumes from the run's checkpoint
                         restarts[key] = restarts.get(key, 0) + 1
-                        driver = start(key)
-                        active[key] = (driver, driver.run.remote())
+                        active[key] = start(key)
                         continue
                 except ray.exceptions.RayError as error:
                     cause = getattr(error, "cause", None) or error
                     results[key] = (None, f"{type(cause).__name__}: {cause}")
-                ray.kill(driver)
+                finish(key, results[key][1] is None)
                 del active[key]
     for bar in bars.values():
         bar.refresh()

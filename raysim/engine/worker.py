@@ -15,7 +15,7 @@ import torch
 
 from raysim.algorithms.base import Algorithm, RunContext
 from raysim.data.partition import Partition
-from raysim.engine.gpu import GpuMemoryError, cap_gpu_memory, gpu_memory_errors
+from raysim.engine.gpu import cap_gpu_memory, gpu_memory_errors
 from raysim.engine.memory import resident_memory_mb
 from raysim.schema import StrictModel
 from raysim.training.evaluation import classification_metrics, predict_proba
@@ -81,11 +81,20 @@ def pick_device() -> torch.device:
 
 
 class ClientWorker:
-    """A pool member. Created once per run; never one actor per client."""
+    """A pool member: one process that hosts many clients of one run at a time. Kept for every
+    run of an invocation (:mod:`raysim.engine.pool`): ``configure`` binds it to a run,
+    ``reset`` frees it; never one actor per client."""
 
-    def __init__(self, setup: WorkerSetup, index: int):
+    def __init__(self) -> None:
+        self.setup: WorkerSetup | None = None  # set by configure (also after a Ray restart)
+        self.client_states: dict[int, Any] = {}
+        self.group_of: dict[int, int] = {}
+
+    def configure(self, setup: WorkerSetup, index: int) -> dict[str, Any]:
+        """Bind this worker to one run: its algorithm, data and models, warmed up; client
+        states of an earlier run are dropped. Returns :meth:`describe`."""
+        self.reset()
         torch.set_num_threads(setup.threads)
-        self.setup = setup
         self.index = index
         self.device = pick_device()
         self.gpu_share = cap_gpu_memory(self.device, setup.gpu_fraction)
@@ -101,23 +110,34 @@ class ClientWorker:
             vectorize=setup.vectorize, architectures=context.architectures,
             downsample=context.downsample,
         )
-        self.client_states: dict[int, Any] = {}
-        self.group_of: dict[int, int] = {}
-        self._startup_error: GpuMemoryError | None = None
-        try:  # a failed actor start hides its error, so it is raised by the first call
-            with gpu_memory_errors(self.gpu_share, index, "while warming up"):
-                warm_up(self.runtime.model, context.info, context.training.optimizer,
-                        self.device)
-        except GpuMemoryError as error:
-            self._startup_error = error
+        with gpu_memory_errors(self.gpu_share, index, "while warming up"):
+            warm_up(self.runtime.model, context.info, context.training.optimizer, self.device)
+        self.setup = setup
+        return self.describe()
+
+    def reset(self) -> None:
+        """Forget the current run (its data references, models and client states)."""
+        self.setup = None
+        self.client_states, self.group_of = {}, {}
+        for name in ("algorithm", "arrays", "runtime"):
+            self.__dict__.pop(name, None)
+
+    @property
+    def run_setup(self) -> WorkerSetup:
+        """The setup of the run this worker is configured for."""
+        if self.setup is None:
+            raise RuntimeError(f"worker {os.getpid()} was used before configure()")
+        return self.setup
 
     def describe(self) -> dict[str, Any]:
-        """Where this worker runs: node, process, device, GPU ids, threads."""
-        if self._startup_error is not None:
-            raise self._startup_error
-        return {"node_id": ray.get_runtime_context().get_node_id(), "pid": os.getpid(),
-                "device": str(self.device), "gpu_ids": [str(g) for g in ray.get_gpu_ids()],
-                "threads": torch.get_num_threads(), "training_path": self.runtime.path,
+        """Where this worker runs: node, process, device, GPU ids, threads (and, once
+        configured, its training path)."""
+        where = {"node_id": ray.get_runtime_context().get_node_id(), "pid": os.getpid(),
+                 "gpu_ids": [str(g) for g in ray.get_gpu_ids()],
+                 "threads": torch.get_num_threads()}
+        if self.setup is None:
+            return {**where, "configured": False}
+        return {**where, "device": str(self.device), "training_path": self.runtime.path,
                 "training_path_reason": self.runtime.path_reason,
                 **(self.gpu_share.describe() if self.gpu_share else {})}
 
@@ -169,7 +189,7 @@ class ClientWorker:
         for key in dict.fromkeys(k for u in updates for k in u.metrics):
             columns[key] = np.array([u.metrics.get(key, np.nan) for u in updates], dtype=float)
         columns["train_seconds"] = np.full(len(clients), seconds)
-        if self.setup.membership_audit and round_ == self.setup.context.training.rounds - 1:
+        if self.run_setup.membership_audit and round_ == self.run_setup.context.training.rounds - 1:
             columns["mia_auc"] = np.array([self._audit(c, by_client[c].upload) for c in clients])
         outgoing = self._apply_moves([] if moves is None else moves.tolist())
         return RoundReply(results, columns, dict(bytes_up), outgoing, len(self.client_states),
@@ -180,8 +200,8 @@ class ClientWorker:
         test_x, test_y = self.arrays["test_x"], self.arrays["test_y"]
         members, nonmembers = audit_sets(self.runtime.client_indices[client],
                                          self.arrays["train_y"], test_y,
-                                         self.setup.membership_audit,
-                                         self.setup.context.seed, client)
+                                         self.run_setup.membership_audit,
+                                         self.run_setup.context.seed, client)
         return membership_auc(
             lambda x, y: self.algorithm.membership_scores(self.runtime, client, upload, x, y),
             self.runtime, members, nonmembers, test_x, test_y)
@@ -221,7 +241,7 @@ class ClientWorker:
                      ) -> dict[str, list[tuple[np.ndarray, np.ndarray | None]]]:
         """Each evaluation model's (probabilities, routes) on chunks [start, stop) of the test
         set, or (``split="validation"``) of the pooled validation set."""
-        setup = self.setup
+        setup = self.run_setup
         outputs: dict[str, list[tuple[np.ndarray, np.ndarray | None]]] = {name: [] for name in models}
         for start, stop in chunks:
             if split == "validation":
@@ -240,7 +260,7 @@ class ClientWorker:
     def evaluate_clients(self, round_: int, clients: list[int]) -> list[dict[str, Any]]:
         """Evaluate each client's personal model (its own architecture, at its own input
         resolution) on its own test share and the global test set."""
-        info, rows = self.setup.context.info, []
+        info, rows = self.run_setup.context.info, []
         test_x, test_y = self.arrays["test_x"], self.arrays["test_y"]
         for client in clients:
             weights = self.algorithm.personal_weights(self.client_states.get(client))
@@ -252,22 +272,22 @@ class ClientWorker:
             def transform(x: torch.Tensor, client: int = client) -> torch.Tensor:
                 return self.runtime.client_inputs(client, x)
 
-            share = self.setup.partition.test[client]
+            share = self.run_setup.partition.test[client]
             own = classification_metrics(
                 test_y[share], predict_proba(model, test_x[share], info,
-                                             self.setup.eval_batch_size, self.device, transform))
+                                             self.run_setup.eval_batch_size, self.device, transform))
             pooled = classification_metrics(
-                test_y, predict_proba(model, test_x, info, self.setup.eval_batch_size,
+                test_y, predict_proba(model, test_x, info, self.run_setup.eval_batch_size,
                                       self.device, transform))
             described = ({"architecture": self.runtime.architecture(client).name}  # type: ignore[attr-defined]
-                         if self.setup.context.architectures else {})
-            validation = self.setup.partition.validation
+                         if self.run_setup.context.architectures else {})
+            validation = self.run_setup.partition.validation
             if validation is not None and len(validation[client]):
                 held = validation[client]
                 described.update({f"val_{k}": v for k, v in classification_metrics(
                     self.arrays["train_y"][held],
                     predict_proba(model, self.arrays["train_x"][held], info,
-                                  self.setup.eval_batch_size, self.device, transform)).items()})
+                                  self.run_setup.eval_batch_size, self.device, transform)).items()})
             rows.append({"round": round_, "client": client, **described,
                          **{f"own_{k}": v for k, v in own.items()},
                          **{f"global_{k}": v for k, v in pooled.items()}})

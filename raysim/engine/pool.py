@@ -1,0 +1,104 @@
+"""One pool of worker and driver actors for every run of a process's Ray session.
+
+Starting an actor costs a process and its imports (torch, raysim: seconds on a small machine),
+so seeds, variants and sweep points of one invocation — and the runs of a test module — share
+their actors: a run borrows workers of its resource shape (CPUs, GPUs, placement), configures
+them for itself (:meth:`ClientWorker.configure`, which drops everything of the run before),
+and gives them back when it ends. Results do not depend on which process served a run: every
+random draw comes from a named stream (:mod:`raysim.seeding`), never from a process's history.
+
+Idle actors keep their resources reserved, so borrowing workers of another shape first frees
+the idle ones. A run that failed gives back nothing: its actors are killed.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass
+from typing import Any
+
+import ray
+
+from raysim.engine.driver import DriverHost
+from raysim.engine.worker import ClientWorker
+
+
+@dataclass(frozen=True)
+class WorkerShape:
+    """The resources and scheduling of one run's workers."""
+
+    cpus: float
+    gpus: float
+    spread: bool
+    max_restarts: int
+
+
+class ActorPool:
+    """Idle worker actors by shape and idle driver hosts, for the current Ray session."""
+
+    def __init__(self) -> None:
+        self._session: tuple[str, str] | None = None
+        self._idle_workers: dict[WorkerShape, list[Any]] = defaultdict(list)
+        self._idle_drivers: list[Any] = []
+
+    def _check_session(self) -> None:
+        """Forget actors of an earlier Ray session (after ``ray.shutdown``/``init``)."""
+        context = ray.get_runtime_context()
+        session = (context.get_job_id(), context.get_node_id())
+        if session != self._session:
+            self._session = session
+            self._idle_workers.clear()
+            self._idle_drivers.clear()
+
+    def workers(self, shape: WorkerShape, count: int) -> list[Any]:
+        """``count`` workers of ``shape``: idle ones first, then new actors (after freeing
+        idle workers of other shapes, whose reserved resources the new ones may need)."""
+        self._check_session()
+        idle = self._idle_workers[shape]
+        taken, self._idle_workers[shape] = idle[:count], idle[count:]
+        missing = count - len(taken)
+        if missing:
+            for other in [s for s in self._idle_workers if s != shape]:
+                for actor in self._idle_workers.pop(other):
+                    ray.kill(actor)
+            actor_class = ray.remote(ClientWorker).options(
+                num_cpus=shape.cpus, num_gpus=shape.gpus, max_restarts=shape.max_restarts,
+                scheduling_strategy="SPREAD" if shape.spread else "DEFAULT")
+            taken += [actor_class.remote() for _ in range(missing)]
+        return taken
+
+    def give_back_workers(self, shape: WorkerShape, workers: list[Any]) -> None:
+        """Workers of a finished run: reset (their run's data released) and kept idle."""
+        ray.get([worker.reset.remote() for worker in workers])
+        self._idle_workers[shape].extend(workers)
+
+    def driver(self, node_strategy: Any) -> Any:
+        """An idle driver host, or a new one pinned by ``node_strategy`` (the node where the
+        results are written)."""
+        self._check_session()
+        if self._idle_drivers:
+            return self._idle_drivers.pop()
+        return ray.remote(DriverHost).options(num_cpus=0, max_concurrency=2,
+                                              scheduling_strategy=node_strategy).remote()
+
+    def give_back_driver(self, driver: Any) -> None:
+        """A driver host whose run ended: reset and kept idle."""
+        ray.get(driver.reset.remote())
+        self._idle_drivers.append(driver)
+
+    def clear(self) -> None:
+        """Kill every idle actor (their resources return to the cluster)."""
+        self.discard([actor for idle in self._idle_workers.values() for actor in idle]
+                     + self._idle_drivers)
+        self._idle_workers.clear()
+        self._idle_drivers.clear()
+
+    @staticmethod
+    def discard(actors: list[Any]) -> None:
+        """Kill actors of a failed run (they may hold a broken state)."""
+        for actor in actors:
+            ray.kill(actor)
+
+
+POOL = ActorPool()
+"""This process's pool (one Ray session at a time)."""
