@@ -5,9 +5,12 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import time
 from collections.abc import Sequence
 
 from raysim.errors import RaysimError
+
+_STARTED_AT = time.time()  # the command's start, for the start-up phases
 
 
 def _version() -> str:
@@ -122,7 +125,7 @@ def _sweep(args: argparse.Namespace) -> int:
 
 def _execute(experiments: dict, args: argparse.Namespace, labels: dict | None = None) -> int:
     """Run (or resume) labelled experiments, then print the summary table and paths."""
-    from raysim.engine.runner import latest_run_root, run_experiments
+    from raysim.engine.runner import latest_run_root, run_experiments, startup_phases
     from raysim.results.load import load
     from raysim.results.manifest import read_manifest
     from raysim.results.report import format_summary, report, summary_table
@@ -136,7 +139,8 @@ def _execute(experiments: dict, args: argparse.Namespace, labels: dict | None = 
     if resume is not None:
         print(f"resuming {resume}", file=sys.stderr)
     outcomes = run_experiments(experiments, data_root=args.data_root, output=args.output,
-                               progress=not args.no_progress, resume=resume, labels=labels)
+                               progress=not args.no_progress, resume=resume, labels=labels,
+                               started_at=_STARTED_AT)
     root = outcomes[0].run_dir.parent
     if "" not in experiments:
         root = root.parent
@@ -145,6 +149,12 @@ def _execute(experiments: dict, args: argparse.Namespace, labels: dict | None = 
              for w in read_manifest(o.run_dir).get("workers", [])}
     for path in sorted(paths):
         print(f"local training path: {path}")
+    phases = [startup_phases(read_manifest(o.run_dir)) for o in outcomes if not o.error]
+    first = min((p for p in phases if p), key=lambda p: p["first_round"], default=None)
+    if first is not None:
+        print(f"start-up: data {first['data']:.1f} s, Ray {first['ray']:.1f} s, workers "
+              f"{first['workers']:.1f} s; first round dispatched {first['first_round']:.1f} s "
+              "after the command")
     failed = [o for o in outcomes if o.error]
     for outcome in failed:
         print(f"seed {outcome.seed} failed: {outcome.error} (rows written so far are kept in "

@@ -141,7 +141,8 @@ class Driver:
             self._set_progress(status="waiting for resources")
             workers = self.workers
             try:
-                update_manifest(self.run_dir, workers=self._configure(workers))
+                update_manifest(self.run_dir, workers=self._configure(workers),
+                                workers_ready_at=time.time())
                 self._set_progress(status="running")
                 final = self._round_loop(workers, sink, checkpoint)
             except ray.exceptions.RayTaskError as error:
@@ -264,6 +265,8 @@ class Driver:
         last_row: dict[str, Any] = {}
         pending = (self._dispatch(workers, round_, state, layout.worker_of_client, in_flight)
                    if round_ < self.spec.rounds else None)
+        if pending is not None and not self._recoveries:
+            update_manifest(self.run_dir, first_dispatch_at=time.time())
         while pending is not None:
             replies: list[RoundReply] = ray.get(pending.futures)
             for reply in replies:

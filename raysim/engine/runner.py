@@ -163,7 +163,8 @@ def run_experiment(config: ExperimentConfig, *, data_root: str | None = None,
 def run_experiments(experiments: dict[str, ExperimentConfig], *, data_root: str | None = None,
                     output: str | None = None, progress: bool = True,
                     resume: str | Path | None = None,
-                    labels: dict[str, dict[str, Any]] | None = None) -> list[RunOutcome]:
+                    labels: dict[str, dict[str, Any]] | None = None,
+                    started_at: float | None = None) -> list[RunOutcome]:
     """Run every seed of every experiment (e.g. a method and its baselines) concurrently on
     one Ray cluster; results stream to Parquet under one root: ``<root>/<label>/seed_<s>``
     (``<root>/seed_<s>`` for the unlabelled experiment).
@@ -171,8 +172,12 @@ def run_experiments(experiments: dict[str, ExperimentConfig], *, data_root: str 
     ``resume``: an earlier root of the same experiments; completed runs are kept as they are,
     interrupted ones continue from their last checkpoint and missing ones start.
     ``labels``: extra manifest fields per experiment label (e.g. a sweep's grid values).
+    ``started_at``: when the command started (default: now), for the start-up phases that
+    every manifest records (``startup``; see :func:`startup_phases`).
     """
+    phases = {"command_at": started_at or time.time()}
     prepared = {label: prepare(config, data_root) for label, config in experiments.items()}
+    phases["prepared_at"] = time.time()
     first = next(iter(experiments.values()))
     root = (Path(resume) if resume is not None else new_run_root(first, output)).absolute()
     queue: list[tuple[str, int]] = [(label, seed) for label, config in experiments.items()
@@ -187,6 +192,7 @@ def run_experiments(experiments: dict[str, ExperimentConfig], *, data_root: str 
         notices += [n for n in ensure_ray(config) if n not in notices]
     for notice in notices:
         print(notice, file=sys.stderr)
+    phases["ray_ready_at"] = time.time()
     arrays: dict[str, dict[str, Any]] = {}
     here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)
     limit = _concurrent_runs(experiments.values())
@@ -204,7 +210,7 @@ def run_experiments(experiments: dict[str, ExperimentConfig], *, data_root: str 
             arrays[dataset_key] = {name: ray.put(getattr(dataset, name))
                                    for name in ("train_x", "train_y", "test_x", "test_y")}
         spec = _run_spec(config, dataset, partition, seed, arrays[dataset_key], run_dirs[key],
-                         notices, (labels or {}).get(label, {}))
+                         notices, {**(labels or {}).get(label, {}), "startup": phases})
         if key in borrowed:
             shape, workers, _ = borrowed[key]
         else:
@@ -243,6 +249,22 @@ def run_experiments(experiments: dict[str, ExperimentConfig], *, data_root: str 
 
 MAX_DRIVER_RESTARTS = 3
 _RESUME_IGNORES = ("engine", "output", "seeds")  # may change between a run and its resumption
+
+
+def startup_phases(manifest: dict[str, Any]) -> dict[str, float] | None:
+    """Seconds spent in each start-up phase of a run, from its manifest: ``data`` (load,
+    checksum, partition), ``ray`` (start or join Ray), ``workers`` (borrow and configure the
+    workers: process start, imports, model warm-up; near zero for pooled ones) and
+    ``first_round`` (from the command to the first round's dispatch). None for runs
+    without the record (e.g. resumed ones)."""
+    startup = manifest.get("startup")
+    ready, dispatched = manifest.get("workers_ready_at"), manifest.get("first_dispatch_at")
+    if not startup or ready is None or dispatched is None:
+        return None
+    return {"data": startup["prepared_at"] - startup["command_at"],
+            "ray": startup["ray_ready_at"] - startup["prepared_at"],
+            "workers": ready - startup["ray_ready_at"],
+            "first_round": dispatched - startup["command_at"]}
 
 
 def _completed_run(run_dir: Path, config: ExperimentConfig) -> dict[str, Any] | None:
