@@ -215,18 +215,20 @@ class MHpFLID(Algorithm):
         local.train()
         receiver.train()
         messenger.eval()
+        x, y = runtime.client_data(client)
+        # the frozen messenger (eval mode) maps each sample the same way in every epoch:
+        # computed once per stage, not once per batch and epoch
+        messenger_maps = _frozen_outputs(messenger.feature_map, x, runtime.training.batch_size)
 
-        def loss(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-            features = local.body(x)
-            with torch.no_grad():
-                messenger_map = messenger.feature_map(x)
-            messenger_logits = messenger.head(receiver(features, messenger_map))
+        def loss(index: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+            features = local.body(x[index])
+            messenger_logits = messenger.head(receiver(features, messenger_maps[index]))
             return (p.injection_local_weight * F.cross_entropy(local.head(features), y)
                     + p.injection_messenger_weight * F.cross_entropy(messenger_logits, y))
 
         with _frozen(messenger):
             outcome = _stage(runtime, client, round_, optimizer, loss, p.injection_epochs,
-                             "mhpflid-injection")
+                             "mhpflid-injection", y)
         state["injection_adam"] = optimizer.state_dict()
         return outcome
 
@@ -242,20 +244,23 @@ class MHpFLID(Algorithm):
         local.eval()
         messenger.train()
         transmitter.train()
+        x, y = runtime.client_data(client)
+        # the frozen local model (eval mode): its features and predictions once per stage
+        features = _frozen_outputs(local.body, x, runtime.training.batch_size)
+        local_log_probs = F.log_softmax(
+            _frozen_outputs(local.head, features, runtime.training.batch_size), dim=1)
 
-        def loss(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-            with torch.no_grad():
-                features = local.body(x)
-                local_log_probs = F.log_softmax(local.head(features), dim=1)
-            messenger_logits = messenger.head(transmitter(features, messenger.feature_map(x)))
-            kl = F.kl_div(F.log_softmax(messenger_logits, dim=1), local_log_probs,
+        def loss(index: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+            messenger_logits = messenger.head(transmitter(features[index],
+                                                          messenger.feature_map(x[index])))
+            kl = F.kl_div(F.log_softmax(messenger_logits, dim=1), local_log_probs[index],
                           reduction="batchmean", log_target=True)
             return (p.distillation_messenger_weight * F.cross_entropy(messenger_logits, y)
                     + p.distillation_kl_weight * kl)
 
         with _frozen(local):
             outcome = _stage(runtime, client, round_, optimizer, loss, p.distillation_epochs,
-                             "mhpflid-distillation")
+                             "mhpflid-distillation", y)
         state["distillation_adam"] = optimizer.state_dict()
         return outcome
 
@@ -264,11 +269,21 @@ class MHpFLID(Algorithm):
 
 
 def _stage(runtime: ClientRuntime, client: int, round_: int, optimizer: torch.optim.Optimizer,
-           loss: Any, epochs: int, stream: str) -> tuple[float, int, int]:
-    """One training stage of ``epochs`` epochs with its own batch stream (0 epochs: skipped)."""
+           loss: Any, epochs: int, stream: str, y: torch.Tensor) -> tuple[float, int, int]:
+    """One training stage of ``epochs`` epochs with its own batch stream (0 epochs: skipped);
+    ``loss(index, y)`` gets each batch's sample positions in the client's data."""
     if epochs == 0:
-        return math.nan, len(runtime.client_indices[client]), 0
-    return runtime.fit(client, round_, optimizer, loss, epochs=epochs, stream=stream)
+        return math.nan, len(y), 0
+    positions = torch.arange(len(y), device=y.device)
+    return runtime.fit(client, round_, optimizer, loss, epochs=epochs, stream=stream,
+                       data=(positions, y))
+
+
+def _frozen_outputs(module: Any, x: torch.Tensor, batch_size: int) -> torch.Tensor:
+    """A frozen module's outputs for every sample, computed in batches without gradients."""
+    with torch.no_grad():
+        return torch.cat([module(x[start:start + batch_size])
+                          for start in range(0, len(x), batch_size)])
 
 
 def _relative_change(before: Weights, after: Weights) -> float:
