@@ -14,6 +14,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 # The suite's own CPU slots: `raysim run` subprocesses of the tests neither wait for nor take the
 # slots of experiments the user runs on this machine at the same time.
 os.environ["RAYSIM_CPU_SLOTS"] = tempfile.mkdtemp(prefix="raysim-test-cpu-slots-")
+os.environ["RAYSIM_CACHE"] = tempfile.mkdtemp(prefix="raysim-test-cache-")  # MD5s of test files
 
 REAL_MEDMNIST = Path(__file__).resolve().parents[2] / "shared" / "data" / "medmnist"
 

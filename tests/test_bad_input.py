@@ -172,3 +172,26 @@ def test_more_gpus_per_worker_than_any_node_has_exit_2(ray_session, capsys, tmp_
     code, err = run_cli(capsys, tmp_path, quickstart_raw(engine={"gpus_per_worker": 2}),
                         "--no-progress", command="run")
     assert code == 2 and "could never be scheduled" in err
+
+
+def test_checksums_of_unchanged_files_are_remembered_and_changed_files_read_again(
+        tmp_path, monkeypatch):
+    import hashlib
+    import os
+
+    from raysim.data import medmnist_io
+
+    monkeypatch.setenv("RAYSIM_CACHE", str(tmp_path / "cache"))
+    path = tmp_path / "file.npz"
+    path.write_bytes(b"first")
+    assert medmnist_io._file_md5(path) == hashlib.md5(b"first").hexdigest()
+    first, second = hashlib.md5(b"first").hexdigest(), hashlib.md5(b"second").hexdigest()
+    reads = []
+    original = hashlib.md5
+    monkeypatch.setattr(medmnist_io.hashlib, "md5",
+                        lambda *args, **kwargs: reads.append(1) or original(*args, **kwargs))
+    assert medmnist_io._file_md5(path) == first
+    assert reads == []  # the unchanged file was not read again
+    path.write_bytes(b"second")  # a changed file (size and modification time) is read again
+    os.utime(path, ns=(path.stat().st_atime_ns, path.stat().st_mtime_ns + 1))
+    assert medmnist_io._file_md5(path) == second and reads == [1]

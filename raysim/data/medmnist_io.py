@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
+import json
 import os
 import shutil
 import tempfile
@@ -110,14 +112,43 @@ def _fetch(path: Path, url: str, download: bool) -> None:
         ) from None
 
 
-def _check_md5(path: Path, expected: str) -> None:
+def _checksum_cache() -> Path:
+    """Where verified MD5s are remembered (``RAYSIM_CACHE`` or ~/.cache/raysim)."""
+    root = os.environ.get("RAYSIM_CACHE") or Path(
+        os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "raysim"
+    return Path(root) / "checksums.json"
+
+
+def _file_md5(path: Path) -> str:
+    """The file's MD5, remembered by (path, size, modification time) so an unchanged file is
+    read once, not at every start-up (224 px files are hundreds of MB)."""
+    stat = path.stat()
+    key = f"{path.resolve()}|{stat.st_size}|{stat.st_mtime_ns}"
+    cache = _checksum_cache()
+    try:
+        known = json.loads(cache.read_text())
+    except (OSError, ValueError):
+        known = {}
+    if isinstance(known, dict) and isinstance(known.get(key), str):
+        return known[key]
     digest = hashlib.md5()
     with path.open("rb") as handle:
         for block in iter(lambda: handle.read(1 << 20), b""):
             digest.update(block)
-    if digest.hexdigest() != expected:
+    known = {**(known if isinstance(known, dict) else {}), key: digest.hexdigest()}
+    with contextlib.suppress(OSError):  # a cache that cannot be written is only slower
+        cache.parent.mkdir(parents=True, exist_ok=True)
+        temporary = cache.with_suffix(f".{os.getpid()}.tmp")
+        temporary.write_text(json.dumps(known))
+        os.replace(temporary, cache)
+    return digest.hexdigest()
+
+
+def _check_md5(path: Path, expected: str) -> None:
+    actual = _file_md5(path)
+    if actual != expected:
         raise DataError(
-            f"MedMNIST file {path} has MD5 {digest.hexdigest()}, but the medmnist metadata says "
+            f"MedMNIST file {path} has MD5 {actual}, but the medmnist metadata says "
             f"{expected}: the file is corrupt, truncated or not the official release. Delete it "
             "to download it again, or set dataset.verify_checksum=false for a file you made."
         )
