@@ -3,9 +3,6 @@
 from __future__ import annotations
 
 import numpy as np
-from sklearn.datasets import load_breast_cancer, load_digits, make_classification
-from sklearn.model_selection import train_test_split
-from sklearn.preprocessing import StandardScaler
 
 from raysim.data.dataset import ArrayDataset, DataInfo
 
@@ -19,6 +16,11 @@ def load_builtin(name: str) -> ArrayDataset:
     """Load ``breast-cancer`` (30 tabular features, 2 classes), ``digits`` (8x8 images) or
     ``synthetic`` (scikit-learn's make_classification: 50,000 samples, 30 features, 2 classes;
     breast-cancer-shaped data for scale tests and benchmarks, not real data)."""
+    # imported here: worker processes import this module but never load data (seconds saved
+    # at every worker's start)
+    from sklearn.datasets import load_breast_cancer, load_digits, make_classification
+    from sklearn.preprocessing import StandardScaler
+
     if name in ("breast-cancer", "synthetic"):
         if name == "breast-cancer":
             bunch = load_breast_cancer()
@@ -47,4 +49,6 @@ def load_builtin(name: str) -> ArrayDataset:
 
 
 def _split(x: np.ndarray, y: np.ndarray) -> list[np.ndarray]:
+    from sklearn.model_selection import train_test_split
+
     return train_test_split(x, y, test_size=_TEST_FRACTION, random_state=_SPLIT_SEED, stratify=y)

@@ -7,7 +7,6 @@ from collections.abc import Callable
 
 import numpy as np
 import torch
-from sklearn.metrics import accuracy_score, f1_score, log_loss, roc_auc_score
 from torch import nn
 
 from raysim.data.dataset import DataInfo, to_tensor
@@ -41,6 +40,9 @@ def classification_metrics(labels: np.ndarray, probs: np.ndarray) -> dict[str, f
     """
     if len(labels) == 0:
         return dict.fromkeys(METRICS, math.nan)
+    # imported at the first evaluation, not when a worker starts (scikit-learn takes seconds)
+    from sklearn.metrics import accuracy_score, f1_score, log_loss, roc_auc_score
+
     num_classes = probs.shape[1]
     predicted = probs.argmax(axis=1)
     aucs = [
