@@ -152,7 +152,8 @@ def _execute(experiments: dict, args: argparse.Namespace, labels: dict | None = 
     phases = [startup_phases(read_manifest(o.run_dir)) for o in outcomes if not o.error]
     first = min((p for p in phases if p), key=lambda p: p["first_round"], default=None)
     if first is not None:
-        print(f"start-up: data {first['data']:.1f} s, Ray {first['ray']:.1f} s, workers "
+        print(f"start-up: imports {first['imports']:.1f} s, data {first['data']:.1f} s, Ray "
+              f"{first['ray']:.1f} s, workers "
               f"{first['workers']:.1f} s; first round dispatched {first['first_round']:.1f} s "
               "after the command")
     failed = [o for o in outcomes if o.error]

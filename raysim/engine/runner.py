@@ -175,7 +175,7 @@ def run_experiments(experiments: dict[str, ExperimentConfig], *, data_root: str 
     ``started_at``: when the command started (default: now), for the start-up phases that
     every manifest records (``startup``; see :func:`startup_phases`).
     """
-    phases = {"command_at": started_at or time.time()}
+    phases = {"command_at": started_at or time.time(), "entered_at": time.time()}
     prepared = {label: prepare(config, data_root) for label, config in experiments.items()}
     phases["prepared_at"] = time.time()
     first = next(iter(experiments.values()))
@@ -252,8 +252,9 @@ _RESUME_IGNORES = ("engine", "output", "seeds")  # may change between a run and 
 
 
 def startup_phases(manifest: dict[str, Any]) -> dict[str, float] | None:
-    """Seconds spent in each start-up phase of a run, from its manifest: ``data`` (load,
-    checksum, partition), ``ray`` (start or join Ray), ``workers`` (borrow and configure the
+    """Seconds spent in each start-up phase of a run, from its manifest: ``imports`` (from the
+    command's start to the runner: Python, torch, raysim, the config), ``data`` (load,
+    checksum, partition, model check), ``ray`` (start or join Ray), ``workers`` (borrow and configure the
     workers: process start, imports, model warm-up; near zero for pooled ones) and
     ``first_round`` (from the command to the first round's dispatch). None for runs
     without the record (e.g. resumed ones)."""
@@ -261,7 +262,9 @@ def startup_phases(manifest: dict[str, Any]) -> dict[str, float] | None:
     ready, dispatched = manifest.get("workers_ready_at"), manifest.get("first_dispatch_at")
     if not startup or ready is None or dispatched is None:
         return None
-    return {"data": startup["prepared_at"] - startup["command_at"],
+    entered = startup.get("entered_at", startup["command_at"])
+    return {"imports": entered - startup["command_at"],
+            "data": startup["prepared_at"] - entered,
             "ray": startup["ray_ready_at"] - startup["prepared_at"],
             "workers": ready - startup["ray_ready_at"],
             "first_round": dispatched - startup["command_at"]}
