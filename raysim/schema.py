@@ -177,6 +177,13 @@ class EngineConfig(StrictModel):
     max_worker_failures: int = Field(
         3, ge=0, description="worker actors that die are restarted this many times per run"
     )
+    server_threads: int | None = Field(
+        None, ge=1,
+        description="threads of the driver's server-side training (FedVCK/FedDM on synthetic "
+        "sets, FedDF distillation), which runs while the workers wait; default: "
+        "cpus_per_worker. Like cpus_per_worker, a different value can change the last digits "
+        "of results (floating-point reduction order); e.g. num_workers x cpus_per_worker uses "
+        "every CPU of the run")
     placement: Literal["spread", "pack"] = Field(
         "spread",
         description="spread: a run's workers go to as many nodes as possible; pack: as few",

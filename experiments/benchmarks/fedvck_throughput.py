@@ -54,7 +54,8 @@ def config(dataset: dict, rounds: int, iterations: int, server_epochs: int) -> d
                       "server_epochs": server_epochs},
         "training": {"rounds": rounds},
         "evaluation": {"every": 0},
-        "engine": {"num_workers": 2, "cpus_per_worker": 1, "flush_seconds": 5.0},
+        "engine": {"num_workers": 2, "cpus_per_worker": 1, "flush_seconds": 5.0,
+                   "server_threads": 2},  # the server step uses both CPUs while workers wait
     }
 
 

@@ -482,7 +482,13 @@ class DriverHost:
         self._driver: Driver | None = None
 
     def run(self, spec: RunSpec, workers: list[Any]) -> dict[str, Any]:
-        """Run one run on ``workers``; returns its final rounds row."""
+        """Run one run on ``workers``; returns its final rounds row. Server-side work (e.g.
+        FedVCK's training on the synthetic sets) uses ``engine.server_threads`` threads
+        (default: a worker's, so that results do not depend on the number of workers)."""
+        import torch
+
+        engine = spec.engine
+        torch.set_num_threads(engine.server_threads or max(1, math.floor(engine.cpus_per_worker)))
         self._driver = Driver(spec, workers)
         return self._driver.run()
 
