@@ -65,7 +65,8 @@ def test_imports_only_point_down():
 
 def test_config_algorithms_and_training_load_without_ray():
     code = ("import sys, raysim.config, raysim.preparation, raysim.algorithms, raysim.training"
-            ".runtime; print(sorted(m for m in ('ray',) if m in sys.modules))")
+            ".runtime, raysim.engine.round_loop, raysim.engine.round_callbacks;"
+            " print(sorted(m for m in ('ray',) if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True).stdout.strip()
     assert out == "[]"

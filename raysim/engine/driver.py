@@ -15,38 +15,19 @@ from typing import Any
 import numpy as np
 import ray
 
-from raysim.engine.checkpoint import (
-    Checkpoint,
-    load_checkpoint,
-    remove_checkpoint,
-    save_checkpoint,
-    truncate_results,
-)
-from raysim.engine.memory import resident_memory_mb
+from raysim.engine.checkpoint import Checkpoint, load_checkpoint, remove_checkpoint, truncate_results
 from raysim.engine.placement import assign_groups, client_groups, per_sample_costs
+from raysim.engine.ray_workers import RayWorkers
+from raysim.engine.round_callbacks import Checkpointing, DivergenceStop, EvaluationSchedule
+from raysim.engine.round_loop import Dispatch, Durable, LoopProgress, RoundCallback, RoundLoop
 from raysim.engine.server_evaluation import Evaluator
-from raysim.engine.worker import RoundReply, WorkerSetup
+from raysim.engine.worker import WorkerSetup
 from raysim.errors import DivergenceError, RunError, WorkerFailureError
 from raysim.results.manifest import update_manifest
 from raysim.results.sink import ParquetSink
 from raysim.schema import EngineConfig, EvaluationConfig
-from raysim.seeding import numpy_rng
-from raysim.training.evaluation import METRICS
-from raysim.training.weights import payload_bytes
 
-_INLINE_BYTES = 100 * 1024  # Ray inlines arguments below this size
 _RESTART_TIMEOUT = 300.0  # seconds to wait for Ray to restart a dead worker
-
-
-@dataclass(frozen=True)
-class _Dispatch:
-    """A round sent to the workers and not yet collected."""
-
-    round: int
-    futures: list[Any]
-    message: dict[str, Any]
-    receivers: int
-    started: float
 
 
 @dataclass(frozen=True)
@@ -76,15 +57,6 @@ class _Layout:
     clients_by_worker: dict[int, list[int]]
 
 
-@dataclass
-class _Durable:
-    """A state the run can restart from: the state before round ``next_round``."""
-
-    next_round: int
-    state: Any
-    client_states: dict[int, Any]
-
-
 def _fetch(array: Any) -> Any:
     """An array that may travel as an object-store reference."""
     return ray.get(array) if isinstance(array, ray.ObjectRef) else array
@@ -109,9 +81,7 @@ class Driver:
         self._progress: dict[str, Any] = {"round": 0, "rounds": spec.rounds, "status": "queued",
                                           "accuracy": math.nan}
         self._lock = threading.Lock()
-        self._durable = _Durable(0, None, {})
-        self._recorded = 0  # rounds [0, _recorded) have their rows in the results
-        self._stateful = False  # some client keeps state between rounds
+        self._loop_progress = LoopProgress(Durable(0, None, {}), recorded=0)
         self._recoveries: list[dict[str, Any]] = []
         validation_y = (None if setup.validation_index is None
                         else _fetch(setup.arrays["train_y"])[setup.validation_index])
@@ -198,14 +168,14 @@ class Driver:
         layout = self._layout(len(workers))
         if checkpoint is None:
             initial = self.algorithm.init_server_state(self.spec.setup.initial_weights)
-            self._durable = _Durable(0, initial, {})
+            durable = Durable(0, initial, {})
         else:
-            self._durable = _Durable(checkpoint.next_round, checkpoint.server_state,
-                                     checkpoint.client_states)
-            self._stateful = bool(checkpoint.client_states)
+            durable = Durable(checkpoint.next_round, checkpoint.server_state,
+                              checkpoint.client_states)
             update_manifest(self.run_dir, resumed_from=checkpoint.next_round)
-        self._recorded = self._durable.next_round
-        self._set_progress(round=self._recorded)
+        self._loop_progress = LoopProgress(durable, recorded=durable.next_round,
+                                           stateful=bool(durable.client_states))
+        self._set_progress(round=durable.next_round)
         self._prepare_workers(workers, layout)
         while True:
             try:
@@ -216,21 +186,22 @@ class Driver:
     def _prepare_workers(self, workers: list[Any], layout: _Layout) -> None:
         """Tell every worker its clients' groups and give it their durable states."""
         self._send_groups(workers, layout.group_of_client, layout.worker_of_client)
-        states = self._durable.client_states
-        if states or self._stateful:
+        states = self._loop_progress.durable.client_states
+        if states or self._loop_progress.stateful:
             owner = layout.worker_of_client
             ray.get([worker.restore_states.remote(
                 {c: s for c, s in states.items() if owner[c] == w})
                 for w, worker in enumerate(workers)])
 
     def _recover(self, workers: list[Any], layout: _Layout, error: Exception) -> None:
+        recorded = self._loop_progress.recorded
         failures = len(self._recoveries) + 1
         limit = self.spec.engine.max_worker_failures
         if failures > limit:
             raise WorkerFailureError(
                 f"A worker actor died for the {failures}th time in this run (last: {error}); "
                 f"engine.max_worker_failures={limit} restarts are allowed. Rows of rounds "
-                f"0-{self._recorded - 1} are kept in {self.run_dir}; find the cause in the "
+                f"0-{recorded - 1} are kept in {self.run_dir}; find the cause in the "
                 "Ray logs (e.g. out of memory), then continue with `raysim run CONFIG --resume`."
             ) from None
         self._set_progress(status=f"recovering from a dead worker ({failures}/{limit})")
@@ -245,151 +216,35 @@ class Driver:
                 if time.monotonic() > deadline:
                     raise WorkerFailureError(
                         f"A worker actor died ({error}) and was not restarted within "
-                        f"{_RESTART_TIMEOUT:.0f} s. Rows of rounds 0-{self._recorded - 1} are kept "
+                        f"{_RESTART_TIMEOUT:.0f} s. Rows of rounds 0-{recorded - 1} are kept "
                         f"in {self.run_dir}; continue with `raysim run CONFIG --resume`."
                     ) from None
                 time.sleep(0.5)
         self._prepare_workers(workers, layout)
-        self._recoveries.append({"failed_at": time.time(), "rolled_back_to": self._durable.next_round,
-                                 "rounds_recorded": self._recorded, "error": str(error)[:500]})
+        self._recoveries.append({"failed_at": time.time(), "rolled_back_to":
+                                 self._loop_progress.durable.next_round,
+                                 "rounds_recorded": recorded, "error": str(error)[:500]})
         update_manifest(self.run_dir, workers=described, recoveries=self._recoveries)
         self._set_progress(status="running")
 
     def _rounds(self, workers: list[Any], layout: _Layout, sink: ParquetSink) -> dict[str, Any]:
-        """Rounds from the durable state to the end. Round r+1 is dispatched before round r's
-        rows are written (workers train while the driver does bookkeeping), except before a
-        checkpoint, which needs the workers idle."""
-        state = self._durable.state
-        round_ = self._durable.next_round
-        in_flight: dict[int, list[Any]] = defaultdict(list)  # relayed client states per worker
-        last_row: dict[str, Any] = {}
-        pending = (self._dispatch(workers, round_, state, layout.worker_of_client, in_flight)
-                   if round_ < self.spec.rounds else None)
-        if pending is not None and not self._recoveries:
-            update_manifest(self.run_dir, first_dispatch_at=time.time())
-        while pending is not None:
-            replies: list[RoundReply] = ray.get(pending.futures)
-            for reply in replies:
-                self._stateful |= reply.states_held > 0
-                for destination, ref in reply.outgoing.items():
-                    in_flight[destination].append(ref)
-            partials = sorted((g for reply in replies for g in reply.groups), key=lambda g: g.group)
-            trained = time.perf_counter()
-            state = self.algorithm.aggregate(state, [g.partial for g in partials], round_)
-            aggregated = time.perf_counter()
-            replay = round_ < self._recorded  # rows already written before a rollback
-            diverged = _diverged_clients(replies)
-            metrics = dict.fromkeys(METRICS, math.nan)
-            if not replay and not diverged and self._due(round_):
-                self._deliver(workers, in_flight)  # evaluate before the next round changes states
-                metrics = self._evaluator.evaluate(workers, state, round_,
-                                                   layout.clients_by_worker, sink)
-            model_diverged = bool(metrics.pop("diverged", False))
-            evaluated = time.perf_counter()
-            checkpoint_due = not replay and self._checkpoint_due(round_)
-            current, pending = pending, None
-            stop = bool(diverged) or model_diverged
-            if round_ + 1 < self.spec.rounds and not checkpoint_due and not stop:
-                pending = self._dispatch(workers, round_ + 1, state, layout.worker_of_client,
-                                         in_flight)
-            if not replay:
-                last_row = self._record(sink, current, replies, metrics, trained, aggregated,
-                                        evaluated)
-                self._recorded = round_ + 1
-                self._stop_if_diverged(round_, diverged, model_diverged, sink)
-            if checkpoint_due:
-                self._deliver(workers, in_flight)
-                self._checkpoint(workers, round_ + 1, state, sink)
-                if round_ + 1 < self.spec.rounds:
-                    pending = self._dispatch(workers, round_ + 1, state,
-                                             layout.worker_of_client, in_flight)
-            elif not self._stateful and not in_flight:
-                # nothing lives on the workers: the server state alone is a durable state
-                self._durable = _Durable(round_ + 1, state, {})
-            round_ += 1
-        self._deliver(workers, in_flight)
-        return last_row
-
-    def _checkpoint_due(self, round_: int) -> bool:
-        every = self.spec.engine.checkpoint_every
-        return every > 0 and (round_ + 1) % every == 0 and round_ + 1 < self.spec.rounds
-
-    def _checkpoint(self, workers: list[Any], next_round: int, state: Any,
-                    sink: ParquetSink) -> None:
-        """Flush the results, gather every client state and write the checkpoint."""
-        sink.flush()
-        client_states: dict[int, Any] = {}
-        if self._stateful:
-            for states in ray.get([worker.snapshot_states.remote() for worker in workers]):
-                client_states.update(states)
-        self._durable = _Durable(next_round, state, client_states)
-        save_checkpoint(self.run_dir, Checkpoint(self.context.seed, next_round, state,
-                                                 client_states, sink.next_part))
-        update_manifest(self.run_dir, checkpoint_round=next_round)
-
-    def _stop_if_diverged(self, round_: int, diverged: list[int], model_diverged: bool,
-                          sink: ParquetSink) -> None:
-        """Raise a DivergenceError (after the round's rows are written) on non-finite losses."""
-        if not diverged and not model_diverged:
-            return
-        sink.flush()
-        if diverged:
-            shown = ", ".join(str(c) for c in diverged[:10])
-            more = f" and {len(diverged) - 10} more" if len(diverged) > 10 else ""
-            what = f"client(s) {shown}{more} reported a non-finite training loss (NaN or inf)"
-        else:
-            what = "the global model's test predictions are not finite (NaN or inf weights)"
-        raise DivergenceError(
-            f"Training diverged in round {round_}: {what}. The run stopped; the rows of rounds "
-            f"0-{round_} are kept in {self.run_dir}. Lower training.optimizer.lr, add gradient "
-            "clipping through the algorithm's options where it has them, or check the data for "
-            "extreme values."
-        )
-
-    def _dispatch(self, workers: list[Any], round_: int, state: Any,
-                  worker_of_client: np.ndarray, in_flight: dict[int, list[Any]]) -> _Dispatch:
-        """Send round ``round_`` to the workers that hold its sampled clients (or states)."""
-        started = time.perf_counter()
-        sampled = self._sample_clients(round_)
-        message = self.algorithm.broadcast(state, round_)
-        # large broadcasts go into the object store once; small ones travel inline
-        message_ref = ray.put(message) if payload_bytes(message) > _INLINE_BYTES else message
-        owners = worker_of_client[sampled]
-        work = {int(w): sampled[owners == w] for w in np.unique(owners)}
-        moves = self._moves(round_, worker_of_client)
-        for w in [*in_flight, *moves]:
-            work.setdefault(w, sampled[:0])
-        futures = [workers[w].run_round.remote(round_, message_ref, clients,
-                                               in_flight.pop(w, []), moves.get(w))
-                   for w, clients in sorted(work.items())]
-        return _Dispatch(round_, futures, message, len(sampled), started)
-
-    def _record(self, sink: ParquetSink, dispatch: _Dispatch, replies: list[RoundReply],
-                metrics: dict[str, float], trained: float, aggregated: float,
-                evaluated: float) -> dict[str, Any]:
-        """Write one round's rows (rounds, clients, communication) and update progress."""
-        round_ = dispatch.round
-        clients = _merge_columns([reply.clients for reply in replies])
-        bytes_rows = self._communication(round_, dispatch.message, dispatch.receivers, replies,
-                                         self.algorithm.relayed_uploads)
-        row = {"round": round_, "clients_sampled": dispatch.receivers, **metrics,
-               "bytes_down": sum(r["bytes"] for r in bytes_rows if r["direction"] == "down"),
-               "bytes_up": sum(r["bytes"] for r in bytes_rows if r["direction"] == "up"),
-               "train_loss": _weighted_train_loss(clients),
-               "seconds_train": trained - dispatch.started,
-               "seconds_aggregate": aggregated - trained,
-               "seconds_evaluate": evaluated - aggregated, "wall_time": time.time(),
-               "driver_memory_mb": resident_memory_mb(),
-               "worker_memory_mb": max((r.memory_mb for r in replies), default=math.nan)}
-        sink.add("rounds", [row])
-        sink.add_columns("clients", {"round": np.full(len(clients["client"]), round_),
-                                     **clients})
-        sink.add("communication", bytes_rows)
-        sink.maybe_flush()
-        if not math.isnan(row.get("accuracy", math.nan)):
-            self._set_progress(accuracy=row["accuracy"])
-        self._set_progress(round=round_ + 1)
-        return row
+        """One pass of the round loop from the durable state to the end."""
+        spec, context = self.spec, self.context
+        evaluation = EvaluationSchedule(
+            spec.evaluation.every, spec.rounds,
+            lambda state, round_: self._evaluator.evaluate(workers, state, round_,
+                                                           layout.clients_by_worker, sink))
+        loop = RoundLoop(
+            self.algorithm, seed=context.seed, num_clients=context.num_clients,
+            clients_per_round=context.clients_per_round, rounds=spec.rounds,
+            worker_of_client=layout.worker_of_client, workers=RayWorkers(workers), sink=sink,
+            progress=self._loop_progress,
+            callbacks=[_FirstDispatchStamp(self.run_dir, first=not self._recoveries), evaluation,
+                       DivergenceStop(self.run_dir),
+                       Checkpointing(spec.engine.checkpoint_every, spec.rounds, self.run_dir,
+                                     context.seed)],
+            report=self._set_progress)
+        return loop.run()
 
     @staticmethod
     def _send_groups(workers: list[Any], group_of_client: np.ndarray,
@@ -399,79 +254,18 @@ class Driver:
                                           group_of_client[worker_of_client == w])
                  for w, worker in enumerate(workers)])
 
-    def _moves(self, round_: int, worker_of_client: np.ndarray) -> dict[int, np.ndarray]:
-        """Per source worker: rows (client, destination client, destination worker)."""
-        destination = self.algorithm.migration(round_)
-        if destination is None:
-            return {}
-        table = np.stack([np.arange(len(destination)), destination,
-                          worker_of_client[destination]], axis=1).astype(np.int64)
-        return {int(w): table[worker_of_client == w] for w in np.unique(worker_of_client)}
 
-    @staticmethod
-    def _deliver(workers: list[Any], in_flight: dict[int, list[Any]]) -> None:
-        """Hand relayed client states to their workers now (before evaluation, at the end)."""
-        ray.get([workers[w].receive_states.remote(refs) for w, refs in in_flight.items() if refs])
-        in_flight.clear()
+class _FirstDispatchStamp(RoundCallback):
+    """Records when the run's first round was sent (a start-up phase in the manifest)."""
 
-    def _sample_clients(self, round_: int) -> np.ndarray:
-        total = self.context.num_clients
-        count = min(self.context.clients_per_round, total)
-        if count == total:
-            return np.arange(total)
-        return np.sort(numpy_rng(self.context.seed, "sample", round_).choice(total, count,
-                                                                             replace=False))
+    def __init__(self, run_dir: Path, first: bool):
+        self.run_dir = run_dir
+        self.pending = first
 
-    def _due(self, round_: int) -> bool:
-        every = self.spec.evaluation.every
-        return every > 0 and ((round_ + 1) % every == 0 or round_ + 1 == self.spec.rounds)
-
-    @staticmethod
-    def _communication(round_: int, message: dict[str, Any], receivers: int,
-                       replies: list[RoundReply], relayed: tuple[str, ...]
-                       ) -> list[dict[str, Any]]:
-        rows = [{"round": round_, "direction": "down", "message_type": kind,
-                 "bytes": payload_bytes(payload) * receivers} for kind, payload in message.items()]
-        up: dict[str, int] = defaultdict(int)
-        for reply in replies:
-            for kind, count in reply.bytes_up.items():
-                up[kind] += count
-        rows += [{"round": round_, "direction": "up", "message_type": kind, "bytes": count}
-                 for kind, count in sorted(up.items())]
-        rows += [{"round": round_, "direction": "down", "message_type": kind, "bytes": count}
-                 for kind, count in sorted(up.items()) if kind in relayed]
-        return rows
-
-
-def _merge_columns(parts: list[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
-    """Concatenate per-worker client columns, sorted by client id (worker-count independent)."""
-    parts = [p for p in parts if len(p["client"])]
-    if not parts:
-        return {"client": np.zeros(0, dtype=np.int64)}
-    keys = dict.fromkeys(k for p in parts for k in p)
-    merged = {k: np.concatenate([p.get(k, np.full(len(p["client"]), np.nan)) for p in parts])
-              for k in keys}
-    order = np.argsort(merged["client"], kind="stable")
-    return {k: v[order] for k, v in merged.items()}
-
-
-def _diverged_clients(replies: list[RoundReply]) -> list[int]:
-    """Clients whose training loss this round is NaN or infinite, in id order."""
-    bad: list[int] = []
-    for reply in replies:
-        losses = reply.clients.get("train_loss")
-        if losses is not None:
-            bad += reply.clients["client"][~np.isfinite(losses)].tolist()
-    return sorted(bad)
-
-
-def _weighted_train_loss(clients: dict[str, np.ndarray]) -> float:
-    if "train_loss" not in clients or "num_samples" not in clients:
-        return math.nan
-    total = clients["num_samples"].sum()
-    if not total:
-        return math.nan
-    return float((clients["train_loss"] * clients["num_samples"]).sum() / total)
+    def after_dispatch(self, loop: RoundLoop, dispatch: Dispatch) -> None:
+        if self.pending:
+            self.pending = False
+            update_manifest(self.run_dir, first_dispatch_at=time.time())
 
 
 class DriverHost:

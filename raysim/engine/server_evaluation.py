@@ -11,6 +11,7 @@ import numpy as np
 import ray
 
 from raysim.algorithms.base import Algorithm
+from raysim.engine.round_loop import Evaluation
 from raysim.results.sink import ParquetSink
 from raysim.schema import EvaluationConfig
 from raysim.training.evaluation import (
@@ -39,10 +40,11 @@ class Evaluator:
         self.settings = settings
 
     def evaluate(self, workers: list[Any], state: Any, round_: int,
-                 clients_by_worker: dict[int, list[int]], sink: ParquetSink) -> dict[str, float]:
+                 clients_by_worker: dict[int, list[int]], sink: ParquetSink) -> Evaluation:
         """Server-side models on the pooled test set (and on each client's share and the unseen
         client's share), then personal models on the workers; writes client_eval and
-        selection rows and returns the round's metric columns."""
+        selection rows and returns the round's metric columns (stopping at the first server
+        model whose predictions are not finite: the run diverged)."""
         row = dict.fromkeys(METRICS, math.nan)
         models = self.algorithm.evaluation_models(state)
         shares, unseen = self.shares, self.unseen
@@ -56,7 +58,7 @@ class Evaluator:
         for name, (probabilities, routes) in self._predict(workers, models, "test",
                                                            len(self.test_y)).items():
             if not np.isfinite(probabilities).all():
-                return {**row, "diverged": True}  # popped by the round loop
+                return Evaluation(row, model_diverged=True)
             row.update(_prefixed(classification_metrics(self.test_y, probabilities), name))
             if unseen is not None and len(unseen):
                 row.update(_prefixed(classification_metrics(self.test_y[unseen],
@@ -91,7 +93,7 @@ class Evaluator:
                 entry.update({key: float(values[client]) for key, values in per_client.items()})
             personal_rows = [by_client[c] for c in sorted(by_client)]
         sink.add("client_eval", personal_rows)
-        return row
+        return Evaluation(row)
 
     def _predict(self, workers: list[Any], models: dict[str, Any], split: str, size: int
                  ) -> dict[str, tuple[np.ndarray, np.ndarray | None]]:

@@ -17,6 +17,7 @@ from raysim.algorithms.base import Algorithm, RunContext
 from raysim.data.partition import Partition
 from raysim.engine.gpu import cap_gpu_memory, gpu_memory_errors
 from raysim.engine.memory import resident_memory_mb
+from raysim.engine.round_loop import GroupResult, RoundReply
 from raysim.schema import StrictModel
 from raysim.training.evaluation import classification_metrics, predict_proba
 from raysim.training.membership import audit_sets, membership_auc
@@ -48,29 +49,6 @@ class WorkerSetup:
     """Training-set indices of the pooled validation set (``evaluation.validation``), or None."""
     validation_sources: np.ndarray | None = None
     """The client whose validation share holds each pooled validation sample."""
-
-
-@dataclass
-class GroupResult:
-    """One client group's partial (pre-aggregated uploads)."""
-
-    group: int
-    partial: Any
-
-
-@dataclass
-class RoundReply:
-    """A worker's round: group partials, per-client metrics as columns (cheap to ship), upload
-    bytes by message type, and the client states it relayed to other workers."""
-
-    groups: list[GroupResult]
-    clients: dict[str, np.ndarray]
-    bytes_up: dict[str, int]
-    outgoing: dict[int, Any]
-    states_held: int = 0
-    """Client states resident on this worker after the round."""
-    memory_mb: float = 0.0
-    """The worker process's resident memory after the round."""
 
 
 def pick_device() -> torch.device:

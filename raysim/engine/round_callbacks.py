@@ -1,0 +1,94 @@
+"""The round loop's callbacks (``raysim.engine.round_loop``): evaluation schedule, divergence
+stop and checkpointing. Ray-free: what touches the workers comes in as functions."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from raysim.engine.checkpoint import Checkpoint, save_checkpoint
+from raysim.engine.round_loop import (
+    Durable,
+    Evaluation,
+    RoundCallback,
+    RoundLoop,
+    RoundOutcome,
+)
+from raysim.errors import DivergenceError
+from raysim.results.manifest import update_manifest
+
+
+class EvaluationSchedule(RoundCallback):
+    """Evaluates every ``every`` rounds and after the last (never a replayed round or one in
+    which a client diverged); relayed client states are delivered first, so personal models
+    are evaluated where they now live."""
+
+    def __init__(self, every: int, rounds: int,
+                 evaluate: Callable[[Any, int], Evaluation]):
+        self.every = every
+        self.rounds = rounds
+        self._evaluate = evaluate
+        """(server state, round) -> the round's evaluation."""
+
+    def due(self, round_: int) -> bool:
+        """Whether round ``round_`` is on the schedule."""
+        every = self.every
+        return every > 0 and ((round_ + 1) % every == 0 or round_ + 1 == self.rounds)
+
+    def evaluate(self, loop: RoundLoop, outcome: RoundOutcome) -> Evaluation | None:
+        if outcome.replay or outcome.diverged_clients or not self.due(outcome.round):
+            return None
+        loop.deliver()  # evaluate before the next round changes the states
+        return self._evaluate(outcome.state, outcome.round)
+
+
+class DivergenceStop(RoundCallback):
+    """Stops the run with a :class:`DivergenceError` after a round whose training loss or
+    global predictions are not finite (that round's rows are written first)."""
+
+    def __init__(self, run_dir: Path):
+        self.run_dir = run_dir
+
+    def after_record(self, loop: RoundLoop, outcome: RoundOutcome) -> None:
+        if not outcome.stop:
+            return
+        loop.sink.flush()
+        diverged, round_ = outcome.diverged_clients, outcome.round
+        if diverged:
+            shown = ", ".join(str(c) for c in diverged[:10])
+            more = f" and {len(diverged) - 10} more" if len(diverged) > 10 else ""
+            what = f"client(s) {shown}{more} reported a non-finite training loss (NaN or inf)"
+        else:
+            what = "the global model's test predictions are not finite (NaN or inf weights)"
+        raise DivergenceError(
+            f"Training diverged in round {round_}: {what}. The run stopped; the rows of rounds "
+            f"0-{round_} are kept in {self.run_dir}. Lower training.optimizer.lr, add gradient "
+            "clipping through the algorithm's options where it has them, or check the data for "
+            "extreme values."
+        )
+
+
+class Checkpointing(RoundCallback):
+    """Every ``every`` rounds (not after the last): flush the results, gather every client
+    state and write a checkpoint, which becomes the durable state."""
+
+    def __init__(self, every: int, rounds: int, run_dir: Path, seed: int):
+        self.every = every
+        self.rounds = rounds
+        self.run_dir = run_dir
+        self.seed = seed
+
+    def needs_idle_workers(self, outcome: RoundOutcome) -> bool:
+        next_round = outcome.round + 1
+        return (not outcome.replay and self.every > 0 and next_round % self.every == 0
+                and next_round < self.rounds)
+
+    def with_idle_workers(self, loop: RoundLoop, outcome: RoundOutcome) -> None:
+        next_round = outcome.round + 1
+        loop.sink.flush()
+        client_states = loop.workers.snapshot_states() if loop.progress.stateful else {}
+        loop.progress.durable = Durable(next_round, outcome.state, client_states)
+        save_checkpoint(self.run_dir, Checkpoint(self.seed, next_round, outcome.state,
+                                                 client_states, loop.sink.next_part))
+        update_manifest(self.run_dir, checkpoint_round=next_round)
