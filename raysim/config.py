@@ -11,9 +11,9 @@ from typing import Annotated, Any, Literal, Union
 import yaml
 from pydantic import Field, ValidationError, model_validator
 
-from raysim.algorithms import ALGORITHMS
+from raysim.algorithms.params import ALGORITHM_PARAMS
 from raysim.errors import ConfigError
-from raysim.models import MODELS
+from raysim.models.params import MODEL_PARAMS
 from raysim.schema import (
     DatasetConfig,
     EngineConfig,
@@ -25,11 +25,11 @@ from raysim.schema import (
 from raysim.seeding import numpy_rng
 
 ModelParams = Annotated[
-    Union[tuple(entry.params for entry in MODELS.values())],  # noqa: UP007
+    Union[MODEL_PARAMS],  # noqa: UP007
     Field(discriminator="name"),
 ]
 AlgorithmParams = Annotated[
-    Union[tuple(cls.params_class for cls in ALGORITHMS.values())],  # noqa: UP007
+    Union[ALGORITHM_PARAMS],  # noqa: UP007
     Field(discriminator="name"),
 ]
 

@@ -7,9 +7,12 @@ run do not depend on how many workers there are or in which order they finish.
 from __future__ import annotations
 
 import hashlib
+from typing import TYPE_CHECKING
 
 import numpy as np
-import torch
+
+if TYPE_CHECKING:
+    import torch
 
 _NO_ROUND = -1
 _NO_CLIENT = -1
@@ -40,6 +43,8 @@ def torch_generator(
     seed: int, purpose: str, round_: int = _NO_ROUND, client: int = _NO_CLIENT
 ) -> torch.Generator:
     """A CPU torch generator for the stream (seed, purpose, round, client)."""
+    import torch  # lazily: configs use this module without torch
+
     state = seed_sequence(seed, purpose, round_, client).generate_state(1, dtype=np.uint64)[0]
     generator = torch.Generator()
     generator.manual_seed(int(state) & 0x7FFF_FFFF_FFFF_FFFF)

@@ -11,7 +11,7 @@ from conftest import REAL_MEDMNIST
 from fixtures import write_medmnist_npz
 from test_bad_input import run_cli
 
-from raysim.algorithms.base import ALGORITHMS
+from raysim.algorithms import ALGORITHMS
 from raysim.algorithms.fedsm import soft_pull
 from raysim.config import parse_config
 from raysim.data import load_dataset, make_partition

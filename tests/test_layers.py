@@ -64,9 +64,32 @@ def test_imports_only_point_down():
 
 
 def test_config_algorithms_and_training_load_without_ray():
-    code = ("import sys, raysim.config, raysim.preparation, raysim.algorithms, raysim.training"
-            ".runtime, raysim.engine.round_loop, raysim.engine.round_callbacks;"
-            " print(sorted(m for m in ('ray',) if m in sys.modules))")
+    code = ("import sys, raysim.config, raysim.preparation, raysim.training.runtime, "
+            "raysim.engine.round_loop, raysim.engine.round_callbacks; "
+            "from raysim.algorithms import ALGORITHMS; from raysim.models import MODELS; "
+            "print(sorted(m for m in ('ray',) if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True).stdout.strip()
     assert out == "[]"
+
+
+def test_loading_every_shipped_config_imports_neither_torch_nor_ray():
+    code = ("import glob, sys; from raysim.config import load_experiments; "
+            "found = sorted(glob.glob('experiments/**/*.yaml', recursive=True)); "
+            "[load_experiments(path) for path in found]; "
+            "print(len(found), sorted(m for m in ('ray', 'torch') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True, cwd=PACKAGE.parent).stdout.strip()
+    count, loaded = out.split(" ", 1)
+    assert int(count) > 10 and loaded == "[]"
+
+
+def test_torch_free_params_match_the_registries():
+    from raysim.algorithms import ALGORITHMS
+    from raysim.algorithms.params import ALGORITHM_PARAMS
+    from raysim.models import MODELS
+    from raysim.models.params import MODEL_PARAMS
+
+    assert {cls.params_class for cls in ALGORITHMS.values()} == set(ALGORITHM_PARAMS)
+    assert len(ALGORITHMS) == len(ALGORITHM_PARAMS)
+    assert [entry.params for entry in MODELS.values()] == list(MODEL_PARAMS)

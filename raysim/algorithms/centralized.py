@@ -3,23 +3,15 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 
 from raysim.algorithms.base import ClientResult, register_algorithm
 from raysim.algorithms.local_only import LocalOnly
-from raysim.schema import StrictModel
+from raysim.algorithms.params import CentralizedParams
 from raysim.training.weights import Weights
 
 if TYPE_CHECKING:
     from raysim.training.runtime import ClientRuntime
-
-
-class CentralizedParams(StrictModel):
-    name: Literal["centralized"] = "centralized"
-    data: Literal["clients", "full"] = "clients"
-    """clients: the union of the clients' training samples (the same data the federated
-    methods see); full: the whole training split, e.g. FedDC's centralized baseline, whose
-    clients hold only a small sample of it."""
 
 
 @register_algorithm

@@ -13,14 +13,12 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
-from pydantic import Field, field_validator
 
 from raysim.algorithms.base import Algorithm, ClientResult, RunContext
-from raysim.condensation.augment import OPERATIONS
 from raysim.condensation.matching import MatchingSettings, RealData, condense
 from raysim.condensation.synthetic import (
     ServerTraining,
@@ -30,52 +28,12 @@ from raysim.condensation.synthetic import (
 )
 from raysim.errors import field_error
 from raysim.models import build_model
-from raysim.schema import StrictModel
 from raysim.seeding import numpy_rng, torch_generator
 from raysim.training.membership import nearest_synthetic_scores
 from raysim.training.weights import Weights, get_weights, set_weights
 
 if TYPE_CHECKING:
     from raysim.training.runtime import ClientRuntime
-
-
-Operation = Literal["color", "crop", "cutout", "flip", "scale", "rotate"]
-
-
-class AugmentationParams(StrictModel):
-    """Differentiable siamese augmentation of the matching steps (and of server training)."""
-
-    mode: Literal["single", "all"] = "single"
-    """single: one operation per step, drawn from ``operations`` (the FedVCK authors' default);
-    all: every operation in turn (DSA's original)."""
-    operations: tuple[Operation, ...] = OPERATIONS  # type: ignore[assignment]
-    server: bool = True
-    """Augment the synthetic batches while the server trains on them (one random operation per
-    batch, not siamese), as the authors do."""
-
-
-class CondensationParams(StrictModel):
-    """Settings every condensation method shares: matching, augmentation, server training."""
-
-    iterations: int = Field(1000, ge=1)
-    real_per_class: int = Field(256, ge=1)
-    image_lr: float = Field(1.0, gt=0)
-    momentum: float = Field(0.5, ge=0, lt=1)
-    augmentation: AugmentationParams = AugmentationParams()
-    server_epochs: int = Field(1000, ge=1)
-    server_lr: float = Field(1e-3, gt=0)
-    server_momentum: float = Field(0.9, ge=0, lt=1)
-    server_weight_decay: float = Field(1e-6, ge=0)
-    server_batch_size: int = Field(256, ge=2)
-    server_lr_decay: float = Field(0.1, gt=0, le=1)
-    """Factor on the server's learning rates (and FedVCK's contrastive weight) from half the
-    server epochs on (the authors' StepLR); 1 keeps them constant."""
-
-    @field_validator("augmentation", mode="before")
-    @classmethod
-    def _operations_shorthand(cls, value: Any) -> Any:
-        """``augmentation: [crop, flip]`` (or ``[]`` for none) means those operations."""
-        return {"operations": value} if isinstance(value, list | tuple) else value
 
 
 class CondensedKnowledgeAlgorithm(Algorithm):

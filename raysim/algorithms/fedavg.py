@@ -3,21 +3,15 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 
 from raysim.algorithms.aggregators import WeightedSum, mean_partial, weighted_mean
 from raysim.algorithms.base import Algorithm, ClientResult, register_algorithm
-from raysim.schema import StrictModel
+from raysim.algorithms.params import FedAvgParams
 from raysim.training.weights import Weights
 
 if TYPE_CHECKING:
     from raysim.training.runtime import ClientRuntime
-
-
-class FedAvgParams(StrictModel):
-    name: Literal["fedavg"] = "fedavg"
-    weighted: bool = True
-    """Weight client models by their sample counts (False: plain mean)."""
 
 
 @register_algorithm

@@ -16,10 +16,9 @@ back down on daisy-chaining and aggregation rounds.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-from pydantic import Field
 
 from raysim.algorithms.aggregators import (
     coordinate_median,
@@ -29,33 +28,14 @@ from raysim.algorithms.aggregators import (
     weighted_mean,
 )
 from raysim.algorithms.base import Algorithm, ClientResult, RunContext, register_algorithm
+from raysim.algorithms.params import FedDCParams
 from raysim.algorithms.privacy import privatize
 from raysim.errors import ConfigError
-from raysim.schema import StrictModel
 from raysim.seeding import numpy_rng
 from raysim.training.weights import Weights
 
 if TYPE_CHECKING:
     from raysim.training.runtime import ClientRuntime
-
-
-class DifferentialPrivacy(StrictModel):
-    clip: float = Field(gt=0, description="S: L2 bound of an outgoing update")
-    sigma: float = Field(ge=0, description="noise multiplier: std = sigma * S")
-
-
-class FedDCParams(StrictModel):
-    name: Literal["feddc"] = "feddc"
-    daisy_period: int | None = Field(1, ge=1, description="d in rounds; null: never")
-    aggregation_period: int | None = Field(10, ge=1, description="b in rounds; null: never")
-    permutation: Literal["shuffle", "derangement"] = "shuffle"
-    aggregator: Literal["mean", "radon", "median"] = "mean"
-    radon_sample: Literal["first", "random"] = Field(
-        "first", description="which r^h models the iterated Radon point uses when there are "
-        "more: the first ones (the paper) or a fresh random draw per aggregation")
-    weighted: bool = Field(False, description="mean weighted by sample counts (paper: unweighted)")
-    mu: float = Field(0.0, ge=0, description="FedProx proximal weight towards the last aggregate")
-    dp: DifferentialPrivacy | None = None
 
 
 @register_algorithm

@@ -21,39 +21,25 @@ model after local training (which started from its group's distilled model).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
 import torch.nn.functional as F
-from pydantic import Field
 
 from raysim.algorithms.aggregators import mean_partial, weighted_mean
 from raysim.algorithms.base import Algorithm, ClientResult, RunContext, register_algorithm
+from raysim.algorithms.params import FedDFParams
 from raysim.algorithms.public_set import public_indices
 from raysim.data.dataset import to_tensor
 from raysim.errors import field_error
 from raysim.models import build_model
-from raysim.schema import StrictModel
 from raysim.seeding import torch_generator
 from raysim.training.runtime import downsample_images
 from raysim.training.weights import Weights, get_weights, set_weights
 
 if TYPE_CHECKING:
     from raysim.training.runtime import ClientRuntime
-
-
-class FedDFParams(StrictModel):
-    name: Literal["feddf"] = "feddf"
-    public_per_client: int = Field(50, ge=1)
-    """Samples each client contributes to the unlabelled public set."""
-    distillation_steps: int = Field(200, ge=0)
-    """Server Adam steps per group and round (the paper: up to 10^4 with early stopping)."""
-    distillation_lr: float = Field(1e-3, gt=0)
-    distillation_batch_size: int = Field(64, ge=1)
-    temperature: float = Field(1.0, gt=0)
-    weighted: bool = True
-    """Average a group's models by the clients' sample counts (False: plain mean)."""
 
 
 @register_algorithm

@@ -9,27 +9,20 @@ of the current round's synthetic sets (cross-entropy). Shared loop:
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
-from pydantic import Field
 
 from raysim.algorithms.base import register_algorithm
-from raysim.algorithms.condensed import CondensationParams, CondensedKnowledgeAlgorithm
+from raysim.algorithms.condensed import CondensedKnowledgeAlgorithm
+from raysim.algorithms.params import FedDMParams
 from raysim.condensation.matching import split_by_class
 from raysim.condensation.synthetic import images_per_class
 from raysim.seeding import torch_generator
 
 if TYPE_CHECKING:
     from raysim.training.runtime import ClientRuntime
-
-
-class FedDMParams(CondensationParams):
-    name: Literal["feddm"] = "feddm"
-    images_per_class: int = Field(10, ge=1)
-    rho: float = Field(5.0, ge=0)
-    """Largest norm of the random perturbation of the global model."""
 
 
 @register_algorithm

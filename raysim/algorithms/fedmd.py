@@ -21,38 +21,23 @@ on its own test share (and the global test set).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
 import torch.nn.functional as F
-from pydantic import Field
 
 from raysim.algorithms.aggregators import WeightedSum, mean_partial, weighted_mean
 from raysim.algorithms.base import Algorithm, ClientResult, RunContext, register_algorithm
+from raysim.algorithms.params import FedMDParams
 from raysim.algorithms.public_set import public_indices
 from raysim.data.dataset import to_tensor
 from raysim.errors import field_error
-from raysim.schema import StrictModel
 from raysim.training.runtime import make_optimizer
 from raysim.training.weights import Weights, get_weights, set_weights
 
 if TYPE_CHECKING:
     from raysim.training.runtime import ClientRuntime
-
-
-class FedMDParams(StrictModel):
-    name: Literal["fedmd"] = "fedmd"
-    public_per_client: int = Field(50, ge=1)
-    """Samples each client contributes to the public set (all of them if it has fewer)."""
-    digest_epochs: int = Field(1, ge=0)
-    digest_loss: Literal["l1", "mse", "kl"] = "l1"
-    """How the digest pulls logits to the consensus: the authors' mean absolute error (l1),
-    squared error (mse) or temperature-scaled KL divergence (kl)."""
-    temperature: float = Field(1.0, gt=0)
-    """Softmax temperature of ``digest_loss: kl``."""
-    pretrain_epochs: int = Field(5, ge=0)
-    """Epochs of supervised training on the labelled public set before the first round."""
 
 
 @register_algorithm

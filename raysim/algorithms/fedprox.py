@@ -2,20 +2,10 @@
 
 from __future__ import annotations
 
-from typing import Literal
-
-from pydantic import Field
-
 from raysim.algorithms.base import register_algorithm
 from raysim.algorithms.fedavg import FedAvg
-from raysim.schema import StrictModel
+from raysim.algorithms.params import FedProxParams
 from raysim.training.weights import Weights
-
-
-class FedProxParams(StrictModel):
-    name: Literal["fedprox"] = "fedprox"
-    mu: float = Field(0.01, ge=0, description="proximal term weight")
-    weighted: bool = True
 
 
 @register_algorithm

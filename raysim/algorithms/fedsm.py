@@ -26,18 +26,17 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
-from pydantic import Field, model_validator
 from torch import nn
 
 from raysim.algorithms.aggregators import WeightedSum, mean_partial, weighted_mean
 from raysim.algorithms.base import Algorithm, ClientResult, RunContext, register_algorithm
+from raysim.algorithms.params import FedSMParams
 from raysim.errors import field_error
 from raysim.models import MODELS, build_model
-from raysim.schema import StrictModel
 from raysim.seeding import torch_generator
 from raysim.training.evaluation import predict_proba
 from raysim.training.weights import Weights, get_weights, set_weights
@@ -46,43 +45,6 @@ if TYPE_CHECKING:
     from raysim.training.runtime import ClientRuntime
 
 GLOBAL = -1  # route of a sample answered by the global model
-
-
-class FedSMParams(StrictModel):
-    name: Literal["fedsm"] = "fedsm"
-    variant: Literal["fedsm", "extra"] = "fedsm"
-    """fedsm: selector label = client index, trained with the models; extra: FedSM-extra."""
-    softpull_lambda: float = Field(0.7, le=1.0)
-    """SoftPull coefficient in [1/K, 1]: 1 keeps each personal model, 1/K averages them."""
-    gamma: float = Field(0.9, ge=0.0, le=1.0)
-    """Selector confidence above which a personalized model answers (1: global only)."""
-    gamma_sweep: list[float] = Field(default_factory=list)
-    """More gammas to evaluate at every evaluation (no retraining), columns ``g<gamma>_*``."""
-    selector_lr: float = Field(1e-3, gt=0)
-    """Adam learning rate of the selector (full-batch steps)."""
-    selector_epochs: int | None = Field(None, ge=1)
-    """Full-batch Adam steps of the selector per client and round (NVFlare's selector
-    epochs); default: training.local_epochs (1 with local_steps)."""
-    selector_model: dict[str, Any] | None = None
-    """The selector's architecture as a model section (e.g. {name: convnet, norm: none}; the
-    authors use VGG-11 without normalisation); default: the task model."""
-    extra_rounds: int = Field(0, ge=0)
-    """FedSM-extra: the last ``extra_rounds`` rounds train only the selector."""
-    weighted: bool = True
-    """Average the global model and the selector by sample counts."""
-
-    @model_validator(mode="after")
-    def _check(self) -> FedSMParams:
-        bad = [g for g in self.gamma_sweep if not 0.0 <= g <= 1.0]
-        if bad:
-            raise ValueError(f"gamma_sweep holds {bad[0]}, but gamma lies in [0, 1]")
-        if self.variant == "extra" and self.extra_rounds < 1:
-            raise ValueError("variant 'extra' (FedSM-extra) needs extra_rounds >= 1: the "
-                             "rounds at the end that train only the selector")
-        if self.variant == "fedsm" and self.extra_rounds:
-            raise ValueError("extra_rounds applies to variant 'extra' only; set "
-                             "algorithm.variant=extra or remove extra_rounds")
-        return self
 
 
 def soft_pull(own: Weights, total: dict[str, np.ndarray], lam: float, clients: int) -> Weights:

@@ -27,15 +27,15 @@ and the authors' code: docs/fedvck.md.
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
 import torch.nn.functional as F
-from pydantic import Field
 
 from raysim.algorithms.base import RunContext, register_algorithm
-from raysim.algorithms.condensed import CondensationParams, CondensedKnowledgeAlgorithm
+from raysim.algorithms.condensed import CondensedKnowledgeAlgorithm
+from raysim.algorithms.params import FedVCKParams
 from raysim.condensation.importance import class_sampling_probabilities, importance_weights
 from raysim.condensation.kernels import mmd
 from raysim.condensation.matching import RealData, split_by_class
@@ -48,37 +48,6 @@ from raysim.training.weights import set_weights
 
 if TYPE_CHECKING:
     from raysim.training.runtime import ClientRuntime
-
-class FedVCKParams(CondensationParams):
-    name: Literal["fedvck"] = "fedvck"
-    percent: float = Field(1.0, gt=0, le=100)
-    """p: synthetic images per class = max(min_images_per_class, ceil(p% of local n_c))."""
-    min_images_per_class: int = Field(5, ge=1)
-    min_class_samples: int = Field(10, ge=1)
-    """Classes with fewer local samples are not condensed."""
-    iterations: int = Field(5000, ge=1)
-    image_lr: float = Field(0.2, gt=0)
-    kernel: Literal["linear", "gaussian", "polynomial"] = "linear"
-    latent_constraint: bool = True
-    selection: Literal["model_guided", "uniform"] = "model_guided"
-    alpha: float = Field(0.5, ge=0, le=1)
-    """Self-ensemble weight of the current model's logits."""
-    gamma: float = Field(1.0, gt=0)
-    offset: float = 0.0
-    """b in w = sigmoid(gamma (CE - b))."""
-    contrastive: bool = True
-    beta: float = Field(0.1, ge=0)
-    """Weight of the relational contrastive loss (x server_lr_decay from half the epochs)."""
-    tau: float = Field(1.0, gt=0)
-    hard_negatives: int | None = Field(None, ge=1)
-    """K hard-negative classes per class (default min(5, classes - 1))."""
-    projector_hidden: int = Field(128, ge=1)
-    """Hidden width of the projector MLP (Linear-BatchNorm-ReLU-Linear), new every round."""
-    projector_lr: float = Field(0.01, gt=0)
-    """Adam learning rate of the projector."""
-    keep_rounds: int | None = Field(None, ge=1)
-    """Rounds of synthetic sets the server trains on (default max(10, R/2))."""
-
 
 @register_algorithm
 class FedVCK(CondensedKnowledgeAlgorithm):

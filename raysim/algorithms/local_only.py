@@ -3,18 +3,14 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 
 from raysim.algorithms.base import Algorithm, ClientResult, register_algorithm
-from raysim.schema import StrictModel
+from raysim.algorithms.params import LocalOnlyParams
 from raysim.training.weights import Weights
 
 if TYPE_CHECKING:
     from raysim.training.runtime import ClientRuntime
-
-
-class LocalOnlyParams(StrictModel):
-    name: Literal["local"] = "local"
 
 
 @register_algorithm

@@ -25,61 +25,25 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
 import torch.nn.functional as F
-from pydantic import Field
 from torch import nn
 
 from raysim.algorithms.aggregators import WeightedSum, mean_partial, weighted_mean
 from raysim.algorithms.base import Algorithm, ClientResult, RunContext, register_algorithm
+from raysim.algorithms.params import MHpFLIDParams
 from raysim.errors import field_error
 from raysim.models import build_model
 from raysim.models.messenger import InformationExchange, Messenger
 from raysim.models.split import ZOO, SplitModel
-from raysim.schema import StrictModel
 from raysim.seeding import torch_generator
 from raysim.training.weights import Weights, get_weights, set_weights
 
 if TYPE_CHECKING:
     from raysim.training.runtime import ClientRuntime
-
-class MHpFLIDParams(StrictModel):
-    name: Literal["mhpflid"] = "mhpflid"
-    injection_epochs: int = Field(4, ge=0)
-    distillation_epochs: int = Field(2, ge=0)
-    """The paper: 1. raysim's study on BreastMNIST (docs/mhpflid.md) chose 2."""
-    injection_lr: float = Field(1e-4, gt=0)
-    distillation_lr: float = Field(1e-4, gt=0)
-    """The paper: 1e-5, at which the messenger moves ~0.1 % per round; raysim's study chose
-    1e-4 (about 1 % per round, the fastest-falling distillation loss)."""
-    injection_local_weight: float = Field(0.9, ge=0.0, le=1.0)
-    """lambda^l_inj: weight of the local model's cross-entropy in the injection stage."""
-    injection_messenger_weight: float = Field(0.1, ge=0.0, le=1.0)
-    """lambda^m_inj: weight of the messenger head's cross-entropy on the receiver output."""
-    distillation_messenger_weight: float = Field(0.9, ge=0.0, le=1.0)
-    """lambda^m_dis: weight of the messenger head's cross-entropy on the transmitter output."""
-    distillation_kl_weight: float = Field(0.1, ge=0.0, le=1.0)
-    """lambda^con_dis: weight of KL(local || messenger) in the distillation stage."""
-    receiver: Literal["attention", "add"] = "attention"
-    transmitter: Literal["attention", "add"] = "attention"
-    share_messenger_body: bool = True
-    share_messenger_head: bool = True
-    tokens: Literal["channel", "spatial"] = "spatial"
-    """Attention tokens: spatial positions (D_mes features each, the paper's Eq. 8) or messenger
-    channels (each a token_grid^2 map; degenerate over a 1x1 messenger map, kept to compare)."""
-    token_grid: int = Field(4, ge=1, le=16)
-    messenger_input_size: int | None = Field(112, ge=32)
-    """Images are resized (bilinear) to this size before the messenger, so that its map keeps
-    spatial tokens: 112 px gives 4x4 (28 px gives 1x1). None: the client's own resolution."""
-    messenger_widths: tuple[int, int, int] = (64, 64, 512)
-    """Output channels of the messenger body's three convolutions (Appendix E: 64, 64, 512)."""
-    messenger_hidden: int = Field(256, ge=1)
-    weighted: bool = True
-    """Average messengers by the clients' sample counts (False: plain mean)."""
-
 
 def _seeded_weights(module_factory: Any, seed: int, purpose: str, client: int = -1) -> Weights:
     with torch.random.fork_rng(devices=[]):

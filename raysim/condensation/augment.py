@@ -14,13 +14,11 @@ operation in turn.
 from __future__ import annotations
 
 import math
-from typing import Literal
 
 import torch
 import torch.nn.functional as F
 
-OPERATIONS = ("color", "crop", "cutout", "flip", "scale", "rotate")
-AugmentationMode = Literal["single", "all"]
+from raysim.condensation.operations import OPERATIONS, AugmentationMode
 
 
 def _uniform(generator: torch.Generator, low: float, high: float) -> float:

@@ -4,20 +4,11 @@ layer. No normalisation layers, so it trains on the vectorised path."""
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
-
-from pydantic import Field
 from torch import Tensor, nn
 
 from raysim.data.dataset import DataInfo
+from raysim.models.params import SimpleCNNParams
 from raysim.models.registry import register_model, require_images
-from raysim.schema import StrictModel
-
-
-class SimpleCNNParams(StrictModel):
-    name: Literal["cnn"] = "cnn"
-    channels: tuple[Annotated[int, Field(ge=1)], Annotated[int, Field(ge=1)]] = (32, 64)
-    hidden: int = Field(128, ge=1)
 
 
 class SimpleCNN(nn.Module):

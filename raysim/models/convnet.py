@@ -2,26 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Literal
-
-from pydantic import Field
 from torch import Tensor, nn
 
 from raysim.data.dataset import DataInfo
 from raysim.errors import ConfigError
+from raysim.models.params import ConvNetParams
 from raysim.models.registry import register_model, require_images
-from raysim.schema import StrictModel
-
-
-class ConvNetParams(StrictModel):
-    name: Literal["convnet"] = "convnet"
-    width: int = Field(128, ge=1)
-    depth: int = Field(3, ge=1)
-    norm: Literal["instance", "batch", "none"] = "instance"
-    pooling: Literal["avg", "max"] = "avg"
-    first_padding: int = Field(1, ge=0, le=3)
-    """Zero padding of the first convolution: 1 keeps the size; 3 (the FedVCK/DC authors' code
-    on 28 px inputs) grows 28 to 32 px, so three poolings end on a 4x4 map instead of 3x3."""
 
 
 def _norm(kind: str, channels: int) -> nn.Module:

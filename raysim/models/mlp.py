@@ -3,21 +3,12 @@
 from __future__ import annotations
 
 import math
-from typing import Annotated, Literal
 
-from pydantic import Field
 from torch import Tensor, nn
 
 from raysim.data.dataset import DataInfo
+from raysim.models.params import MLPParams
 from raysim.models.registry import register_model
-from raysim.schema import StrictModel
-
-
-class MLPParams(StrictModel):
-    name: Literal["mlp"] = "mlp"
-    hidden: tuple[Annotated[int, Field(ge=1)], ...] = Field(
-        (64,), description="hidden layer widths; () is a linear model"
-    )
 
 
 class MLP(nn.Module):

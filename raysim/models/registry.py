@@ -43,4 +43,9 @@ def require_images(model_name: str, info: DataInfo) -> None:
 
 def build_model(params: StrictModel, info: DataInfo) -> nn.Module:
     """Construct the model a config section describes for a dataset."""
-    return MODELS[params.name].build(params, info)  # type: ignore[attr-defined]
+    name = params.name  # type: ignore[attr-defined]
+    if name not in MODELS:  # a model module not imported yet: load the whole registry
+        import raysim.models
+
+        raysim.models.MODELS  # noqa: B018  (the access registers every model)
+    return MODELS[name].build(params, info)

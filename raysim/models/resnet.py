@@ -2,20 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Literal
-
 from torch import Tensor, nn
 
 from raysim.data.dataset import DataInfo
+from raysim.models.params import ResNet18Params
 from raysim.models.registry import register_model, require_images
-from raysim.schema import StrictModel
-
-
-class ResNet18Params(StrictModel):
-    name: Literal["resnet18"] = "resnet18"
-    norm: Literal["batch", "group"] = "batch"
-    stem: Literal["auto", "small", "imagenet"] = "auto"
-    """auto: 3x3 stride-1 stem without max-pool up to 64 px, the 7x7 ImageNet stem above."""
 
 
 def _norm(kind: str, channels: int) -> nn.Module:

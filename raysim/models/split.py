@@ -5,12 +5,11 @@ the heterogeneous model zoo."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Literal
 
-from pydantic import create_model
 from torch import Tensor, nn
 
 from raysim.data.dataset import DataInfo
+from raysim.models.params import ZOO_PARAMS
 from raysim.models.registry import register_model, require_images
 from raysim.schema import StrictModel
 
@@ -46,11 +45,10 @@ ZOO: list[str] = []
 """Names of the registered split (body/head) architectures."""
 
 
-def register_zoo_model(name: str, build: Callable[[int, int], SplitModel], doc: str) -> None:
-    """Register ``build(in_channels, num_classes)`` as model ``name`` (no hyperparameters)."""
-    params = create_model(f"Zoo_{name}_Params", __base__=StrictModel,
-                          name=(Literal[name], name))  # type: ignore[call-overload]
-    params.__doc__ = doc
+def register_zoo_model(name: str, build: Callable[[int, int], SplitModel]) -> None:
+    """Register ``build(in_channels, num_classes)`` as model ``name`` (no hyperparameters; its
+    description is in :data:`raysim.models.params.ZOO_MODELS`)."""
+    params = ZOO_PARAMS[name]
 
     def builder(_: StrictModel, info: DataInfo) -> nn.Module:
         require_images(name, info)

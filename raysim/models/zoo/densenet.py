@@ -42,4 +42,4 @@ def densenet(in_channels: int, num_classes: int, growth: int = 12,
     return SplitModel(nn.Sequential(*modules), channels, num_classes)
 
 
-register_zoo_model("densenet", densenet, "DenseNet-BC, 3 blocks x 6 layers, growth 12.")
+register_zoo_model("densenet", densenet)

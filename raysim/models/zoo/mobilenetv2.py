@@ -38,4 +38,4 @@ def mobilenetv2(in_channels: int, num_classes: int) -> SplitModel:
     return SplitModel(nn.Sequential(*layers), 256, num_classes)
 
 
-register_zoo_model("mobilenetv2", mobilenetv2, "MobileNetV2, 5 inverted-residual stages.")
+register_zoo_model("mobilenetv2", mobilenetv2)

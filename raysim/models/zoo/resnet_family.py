@@ -49,7 +49,4 @@ def resnet(depth: int, in_channels: int, num_classes: int) -> SplitModel:
 
 
 for _depth in DEPTHS:
-    register_zoo_model(
-        f"resnet{_depth}", lambda c, k, d=_depth: resnet(d, c, k),
-        f"ResNet{_depth}: {sum(DEPTHS[_depth])} bottleneck block(s), stages "
-        f"{DEPTHS[_depth]}.")
+    register_zoo_model(f"resnet{_depth}", lambda c, k, d=_depth: resnet(d, c, k))

@@ -12,4 +12,4 @@ def resnext(in_channels: int, num_classes: int) -> SplitModel:
     return SplitModel(body, channels, num_classes)
 
 
-register_zoo_model("resnext", resnext, "ResNeXt, 3 stages x 2 blocks, cardinality 8.")
+register_zoo_model("resnext", resnext)

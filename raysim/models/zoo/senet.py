@@ -38,4 +38,4 @@ def senet(in_channels: int, num_classes: int) -> SplitModel:
     return SplitModel(nn.Sequential(*layers), channels, num_classes)
 
 
-register_zoo_model("senet", senet, "SE-ResNet, 3 stages x 2 SE basic blocks, 32-128 channels.")
+register_zoo_model("senet", senet)

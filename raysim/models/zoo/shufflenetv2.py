@@ -53,5 +53,4 @@ def shufflenetv2(in_channels: int, num_classes: int) -> SplitModel:
     return SplitModel(nn.Sequential(*layers), 256, num_classes)
 
 
-register_zoo_model("shufflenetv2", shufflenetv2,
-                   "ShuffleNetV2, stages of 48/96/192 channels, 256 output channels.")
+register_zoo_model("shufflenetv2", shufflenetv2)

@@ -33,4 +33,4 @@ def squeezenet(in_channels: int, num_classes: int) -> SplitModel:
     return SplitModel(body, 256, num_classes)
 
 
-register_zoo_model("squeezenet", squeezenet, "SqueezeNet 1.1-style, 4 fire modules.")
+register_zoo_model("squeezenet", squeezenet)

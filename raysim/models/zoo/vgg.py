@@ -24,4 +24,4 @@ def vgg(in_channels: int, num_classes: int) -> SplitModel:
     return SplitModel(nn.Sequential(*layers), channels, num_classes)
 
 
-register_zoo_model("vgg", vgg, "VGG-11 with BatchNorm, 32-256 channels.")
+register_zoo_model("vgg", vgg)

@@ -1,0 +1,244 @@
+"""Every algorithm's config parameters, torch-free: loading and validating a config imports
+this module, not the algorithms (which load torch). Each algorithm module imports its class
+from here (``raysim.algorithms.<name>.<Name>Params`` still works)."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import Field, field_validator, model_validator
+
+from raysim.condensation.operations import OPERATIONS, Operation
+from raysim.schema import StrictModel
+
+
+class CentralizedParams(StrictModel):
+    name: Literal["centralized"] = "centralized"
+    data: Literal["clients", "full"] = "clients"
+    """clients: the union of the clients' training samples (the same data the federated
+    methods see); full: the whole training split, e.g. FedDC's centralized baseline, whose
+    clients hold only a small sample of it."""
+
+
+class FedAvgParams(StrictModel):
+    name: Literal["fedavg"] = "fedavg"
+    weighted: bool = True
+    """Weight client models by their sample counts (False: plain mean)."""
+
+
+class FedProxParams(StrictModel):
+    name: Literal["fedprox"] = "fedprox"
+    mu: float = Field(0.01, ge=0, description="proximal term weight")
+    weighted: bool = True
+
+
+class LocalOnlyParams(StrictModel):
+    name: Literal["local"] = "local"
+
+
+class DifferentialPrivacy(StrictModel):
+    clip: float = Field(gt=0, description="S: L2 bound of an outgoing update")
+    sigma: float = Field(ge=0, description="noise multiplier: std = sigma * S")
+
+
+class FedDCParams(StrictModel):
+    name: Literal["feddc"] = "feddc"
+    daisy_period: int | None = Field(1, ge=1, description="d in rounds; null: never")
+    aggregation_period: int | None = Field(10, ge=1, description="b in rounds; null: never")
+    permutation: Literal["shuffle", "derangement"] = "shuffle"
+    aggregator: Literal["mean", "radon", "median"] = "mean"
+    radon_sample: Literal["first", "random"] = Field(
+        "first", description="which r^h models the iterated Radon point uses when there are "
+        "more: the first ones (the paper) or a fresh random draw per aggregation")
+    weighted: bool = Field(False, description="mean weighted by sample counts (paper: unweighted)")
+    mu: float = Field(0.0, ge=0, description="FedProx proximal weight towards the last aggregate")
+    dp: DifferentialPrivacy | None = None
+
+
+class FedSMParams(StrictModel):
+    name: Literal["fedsm"] = "fedsm"
+    variant: Literal["fedsm", "extra"] = "fedsm"
+    """fedsm: selector label = client index, trained with the models; extra: FedSM-extra."""
+    softpull_lambda: float = Field(0.7, le=1.0)
+    """SoftPull coefficient in [1/K, 1]: 1 keeps each personal model, 1/K averages them."""
+    gamma: float = Field(0.9, ge=0.0, le=1.0)
+    """Selector confidence above which a personalized model answers (1: global only)."""
+    gamma_sweep: list[float] = Field(default_factory=list)
+    """More gammas to evaluate at every evaluation (no retraining), columns ``g<gamma>_*``."""
+    selector_lr: float = Field(1e-3, gt=0)
+    """Adam learning rate of the selector (full-batch steps)."""
+    selector_epochs: int | None = Field(None, ge=1)
+    """Full-batch Adam steps of the selector per client and round (NVFlare's selector
+    epochs); default: training.local_epochs (1 with local_steps)."""
+    selector_model: dict[str, Any] | None = None
+    """The selector's architecture as a model section (e.g. {name: convnet, norm: none}; the
+    authors use VGG-11 without normalisation); default: the task model."""
+    extra_rounds: int = Field(0, ge=0)
+    """FedSM-extra: the last ``extra_rounds`` rounds train only the selector."""
+    weighted: bool = True
+    """Average the global model and the selector by sample counts."""
+
+    @model_validator(mode="after")
+    def _check(self) -> FedSMParams:
+        bad = [g for g in self.gamma_sweep if not 0.0 <= g <= 1.0]
+        if bad:
+            raise ValueError(f"gamma_sweep holds {bad[0]}, but gamma lies in [0, 1]")
+        if self.variant == "extra" and self.extra_rounds < 1:
+            raise ValueError("variant 'extra' (FedSM-extra) needs extra_rounds >= 1: the "
+                             "rounds at the end that train only the selector")
+        if self.variant == "fedsm" and self.extra_rounds:
+            raise ValueError("extra_rounds applies to variant 'extra' only; set "
+                             "algorithm.variant=extra or remove extra_rounds")
+        return self
+
+
+class FedDFParams(StrictModel):
+    name: Literal["feddf"] = "feddf"
+    public_per_client: int = Field(50, ge=1)
+    """Samples each client contributes to the unlabelled public set."""
+    distillation_steps: int = Field(200, ge=0)
+    """Server Adam steps per group and round (the paper: up to 10^4 with early stopping)."""
+    distillation_lr: float = Field(1e-3, gt=0)
+    distillation_batch_size: int = Field(64, ge=1)
+    temperature: float = Field(1.0, gt=0)
+    weighted: bool = True
+    """Average a group's models by the clients' sample counts (False: plain mean)."""
+
+
+class FedMDParams(StrictModel):
+    name: Literal["fedmd"] = "fedmd"
+    public_per_client: int = Field(50, ge=1)
+    """Samples each client contributes to the public set (all of them if it has fewer)."""
+    digest_epochs: int = Field(1, ge=0)
+    digest_loss: Literal["l1", "mse", "kl"] = "l1"
+    """How the digest pulls logits to the consensus: the authors' mean absolute error (l1),
+    squared error (mse) or temperature-scaled KL divergence (kl)."""
+    temperature: float = Field(1.0, gt=0)
+    """Softmax temperature of ``digest_loss: kl``."""
+    pretrain_epochs: int = Field(5, ge=0)
+    """Epochs of supervised training on the labelled public set before the first round."""
+
+
+class MHpFLIDParams(StrictModel):
+    name: Literal["mhpflid"] = "mhpflid"
+    injection_epochs: int = Field(4, ge=0)
+    distillation_epochs: int = Field(2, ge=0)
+    """The paper: 1. raysim's study on BreastMNIST (docs/mhpflid.md) chose 2."""
+    injection_lr: float = Field(1e-4, gt=0)
+    distillation_lr: float = Field(1e-4, gt=0)
+    """The paper: 1e-5, at which the messenger moves ~0.1 % per round; raysim's study chose
+    1e-4 (about 1 % per round, the fastest-falling distillation loss)."""
+    injection_local_weight: float = Field(0.9, ge=0.0, le=1.0)
+    """lambda^l_inj: weight of the local model's cross-entropy in the injection stage."""
+    injection_messenger_weight: float = Field(0.1, ge=0.0, le=1.0)
+    """lambda^m_inj: weight of the messenger head's cross-entropy on the receiver output."""
+    distillation_messenger_weight: float = Field(0.9, ge=0.0, le=1.0)
+    """lambda^m_dis: weight of the messenger head's cross-entropy on the transmitter output."""
+    distillation_kl_weight: float = Field(0.1, ge=0.0, le=1.0)
+    """lambda^con_dis: weight of KL(local || messenger) in the distillation stage."""
+    receiver: Literal["attention", "add"] = "attention"
+    transmitter: Literal["attention", "add"] = "attention"
+    share_messenger_body: bool = True
+    share_messenger_head: bool = True
+    tokens: Literal["channel", "spatial"] = "spatial"
+    """Attention tokens: spatial positions (D_mes features each, the paper's Eq. 8) or messenger
+    channels (each a token_grid^2 map; degenerate over a 1x1 messenger map, kept to compare)."""
+    token_grid: int = Field(4, ge=1, le=16)
+    messenger_input_size: int | None = Field(112, ge=32)
+    """Images are resized (bilinear) to this size before the messenger, so that its map keeps
+    spatial tokens: 112 px gives 4x4 (28 px gives 1x1). None: the client's own resolution."""
+    messenger_widths: tuple[int, int, int] = (64, 64, 512)
+    """Output channels of the messenger body's three convolutions (Appendix E: 64, 64, 512)."""
+    messenger_hidden: int = Field(256, ge=1)
+    weighted: bool = True
+    """Average messengers by the clients' sample counts (False: plain mean)."""
+
+
+class AugmentationParams(StrictModel):
+    """Differentiable siamese augmentation of the matching steps (and of server training)."""
+
+    mode: Literal["single", "all"] = "single"
+    """single: one operation per step, drawn from ``operations`` (the FedVCK authors' default);
+    all: every operation in turn (DSA's original)."""
+    operations: tuple[Operation, ...] = OPERATIONS  # type: ignore[assignment]
+    server: bool = True
+    """Augment the synthetic batches while the server trains on them (one random operation per
+    batch, not siamese), as the authors do."""
+
+
+class CondensationParams(StrictModel):
+    """Settings every condensation method shares: matching, augmentation, server training."""
+
+    iterations: int = Field(1000, ge=1)
+    real_per_class: int = Field(256, ge=1)
+    image_lr: float = Field(1.0, gt=0)
+    momentum: float = Field(0.5, ge=0, lt=1)
+    augmentation: AugmentationParams = AugmentationParams()
+    server_epochs: int = Field(1000, ge=1)
+    server_lr: float = Field(1e-3, gt=0)
+    server_momentum: float = Field(0.9, ge=0, lt=1)
+    server_weight_decay: float = Field(1e-6, ge=0)
+    server_batch_size: int = Field(256, ge=2)
+    server_lr_decay: float = Field(0.1, gt=0, le=1)
+    """Factor on the server's learning rates (and FedVCK's contrastive weight) from half the
+    server epochs on (the authors' StepLR); 1 keeps them constant."""
+
+    @field_validator("augmentation", mode="before")
+    @classmethod
+    def _operations_shorthand(cls, value: Any) -> Any:
+        """``augmentation: [crop, flip]`` (or ``[]`` for none) means those operations."""
+        return {"operations": value} if isinstance(value, list | tuple) else value
+
+
+class FedDMParams(CondensationParams):
+    name: Literal["feddm"] = "feddm"
+    images_per_class: int = Field(10, ge=1)
+    rho: float = Field(5.0, ge=0)
+    """Largest norm of the random perturbation of the global model."""
+
+
+class FedVCKParams(CondensationParams):
+    name: Literal["fedvck"] = "fedvck"
+    percent: float = Field(1.0, gt=0, le=100)
+    """p: synthetic images per class = max(min_images_per_class, ceil(p% of local n_c))."""
+    min_images_per_class: int = Field(5, ge=1)
+    min_class_samples: int = Field(10, ge=1)
+    """Classes with fewer local samples are not condensed."""
+    iterations: int = Field(5000, ge=1)
+    image_lr: float = Field(0.2, gt=0)
+    kernel: Literal["linear", "gaussian", "polynomial"] = "linear"
+    latent_constraint: bool = True
+    selection: Literal["model_guided", "uniform"] = "model_guided"
+    alpha: float = Field(0.5, ge=0, le=1)
+    """Self-ensemble weight of the current model's logits."""
+    gamma: float = Field(1.0, gt=0)
+    offset: float = 0.0
+    """b in w = sigmoid(gamma (CE - b))."""
+    contrastive: bool = True
+    beta: float = Field(0.1, ge=0)
+    """Weight of the relational contrastive loss (x server_lr_decay from half the epochs)."""
+    tau: float = Field(1.0, gt=0)
+    hard_negatives: int | None = Field(None, ge=1)
+    """K hard-negative classes per class (default min(5, classes - 1))."""
+    projector_hidden: int = Field(128, ge=1)
+    """Hidden width of the projector MLP (Linear-BatchNorm-ReLU-Linear), new every round."""
+    projector_lr: float = Field(0.01, gt=0)
+    """Adam learning rate of the projector."""
+    keep_rounds: int | None = Field(None, ge=1)
+    """Rounds of synthetic sets the server trains on (default max(10, R/2))."""
+
+
+ALGORITHM_PARAMS: tuple[type[StrictModel], ...] = (
+    CentralizedParams,
+    FedAvgParams,
+    FedProxParams,
+    LocalOnlyParams,
+    FedDCParams,
+    FedSMParams,
+    FedDFParams,
+    FedMDParams,
+    MHpFLIDParams,
+    FedDMParams,
+    FedVCKParams,
+)
+"""The params class of every registered algorithm (a test checks it against the registry)."""

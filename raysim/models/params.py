@@ -1,0 +1,73 @@
+"""Every model's config parameters, torch-free: loading and validating a config imports this
+module, not the models (which load torch). Each model module registers its builder for the
+class of its name (``raysim.models.<module>.<Name>Params`` still works)."""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import Field, create_model
+
+from raysim.schema import StrictModel
+
+
+class SimpleCNNParams(StrictModel):
+    name: Literal["cnn"] = "cnn"
+    channels: tuple[Annotated[int, Field(ge=1)], Annotated[int, Field(ge=1)]] = (32, 64)
+    hidden: int = Field(128, ge=1)
+
+
+class ConvNetParams(StrictModel):
+    name: Literal["convnet"] = "convnet"
+    width: int = Field(128, ge=1)
+    depth: int = Field(3, ge=1)
+    norm: Literal["instance", "batch", "none"] = "instance"
+    pooling: Literal["avg", "max"] = "avg"
+    first_padding: int = Field(1, ge=0, le=3)
+    """Zero padding of the first convolution: 1 keeps the size; 3 (the FedVCK/DC authors' code
+    on 28 px inputs) grows 28 to 32 px, so three poolings end on a 4x4 map instead of 3x3."""
+
+
+class MLPParams(StrictModel):
+    name: Literal["mlp"] = "mlp"
+    hidden: tuple[Annotated[int, Field(ge=1)], ...] = Field(
+        (64,), description="hidden layer widths; () is a linear model"
+    )
+
+
+class ResNet18Params(StrictModel):
+    name: Literal["resnet18"] = "resnet18"
+    norm: Literal["batch", "group"] = "batch"
+    stem: Literal["auto", "small", "imagenet"] = "auto"
+    """auto: 3x3 stride-1 stem without max-pool up to 64 px, the 7x7 ImageNet stem above."""
+
+ZOO_MODELS: dict[str, str] = {
+    "densenet": "DenseNet-BC, 3 blocks x 6 layers, growth 12.",
+    "mobilenetv2": "MobileNetV2, 5 inverted-residual stages.",
+    "resnet5": "ResNet5: 1 bottleneck block(s), stages (1,).",
+    "resnet8": "ResNet8: 2 bottleneck block(s), stages (1, 1).",
+    "resnet11": "ResNet11: 3 bottleneck block(s), stages (1, 1, 1).",
+    "resnet17": "ResNet17: 5 bottleneck block(s), stages (2, 2, 1).",
+    "resnext": "ResNeXt, 3 stages x 2 blocks, cardinality 8.",
+    "senet": "SE-ResNet, 3 stages x 2 SE basic blocks, 32-128 channels.",
+    "shufflenetv2": "ShuffleNetV2, stages of 48/96/192 channels, 256 output channels.",
+    "squeezenet": "SqueezeNet 1.1-style, 4 fire modules.",
+    "vgg": "VGG-11 with BatchNorm, 32-256 channels.",
+}
+"""The heterogeneous zoo (``raysim.models.zoo``): split architectures without hyperparameters,
+by config name, with a one-line description."""
+
+
+def _zoo_params(name: str, doc: str) -> type[StrictModel]:
+    params = create_model(f"Zoo_{name}_Params", __base__=StrictModel,
+                          name=(Literal[name], name))  # type: ignore[call-overload]
+    params.__doc__ = doc
+    return params
+
+
+ZOO_PARAMS: dict[str, type[StrictModel]] = {name: _zoo_params(name, doc)
+                                            for name, doc in ZOO_MODELS.items()}
+
+MODEL_PARAMS: tuple[type[StrictModel], ...] = (
+    SimpleCNNParams, ConvNetParams, MLPParams, ResNet18Params, *ZOO_PARAMS.values())
+"""The params class of every registered model (a test checks it against the registry)."""
