@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import copy
 import re
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Annotated, Any, Literal, Union
+from typing import TYPE_CHECKING, Annotated, Any, Literal, Union
 
 import yaml
 from pydantic import Field, ValidationError, model_validator
@@ -24,14 +25,18 @@ from raysim.schema import (
 )
 from raysim.seeding import numpy_rng
 
-ModelParams = Annotated[
-    Union[MODEL_PARAMS],  # noqa: UP007
-    Field(discriminator="name"),
-]
-AlgorithmParams = Annotated[
-    Union[ALGORITHM_PARAMS],  # noqa: UP007
-    Field(discriminator="name"),
-]
+if TYPE_CHECKING:  # the unions are built from the registries at run time
+    ModelParams = Any
+    AlgorithmParams = Any
+else:
+    ModelParams = Annotated[
+        Union[MODEL_PARAMS],  # noqa: UP007
+        Field(discriminator="name"),
+    ]
+    AlgorithmParams = Annotated[
+        Union[ALGORITHM_PARAMS],  # noqa: UP007
+        Field(discriminator="name"),
+    ]
 
 
 class ClientsConfig(StrictModel):
@@ -120,7 +125,7 @@ class ExperimentConfig(StrictModel):
         return self.training.clients_per_round or self.partition.num_clients
 
 
-def _describe_allowed(error: dict[str, Any]) -> str:
+def _describe_allowed(error: Mapping[str, Any]) -> str:
     kind, message = error["type"], error["msg"]
     if kind == "extra_forbidden":
         return "this key is not allowed here (check its spelling and indentation)"

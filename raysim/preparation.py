@@ -108,9 +108,9 @@ def run_context(config: ExperimentConfig, dataset: ArrayDataset, seed: int,
                      if per_client.architectures is not None else ())
     downsample = tuple(per_client.downsample or ())
     if holdout:  # the partition renumbers the training clients without the held-out one
-        architectures, downsample = (tuple(v for c, v in enumerate(values)
-                                           if c != config.partition.holdout_client)
-                                     for values in (architectures, downsample))
+        kept = config.partition.holdout_client
+        architectures = tuple(a for c, a in enumerate(architectures) if c != kept)
+        downsample = tuple(d for c, d in enumerate(downsample) if c != kept)
     return RunContext(seed, dataset.info, config.model, config.training, num_clients,
                       min(config.clients_per_round, training_clients), architectures,
                       downsample)

@@ -33,7 +33,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar, cast
 
 import numpy as np
 import pandas as pd
@@ -48,7 +48,13 @@ from raysim.training.weights import Weights, set_weights
 if TYPE_CHECKING:
     from raysim.training.runtime import ClientRuntime, TrainOutcome
 
-ALGORITHMS: dict[str, type[Algorithm]] = {}
+ALGORITHMS: dict[str, type[Algorithm[Any, Any]]] = {}
+
+ParamsT = TypeVar("ParamsT", bound=StrictModel)
+"""An algorithm's config parameters (its ``params_class``)."""
+StateT = TypeVar("StateT")
+"""An algorithm's server state (what ``aggregate`` returns and ``broadcast`` reads)."""
+AlgorithmT = TypeVar("AlgorithmT", bound="type[Algorithm[Any, Any]]")
 
 
 @dataclass(frozen=True)
@@ -102,8 +108,10 @@ class ClientResult:
                    outcome.num_samples, outcome.mean_loss)
 
 
-class Algorithm(ABC):
-    """Base class of federated algorithms; subclasses override the hooks they need."""
+class Algorithm(ABC, Generic[ParamsT, StateT]):
+    """Base class of federated algorithms, generic over their config parameters and their
+    server state (``class FedAvg(Algorithm[FedAvgParams, Weights])``); subclasses override the
+    hooks they need."""
 
     params_class: ClassVar[type[StrictModel]]
     pooled: ClassVar[bool] = False
@@ -120,14 +128,14 @@ class Algorithm(ABC):
     """True when the server works on (unlabelled) training inputs, e.g. FedDF's public set:
     the driver then calls :meth:`attach_server_inputs` once before round 0."""
 
-    def __init__(self, params: StrictModel, context: RunContext):
-        self.params = params
+    def __init__(self, params: ParamsT, context: RunContext):
+        self.params: ParamsT = params
         self.context = context
 
     # ----- server side (runs on the driver) -----
-    def init_server_state(self, initial_weights: Weights) -> Any:
+    def init_server_state(self, initial_weights: Weights) -> StateT:
         """The server state before round 0 (default: the initial global model)."""
-        return initial_weights
+        return cast(StateT, initial_weights)
 
     def attach_server_inputs(self, train_x: np.ndarray,
                              client_indices: Sequence[np.ndarray]) -> None:
@@ -135,19 +143,19 @@ class Algorithm(ABC):
         driver before round 0 when ``server_holds_inputs`` (default: nothing)."""
         return None
 
-    def broadcast(self, state: Any, round_: int) -> dict[str, Any]:
+    def broadcast(self, state: StateT, round_: int) -> dict[str, Any]:
         """Message type -> payload sent to every sampled client (default: nothing)."""
         return {}
 
-    def aggregate(self, state: Any, partials: Sequence[Any], round_: int) -> Any:
+    def aggregate(self, state: StateT, partials: Sequence[Any], round_: int) -> StateT:
         """The next server state from the per-group partials (default: unchanged)."""
         return state
 
-    def global_weights(self, state: Any) -> Weights | None:
+    def global_weights(self, state: StateT) -> Weights | None:
         """The model evaluated on the global test set, or None if there is no global model."""
         return None
 
-    def evaluation_models(self, state: Any) -> dict[str, Any]:
+    def evaluation_models(self, state: StateT) -> dict[str, Any]:
         """Server-side models to evaluate on the test set, by column prefix: "" gives the
         ``accuracy``, ``loss``, ... columns, e.g. "gm_" gives ``gm_accuracy``. Each value is
         what :meth:`predict` takes (default: the global weights, if any)."""
@@ -223,7 +231,7 @@ class Algorithm(ABC):
         return None
 
 
-def register_algorithm(cls: type[Algorithm]) -> type[Algorithm]:
+def register_algorithm(cls: AlgorithmT) -> AlgorithmT:
     """Class decorator: register an algorithm under its params' ``name`` literal."""
     ALGORITHMS[cls.params_class.model_fields["name"].default] = cls
     return cls

@@ -25,6 +25,7 @@ class Centralized(LocalOnly):
     """
 
     params_class = CentralizedParams
+    params: CentralizedParams
     pooled = True
     personalized = False
     heterogeneous = False

@@ -13,12 +13,13 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
 import torch
 
 from raysim.algorithms.base import Algorithm, ClientResult, RunContext
+from raysim.algorithms.params import CondensationParams
 from raysim.condensation.matching import MatchingSettings, RealData, condense
 from raysim.condensation.synthetic import (
     ServerTraining,
@@ -35,11 +36,13 @@ from raysim.training.weights import Weights, get_weights, set_weights
 if TYPE_CHECKING:
     from raysim.training.runtime import ClientRuntime
 
+CondensedParamsT = TypeVar("CondensedParamsT", bound=CondensationParams)
 
-class CondensedKnowledgeAlgorithm(Algorithm):
+
+class CondensedKnowledgeAlgorithm(Algorithm[CondensedParamsT, dict[str, Any]]):
     """Base class: subclasses define the synthetic set sizes, the matching loss and extras."""
 
-    def __init__(self, params: Any, context: RunContext):
+    def __init__(self, params: CondensedParamsT, context: RunContext):
         super().__init__(params, context)
         probe = build_model(context.model, context.info)
         if not (hasattr(probe, "embed") and hasattr(probe, "classifier")):

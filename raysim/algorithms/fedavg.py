@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from raysim.algorithms.aggregators import WeightedSum, mean_partial, weighted_mean
 from raysim.algorithms.base import Algorithm, ClientResult, register_algorithm
-from raysim.algorithms.params import FedAvgParams
+from raysim.algorithms.params import FedAvgParams, FedProxParams
+from raysim.schema import StrictModel
 from raysim.training.weights import Weights
 
 if TYPE_CHECKING:
@@ -15,10 +16,10 @@ if TYPE_CHECKING:
 
 
 @register_algorithm
-class FedAvg(Algorithm):
+class FedAvg(Algorithm[FedAvgParams | FedProxParams, Weights]):
     """Sample-weighted model averaging of the sampled clients' models every round."""
 
-    params_class = FedAvgParams
+    params_class: ClassVar[type[StrictModel]] = FedAvgParams
 
     def broadcast(self, state: Weights, round_: int) -> dict[str, Any]:
         return {"model": state}

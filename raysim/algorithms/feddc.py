@@ -39,7 +39,7 @@ if TYPE_CHECKING:
 
 
 @register_algorithm
-class FedDC(Algorithm):
+class FedDC(Algorithm[FedDCParams, dict[str, Any]]):
     """Daisy-chaining (model permutation on the driver) plus periodic aggregation."""
 
     params_class = FedDCParams

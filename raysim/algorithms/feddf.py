@@ -43,7 +43,7 @@ if TYPE_CHECKING:
 
 
 @register_algorithm
-class FedDF(Algorithm):
+class FedDF(Algorithm[FedDFParams, dict[str, Weights]]):
     """Per-group FedAvg, then server-side distillation of each group towards the ensemble."""
 
     params_class = FedDFParams

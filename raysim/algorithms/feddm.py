@@ -9,7 +9,7 @@ of the current round's synthetic sets (cross-entropy). Shared loop:
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 import torch
@@ -19,6 +19,7 @@ from raysim.algorithms.condensed import CondensedKnowledgeAlgorithm
 from raysim.algorithms.params import FedDMParams
 from raysim.condensation.matching import split_by_class
 from raysim.condensation.synthetic import images_per_class
+from raysim.models.registry import embedding_parts
 from raysim.seeding import torch_generator
 
 if TYPE_CHECKING:
@@ -26,7 +27,7 @@ if TYPE_CHECKING:
 
 
 @register_algorithm
-class FedDM(CondensedKnowledgeAlgorithm):
+class FedDM(CondensedKnowledgeAlgorithm[FedDMParams]):
     """Perturbed-model mean matching; the server trains on the current round's union."""
 
     params_class = FedDMParams
@@ -39,21 +40,23 @@ class FedDM(CondensedKnowledgeAlgorithm):
         rho = self.params.rho
         base = {name: p.detach().clone() for name, p in model.named_parameters()}
         generator = torch_generator(self.context.seed, "feddm-perturbation", round_, client)
+        embed, classifier = embedding_parts(model)
 
         def loss(real: torch.Tensor, syn: torch.Tensor, real_sizes: list[int],
                  syn_sizes: list[int]) -> torch.Tensor:
             with torch.no_grad():  # a new random perturbation of the global model
                 directions = {n: torch.randn(p.shape, generator=generator) for n, p in base.items()}
-                norm = torch.sqrt(sum(d.pow(2).sum() for d in directions.values()))
+                norm = torch.sqrt(cast(torch.Tensor,
+                                       sum(d.pow(2).sum() for d in directions.values())))
                 scale = rho * torch.rand(1, generator=generator) / norm.clamp(min=1e-12)
                 for name, parameter in model.named_parameters():
                     parameter.copy_(base[name] + (scale * directions[name]).to(parameter.device))
             model.train()
             with torch.no_grad():
-                real_embedding = model.embed(real)
-                real_logits = model.classifier(real_embedding)
-            syn_embedding = model.embed(syn)
-            syn_logits = model.classifier(syn_embedding)
+                real_embedding = embed(real)
+                real_logits = classifier(real_embedding)
+            syn_embedding = embed(syn)
+            syn_logits = classifier(syn_embedding)
             total = torch.zeros((), device=syn.device)
             for parts in ((real_embedding, syn_embedding), (real_logits, syn_logits)):
                 for r, s in zip(split_by_class(parts[0], real_sizes),

@@ -41,7 +41,7 @@ if TYPE_CHECKING:
 
 
 @register_algorithm
-class FedMD(Algorithm):
+class FedMD(Algorithm[FedMDParams, Weights | None]):
     """Digest the public consensus, revisit the private data, upload public logits."""
 
     params_class = FedMDParams

@@ -13,6 +13,7 @@ class FedProx(FedAvg):
     """FedAvg whose clients minimise the local loss plus the proximal term."""
 
     params_class = FedProxParams
+    params: FedProxParams
 
     def proximal(self, global_weights: Weights) -> tuple[Weights, float] | None:
         return (global_weights, self.params.mu) if self.params.mu > 0 else None

@@ -64,7 +64,7 @@ def _sum_models(models: Sequence[Weights]) -> dict[str, np.ndarray]:
 
 
 @register_algorithm
-class FedSM(Algorithm):
+class FedSM(Algorithm[FedSMParams, dict[str, Any]]):
     """Global + SoftPull-personalized + selector models; super-model inference."""
 
     params_class = FedSMParams
@@ -277,6 +277,8 @@ class FedSM(Algorithm):
             return super().predict(runtime, model, x, sources, batch_size)
         if model["kind"] == "own":  # each sample's own client's personalized model
             routes = np.where(sources >= 0, sources, GLOBAL)
+        elif scores is None:
+            raise ValueError("a super model is predicted with the selector's scores")
         elif self.params.variant == "extra":  # class 0 is the global model
             routes = scores.argmax(axis=1) - 1
         else:

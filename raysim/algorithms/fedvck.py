@@ -27,7 +27,7 @@ and the authors' code: docs/fedvck.md.
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 import torch
@@ -43,6 +43,7 @@ from raysim.condensation.synthetic import ServerTraining, images_per_class
 from raysim.data.dataset import to_tensor
 from raysim.errors import field_error
 from raysim.models import build_model
+from raysim.models.registry import embedding_parts
 from raysim.seeding import torch_generator
 from raysim.training.weights import set_weights
 
@@ -50,7 +51,7 @@ if TYPE_CHECKING:
     from raysim.training.runtime import ClientRuntime
 
 @register_algorithm
-class FedVCK(CondensedKnowledgeAlgorithm):
+class FedVCK(CondensedKnowledgeAlgorithm[FedVCKParams]):
     """Model-guided condensation with latent constraints; relational server training."""
 
     params_class = FedVCKParams
@@ -103,19 +104,20 @@ class FedVCK(CondensedKnowledgeAlgorithm):
     def matching_loss(self, runtime: ClientRuntime, model: torch.nn.Module, client: int,
                       round_: int, message: dict[str, Any]) -> Any:
         p = self.params
+        embed = embedding_parts(model)[0]
 
         def loss(real: torch.Tensor, syn: torch.Tensor, real_sizes: list[int],
                  syn_sizes: list[int]) -> torch.Tensor:
             model.train()
             with torch.no_grad():
-                real_embedding = model.embed(real)
+                real_embedding = embed(real)
             if p.latent_constraint:
                 model.eval()
-            syn_embedding = model.embed(syn)
+            syn_embedding = embed(syn)
             model.train()
-            return sum(mmd(r, s, p.kernel) for r, s in zip(
+            return cast(torch.Tensor, sum(mmd(r, s, p.kernel) for r, s in zip(
                 split_by_class(real_embedding, real_sizes),
-                split_by_class(syn_embedding, syn_sizes), strict=True))
+                split_by_class(syn_embedding, syn_sizes), strict=True)))
 
         return loss
 
@@ -141,7 +143,7 @@ class FedVCK(CondensedKnowledgeAlgorithm):
         images = np.concatenate([b[1] for b in state["buffer"]])
         labels = torch.from_numpy(np.concatenate([b[2] for b in state["buffer"]]).astype(np.int64))
         with torch.no_grad():
-            embeddings = model.embed(to_tensor(images, info))
+            embeddings = embedding_parts(model)[0](to_tensor(images, info))
         dim = embeddings.shape[1]
         features = torch.zeros((info.num_classes, dim))
         has_feature = torch.zeros(info.num_classes, dtype=torch.bool)

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from raysim.algorithms.base import Algorithm, ClientResult, register_algorithm
-from raysim.algorithms.params import LocalOnlyParams
+from raysim.algorithms.params import CentralizedParams, LocalOnlyParams
+from raysim.schema import StrictModel
 from raysim.training.weights import Weights
 
 if TYPE_CHECKING:
@@ -14,12 +15,12 @@ if TYPE_CHECKING:
 
 
 @register_algorithm
-class LocalOnly(Algorithm):
+class LocalOnly(Algorithm[LocalOnlyParams | CentralizedParams, Weights]):
     """Each client continues its own model (and optimizer state) from round to round; each
     model is evaluated on the client's own test share and on the global test set. Clients may
     run different architectures (``clients.architectures``)."""
 
-    params_class = LocalOnlyParams
+    params_class: ClassVar[type[StrictModel]] = LocalOnlyParams
     personalized = True
     heterogeneous = True
 

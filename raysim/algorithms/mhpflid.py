@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 import torch
@@ -52,7 +52,7 @@ def _seeded_weights(module_factory: Any, seed: int, purpose: str, client: int = 
 
 
 @register_algorithm
-class MHpFLID(Algorithm):
+class MHpFLID(Algorithm[MHpFLIDParams, Weights]):
     """Injection and distillation through a shared, server-averaged messenger."""
 
     params_class = MHpFLIDParams
@@ -119,7 +119,7 @@ class MHpFLID(Algorithm):
                 for c, s in zip(clients, states, strict=True)]
 
     def _initial_state(self, runtime: ClientRuntime, client: int) -> dict[str, Any]:
-        channels = runtime.client_model(client).feature_channels
+        channels = _split_model(runtime, client).feature_channels
         seed = self.context.seed
         messenger = _seeded_weights(self.build_messenger, seed, "messenger-init")
         return {
@@ -134,7 +134,7 @@ class MHpFLID(Algorithm):
 
     def _modules(self, runtime: ClientRuntime, client: int
                  ) -> tuple[SplitModel, Messenger, InformationExchange, InformationExchange]:
-        local = runtime.client_model(client)
+        local = _split_model(runtime, client)
         if self._messenger is None:
             self._messenger = self.build_messenger().to(runtime.device)
         exchange = []
@@ -143,7 +143,7 @@ class MHpFLID(Algorithm):
             if key not in self._exchanges:
                 self._exchanges[key] = self._build_exchange(role, key[1]).to(runtime.device)
             exchange.append(self._exchanges[key])
-        return local, self._messenger, exchange[0], exchange[1]  # type: ignore[return-value]
+        return local, self._messenger, exchange[0], exchange[1]
 
     def _client_round(self, runtime: ClientRuntime, client: int, round_: int,
                       shared_messenger: Weights, state: dict[str, Any] | None) -> ClientResult:
@@ -258,6 +258,11 @@ def _relative_change(before: Weights, after: Weights) -> float:
     moved = sum(float(np.sum((after[k].astype(np.float64) - before[k]) ** 2)) for k in keys)
     size = sum(float(np.sum(before[k].astype(np.float64) ** 2)) for k in keys)
     return math.sqrt(moved / size) if size > 0 else math.nan
+
+
+def _split_model(runtime: ClientRuntime, client: int) -> SplitModel:
+    """A client's resident model (MH-pFLID's clients run split architectures)."""
+    return cast(SplitModel, runtime.client_model(client))
 
 
 class _frozen:

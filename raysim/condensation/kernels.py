@@ -16,6 +16,7 @@ def _gram(a: torch.Tensor, b: torch.Tensor, kernel: Kernel, bandwidth: torch.Ten
         return a @ b.T
     if kernel == "polynomial":
         return (a @ b.T / a.shape[1] + 1.0) ** 2
+    assert bandwidth is not None, "the gaussian kernel needs a bandwidth"
     return torch.exp(-torch.cdist(a, b).pow(2) / (2 * bandwidth ** 2))
 
 

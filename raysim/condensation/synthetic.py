@@ -15,6 +15,7 @@ from torch import nn
 
 from raysim.condensation.augment import augment
 from raysim.data.dataset import DataInfo, to_tensor
+from raysim.models.registry import embedding_parts
 
 
 def images_per_class(counts: np.ndarray, percent: float | None, floor: int,
@@ -41,8 +42,8 @@ def to_uint8(images: torch.Tensor, info: DataInfo) -> np.ndarray:
     channel, (N, H, W, C) else), rounded and clipped to [0, 255]."""
     mean = torch.tensor(info.mean, device=images.device).view(1, -1, 1, 1)
     std = torch.tensor(info.std, device=images.device).view(1, -1, 1, 1)
-    pixels = ((images.detach() * std + mean) * 255.0).round().clamp(0, 255).to(torch.uint8)
-    pixels = pixels.permute(0, 2, 3, 1).cpu().numpy()
+    scaled = ((images.detach() * std + mean) * 255.0).round().clamp(0, 255).to(torch.uint8)
+    pixels = scaled.permute(0, 2, 3, 1).cpu().numpy()
     return pixels[..., 0] if pixels.shape[-1] == 1 else pixels
 
 
@@ -80,7 +81,7 @@ def train_on_synthetic(model: nn.Module, images: np.ndarray, labels: np.ndarray,
     y = torch.from_numpy(np.asarray(labels, dtype=np.int64))
     optimizer = torch.optim.SGD(model.parameters(), lr=settings.lr, momentum=settings.momentum,
                                 weight_decay=settings.weight_decay)
-    optimizers = [optimizer]
+    optimizers: list[torch.optim.Optimizer] = [optimizer]
     if extra_module is not None:
         extra_module.train()
         optimizers.append(torch.optim.Adam(extra_module.parameters(), lr=settings.extra_lr))
@@ -104,8 +105,9 @@ def train_on_synthetic(model: nn.Module, images: np.ndarray, labels: np.ndarray,
             if extra_loss is None:
                 loss = F.cross_entropy(model(inputs), targets)
             else:  # one forward pass feeds both terms (the model has ``embed`` + ``classifier``)
-                embeddings = model.embed(inputs)
-                loss = (F.cross_entropy(model.classifier(embeddings), targets)
+                embed, classifier = embedding_parts(model)
+                embeddings = embed(inputs)
+                loss = (F.cross_entropy(classifier(embeddings), targets)
                         + weight * extra_loss(embeddings, targets))
             for opt in optimizers:
                 opt.zero_grad(set_to_none=True)

@@ -85,6 +85,7 @@ class Driver:
         self._recoveries: list[dict[str, Any]] = []
         validation_y = (None if setup.validation_index is None
                         else _fetch(setup.arrays["train_y"])[setup.validation_index])
+        assert setup.test_sources is not None, "the runner gives every run its test sources"
         self._evaluator = Evaluator(self.algorithm, self.test_y, spec.client_test_shares,
                                     setup.partition.unseen, setup.test_sources, spec.evaluation,
                                     validation_y)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import logging
 import math
 import os
 import socket
@@ -74,14 +75,15 @@ def _start_ray(config: ExperimentConfig) -> list[str]:
     invocation on this machine holds (waiting for enough of them); returns notices."""
     global _SLOTS
     if config.engine.address:
-        ray.init(address=config.engine.address, logging_level="ERROR", log_to_driver=False)
+        ray.init(address=config.engine.address, logging_level=logging.ERROR, log_to_driver=False)
         return []
     total = os.cpu_count() or 1
     if _SLOTS is None:
         _SLOTS = CpuSlots(total)
     needed = math.ceil(config.engine.num_workers * config.engine.cpus_per_worker)
     held = _SLOTS.acquire(needed) if _SLOTS.held == 0 else _SLOTS.held
-    ray.init(num_cpus=held, logging_level="ERROR", log_to_driver=False, include_dashboard=False)
+    ray.init(num_cpus=held, logging_level=logging.ERROR, log_to_driver=False,
+             include_dashboard=False)
     start_watchdog()  # removes what Ray leaves if this process is SIGKILLed
     if held < total:
         return [f"Another raysim invocation on this machine holds {total - held} of its {total} "

@@ -136,17 +136,17 @@ class ClientWorker:
         the object store and returned as {worker: reference}, never sent through the driver.
         """
         self.receive_states(incoming or [])
-        clients = clients.tolist()
+        ids: list[int] = clients.tolist()
         groups: dict[int, list[int]] = defaultdict(list)
-        for client in clients:
+        for client in ids:
             groups[self.group_of[client]].append(client)
         started = time.perf_counter()
         with gpu_memory_errors(self.gpu_share, self.index, f"in round {round_}"):
             updates = self.algorithm.local_updates(
-                self.runtime, clients, round_, message,
-                [self.client_states.get(c) for c in clients])
-        seconds = (time.perf_counter() - started) / max(len(clients), 1)
-        by_client = dict(zip(clients, updates, strict=True))
+                self.runtime, ids, round_, message,
+                [self.client_states.get(c) for c in ids])
+        seconds = (time.perf_counter() - started) / max(len(ids), 1)
+        by_client = dict(zip(ids, updates, strict=True))
         bytes_up: dict[str, int] = defaultdict(int)
         for client, result in by_client.items():
             if result.state is not None:
@@ -159,16 +159,16 @@ class ClientWorker:
             partial = self.algorithm.reduce([(c, by_client[c]) for c in members])
             if partial is not None:
                 results.append(GroupResult(group, partial))
-        columns = {"client": np.array(clients, dtype=np.int64)}
+        columns = {"client": np.array(ids, dtype=np.int64)}
         if any(u.train_loss is not None for u in updates):
             columns["train_loss"] = np.array([np.nan if u.train_loss is None else u.train_loss
                                               for u in updates], dtype=float)
         columns["num_samples"] = np.array([u.num_samples for u in updates], dtype=float)
         for key in dict.fromkeys(k for u in updates for k in u.metrics):
             columns[key] = np.array([u.metrics.get(key, np.nan) for u in updates], dtype=float)
-        columns["train_seconds"] = np.full(len(clients), seconds)
+        columns["train_seconds"] = np.full(len(ids), seconds)
         if self.run_setup.membership_audit and round_ == self.run_setup.context.training.rounds - 1:
-            columns["mia_auc"] = np.array([self._audit(c, by_client[c].upload) for c in clients])
+            columns["mia_auc"] = np.array([self._audit(c, by_client[c].upload) for c in ids])
         outgoing = self._apply_moves([] if moves is None else moves.tolist())
         return RoundReply(results, columns, dict(bytes_up), outgoing, len(self.client_states),
                           resident_memory_mb())
@@ -227,6 +227,7 @@ class ClientWorker:
                 x = self.arrays["train_x"][setup.validation_index[start:stop]]
                 sources = setup.validation_sources[start:stop]
             else:
+                assert setup.test_sources is not None
                 x, sources = self.arrays["test_x"][start:stop], setup.test_sources[start:stop]
             with gpu_memory_errors(self.gpu_share, self.index, "while evaluating"):
                 predicted = self.algorithm.predict_many(self.runtime, models, x, sources,

@@ -60,7 +60,7 @@ by config name, with a one-line description."""
 
 def _zoo_params(name: str, doc: str) -> type[StrictModel]:
     params = create_model(f"Zoo_{name}_Params", __base__=StrictModel,
-                          name=(Literal[name], name))  # type: ignore[call-overload]
+                          name=(Literal[name], name))  # type: ignore[arg-type]
     params.__doc__ = doc
     return params
 

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import cast
 
-from torch import nn
+from torch import Tensor, nn
 
 from raysim.data.dataset import DataInfo
 from raysim.errors import ConfigError
@@ -30,6 +31,15 @@ def register_model(params: type[StrictModel]) -> Callable:
         return build
 
     return decorator
+
+
+Layer = Callable[[Tensor], Tensor]
+
+
+def embedding_parts(model: nn.Module) -> tuple[Layer, Layer]:
+    """``model.embed`` (inputs -> features) and ``model.classifier`` (features -> logits) of a
+    model that has both (ConvNet, ResNet18), as the condensation methods use them."""
+    return cast(Layer, model.embed), cast(Layer, model.classifier)
 
 
 def require_images(model_name: str, info: DataInfo) -> None:

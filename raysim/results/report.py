@@ -98,7 +98,7 @@ def plot_learning_curves(rounds: pd.DataFrame, path: Path, metric: str = "accura
 
     evaluated = rounds.dropna(subset=[metric])
     figure, axis = plt.subplots(figsize=(8.5, 4.5))
-    colours = plt.get_cmap("tab10").colors
+    colours = plt.get_cmap("tab10").colors  # type: ignore[attr-defined]
     styles = ("-", "--", "-.", ":")
     seeds_seen = set()
     for index, ((experiment, algorithm), frame) in enumerate(

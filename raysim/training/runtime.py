@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import torch
@@ -98,7 +98,7 @@ def proximal_term(model: nn.Module, anchor: Weights, mu: float) -> Callable[[], 
              for name, param in model.named_parameters() if param.requires_grad]
 
     def term() -> torch.Tensor:
-        return 0.5 * mu * sum(((p - a) ** 2).sum() for p, a in pairs)
+        return cast(torch.Tensor, 0.5 * mu * sum(((p - a) ** 2).sum() for p, a in pairs))
 
     return term
 
@@ -217,13 +217,13 @@ class ClientRuntime:
             plan = batch_plans(int(size), self.training.batch_size, self.training.epochs, steps,
                                self.seed, round_, ids)
             momentum = [None if optimizer_states[i] is None else optimizer_states[i]["momentum"]
-                        for i in members]
+                        for i in members.tolist()]
             new_weights, new_momentum, losses = train_vectorized(
-                self.model, [weights[i] for i in members], momentum, inputs, targets, plan,
+                self.model, [weights[i] for i in members.tolist()], momentum, inputs, targets, plan,
                 self.training.optimizer, prox)
             for k, (i, loss) in enumerate(zip(members.tolist(), losses.tolist(), strict=True)):
                 outcome = TrainOutcome(loss, int(size), len(plan), {"momentum": new_momentum[k]})
-                results[i] = (new_weights[k], outcome)
+                results[i] = (cast(Weights, new_weights[k]), outcome)  # a Weights mapping
         return [results[i] for i in range(len(clients))]
 
     def train(self, model: nn.Module, client: int, round_: int, *,

@@ -78,7 +78,8 @@ def train_vectorized(
     use_momentum = optimizer.momentum > 0
     velocity = None
     if use_momentum and all(m is not None for m in momentum):
-        velocity = torch.from_numpy(_stack_rows(momentum)).to(device)
+        velocity = torch.from_numpy(_stack_rows([m for m in momentum if m is not None])
+                                    ).to(device)
     anchor = None
     if prox is not None and prox[1] > 0:
         anchor = {n: as_tensor(prox[0][n]).to(device) for n in param_names}

@@ -3,6 +3,8 @@ different-resolution task, deeper = more blocks over up to three stages (64-256 
 
 from __future__ import annotations
 
+from functools import partial
+
 from torch import Tensor, nn
 
 from raysim.models.split import SplitModel, conv_bn_relu, register_zoo_model
@@ -49,4 +51,4 @@ def resnet(depth: int, in_channels: int, num_classes: int) -> SplitModel:
 
 
 for _depth in DEPTHS:
-    register_zoo_model(f"resnet{_depth}", lambda c, k, d=_depth: resnet(d, c, k))
+    register_zoo_model(f"resnet{_depth}", partial(resnet, _depth))
