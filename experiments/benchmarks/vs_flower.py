@@ -1,0 +1,185 @@
+"""raysim against Flower 1.41 end to end: whole-process wall clock of ``raysim run`` and of a
+Flower simulation (``flower_workload.py``) on the same workloads, interleaved, with ratios.
+
+Workloads (issue #17; 2 workers / 2 Flower client actors of 1 CPU; FedAvg, SGD lr 0.01,
+evaluation of the global model after the last round only):
+
+- W1: 70 clients x 64 PneumoniaMNIST images, ConvNet width 128 depth 3, 1 local epoch of
+  batch 32, 3 rounds;
+- W2: 150 clients x 8 PneumoniaMNIST images, ConvNet width 32 depth 3, 1 step of batch 8 per
+  round, 30 rounds;
+- W3: 1,000 clients x 4 rows of the built-in ``synthetic`` tabular set, MLP 32, 100 clients
+  sampled per round, 1 step of batch 4, 50 rounds;
+- W3x3: W3 with 3 seeds (raysim: one invocation, one actor pool; Flower: three simulations one
+  after another in one process).
+
+Both sides train on the same arrays: this script prepares each workload with raysim (data,
+partition) and hands Flower the clients' samples, normalised as raysim normalises them, in an
+npz file (written before the clock starts; Flower does not pay for loading, checking or
+partitioning the data, raysim does). PneumoniaMNIST comes from ``--data-root`` (a generated
+file of its layout when absent, said in the output).
+
+Flower lives in its own environment (it pins ray 2.55.1):
+
+    python -m venv ../flwr-venv
+    ../flwr-venv/bin/pip install "flwr[simulation]==1.41.*" "torch>=2.3,<2.14" numpy
+    python experiments/benchmarks/vs_flower.py --flower-python ../flwr-venv/bin/python \\
+        [--workloads W1,W2,W3,W3x3] [--repeats 2]
+
+Without ``--flower-python`` (or ``FLOWER_PYTHON``) only raysim runs, with a message saying how
+to add Flower. Measure on a quiet machine: a raysim run waits while another raysim invocation
+holds the CPUs (Flower does not), and anything else running skews both sides. Prints one JSON line per measurement and a table of medians with raysim/Flower.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import yaml
+
+from raysim.config import parse_config
+from raysim.data.dataset import to_tensor
+from raysim.preparation import prepare
+
+TARGETS = {"W1": 0.8, "W2": 0.2, "W3": 0.07, "W3x3": 0.07}
+"""Issue #17's targets for raysim's wall time over Flower's."""
+
+
+def workloads(data_root: str, real: bool) -> dict[str, dict]:
+    """The raysim config of every workload."""
+    pneumonia = {"name": "pneumoniamnist", "size": 28, "root": data_root,
+                 "download": False, "verify_checksum": real}
+    common = {"algorithm": {"name": "fedavg"}, "seeds": [0],
+              "engine": {"num_workers": 2, "cpus_per_worker": 1}}
+    w3 = {"name": "vsflower-w3", "dataset": {"name": "synthetic"},
+          "partition": {"scheme": "iid", "num_clients": 1000, "samples_per_client": 4},
+          "model": {"name": "mlp", "hidden": [32]},
+          "training": {"rounds": 50, "clients_per_round": 100, "local_steps": 1,
+                       "batch_size": 4, "optimizer": {"name": "sgd", "lr": 0.01}},
+          "evaluation": {"every": 50, "clients": False}, **common}
+    return {
+        "W1": {"name": "vsflower-w1", "dataset": pneumonia,
+               "partition": {"scheme": "iid", "num_clients": 70, "samples_per_client": 64},
+               "model": {"name": "convnet", "width": 128, "depth": 3},
+               "training": {"rounds": 3, "local_epochs": 1, "batch_size": 32,
+                            "optimizer": {"name": "sgd", "lr": 0.01}},
+               "evaluation": {"every": 3, "clients": False}, **common},
+        "W2": {"name": "vsflower-w2", "dataset": pneumonia,
+               "partition": {"scheme": "iid", "num_clients": 150, "samples_per_client": 8},
+               "model": {"name": "convnet", "width": 32, "depth": 3},
+               "training": {"rounds": 30, "local_steps": 1, "batch_size": 8,
+                            "optimizer": {"name": "sgd", "lr": 0.01}},
+               "evaluation": {"every": 30, "clients": False}, **common},
+        "W3": w3,
+        "W3x3": {**w3, "name": "vsflower-w3x3", "seeds": [0, 1, 2]},
+    }
+
+
+def export_for_flower(raw: dict, path: Path) -> dict:
+    """Write the workload's client samples (in client order, normalised) and test set to
+    ``path``; returns the workload spec ``flower_workload.py`` reads."""
+    config = parse_config(raw)
+    dataset, partition = prepare(config, None)[config.seeds[0]]
+    info = dataset.info
+    order = np.concatenate(partition.train)
+    offsets = np.concatenate([[0], np.cumsum([len(p) for p in partition.train])])
+    np.savez(path, x_train=to_tensor(dataset.train_x[order], info).numpy(),
+             y_train=dataset.train_y[order].astype(np.int64), offsets=offsets,
+             x_test=to_tensor(dataset.test_x, info).numpy(),
+             y_test=dataset.test_y.astype(np.int64))
+    training = config.training
+    return {"model": raw["model"], "input_shape": list(info.input_shape),
+            "num_classes": info.num_classes, "num_clients": partition.num_clients,
+            "clients_per_round": training.clients_per_round or partition.num_clients,
+            "rounds": training.rounds, "local_epochs": training.local_epochs,
+            "local_steps": training.local_steps, "batch_size": training.batch_size,
+            "lr": training.optimizer.lr, "cpus": 2}
+
+
+def timed(command: list[str], env: dict[str, str] | None = None) -> tuple[float, str]:
+    """Wall clock of a whole process; its output (raises with it on failure)."""
+    started = time.perf_counter()
+    done = subprocess.run(command, capture_output=True, text=True, env=env)
+    seconds = time.perf_counter() - started
+    if done.returncode != 0:
+        raise RuntimeError(f"{' '.join(command[:3])} failed ({done.returncode}):\n"
+                           f"{done.stdout[-2000:]}\n{done.stderr[-3000:]}")
+    return seconds, done.stdout
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--flower-python", default=os.environ.get("FLOWER_PYTHON"),
+                        help="a Python with flwr[simulation]==1.41.* and torch")
+    parser.add_argument("--workloads", default="W1,W2,W3,W3x3")
+    parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument("--data-root", default="../shared/data/medmnist")
+    args = parser.parse_args()
+    here = Path(__file__).resolve().parent
+    raysim_cli = [sys.executable, "-c", "import sys; from raysim.cli import main; "
+                  "sys.exit(main())"]
+    if not args.flower_python:
+        print("Flower is not measured: no --flower-python (or FLOWER_PYTHON). Install it in "
+              "its own environment (it pins ray 2.55.1): python -m venv ../flwr-venv && "
+              "../flwr-venv/bin/pip install 'flwr[simulation]==1.41.*' 'torch>=2.3,<2.14' "
+              "numpy; then pass --flower-python ../flwr-venv/bin/python.", flush=True)
+    with tempfile.TemporaryDirectory() as scratch_dir:
+        scratch = Path(scratch_dir)
+        real = (Path(args.data_root) / "pneumoniamnist.npz").exists()
+        data_root = args.data_root
+        if not real:
+            sys.path.insert(0, str(here.parents[1] / "tests"))
+            from fixtures import write_medmnist_npz
+
+            data_root = str(scratch / "data")
+            write_medmnist_npz(Path(data_root), "pneumoniamnist", n_train=12000, n_test=600)
+        print(json.dumps({"pneumoniamnist": "real" if real else "generated"}), flush=True)
+        chosen = {k: v for k, v in workloads(data_root, real).items()
+                  if k in args.workloads.split(",")}
+        specs = {}
+        for name, raw in chosen.items():
+            (scratch / f"{name}.yaml").write_text(yaml.safe_dump(raw))
+            if args.flower_python:
+                specs[name] = export_for_flower(raw, scratch / f"{name}.npz")
+        times: dict[tuple[str, str], list[float]] = {}
+        env = {**os.environ, "RAY_DEDUP_LOGS": "0"}
+        for repeat in range(args.repeats):
+            for name in chosen:
+                sides = ["raysim", "flower"] if args.flower_python else ["raysim"]
+                if repeat % 2:
+                    sides.reverse()  # interleaved: neither side always goes first
+                for side in sides:
+                    if side == "raysim":
+                        command = [*raysim_cli, "run", str(scratch / f"{name}.yaml"),
+                                   "--no-progress", "--output", str(scratch / "results")]
+                    else:
+                        seeds = len(chosen[name]["seeds"])
+                        command = [args.flower_python, str(here / "flower_workload.py"),
+                                   "--data", str(scratch / f"{name}.npz"),
+                                   "--spec", json.dumps(specs[name]), "--seeds", str(seeds)]
+                    seconds, _ = timed(command, env)
+                    times.setdefault((name, side), []).append(seconds)
+                    print(json.dumps({"workload": name, "side": side, "repeat": repeat,
+                                      "wall_s": round(seconds, 2)}), flush=True)
+        print("\n| workload | raysim (median s) | Flower (median s) | raysim / Flower | target |")
+        print("| --- | --- | --- | --- | --- |")
+        for name in chosen:
+            ours = statistics.median(times[(name, "raysim")])
+            theirs = (statistics.median(times[(name, "flower")])
+                      if (name, "flower") in times else None)
+            ratio = f"{ours / theirs:.2f}" if theirs else "-"
+            shown = f"{theirs:.1f}" if theirs else "not measured"
+            print(f"| {name} | {ours:.1f} | {shown} | {ratio} | <= {TARGETS[name]} |")
+
+
+if __name__ == "__main__":
+    main()
