@@ -13,7 +13,12 @@ import numpy as np
 import pytest
 
 from raysim.engine.checkpoint import load_checkpoint
-from raysim.engine.round_callbacks import Checkpointing, DivergenceStop, EvaluationSchedule
+from raysim.engine.round_callbacks import (
+    Checkpointing,
+    DivergenceStop,
+    EvaluationSchedule,
+    MembershipAudit,
+)
 from raysim.engine.round_loop import (
     Durable,
     Evaluation,
@@ -60,9 +65,11 @@ class FakeWorkers:
         self.in_flight = 0
         self.delivered = 0
         self.handed_over: list[int] = []  # relayed states handed over with each dispatch
+        self.audited: list[int] = []  # rounds whose uploads the workers were asked to attack
 
-    def run_round(self, round_, message, work, incoming, moves):
+    def run_round(self, round_, message, work, incoming, moves, audit=False):
         self.events.append(("dispatch", round_))
+        self.audited.extend([round_] if audit else [])
         self.handed_over.append(sum(len(refs) for refs in incoming.values()))
         self.in_flight += 1
         replies = []
@@ -223,3 +230,11 @@ def test_relayed_states_are_delivered_before_evaluation_and_at_the_end():
     assert not loop.in_flight and workers.delivered == 4
     # after rounds without evaluation the relayed states travel with the next dispatch
     assert workers.handed_over == [0, 2, 0, 2]
+
+
+@pytest.mark.parametrize(("members", "audited"), [(8, [4]), (0, [])])
+def test_the_membership_audit_attacks_the_last_round_only(members, audited):
+    events: list[tuple[Any, ...]] = []
+    workers = FakeWorkers(events)
+    _loop(workers, ListSink(events), [MembershipAudit(members, rounds=5)]).run()
+    assert workers.audited == audited

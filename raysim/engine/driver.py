@@ -18,7 +18,12 @@ import ray
 from raysim.engine.checkpoint import Checkpoint, load_checkpoint, remove_checkpoint, truncate_results
 from raysim.engine.placement import assign_groups, client_groups, per_sample_costs
 from raysim.engine.ray_workers import RayWorkers
-from raysim.engine.round_callbacks import Checkpointing, DivergenceStop, EvaluationSchedule
+from raysim.engine.round_callbacks import (
+    Checkpointing,
+    DivergenceStop,
+    EvaluationSchedule,
+    MembershipAudit,
+)
 from raysim.engine.round_loop import Dispatch, Durable, LoopProgress, RoundCallback, RoundLoop
 from raysim.engine.server_evaluation import Evaluator
 from raysim.engine.worker import WorkerSetup
@@ -242,6 +247,7 @@ class Driver:
             progress=self._loop_progress,
             callbacks=[_FirstDispatchStamp(self.run_dir, first=not self._recoveries), evaluation,
                        DivergenceStop(self.run_dir),
+                       MembershipAudit(spec.setup.membership_audit, spec.rounds),
                        Checkpointing(spec.engine.checkpoint_every, spec.rounds, self.run_dir,
                                      context.seed)],
             report=self._set_progress)

@@ -21,12 +21,13 @@ class RayWorkers:
         self.actors = actors
 
     def run_round(self, round_: int, message: dict[str, Any], work: dict[int, np.ndarray],
-                  incoming: dict[int, list[Any]], moves: dict[int, np.ndarray]) -> list[Any]:
+                  incoming: dict[int, list[Any]], moves: dict[int, np.ndarray],
+                  audit: bool = False) -> list[Any]:
         """One ``run_round`` task per worker in ``work``; returns their futures."""
         # large broadcasts go into the object store once; small ones travel inline
         message_ref = ray.put(message) if payload_bytes(message) > _INLINE_BYTES else message
         return [self.actors[w].run_round.remote(round_, message_ref, clients,
-                                                incoming.get(w, []), moves.get(w))
+                                                incoming.get(w, []), moves.get(w), audit)
                 for w, clients in work.items()]
 
     def collect(self, handle: list[Any]) -> list[RoundReply]:

@@ -1,5 +1,6 @@
 """The round loop's callbacks (``raysim.engine.round_loop``): evaluation schedule, divergence
-stop and checkpointing. Ray-free: what touches the workers comes in as functions."""
+stop, checkpointing and the membership audit's schedule. Ray-free: what touches the workers
+comes in as functions."""
 
 from __future__ import annotations
 
@@ -41,6 +42,19 @@ class EvaluationSchedule(RoundCallback):
             return None
         loop.deliver()  # evaluate before the next round changes the states
         return self._evaluate(outcome.state, outcome.round)
+
+
+class MembershipAudit(RoundCallback):
+    """The membership audit (``evaluation.membership_audit``) attacks the uploads of the last
+    round: the workers score each sampled client's upload with the algorithm's attack
+    (``Algorithm.membership_scores``) and report ``mia_auc`` in the clients table."""
+
+    def __init__(self, members: int, rounds: int):
+        self.members = members
+        self.rounds = rounds
+
+    def audits(self, round_: int) -> bool:
+        return self.members > 0 and round_ == self.rounds - 1
 
 
 class DivergenceStop(RoundCallback):

@@ -9,7 +9,8 @@ One round reads top to bottom in :meth:`RoundLoop.run`::
 Round r+1 is dispatched before round r's rows are recorded, so the workers train while the
 driver does bookkeeping, unless a callback needs the workers idle after round r (a checkpoint
 gathers the client states) or round r asks to stop. Evaluation schedule, divergence stop and
-checkpointing are :class:`RoundCallback` s (``raysim.engine.round_callbacks``).
+checkpointing and the membership audit's schedule are :class:`RoundCallback` s
+(``raysim.engine.round_callbacks``).
 
 After a rollback (a worker died and the driver restored the last durable state) the rounds
 between the durable state and the last recorded round are *replayed*: trained and aggregated
@@ -60,10 +61,12 @@ class Workers(Protocol):
     """The round loop's view of a run's workers."""
 
     def run_round(self, round_: int, message: dict[str, Any], work: dict[int, np.ndarray],
-                  incoming: dict[int, list[Any]], moves: dict[int, np.ndarray]) -> Any:
+                  incoming: dict[int, list[Any]], moves: dict[int, np.ndarray],
+                  audit: bool = False) -> Any:
         """Start round ``round_`` on the workers named in ``work`` (worker -> its sampled
-        clients), handing each its ``incoming`` relayed states and its ``moves``; returns a
-        handle for :meth:`collect`."""
+        clients), handing each its ``incoming`` relayed states and its ``moves``; ``audit``:
+        attack every sampled client's upload (the membership audit). Returns a handle for
+        :meth:`collect`."""
 
     def collect(self, handle: Any) -> list[RoundReply]:
         """Wait for a started round; the replies in worker order."""
@@ -164,6 +167,10 @@ class RoundOutcome:
 class RoundCallback:
     """Hooks into the round loop; every hook is optional."""
 
+    def audits(self, round_: int) -> bool:
+        """Whether the workers attack this round's uploads (the membership audit)."""
+        return False
+
     def after_dispatch(self, loop: RoundLoop, dispatch: Dispatch) -> None:
         """A round was just sent to the workers."""
 
@@ -246,8 +253,9 @@ class RoundLoop:
         for w in [*self.in_flight, *moves]:
             work.setdefault(w, sampled[:0])
         incoming = {w: self.in_flight.pop(w, []) for w in sorted(work)}
+        audit = any(callback.audits(round_) for callback in self.callbacks)
         handle = self.workers.run_round(round_, message, dict(sorted(work.items())), incoming,
-                                        moves)
+                                        moves, audit)
         dispatch = Dispatch(round_, handle, message, len(sampled), started)
         for callback in self.callbacks:
             callback.after_dispatch(self, dispatch)

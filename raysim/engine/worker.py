@@ -125,7 +125,7 @@ class ClientWorker:
 
     def run_round(self, round_: int, message: dict[str, Any], clients: np.ndarray,
                   incoming: list[ray.ObjectRef] | None = None,
-                  moves: np.ndarray | None = None) -> RoundReply:
+                  moves: np.ndarray | None = None, audit: bool = False) -> RoundReply:
         """Run the local work of this worker's sampled ``clients`` (ascending ids) in one
         batch (per-client results do not depend on the batch), then reduce each client group
         in client order.
@@ -134,6 +134,9 @@ class ClientWorker:
         ``moves``: rows (client, destination client, destination worker) for every client state
         held here, applied after the local work; states bound for other workers are put into
         the object store and returned as {worker: reference}, never sent through the driver.
+        ``audit``: score every client's upload with the algorithm's membership attack
+        (``mia_auc``; the driver's :class:`~raysim.engine.round_callbacks.MembershipAudit`
+        decides the round).
         """
         self.receive_states(incoming or [])
         ids: list[int] = clients.tolist()
@@ -167,7 +170,7 @@ class ClientWorker:
         for key in dict.fromkeys(k for u in updates for k in u.metrics):
             columns[key] = np.array([u.metrics.get(key, np.nan) for u in updates], dtype=float)
         columns["train_seconds"] = np.full(len(ids), seconds)
-        if self.run_setup.membership_audit and round_ == self.run_setup.context.training.rounds - 1:
+        if audit:
             columns["mia_auc"] = np.array([self._audit(c, by_client[c].upload) for c in ids])
         outgoing = self._apply_moves([] if moves is None else moves.tolist())
         return RoundReply(results, columns, dict(bytes_up), outgoing, len(self.client_states),
