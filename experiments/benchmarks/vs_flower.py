@@ -28,7 +28,8 @@ Flower lives in its own environment (it pins ray 2.55.1):
 
 Without ``--flower-python`` (or ``FLOWER_PYTHON``) only raysim runs, with a message saying how
 to add Flower. Measure on a quiet machine: a raysim run waits while another raysim invocation
-holds the CPUs (Flower does not), and anything else running skews both sides. Prints one JSON line per measurement and a table of medians with raysim/Flower.
+holds the CPUs (Flower does not), and anything else running skews both sides.
+Prints one JSON line per measurement and a table of medians with raysim/Flower.
 """
 
 from __future__ import annotations
