@@ -19,7 +19,7 @@ LAYERS = {  # higher imports lower or equal, never the other way
     "training": 4, "condensation": 4,
     "models": 3,
     "data": 2, "results": 2,
-    "schema": 1, "errors": 1, "seeding": 1,
+    "schema": 1, "errors": 1, "seeding": 1, "lazy": 1,
 }
 
 
@@ -63,23 +63,27 @@ def test_imports_only_point_down():
     assert not upward, "imports running back up:\n" + "\n".join(upward)
 
 
+def _printed_by_python(code: str) -> str:
+    """What a fresh interpreter prints running ``code`` in the repository root."""
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          check=True, cwd=PACKAGE.parent).stdout.strip()
+
+
 def test_config_algorithms_and_training_load_without_ray():
-    code = ("import sys, raysim.config, raysim.preparation, raysim.training.runtime, "
-            "raysim.engine.round_loop, raysim.engine.round_callbacks; "
-            "from raysim.algorithms import ALGORITHMS; from raysim.models import MODELS; "
-            "print(sorted(m for m in ('ray',) if m in sys.modules))")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         check=True).stdout.strip()
+    out = _printed_by_python(
+        "import sys, raysim.config, raysim.preparation, raysim.training.runtime, "
+        "raysim.engine.round_loop, raysim.engine.round_callbacks; "
+        "from raysim.algorithms import ALGORITHMS; from raysim.models import MODELS; "
+        "print(sorted(m for m in ('ray',) if m in sys.modules))")
     assert out == "[]"
 
 
 def test_loading_every_shipped_config_imports_neither_torch_nor_ray():
-    code = ("import glob, sys; from raysim.config import load_experiments; "
-            "found = sorted(glob.glob('experiments/**/*.yaml', recursive=True)); "
-            "[load_experiments(path) for path in found]; "
-            "print(len(found), sorted(m for m in ('ray', 'torch') if m in sys.modules))")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         check=True, cwd=PACKAGE.parent).stdout.strip()
+    out = _printed_by_python(
+        "import glob, sys; from raysim.config import load_experiments; "
+        "found = sorted(glob.glob('experiments/**/*.yaml', recursive=True)); "
+        "[load_experiments(path) for path in found]; "
+        "print(len(found), sorted(m for m in ('ray', 'torch') if m in sys.modules))")
     count, loaded = out.split(" ", 1)
     assert int(count) > 10 and loaded == "[]"
 

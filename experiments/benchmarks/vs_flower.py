@@ -59,27 +59,26 @@ def workloads(data_root: str, real: bool) -> dict[str, dict]:
     """The raysim config of every workload."""
     pneumonia = {"name": "pneumoniamnist", "size": 28, "root": data_root,
                  "download": False, "verify_checksum": real}
-    common = {"algorithm": {"name": "fedavg"}, "seeds": [0],
-              "engine": {"num_workers": 2, "cpus_per_worker": 1}}
-    w3 = {"name": "vsflower-w3", "dataset": {"name": "synthetic"},
-          "partition": {"scheme": "iid", "num_clients": 1000, "samples_per_client": 4},
-          "model": {"name": "mlp", "hidden": [32]},
-          "training": {"rounds": 50, "clients_per_round": 100, "local_steps": 1,
-                       "batch_size": 4, "optimizer": {"name": "sgd", "lr": 0.01}},
-          "evaluation": {"every": 50, "clients": False}, **common}
+
+    def workload(name: str, dataset: dict, clients: int, samples: int, model: dict,
+                 rounds: int, batch_size: int, **local: int) -> dict:
+        """FedAvg with SGD lr 0.01 on 2 workers of 1 CPU, evaluated after the last round."""
+        return {"name": name, "dataset": dataset,
+                "partition": {"scheme": "iid", "num_clients": clients,
+                              "samples_per_client": samples},
+                "model": model, "algorithm": {"name": "fedavg"},
+                "training": {"rounds": rounds, "batch_size": batch_size, **local,
+                             "optimizer": {"name": "sgd", "lr": 0.01}},
+                "evaluation": {"every": rounds, "clients": False}, "seeds": [0],
+                "engine": {"num_workers": 2, "cpus_per_worker": 1}}
+
+    w3 = workload("vsflower-w3", {"name": "synthetic"}, 1000, 4, {"name": "mlp", "hidden": [32]},
+                  50, 4, clients_per_round=100, local_steps=1)
     return {
-        "W1": {"name": "vsflower-w1", "dataset": pneumonia,
-               "partition": {"scheme": "iid", "num_clients": 70, "samples_per_client": 64},
-               "model": {"name": "convnet", "width": 128, "depth": 3},
-               "training": {"rounds": 3, "local_epochs": 1, "batch_size": 32,
-                            "optimizer": {"name": "sgd", "lr": 0.01}},
-               "evaluation": {"every": 3, "clients": False}, **common},
-        "W2": {"name": "vsflower-w2", "dataset": pneumonia,
-               "partition": {"scheme": "iid", "num_clients": 150, "samples_per_client": 8},
-               "model": {"name": "convnet", "width": 32, "depth": 3},
-               "training": {"rounds": 30, "local_steps": 1, "batch_size": 8,
-                            "optimizer": {"name": "sgd", "lr": 0.01}},
-               "evaluation": {"every": 30, "clients": False}, **common},
+        "W1": workload("vsflower-w1", pneumonia, 70, 64,
+                       {"name": "convnet", "width": 128, "depth": 3}, 3, 32, local_epochs=1),
+        "W2": workload("vsflower-w2", pneumonia, 150, 8,
+                       {"name": "convnet", "width": 32, "depth": 3}, 30, 8, local_steps=1),
         "W3": w3,
         "W3x3": {**w3, "name": "vsflower-w3x3", "seeds": [0, 1, 2]},
     }

@@ -7,8 +7,9 @@ algorithm module and torch; their config parameters live torch-free in
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from raysim.lazy import lazy_exports
 
 if TYPE_CHECKING:
     from raysim.algorithms.base import ALGORITHMS, Algorithm, ClientResult, RunContext
@@ -20,13 +21,4 @@ MODULES = ("centralized", "fedavg", "feddc", "feddf", "feddm", "fedmd", "fedprox
 __all__ = ["ALGORITHMS", "Algorithm", "ClientResult", "RunContext"]
 
 
-def __getattr__(name: str) -> Any:
-    """Load the registry on first use of one of ``__all__``."""
-    if name not in __all__:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    for module in MODULES:
-        importlib.import_module(f"{__name__}.{module}")
-    base = importlib.import_module(f"{__name__}.base")
-    for exported in __all__:
-        globals()[exported] = getattr(base, exported)
-    return globals()[name]
+__getattr__ = lazy_exports(__name__, MODULES, "base", __all__)

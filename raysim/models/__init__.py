@@ -7,8 +7,9 @@ every model module and torch; the models' config parameters live torch-free in
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from raysim.lazy import lazy_exports
 
 if TYPE_CHECKING:
     from raysim.models.registry import MODELS, build_model, register_model
@@ -19,13 +20,4 @@ MODULES = ("cnn", "convnet", "mlp", "resnet", "zoo")
 __all__ = ["MODELS", "build_model", "register_model"]
 
 
-def __getattr__(name: str) -> Any:
-    """Load the registry on first use of one of ``__all__``."""
-    if name not in __all__:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    for module in MODULES:
-        importlib.import_module(f"{__name__}.{module}")
-    registry = importlib.import_module(f"{__name__}.registry")
-    for exported in __all__:
-        globals()[exported] = getattr(registry, exported)
-    return globals()[name]
+__getattr__ = lazy_exports(__name__, MODULES, "registry", __all__)
