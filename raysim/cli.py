@@ -112,6 +112,21 @@ def _run(args: argparse.Namespace) -> int:
     return _execute(experiments, args)
 
 
+def _import_engine_and_prepare(experiments: dict, data_root: str | None) -> dict:
+    """The data of every experiment (runs in a thread while Ray starts); imports the engine
+    and torch first, so that they load while Ray starts too."""
+    import raysim.engine.runner  # noqa: F401 (imported here, beside Ray's start)
+    from raysim.preparation import prepare
+
+    return {label: prepare(config, data_root) for label, config in experiments.items()}
+
+
+def _prestart_actors(experiments: dict) -> None:
+    from raysim.engine.runner import prestart_actors
+
+    prestart_actors(experiments)
+
+
 def _sweep(args: argparse.Namespace) -> int:
     from raysim.sweep import parse_grid, parse_seeds, sweep_experiments
 
@@ -124,11 +139,12 @@ def _sweep(args: argparse.Namespace) -> int:
 
 
 def _execute(experiments: dict, args: argparse.Namespace, labels: dict | None = None) -> int:
-    """Run (or resume) labelled experiments, then print the summary table and paths."""
-    from raysim.engine.runner import latest_run_root, run_experiments, startup_phases
-    from raysim.results.load import load
-    from raysim.results.manifest import read_manifest
-    from raysim.results.report import format_summary, report, summary_table
+    """Run (or resume) labelled experiments, then print the summary table and paths.
+
+    Ray starts while a background thread imports the engine (torch) and prepares the data,
+    and the first runs' actors start before the data is ready (:mod:`raysim.engine.startup`).
+    """
+    from raysim.engine.startup import check_output, latest_run_root, start_alongside
 
     resume = args.resume
     if resume == "latest":
@@ -138,9 +154,19 @@ def _execute(experiments: dict, args: argparse.Namespace, labels: dict | None = 
                           "directory that `raysim run` printed, or --resume alone for the latest.")
     if resume is not None:
         print(f"resuming {resume}", file=sys.stderr)
+    else:
+        check_output(next(iter(experiments.values())), args.output)  # before Ray starts
+    started = start_alongside(experiments.values(),
+                              lambda: _import_engine_and_prepare(experiments, args.data_root),
+                              then=lambda: _prestart_actors(experiments))
+    from raysim.engine.runner import run_experiments, startup_phases
+    from raysim.results.load import load
+    from raysim.results.manifest import read_manifest
+    from raysim.results.report import format_summary, report, summary_table
+
     outcomes = run_experiments(experiments, data_root=args.data_root, output=args.output,
                                progress=not args.no_progress, resume=resume, labels=labels,
-                               started_at=_STARTED_AT)
+                               started_at=_STARTED_AT, started=started)
     root = outcomes[0].run_dir.parent
     if "" not in experiments:
         root = root.parent
@@ -152,8 +178,9 @@ def _execute(experiments: dict, args: argparse.Namespace, labels: dict | None = 
     phases = [startup_phases(read_manifest(o.run_dir)) for o in outcomes if not o.error]
     first = min((p for p in phases if p), key=lambda p: p["first_round"], default=None)
     if first is not None:
+        beside = " (alongside imports and data)" if first["alongside"] else ""
         print(f"start-up: imports {first['imports']:.1f} s, data {first['data']:.1f} s, Ray "
-              f"{first['ray']:.1f} s, workers "
+              f"{first['ray']:.1f} s{beside}, workers "
               f"{first['workers']:.1f} s; first round dispatched {first['first_round']:.1f} s "
               "after the command")
     failed = [o for o in outcomes if o.error]

@@ -61,11 +61,27 @@ class ActorPool:
             for other in [s for s in self._idle_workers if s != shape]:
                 for actor in self._idle_workers.pop(other):
                     ray.kill(actor)
-            actor_class = ray.remote(ClientWorker).options(
-                num_cpus=shape.cpus, num_gpus=shape.gpus, max_restarts=shape.max_restarts,
-                scheduling_strategy="SPREAD" if shape.spread else "DEFAULT")
-            taken += [actor_class.remote() for _ in range(missing)]
+            taken += self._new_workers(shape, missing)
         return taken
+
+    @staticmethod
+    def _new_workers(shape: WorkerShape, count: int) -> list[Any]:
+        actor_class = ray.remote(ClientWorker).options(
+            num_cpus=shape.cpus, num_gpus=shape.gpus, max_restarts=shape.max_restarts,
+            scheduling_strategy="SPREAD" if shape.spread else "DEFAULT")
+        return [actor_class.remote() for _ in range(count)]
+
+    @staticmethod
+    def _new_driver(node_strategy: Any) -> Any:
+        return ray.remote(DriverHost).options(num_cpus=0, max_concurrency=2,
+                                              scheduling_strategy=node_strategy).remote()
+
+    def prestart(self, shape: WorkerShape, count: int, node_strategy: Any) -> None:
+        """Start ``count`` workers of ``shape`` and one driver host now and keep them idle
+        (a run borrows them later; their processes start meanwhile)."""
+        self._check_session()
+        self._idle_workers[shape].extend(self._new_workers(shape, count))
+        self._idle_drivers.append(self._new_driver(node_strategy))
 
     def give_back_workers(self, shape: WorkerShape, workers: list[Any]) -> None:
         """Workers of a finished run: reset (their run's data released) and kept idle."""
@@ -77,9 +93,8 @@ class ActorPool:
         results are written)."""
         self._check_session()
         if self._idle_drivers:
-            return self._idle_drivers.pop()
-        return ray.remote(DriverHost).options(num_cpus=0, max_concurrency=2,
-                                              scheduling_strategy=node_strategy).remote()
+            return self._idle_drivers.pop(0)
+        return self._new_driver(node_strategy)
 
     def give_back_driver(self, driver: Any) -> None:
         """A driver host whose run ended: reset and kept idle."""

@@ -3,15 +3,10 @@
 from __future__ import annotations
 
 import contextlib
-import logging
 import math
-import os
 import socket
 import sys
-import tempfile
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -23,10 +18,14 @@ from tqdm import tqdm
 from raysim.algorithms import ALGORITHMS
 from raysim.config import ExperimentConfig, parse_config
 from raysim.data import ArrayDataset, Partition
-from raysim.engine.cpu_slots import CpuSlots
 from raysim.engine.driver import RunSpec
 from raysim.engine.pool import POOL, WorkerShape
-from raysim.engine.watchdog import start_watchdog
+from raysim.engine.startup import (  # noqa: F401 (latest_run_root: part of this module's API)
+    Started,
+    ensure_ray,
+    latest_run_root,
+    new_run_root,
+)
 from raysim.engine.worker import WorkerSetup
 from raysim.errors import ConfigError, RunInterrupted
 from raysim.preparation import initial_weights, pooled, prepare, run_context
@@ -52,110 +51,6 @@ class RunOutcome:
     error: str | None = None
 
 
-@contextmanager
-def _package_directory() -> Iterator[None]:
-    """Run the block in the directory that holds the raysim package. Ray puts the driver's
-    working directory on every worker's sys.path ahead of site-packages, so a directory
-    named ``raysim`` beside the user (e.g. the clone, seen from its parent) would shadow the
-    package in the workers."""
-    before = os.getcwd()
-    os.chdir(Path(__file__).resolve().parents[2])
-    try:
-        yield
-    finally:
-        os.chdir(before)
-
-
-_SLOTS: CpuSlots | None = None
-"""The machine's CPU slots this process holds while its local Ray runs."""
-
-
-def _start_ray(config: ExperimentConfig) -> list[str]:
-    """Join the configured cluster, or start a local Ray with the CPUs no other raysim
-    invocation on this machine holds (waiting for enough of them); returns notices."""
-    global _SLOTS
-    if config.engine.address:
-        ray.init(address=config.engine.address, logging_level=logging.ERROR, log_to_driver=False)
-        return []
-    total = os.cpu_count() or 1
-    if _SLOTS is None:
-        _SLOTS = CpuSlots(total)
-    needed = math.ceil(config.engine.num_workers * config.engine.cpus_per_worker)
-    held = _SLOTS.acquire(needed) if _SLOTS.held == 0 else _SLOTS.held
-    ray.init(num_cpus=held, logging_level=logging.ERROR, log_to_driver=False,
-             include_dashboard=False)
-    start_watchdog()  # removes what Ray leaves if this process is SIGKILLed
-    if held < total:
-        return [f"Another raysim invocation on this machine holds {total - held} of its {total} "
-                f"CPUs: this one runs with the other {held}."]
-    return []
-
-
-def ensure_ray(config: ExperimentConfig) -> list[str]:
-    """Connect to the configured cluster or start a local one; returns one-line notices."""
-    notices: list[str] = []
-    if not ray.is_initialized():
-        with _package_directory():
-            notices = _start_ray(config)
-    resources = ray.cluster_resources()
-    engine = config.engine
-    needed_cpus = engine.num_workers * engine.cpus_per_worker
-    if needed_cpus > resources.get("CPU", 0) + 1e-9:
-        raise ConfigError(
-            f"Invalid config field `engine.num_workers` = {engine.num_workers}: "
-            f"{engine.num_workers} workers x {engine.cpus_per_worker} CPUs need {needed_cpus:g} "
-            f"CPUs, but the Ray cluster has {resources.get('CPU', 0):g}. Lower engine.num_workers "
-            "or engine.cpus_per_worker, or add nodes to the cluster."
-        )
-    largest_node = max((node.get("Resources", {}).get("GPU", 0) for node in ray.nodes()
-                        if node.get("Alive", True)), default=0)
-    if resources.get("GPU", 0) > 0 and engine.gpus_per_worker > largest_node + 1e-9:
-        raise ConfigError(
-            f"Invalid config field `engine.gpus_per_worker` = {engine.gpus_per_worker}: a worker "
-            f"runs on one node, and the largest node of this cluster has {largest_node:g} GPUs, "
-            "so such a worker could never be scheduled. Use a fraction of one GPU (e.g. 0.25) or "
-            f"at most {largest_node:g}."
-        )
-    if engine.gpus_per_worker > 0 and resources.get("GPU", 0) == 0:
-        notices.append(f"No GPU in the Ray cluster: the {engine.num_workers} workers run on CPU "
-                       f"(engine.gpus_per_worker={engine.gpus_per_worker} ignored).")
-    elif engine.gpus_per_worker * engine.num_workers > resources.get("GPU", 0) + 1e-9:
-        raise ConfigError(
-            f"Invalid config field `engine.gpus_per_worker` = {engine.gpus_per_worker}: "
-            f"{engine.num_workers} workers need {engine.gpus_per_worker * engine.num_workers:g} "
-            f"GPUs, but the cluster has {resources.get('GPU', 0):g}. Use a smaller fraction "
-            "(e.g. 0.25 packs four workers per GPU) or fewer workers."
-        )
-    return notices
-
-
-def new_run_root(config: ExperimentConfig, output: str | None) -> Path:
-    """A fresh directory ``<output>/<name>-<timestamp>`` (never overwrites earlier results)."""
-    parent = Path(output or config.output)
-    stamp = time.strftime("%Y%m%d-%H%M%S")
-    root = parent / f"{config.name}-{stamp}"
-    suffix = 1
-    while root.exists():
-        root = parent / f"{config.name}-{stamp}-{suffix}"
-        suffix += 1
-    _check_writable(parent)
-    return root
-
-
-def _check_writable(parent: Path) -> None:
-    """Refuse an output directory that cannot be created or written, before Ray starts."""
-    try:
-        parent.mkdir(parents=True, exist_ok=True)
-        with tempfile.NamedTemporaryFile(dir=parent, prefix=".raysim-write-check-"):
-            pass
-    except OSError as error:
-        raise ConfigError(
-            f"Invalid output directory {str(parent)!r}: it cannot be written "
-            f"({error.strerror or error}). Results go to <output>/<name>-<timestamp>/; pass a "
-            "writable directory with `--output DIR` (or set `output:` in the config)."
-        ) from None
-
-
 def run_experiment(config: ExperimentConfig, *, data_root: str | None = None,
                    output: str | None = None, progress: bool = True) -> list[RunOutcome]:
     """Run every seed of one experiment concurrently (see :func:`run_experiments`)."""
@@ -166,7 +61,8 @@ def run_experiments(experiments: dict[str, ExperimentConfig], *, data_root: str 
                     output: str | None = None, progress: bool = True,
                     resume: str | Path | None = None,
                     labels: dict[str, dict[str, Any]] | None = None,
-                    started_at: float | None = None) -> list[RunOutcome]:
+                    started_at: float | None = None,
+                    started: Started | None = None) -> list[RunOutcome]:
     """Run every seed of every experiment (e.g. a method and its baselines) concurrently on
     one Ray cluster; results stream to Parquet under one root: ``<root>/<label>/seed_<s>``
     (``<root>/seed_<s>`` for the unlabelled experiment).
@@ -176,10 +72,16 @@ def run_experiments(experiments: dict[str, ExperimentConfig], *, data_root: str 
     ``labels``: extra manifest fields per experiment label (e.g. a sweep's grid values).
     ``started_at``: when the command started (default: now), for the start-up phases that
     every manifest records (``startup``; see :func:`startup_phases`).
+    ``started``: Ray already started and the data prepared alongside it
+    (:func:`raysim.engine.startup.start_alongside`, as ``raysim run`` does).
     """
     phases = {"command_at": started_at or time.time(), "entered_at": time.time()}
-    prepared = {label: prepare(config, data_root) for label, config in experiments.items()}
-    phases["prepared_at"] = time.time()
+    if started is not None:
+        prepared = started.prepared
+        phases.update(started.phases)
+    else:
+        prepared = {label: prepare(config, data_root) for label, config in experiments.items()}
+        phases["prepared_at"] = time.time()
     first = next(iter(experiments.values()))
     root = (Path(resume) if resume is not None else new_run_root(first, output)).absolute()
     queue: list[tuple[str, int]] = [(label, seed) for label, config in experiments.items()
@@ -189,12 +91,12 @@ def run_experiments(experiments: dict[str, ExperimentConfig], *, data_root: str 
     finished = {key: final for key in queue
                 if (final := _completed_run(run_dirs[key], experiments[key[0]])) is not None}
     queue = [key for key in queue if key not in finished]
-    notices: list[str] = []
+    notices: list[str] = [] if started is None else list(started.notices)
     for config in experiments.values():
         notices += [n for n in ensure_ray(config) if n not in notices]
     for notice in notices:
         print(notice, file=sys.stderr)
-    phases["ray_ready_at"] = time.time()
+    phases.setdefault("ray_ready_at", time.time())
     arrays: dict[str, dict[str, Any]] = {}
     here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)
     limit = _concurrent_runs(experiments.values())
@@ -216,11 +118,8 @@ def run_experiments(experiments: dict[str, ExperimentConfig], *, data_root: str 
         if key in borrowed:
             shape, workers, _ = borrowed[key]
         else:
-            engine = config.engine
-            shape = WorkerShape(engine.cpus_per_worker,
-                                engine.gpus_per_worker if spec.use_gpus else 0.0,
-                                engine.placement == "spread", engine.max_worker_failures)
-            workers = POOL.workers(shape, engine.num_workers)
+            shape = worker_shape(config)
+            workers = POOL.workers(shape, config.engine.num_workers)
         driver = POOL.driver(here)
         borrowed[key] = (shape, workers, driver)
         return driver, driver.run.remote(spec, workers)
@@ -255,20 +154,26 @@ _RESUME_IGNORES = ("engine", "output", "seeds")  # may change between a run and 
 
 def startup_phases(manifest: dict[str, Any]) -> dict[str, float] | None:
     """Seconds spent in each start-up phase of a run, from its manifest: ``imports`` (from the
-    command's start to the runner: Python, torch, raysim, the config), ``data`` (load,
-    checksum, partition, model check), ``ray`` (start or join Ray), ``workers`` (borrow and configure the
-    workers: process start, imports, model warm-up; near zero for pooled ones) and
-    ``first_round`` (from the command to the first round's dispatch). None for runs
-    without the record (e.g. resumed ones)."""
+    command's start to the runner: Python, raysim, the config; torch too unless Ray started
+    alongside), ``data`` (load, checksum, partition, model check; with Ray alongside, also the
+    engine's imports), ``ray`` (start or join Ray), ``workers`` (from Ray and the data being
+    ready to the run's workers being configured: process start, imports, model warm-up; near
+    zero for pooled ones) and ``first_round`` (from the command to the first round's
+    dispatch); ``alongside`` is 1 when Ray started beside the imports and the data
+    (:func:`raysim.engine.startup.start_alongside`), else 0. None for runs without the record
+    (e.g. resumed ones)."""
     startup = manifest.get("startup")
     ready, dispatched = manifest.get("workers_ready_at"), manifest.get("first_dispatch_at")
     if not startup or ready is None or dispatched is None:
         return None
-    entered = startup.get("entered_at", startup["command_at"])
+    alongside = "ray_started_at" in startup
+    entered = startup.get("ray_started_at", startup.get("entered_at", startup["command_at"]))
+    ray_from = startup["ray_started_at"] if alongside else startup["prepared_at"]
     return {"imports": entered - startup["command_at"],
             "data": startup["prepared_at"] - entered,
-            "ray": startup["ray_ready_at"] - startup["prepared_at"],
-            "workers": ready - startup["ray_ready_at"],
+            "ray": startup["ray_ready_at"] - ray_from,
+            "workers": ready - max(startup["ray_ready_at"], startup["prepared_at"]),
+            "alongside": float(alongside),
             "first_round": dispatched - startup["command_at"]}
 
 
@@ -297,18 +202,29 @@ def _completed_run(run_dir: Path, config: ExperimentConfig) -> dict[str, Any] | 
     return rounds.iloc[-1].to_dict() if not rounds.empty else {}
 
 
-def latest_run_root(config: ExperimentConfig, output: str | None) -> Path:
-    """The most recent ``<output>/<name>-<timestamp>`` directory (for ``--resume``)."""
-    parent = Path(output or config.output)
-    roots = sorted((p for p in parent.glob(f"{config.name}-*") if p.is_dir()),
-                   key=lambda p: p.stat().st_mtime)
-    if not roots:
-        raise ConfigError(
-            f"Nothing to resume: no earlier run of experiment {config.name!r} under "
-            f"{str(parent)!r}. Pass the run directory (`--resume results/<name>-<timestamp>`), "
-            "the --output of the original run, or start without --resume."
-        )
-    return roots[-1]
+def _uses_gpus(config: ExperimentConfig) -> bool:
+    """Whether the run's workers get GPUs: asked for, and the cluster has some."""
+    return config.engine.gpus_per_worker > 0 and ray.cluster_resources().get("GPU", 0) > 0
+
+
+def worker_shape(config: ExperimentConfig) -> WorkerShape:
+    """The resources and scheduling of a run's workers."""
+    engine = config.engine
+    return WorkerShape(engine.cpus_per_worker,
+                       engine.gpus_per_worker if _uses_gpus(config) else 0.0,
+                       engine.placement == "spread", engine.max_worker_failures)
+
+
+def prestart_actors(experiments: dict[str, ExperimentConfig]) -> None:
+    """Start the worker and driver actors of the runs that will go first, so that their
+    processes start and import torch while the data is still being prepared (they wait idle in
+    the pool until their run borrows them)."""
+    keys = [(label, seed) for label, config in experiments.items() for seed in config.seeds]
+    first = keys[:_concurrent_runs(experiments.values())]
+    here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)
+    for label, _ in first:
+        config = experiments[label]
+        POOL.prestart(worker_shape(config), config.engine.num_workers, here)
 
 
 def _concurrent_runs(configs: Any) -> int:
@@ -365,7 +281,7 @@ def _run_spec(config: ExperimentConfig, dataset: ArrayDataset, partition: Partit
                         gpu_fraction=config.engine.gpus_per_worker,
                         validation_index=validation_index if len(validation_index) else None,
                         validation_sources=validation_sources)
-    use_gpus = config.engine.gpus_per_worker > 0 and not notices
+    use_gpus = _uses_gpus(config)
     return RunSpec(str(run_dir), setup, config.training.rounds, config.engine,
                    config.evaluation, use_gpus, resume=resume,
                    client_test_shares=client_test_shares)

@@ -1,0 +1,219 @@
+"""An invocation's start-up, without torch: Ray started (or joined) in this thread while the
+engine's imports and the data preparation run in a background thread, and the run directories.
+
+On a small machine the three take seconds each (Ray's GCS and raylet, importing torch, loading
+and partitioning the data); Ray's start mostly waits for its own processes, so doing them side
+by side saves most of the shorter one. ``raysim run`` and ``raysim sweep`` start this way
+(:func:`start_alongside`); :func:`raysim.engine.runner.run_experiments` alone starts Ray itself.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import tempfile
+import time
+from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import ray
+
+from raysim.config import ExperimentConfig
+from raysim.engine.cpu_slots import CpuSlots
+from raysim.engine.watchdog import start_watchdog
+from raysim.errors import ConfigError
+
+
+@dataclass
+class Started:
+    """What :func:`start_alongside` produced: the loader's result (the prepared data of every
+    experiment), Ray's notices and the start-up timestamps for the manifests."""
+
+    prepared: Any
+    notices: list[str]
+    phases: dict[str, float] = field(default_factory=dict)
+
+
+def start_alongside(experiments: Iterable[ExperimentConfig], load: Callable[[], Any],
+                    then: Callable[[], None] | None = None) -> Started:
+    """Start (or join) Ray for ``experiments`` in this thread while ``load()`` runs in a
+    background thread; then ``then()`` (e.g. start the first runs' actors, which import torch
+    while the data is still loading) and wait for ``load``.
+
+    A failure of ``load`` (e.g. a missing data file) is raised before waiting for CPUs that
+    another raysim invocation holds, and otherwise as soon as Ray is up.
+    """
+    phases = {"ray_started_at": time.time()}
+    ray_was_running = ray.is_initialized()
+
+    def timed_load() -> tuple[Any, float]:
+        return load(), time.time()
+
+    try:
+        with ThreadPoolExecutor(1, thread_name_prefix="raysim-load") as executor:
+            loading = executor.submit(timed_load)
+            notices: list[str] = []
+            for config in experiments:
+                notices += [n for n in ensure_ray(config, loading.result) if n not in notices]
+            phases["ray_ready_at"] = time.time()
+            if loading.done():
+                loading.result()  # a failed load is reported before any actor starts
+            if then is not None:
+                then()
+            prepared, phases["prepared_at"] = loading.result()
+    except BaseException:
+        if not ray_was_running:  # nothing ran: leave no Ray (and no CPU slots) behind
+            stop_local_ray()
+        raise
+    return Started(prepared, notices, phases)
+
+
+def stop_local_ray() -> None:
+    """Shut Ray down and give back the CPU slots this process holds."""
+    if ray.is_initialized():
+        ray.shutdown()
+    if _SLOTS is not None:
+        _SLOTS.release()
+
+
+@contextmanager
+def _package_directory() -> Iterator[None]:
+    """Run the block in the directory that holds the raysim package. Ray puts the driver's
+    working directory on every worker's sys.path ahead of site-packages, so a directory
+    named ``raysim`` beside the user (e.g. the clone, seen from its parent) would shadow the
+    package in the workers."""
+    before = os.getcwd()
+    os.chdir(Path(__file__).resolve().parents[2])
+    try:
+        yield
+    finally:
+        os.chdir(before)
+
+
+_SLOTS: CpuSlots | None = None
+"""The machine's CPU slots this process holds while its local Ray runs."""
+
+
+def _start_ray(config: ExperimentConfig, before_waiting: Callable[[], object] | None = None
+               ) -> list[str]:
+    """Join the configured cluster, or start a local Ray with the CPUs no other raysim
+    invocation on this machine holds (waiting for enough of them, after ``before_waiting()``);
+    returns notices."""
+    global _SLOTS
+    if config.engine.address:
+        ray.init(address=config.engine.address, logging_level=logging.ERROR, log_to_driver=False)
+        return []
+    total = os.cpu_count() or 1
+    if _SLOTS is None:
+        _SLOTS = CpuSlots(total)
+    needed = math.ceil(config.engine.num_workers * config.engine.cpus_per_worker)
+    held = _SLOTS.held
+    if held == 0:
+        try:
+            held = _SLOTS.acquire(needed, timeout=0, notify=lambda line: None)
+        except TimeoutError:
+            if before_waiting is not None:
+                before_waiting()  # e.g. report a missing data file before a long wait
+            held = _SLOTS.acquire(needed)
+    ray.init(num_cpus=held, logging_level=logging.ERROR, log_to_driver=False,
+             include_dashboard=False)
+    start_watchdog()  # removes what Ray leaves if this process is SIGKILLed
+    if held < total:
+        return [f"Another raysim invocation on this machine holds {total - held} of its {total} "
+                f"CPUs: this one runs with the other {held}."]
+    return []
+
+
+def ensure_ray(config: ExperimentConfig, before_waiting: Callable[[], object] | None = None
+               ) -> list[str]:
+    """Connect to the configured cluster or start a local one; returns one-line notices.
+    ``before_waiting``: called before waiting for CPUs that another invocation holds."""
+    notices: list[str] = []
+    if not ray.is_initialized():
+        with _package_directory():
+            notices = _start_ray(config, before_waiting)
+    resources = ray.cluster_resources()
+    engine = config.engine
+    needed_cpus = engine.num_workers * engine.cpus_per_worker
+    if needed_cpus > resources.get("CPU", 0) + 1e-9:
+        raise ConfigError(
+            f"Invalid config field `engine.num_workers` = {engine.num_workers}: "
+            f"{engine.num_workers} workers x {engine.cpus_per_worker} CPUs need {needed_cpus:g} "
+            f"CPUs, but the Ray cluster has {resources.get('CPU', 0):g}. Lower engine.num_workers "
+            "or engine.cpus_per_worker, or add nodes to the cluster."
+        )
+    largest_node = max((node.get("Resources", {}).get("GPU", 0) for node in ray.nodes()
+                        if node.get("Alive", True)), default=0)
+    if resources.get("GPU", 0) > 0 and engine.gpus_per_worker > largest_node + 1e-9:
+        raise ConfigError(
+            f"Invalid config field `engine.gpus_per_worker` = {engine.gpus_per_worker}: a worker "
+            f"runs on one node, and the largest node of this cluster has {largest_node:g} GPUs, "
+            "so such a worker could never be scheduled. Use a fraction of one GPU (e.g. 0.25) or "
+            f"at most {largest_node:g}."
+        )
+    if engine.gpus_per_worker > 0 and resources.get("GPU", 0) == 0:
+        notices.append(f"No GPU in the Ray cluster: the {engine.num_workers} workers run on CPU "
+                       f"(engine.gpus_per_worker={engine.gpus_per_worker} ignored).")
+    elif engine.gpus_per_worker * engine.num_workers > resources.get("GPU", 0) + 1e-9:
+        raise ConfigError(
+            f"Invalid config field `engine.gpus_per_worker` = {engine.gpus_per_worker}: "
+            f"{engine.num_workers} workers need {engine.gpus_per_worker * engine.num_workers:g} "
+            f"GPUs, but the cluster has {resources.get('GPU', 0):g}. Use a smaller fraction "
+            "(e.g. 0.25 packs four workers per GPU) or fewer workers."
+        )
+    return notices
+
+
+
+def new_run_root(config: ExperimentConfig, output: str | None) -> Path:
+    """A fresh directory ``<output>/<name>-<timestamp>`` (never overwrites earlier results)."""
+    parent = Path(output or config.output)
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    root = parent / f"{config.name}-{stamp}"
+    suffix = 1
+    while root.exists():
+        root = parent / f"{config.name}-{stamp}-{suffix}"
+        suffix += 1
+    _check_writable(parent)
+    return root
+
+
+def check_output(config: ExperimentConfig, output: str | None) -> None:
+    """Refuse an output directory (``output`` or the config's) that cannot be written."""
+    _check_writable(Path(output or config.output))
+
+
+def _check_writable(parent: Path) -> None:
+    """Refuse an output directory that cannot be created or written, before Ray starts."""
+    try:
+        parent.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=parent, prefix=".raysim-write-check-"):
+            pass
+    except OSError as error:
+        raise ConfigError(
+            f"Invalid output directory {str(parent)!r}: it cannot be written "
+            f"({error.strerror or error}). Results go to <output>/<name>-<timestamp>/; pass a "
+            "writable directory with `--output DIR` (or set `output:` in the config)."
+        ) from None
+
+
+
+def latest_run_root(config: ExperimentConfig, output: str | None) -> Path:
+    """The most recent ``<output>/<name>-<timestamp>`` directory (for ``--resume``)."""
+    parent = Path(output or config.output)
+    roots = sorted((p for p in parent.glob(f"{config.name}-*") if p.is_dir()),
+                   key=lambda p: p.stat().st_mtime)
+    if not roots:
+        raise ConfigError(
+            f"Nothing to resume: no earlier run of experiment {config.name!r} under "
+            f"{str(parent)!r}. Pass the run directory (`--resume results/<name>-<timestamp>`), "
+            "the --output of the original run, or start without --resume."
+        )
+    return roots[-1]
+
+

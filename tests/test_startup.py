@@ -1,0 +1,82 @@
+"""`raysim run`'s start-up: Ray starts while the engine imports and the data loads, the first
+run's actors start before the data is ready and serve that run, and a data error is still
+reported before waiting for CPUs another invocation holds."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import threading
+
+import yaml
+from conftest import quickstart_raw
+
+from raysim.cli import main
+
+
+def test_first_runs_actors_start_while_the_data_is_prepared_and_serve_the_run(
+        ray_session, tmp_path, monkeypatch):
+    import raysim.preparation as preparation
+    from raysim.engine.pool import POOL, ActorPool
+    from raysim.engine.runner import startup_phases
+
+    prestarted = threading.Event()
+    created: list = []
+    original_prestart, original_prepare = ActorPool.prestart, preparation.prepare
+
+    def recording_prestart(self, shape, count, node_strategy):
+        original_prestart(self, shape, count, node_strategy)
+        created.extend(self._idle_workers[shape][-count:])
+        prestarted.set()
+
+    seen_before_data: list[bool] = []
+
+    def waiting_prepare(config, data_root):
+        # the data is ready only once the actors were asked for: their start overlaps it
+        seen_before_data.append(prestarted.wait(timeout=60))
+        return original_prepare(config, data_root)
+
+    monkeypatch.setattr(ActorPool, "prestart", recording_prestart)
+    monkeypatch.setattr(preparation, "prepare", waiting_prepare)
+    POOL.clear()
+    config = tmp_path / "run.yaml"
+    config.write_text(yaml.safe_dump(quickstart_raw(
+        training={"rounds": 2}, engine={"num_workers": 2, "cpus_per_worker": 1})))
+    assert main(["run", str(config), "--output", str(tmp_path / "out"), "--no-progress"]) == 0
+
+    assert seen_before_data == [True]
+    manifest = json.loads(next((tmp_path / "out").glob("*/seed_0/manifest.json")).read_text())
+    run_pids = sorted(worker["pid"] for worker in manifest["workers"])
+    prestarted_pids = sorted(d["pid"] for d in ray_session.get(
+        [actor.describe.remote() for actor in created]))
+    assert len(created) == 2 and run_pids == prestarted_pids
+    phases = startup_phases(manifest)
+    assert phases is not None and phases["alongside"] == 1
+    assert min(phases.values()) >= 0
+    assert phases["first_round"] >= phases["imports"] + max(phases["data"], phases["ray"])
+
+
+def test_missing_data_is_reported_before_waiting_for_cpus_another_invocation_holds(tmp_path):
+    from raysim.engine.cpu_slots import CpuSlots
+
+    slots = tmp_path / "slots"
+    holder = CpuSlots(os.cpu_count() or 1, slots)
+    holder.acquire(holder.total)  # another invocation holds every CPU
+    config = tmp_path / "run.yaml"
+    config.write_text(yaml.safe_dump(quickstart_raw(
+        dataset={"name": "pneumoniamnist", "root": str(tmp_path / "empty"), "download": False},
+        model={"name": "convnet", "width": 8, "depth": 2})))
+    try:
+        done = subprocess.run(
+            [sys.executable, "-c", "import sys; from raysim.cli import main; "
+             "sys.exit(main(sys.argv[1:]))", "run", str(config), "--no-progress",
+             "--output", str(tmp_path / "out")],
+            capture_output=True, text=True, timeout=120,
+            env={**os.environ, "RAYSIM_CPU_SLOTS": str(slots)})
+    finally:
+        holder.release()
+    assert done.returncode == 2, done.stderr
+    assert "pneumoniamnist" in done.stderr and "--data-root" in done.stderr
+    assert "waiting for" not in done.stderr and "Traceback" not in done.stderr
