@@ -174,6 +174,13 @@ class EngineConfig(StrictModel):
         description="write a checkpoint (server and client states, round counter) every k "
         "rounds, for `raysim run --resume` and worker-failure recovery; 0: never",
     )
+    checkpoint_seconds: float = Field(
+        30.0,
+        ge=0,
+        description="and at least this many seconds after the previous checkpoint (or the "
+        "run's start), so that fast runs do not spend their time on checkpoints; 0: exactly "
+        "every checkpoint_every rounds",
+    )
     max_worker_failures: int = Field(
         3, ge=0, description="worker actors that die are restarted this many times per run"
     )

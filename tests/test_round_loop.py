@@ -178,6 +178,27 @@ def test_checkpoint_runs_with_idle_workers_and_becomes_the_durable_state(tmp_pat
     assert loop.progress.durable.next_round == 4  # stateful clients: only checkpoints count
 
 
+def test_checkpoints_keep_their_minimum_spacing_in_seconds(tmp_path: Path):
+    """Every 2 rounds but at least 5 s apart, 3 s per round: after rounds 3 and 7 only."""
+    events: list[tuple[Any, ...]] = []
+    write_manifest(tmp_path, {"status": "running"})
+    workers = FakeWorkers(events, stateful=True)
+    now = [0.0]
+
+    class Ticker(RoundCallback):  # each recorded round takes 3 s
+        def after_record(self, loop, outcome):
+            now[0] += 3.0
+
+    class IdleProbe(RoundCallback):
+        def with_idle_workers(self, loop, outcome):
+            events.append(("idle", outcome.round))
+
+    checkpointing = Checkpointing(2, 9, tmp_path, seed=0, min_seconds=5.0, clock=lambda: now[0])
+    _loop(workers, ListSink(events), [Ticker(), checkpointing, IdleProbe()], rounds=9).run()
+    assert [e for e in events if e[0] == "idle"] == [("idle", 3), ("idle", 7)]
+    assert load_checkpoint(tmp_path).next_round == 8
+
+
 def test_divergence_stops_after_recording_the_round_and_dispatches_nothing_more(tmp_path):
     events: list[tuple[Any, ...]] = []
     sink = ListSink(events)

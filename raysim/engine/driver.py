@@ -249,7 +249,7 @@ class Driver:
                        DivergenceStop(self.run_dir),
                        MembershipAudit(spec.setup.membership_audit, spec.rounds),
                        Checkpointing(spec.engine.checkpoint_every, spec.rounds, self.run_dir,
-                                     context.seed)],
+                                     context.seed, spec.engine.checkpoint_seconds)],
             report=self._set_progress)
         return loop.run()
 

@@ -4,6 +4,7 @@ comes in as functions."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -84,21 +85,33 @@ class DivergenceStop(RoundCallback):
 
 
 class Checkpointing(RoundCallback):
-    """Every ``every`` rounds (not after the last): flush the results, gather every client
-    state and write a checkpoint, which becomes the durable state."""
+    """Every ``every`` rounds (not after the last), and at least ``min_seconds`` after the
+    previous checkpoint (or the loop's start): flush the results, gather every client state and
+    write a checkpoint, which becomes the durable state. The time floor keeps fast runs (tens
+    of rounds per second) from spending their time on checkpoints; results never depend on
+    when checkpoints are written."""
 
-    def __init__(self, every: int, rounds: int, run_dir: Path, seed: int):
+    def __init__(self, every: int, rounds: int, run_dir: Path, seed: int,
+                 min_seconds: float = 0.0, clock: Callable[[], float] = time.monotonic):
         self.every = every
         self.rounds = rounds
         self.run_dir = run_dir
         self.seed = seed
+        self.min_seconds = min_seconds
+        self.clock = clock
+        self._last = clock()
+        self._due: int | None = None
 
     def needs_idle_workers(self, outcome: RoundOutcome) -> bool:
         next_round = outcome.round + 1
-        return (not outcome.replay and self.every > 0 and next_round % self.every == 0
-                and next_round < self.rounds)
+        due = (not outcome.replay and self.every > 0 and next_round % self.every == 0
+               and next_round < self.rounds and self.clock() - self._last >= self.min_seconds)
+        self._due = outcome.round if due else None
+        return due
 
     def with_idle_workers(self, loop: RoundLoop, outcome: RoundOutcome) -> None:
+        if self._due != outcome.round:
+            return  # another callback wanted the workers idle
         next_round = outcome.round + 1
         loop.sink.flush()
         client_states = loop.workers.snapshot_states() if loop.progress.stateful else {}
@@ -106,3 +119,4 @@ class Checkpointing(RoundCallback):
         save_checkpoint(self.run_dir, Checkpoint(self.seed, next_round, outcome.state,
                                                  client_states, loop.sink.next_part))
         update_manifest(self.run_dir, checkpoint_round=next_round)
+        self._last = self.clock()
