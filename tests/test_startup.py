@@ -26,9 +26,9 @@ def test_first_runs_actors_start_while_the_data_is_prepared_and_serve_the_run(
     created: list = []
     original_prestart, original_prepare = ActorPool.prestart, preparation.prepare
 
-    def recording_prestart(self, shape, count, node_strategy):
-        original_prestart(self, shape, count, node_strategy)
-        created.extend(self._idle_workers[shape][-count:])
+    def recording_prestart(self, shape, workers, drivers, node_strategy):
+        original_prestart(self, shape, workers, drivers, node_strategy)
+        created.extend(self._idle_workers[shape])
         prestarted.set()
 
     seen_before_data: list[bool] = []
@@ -80,3 +80,26 @@ def test_missing_data_is_reported_before_waiting_for_cpus_another_invocation_hol
     assert done.returncode == 2, done.stderr
     assert "pneumoniamnist" in done.stderr and "--data-root" in done.stderr
     assert "waiting for" not in done.stderr and "Traceback" not in done.stderr
+
+
+def test_prestart_tops_up_to_the_needed_actors_and_frees_idle_workers_of_other_shapes(
+        ray_session):
+    """Repeated start-ups (e.g. invocations that fail after it) never pile up actors, and
+    idle workers of another shape never hold the CPUs prestarted workers need."""
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    from raysim.engine.pool import POOL, WorkerShape
+
+    here = NodeAffinitySchedulingStrategy(ray_session.get_runtime_context().get_node_id(),
+                                          soft=False)
+    one_cpu, two_cpus = WorkerShape(1, 0, True, 0), WorkerShape(2, 0, True, 0)
+    POOL.clear()
+    for _ in range(3):
+        POOL.prestart(one_cpu, 2, 1, here)
+    assert len(POOL._idle_workers[one_cpu]) == 2 and len(POOL._idle_drivers) == 1
+    POOL.prestart(two_cpus, 2, 1, here)  # 4 CPUs: only once the 1-CPU workers are gone
+    assert not POOL._idle_workers.get(one_cpu) and len(POOL._idle_workers[two_cpus]) == 2
+    workers = POOL.workers(two_cpus, 2)
+    assert len(ray_session.get([w.describe.remote() for w in workers], timeout=120)) == 2
+    POOL.clear()
+    POOL.discard(workers)

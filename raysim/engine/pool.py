@@ -58,11 +58,14 @@ class ActorPool:
         taken, self._idle_workers[shape] = idle[:count], idle[count:]
         missing = count - len(taken)
         if missing:
-            for other in [s for s in self._idle_workers if s != shape]:
-                for actor in self._idle_workers.pop(other):
-                    ray.kill(actor)
+            self._free_other_shapes(shape)
             taken += self._new_workers(shape, missing)
         return taken
+
+    def _free_other_shapes(self, shape: WorkerShape) -> None:
+        for other in [s for s in self._idle_workers if s != shape]:
+            for actor in self._idle_workers.pop(other):
+                ray.kill(actor)
 
     @staticmethod
     def _new_workers(shape: WorkerShape, count: int) -> list[Any]:
@@ -76,12 +79,17 @@ class ActorPool:
         return ray.remote(DriverHost).options(num_cpus=0, max_concurrency=2,
                                               scheduling_strategy=node_strategy).remote()
 
-    def prestart(self, shape: WorkerShape, count: int, node_strategy: Any) -> None:
-        """Start ``count`` workers of ``shape`` and one driver host now and keep them idle
-        (a run borrows them later; their processes start meanwhile)."""
+    def prestart(self, shape: WorkerShape, workers: int, drivers: int, node_strategy: Any) -> None:
+        """Have ``workers`` idle workers of ``shape`` and ``drivers`` idle driver hosts, starting
+        the missing ones now (after freeing idle workers of other shapes, whose reserved
+        resources they may need); runs borrow them later, their processes start meanwhile."""
         self._check_session()
-        self._idle_workers[shape].extend(self._new_workers(shape, count))
-        self._idle_drivers.append(self._new_driver(node_strategy))
+        missing = workers - len(self._idle_workers[shape])
+        if missing > 0:
+            self._free_other_shapes(shape)
+            self._idle_workers[shape].extend(self._new_workers(shape, missing))
+        for _ in range(drivers - len(self._idle_drivers)):
+            self._idle_drivers.append(self._new_driver(node_strategy))
 
     def give_back_workers(self, shape: WorkerShape, workers: list[Any]) -> None:
         """Workers of a finished run: reset (their run's data released) and kept idle."""

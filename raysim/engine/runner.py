@@ -216,15 +216,15 @@ def worker_shape(config: ExperimentConfig) -> WorkerShape:
 
 
 def prestart_actors(experiments: dict[str, ExperimentConfig]) -> None:
-    """Start the worker and driver actors of the runs that will go first, so that their
-    processes start and import torch while the data is still being prepared (they wait idle in
-    the pool until their run borrows them)."""
+    """Start the worker and driver actors of the runs that will go first (those of the first
+    run's worker shape), so that their processes start and import torch while the data is
+    still being prepared; they wait idle in the pool until their run borrows them."""
     keys = [(label, seed) for label, config in experiments.items() for seed in config.seeds]
-    first = keys[:_concurrent_runs(experiments.values())]
+    first = [experiments[label] for label, _ in keys[:_concurrent_runs(experiments.values())]]
+    shape = worker_shape(first[0])
+    alike = [config for config in first if worker_shape(config) == shape]
     here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)
-    for label, _ in first:
-        config = experiments[label]
-        POOL.prestart(worker_shape(config), config.engine.num_workers, here)
+    POOL.prestart(shape, sum(config.engine.num_workers for config in alike), len(alike), here)
 
 
 def _concurrent_runs(configs: Any) -> int:
