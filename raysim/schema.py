@@ -177,9 +177,9 @@ class EngineConfig(StrictModel):
     checkpoint_seconds: float = Field(
         30.0,
         ge=0,
-        description="and at least this many seconds after the previous checkpoint (or the "
-        "run's start), so that fast runs do not spend their time on checkpoints; 0: exactly "
-        "every checkpoint_every rounds",
+        description="checkpoints are also at least this many seconds apart (the first this long "
+        "after the run's start), so that fast runs do not spend their time on checkpoints; 0: "
+        "exactly every checkpoint_every rounds",
     )
     max_worker_failures: int = Field(
         3, ge=0, description="worker actors that die are restarted this many times per run"

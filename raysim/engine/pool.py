@@ -101,7 +101,7 @@ class ActorPool:
         results are written)."""
         self._check_session()
         if self._idle_drivers:
-            return self._idle_drivers.pop(0)
+            return self._idle_drivers.pop()
         return self._new_driver(node_strategy)
 
     def give_back_driver(self, driver: Any) -> None:

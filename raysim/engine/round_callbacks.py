@@ -100,18 +100,13 @@ class Checkpointing(RoundCallback):
         self.min_seconds = min_seconds
         self.clock = clock
         self._last = clock()
-        self._due: int | None = None
 
     def needs_idle_workers(self, outcome: RoundOutcome) -> bool:
         next_round = outcome.round + 1
-        due = (not outcome.replay and self.every > 0 and next_round % self.every == 0
-               and next_round < self.rounds and self.clock() - self._last >= self.min_seconds)
-        self._due = outcome.round if due else None
-        return due
+        return (not outcome.replay and self.every > 0 and next_round % self.every == 0
+                and next_round < self.rounds and self.clock() - self._last >= self.min_seconds)
 
     def with_idle_workers(self, loop: RoundLoop, outcome: RoundOutcome) -> None:
-        if self._due != outcome.round:
-            return  # another callback wanted the workers idle
         next_round = outcome.round + 1
         loop.sink.flush()
         client_states = loop.workers.snapshot_states() if loop.progress.stateful else {}

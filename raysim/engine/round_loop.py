@@ -221,7 +221,7 @@ class RoundLoop:
             outcome = self.collect(pending)
             state = self.aggregate(outcome, state)
             self.evaluate(outcome)
-            idle = any([callback.needs_idle_workers(outcome) for callback in self.callbacks])
+            idle = any(callback.needs_idle_workers(outcome) for callback in self.callbacks)
             has_next = round_ + 1 < self.rounds
             pending = None
             if has_next and not idle and not outcome.stop:

@@ -91,9 +91,12 @@ def run_experiments(experiments: dict[str, ExperimentConfig], *, data_root: str 
     finished = {key: final for key in queue
                 if (final := _completed_run(run_dirs[key], experiments[key[0]])) is not None}
     queue = [key for key in queue if key not in finished]
-    notices: list[str] = [] if started is None else list(started.notices)
-    for config in experiments.values():
-        notices += [n for n in ensure_ray(config) if n not in notices]
+    if started is not None:  # Ray is up and its settings were checked
+        notices = list(started.notices)
+    else:
+        notices = []
+        for config in experiments.values():
+            notices += [n for n in ensure_ray(config) if n not in notices]
     for notice in notices:
         print(notice, file=sys.stderr)
     phases.setdefault("ray_ready_at", time.time())
