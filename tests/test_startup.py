@@ -103,3 +103,33 @@ def test_prestart_tops_up_to_the_needed_actors_and_frees_idle_workers_of_other_s
     assert len(ray_session.get([w.describe.remote() for w in workers], timeout=120)) == 2
     POOL.clear()
     POOL.discard(workers)
+
+
+_PROBE = """
+import json, sys
+import ray
+from raysim.config import parse_config
+from raysim.engine.startup import ensure_ray, stop_local_ray
+
+ensure_ray(parse_config(json.loads(sys.argv[1])))
+
+@ray.remote(num_cpus=1)
+class Probe:  # defined here, so it imports nothing of raysim or torch itself
+    def modules(self):
+        return sorted(m for m in ("torch", "raysim.engine.worker", "raysim.engine.driver")
+                      if m in sys.modules)
+
+print(json.dumps(ray.get(Probe.remote().modules.remote())))
+stop_local_ray()
+"""
+
+
+def test_a_local_ray_starts_its_worker_processes_with_torch_and_the_engine_imported(tmp_path):
+    config = quickstart_raw(engine={"num_workers": 1, "cpus_per_worker": 1})
+    done = subprocess.run(
+        [sys.executable, "-c", _PROBE, json.dumps(config)], capture_output=True, text=True,
+        timeout=180, cwd=tmp_path,
+        env={**os.environ, "RAYSIM_CPU_SLOTS": str(tmp_path / "slots")})
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout.strip().splitlines()[-1]) == [
+        "raysim.engine.driver", "raysim.engine.worker", "torch"]

@@ -95,6 +95,31 @@ def _package_directory() -> Iterator[None]:
         os.chdir(before)
 
 
+WORKER_MODULES = ("raysim.engine.worker", "raysim.engine.driver")
+"""What the worker processes of a local Ray import before they accept work."""
+
+_PRELOAD_VARIABLE = "RAY_preload_python_modules"
+
+
+@contextmanager
+def _preloading(modules: Iterable[str]) -> Iterator[None]:
+    """Have the Ray started in the block import ``modules`` in its worker processes as they
+    start. Ray starts one worker process per CPU with its raylet, before any actor is asked
+    for; with this they import torch and raysim while the invocation still starts up
+    (imports, data), so a worker actor placed on one is ready in a fraction of the time.
+    Ray's ``preload_python_modules`` setting, read by the raylet from the environment when
+    it starts (a Ray without the setting ignores it)."""
+    before = os.environ.get(_PRELOAD_VARIABLE)
+    os.environ[_PRELOAD_VARIABLE] = ",".join(modules)
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop(_PRELOAD_VARIABLE, None)
+        else:
+            os.environ[_PRELOAD_VARIABLE] = before
+
+
 _SLOTS: CpuSlots | None = None
 """The machine's CPU slots this process holds while its local Ray runs."""
 
@@ -120,8 +145,9 @@ def _start_ray(config: ExperimentConfig, before_waiting: Callable[[], object] | 
             if before_waiting is not None:
                 before_waiting()  # e.g. report a missing data file before a long wait
             held = _SLOTS.acquire(needed)
-    ray.init(num_cpus=held, logging_level=logging.ERROR, log_to_driver=False,
-             include_dashboard=False)
+    with _preloading(WORKER_MODULES):
+        ray.init(num_cpus=held, logging_level=logging.ERROR, log_to_driver=False,
+                 include_dashboard=False)
     start_watchdog()  # removes what Ray leaves if this process is SIGKILLed
     if held < total:
         return [f"Another raysim invocation on this machine holds {total - held} of its {total} "
