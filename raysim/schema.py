@@ -165,6 +165,11 @@ class EngineConfig(StrictModel):
         description="train many same-size clients in one torch.func call: auto picks it for "
         "small dense models on CPU and for every model on GPU",
     )
+    memory_format: Literal["auto", "channels_last", "contiguous"] = Field(
+        "auto",
+        description="tensor layout of the clients' convolutional models on the per-client "
+        "path: auto is channels_last on CPUs (faster there) and contiguous on GPUs",
+    )
     flush_seconds: float = Field(
         2.0, ge=0, description="write buffered result rows to a new Parquet part this often"
     )

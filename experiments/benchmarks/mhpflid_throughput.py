@@ -1,9 +1,9 @@
 """MH-pFLID rounds per second: raysim against a plain PyTorch loop (issue #5).
 
 Workload: 8 clients with 8 architectures (resnet17, shufflenetv2, resnext, squeezenet, senet,
-mobilenetv2, densenet, vgg), 60 BreastMNIST-sized 28 px images each (iid), the paper's round:
-4 injection + 1 distillation epochs at batch 8 with the Appendix-E messenger (its input resized
-to 112 px) and the spatial-token receiver/transmitter, MH-pFLID's default learning rates, then
+mobilenetv2, densenet, vgg), 60 BreastMNIST-sized 28 px images each (iid), MH-pFLID's default
+round: 4 injection + 2 distillation epochs at batch 8 with the Appendix-E messenger (its input
+resized to 112 px) and the spatial-token receiver/transmitter, the default learning rates, then
 messenger averaging. Uses the real BreastMNIST from --data-root when
 present, else a generated file of that layout.
 
@@ -12,7 +12,11 @@ runs in one process (all threads): per client it keeps the local model, receiver
 transmitter and both Adam optimizers, takes the same steps with the same losses on the same
 modules (raysim's model classes) and averages the messengers after each round. raysim runs with
 2 workers x 1 CPU and no evaluation; its rate is measured from the first to the last round's
-completion (start-up excluded and reported separately).
+completion (start-up excluded and reported separately), with its default
+``engine.memory_format: auto`` (channels-last convolutions on CPUs). The plain loop is measured
+twice: with PyTorch's default (contiguous) layout, as a plain loop is written, and with its
+models converted to channels-last, which isolates what raysim's two workers add beyond the
+layout (``raysim_over_plain_channels_last``).
 
     python experiments/benchmarks/mhpflid_throughput.py [--rounds 4] [--data-root DIR]
 """
@@ -56,7 +60,7 @@ def config(dataset: dict, rounds: int) -> dict:
     }
 
 
-def measure_plain(raw: dict, data_root: str, rounds: int) -> float:
+def measure_plain(raw: dict, data_root: str, rounds: int, channels_last: bool = False) -> float:
     parsed = parse_config(raw)
     dataset = load_dataset(parsed.dataset, data_root)
     info = dataset.info
@@ -77,6 +81,9 @@ def measure_plain(raw: dict, data_root: str, rounds: int) -> float:
                                         mode="attention") for m in locals_]
     injection = [torch.optim.Adam([*m.parameters(), *r.parameters()], lr=p.injection_lr)
                  for m, r in zip(locals_, receivers, strict=True)]
+    if channels_last:
+        for module in [*locals_, *messengers]:
+            module.to(memory_format=torch.channels_last)
     distillation = [torch.optim.Adam([*m.parameters(), *t.parameters()], lr=p.distillation_lr)
                     for m, t in zip(messengers, transmitters, strict=True)]
     started = None
@@ -86,7 +93,8 @@ def measure_plain(raw: dict, data_root: str, rounds: int) -> float:
         for i in range(8):
             local, messenger = locals_[i], messengers[i]
             messenger.load_state_dict(global_messenger.state_dict())
-            for stage, epochs in (("inject", 4), ("distill", 1)):
+            for stage, epochs in (("inject", p.injection_epochs),
+                                  ("distill", p.distillation_epochs)):
                 messenger.requires_grad_(stage == "distill")  # the frozen side takes no grads
                 local.requires_grad_(stage == "inject")
                 local.train(stage == "inject")
@@ -136,6 +144,10 @@ def main() -> None:
                   "real_data": real}
         result.update(measure_raysim(raw, Path(tmp) / "out"))
         result["plain_rounds_per_s"] = measure_plain(raw, data_root, min(args.rounds, 3))
+        result["plain_channels_last_rounds_per_s"] = measure_plain(
+            raw, data_root, min(args.rounds, 3), channels_last=True)
+        result["raysim_over_plain_channels_last"] = (
+            result["raysim_rounds_per_s"] / result["plain_channels_last_rounds_per_s"])
         print_ratio(result)
 
 

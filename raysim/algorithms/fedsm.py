@@ -235,7 +235,7 @@ class FedSM(Algorithm[FedSMParams, dict[str, Any]]):
 
     def _selector_module(self, runtime: ClientRuntime) -> nn.Module:
         if self._selector is None:
-            self._selector = self._build_selector().to(runtime.device)
+            self._selector = runtime.place(self._build_selector())
         return self._selector
 
     def reduce(self, results: Sequence[tuple[int, ClientResult]]) -> dict[str, Any]:

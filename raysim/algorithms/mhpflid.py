@@ -136,12 +136,12 @@ class MHpFLID(Algorithm[MHpFLIDParams, Weights]):
                  ) -> tuple[SplitModel, Messenger, InformationExchange, InformationExchange]:
         local = _split_model(runtime, client)
         if self._messenger is None:
-            self._messenger = self.build_messenger().to(runtime.device)
+            self._messenger = runtime.place(self.build_messenger())
         exchange = []
         for role in ("receiver", "transmitter"):
             key = (role, local.feature_channels)
             if key not in self._exchanges:
-                self._exchanges[key] = self._build_exchange(role, key[1]).to(runtime.device)
+                self._exchanges[key] = runtime.place(self._build_exchange(role, key[1]))
             exchange.append(self._exchanges[key])
         return local, self._messenger, exchange[0], exchange[1]
 

@@ -39,6 +39,8 @@ class WorkerSetup:
     eval_batch_size: int
     threads: int
     vectorize: str = "auto"
+    memory_format: str = "auto"
+    """``engine.memory_format``: layout of the clients' convolutional models."""
     test_sources: np.ndarray | None = None
     """The client whose test share holds each test sample (-1: unseen client, -2: none)."""
     membership_audit: int = 0
@@ -85,7 +87,8 @@ class ClientWorker:
             training=context.training, train_x=self.arrays["train_x"],
             train_y=self.arrays["train_y"], client_indices=setup.partition.train,
             initial_weights=setup.initial_weights, device=self.device,
-            vectorize=setup.vectorize, architectures=context.architectures,
+            vectorize=setup.vectorize, memory_format=setup.memory_format,
+            architectures=context.architectures,
             downsample=context.downsample,
         )
         with gpu_memory_errors(self.gpu_share, index, "while warming up"):

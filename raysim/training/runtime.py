@@ -15,6 +15,7 @@ from raysim.data.dataset import DataInfo, to_tensor
 from raysim.models import build_model
 from raysim.schema import OptimizerConfig, StrictModel, TrainingConfig
 from raysim.seeding import client_keys, seed_sequence, torch_generator
+from raysim.training.memory_format import M, choose_memory_format, place
 from raysim.training.vectorized import LOOP, VECTORIZED, choose_path, train_vectorized
 from raysim.training.weights import Weights, as_tensor, get_weights, set_weights
 
@@ -115,7 +116,7 @@ class ClientRuntime:
     def __init__(self, *, seed: int, info: DataInfo, model_params: StrictModel,
                  training: TrainingConfig, train_x: np.ndarray, train_y: np.ndarray,
                  client_indices: list[np.ndarray], initial_weights: Weights,
-                 device: torch.device, vectorize: str = "auto",
+                 device: torch.device, vectorize: str = "auto", memory_format: str = "auto",
                  architectures: tuple[StrictModel, ...] = (), downsample: tuple[int, ...] = ()):
         self.seed = seed
         self.info = info
@@ -125,6 +126,8 @@ class ClientRuntime:
         self.client_indices = client_indices
         self.initial_weights = initial_weights
         self.device = device
+        self.memory_format = choose_memory_format(memory_format, device)
+        """Layout of the per-client path's convolutional models (``engine.memory_format``)."""
         self.architectures = architectures
         self.downsample = downsample
         self._model_params = model_params
@@ -136,6 +139,10 @@ class ClientRuntime:
         else:
             self.path, self.path_reason = choose_path(self.model, training.optimizer, device,
                                                       vectorize)
+        if self.path == VECTORIZED:  # torch.func's batched weights keep the default layout
+            self.memory_format = torch.contiguous_format
+            for model in self._models.values():
+                model.to(memory_format=torch.contiguous_format)  # type: ignore[call-overload]
 
     @property
     def model(self) -> nn.Module:
@@ -146,8 +153,13 @@ class ClientRuntime:
         """The resident model for an architecture config, built on first use."""
         key = params.model_dump_json()
         if key not in self._models:
-            self._models[key] = build_model(params, self.info).to(self.device)
+            self._models[key] = self.place(build_model(params, self.info))
         return self._models[key]
+
+    def place(self, module: M) -> M:
+        """A module moved to the worker's device in the run's memory format (for modules an
+        algorithm builds beside the client models, e.g. MH-pFLID's messenger)."""
+        return place(module, self.device, self.memory_format)
 
     def architecture(self, client: int) -> StrictModel:
         """A client's architecture (the configured model unless ``clients.architectures``)."""

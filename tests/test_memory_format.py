@@ -1,0 +1,62 @@
+"""``engine.memory_format``: on CPUs the per-client path keeps convolutional models (and the
+modules algorithms build beside them) channels-last, which trains to the same weights as the
+contiguous layout up to float32 rounding."""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from raysim.config import DatasetConfig
+from raysim.data import load_dataset
+from raysim.models import MODELS, build_model
+from raysim.models.messenger import Messenger
+from raysim.schema import OptimizerConfig, TrainingConfig
+from raysim.training.runtime import ClientRuntime
+from raysim.training.weights import get_weights
+
+
+def _runtime(model_name: str, memory_format: str) -> ClientRuntime:
+    dataset = load_dataset(DatasetConfig(name="digits"))
+    params = MODELS[model_name].params()
+    torch.manual_seed(0)
+    return ClientRuntime(
+        seed=1, info=dataset.info, model_params=params,
+        training=TrainingConfig(local_steps=3, batch_size=8,
+                                optimizer=OptimizerConfig(lr=0.05, momentum=0.9)),
+        train_x=dataset.train_x, train_y=dataset.train_y,
+        client_indices=[np.arange(0, 40), np.arange(40, 80)],
+        initial_weights=get_weights(build_model(params, dataset.info)),
+        device=torch.device("cpu"), memory_format=memory_format)
+
+
+def _channels_last(module: torch.nn.Module) -> bool:
+    weights = [m.weight for m in module.modules()  # (one input channel: both layouts agree)
+               if isinstance(m, torch.nn.Conv2d) and m.weight.shape[1] > 1]
+    assert weights
+    return all(w.is_contiguous(memory_format=torch.channels_last) and not w.is_contiguous()
+               for w in weights)
+
+
+def test_auto_trains_convolutions_channels_last_on_cpu_to_the_contiguous_weights():
+    fast, plain = _runtime("convnet", "auto"), _runtime("convnet", "contiguous")
+    assert fast.path == plain.path == "loop"
+    assert _channels_last(fast.model) and not _channels_last(plain.model)
+    assert _channels_last(fast.place(Messenger(1, 10)))  # e.g. MH-pFLID's messenger
+    start = plain.initial_weights
+    trained_fast = fast.train_many([0, 1], 0, [start, start], [None, None])
+    trained_plain = plain.train_many([0, 1], 0, [start, start], [None, None])
+    for (w_fast, _), (w_plain, _) in zip(trained_fast, trained_plain, strict=True):
+        moved = max(np.abs(w_plain[n] - start[n]).max() for n in start)
+        assert moved > 1e-3  # the comparison below is about trained weights
+        for name in start:
+            assert w_fast[name].flags.c_contiguous  # weights leave in the usual layout
+        # the same training up to float32 rounding (different orders of summation, amplified
+        # a little by three momentum steps): far below what the steps moved the weights
+        differ = max(np.abs(w_fast[n] - w_plain[n]).max() for n in start)
+        assert differ < 0.01 * moved, (differ, moved)
+
+
+def test_dense_models_and_the_vectorised_path_keep_the_default_layout():
+    mlp = _runtime("mlp", "channels_last")
+    assert mlp.path == "vectorized" and mlp.memory_format == torch.contiguous_format
