@@ -168,7 +168,8 @@ class EngineConfig(StrictModel):
     memory_format: Literal["auto", "channels_last", "contiguous"] = Field(
         "auto",
         description="tensor layout of the clients' convolutional models on the per-client "
-        "path: auto is channels_last on CPUs (faster there) and contiguous on GPUs",
+        "path: auto is channels_last on CPUs (faster there) except for models with group or "
+        "instance normalisation (slower), and contiguous on GPUs",
     )
     flush_seconds: float = Field(
         2.0, ge=0, description="write buffered result rows to a new Parquet part this often"

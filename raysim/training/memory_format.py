@@ -4,9 +4,12 @@ PyTorch's CPU convolutions (oneDNN) run faster on channels-last (NHWC) tensors t
 default contiguous (NCHW) layout; a model whose weights are channels-last makes every
 convolution's output channels-last too, so converting the model is enough. Measured on the
 2-CPU development machine (one thread, batch 8, forward + backward, 28 px): 10-47 % less time
-for the eight MH-pFLID architectures and about 30 % for the messenger at 112 px
-(BENCHMARKS.md). The layout changes only the order of floating-point sums, so results differ
-from the contiguous layout in the last bits and are as deterministic.
+for the eight MH-pFLID architectures (BatchNorm) and about 30 % for the messenger at 112 px;
+a ConvNet without normalisation or with BatchNorm 19-27 % less. GroupNorm (the ConvNet's
+"instance" norm, the GroupNorm ResNets) is the exception: channels-last made a width-128
+ConvNet 30-75 % *slower*, so ``auto`` leaves models with group or instance normalisation
+contiguous. The layout changes only the order of floating-point sums, so results differ from
+the contiguous layout in the last bits and are as deterministic.
 """
 
 from __future__ import annotations
@@ -18,24 +21,24 @@ from torch import nn
 
 M = TypeVar("M", bound=nn.Module)
 
-
-def has_image_convolutions(module: nn.Module) -> bool:
-    """Whether the module holds a 2-D convolution (whose layout the setting concerns)."""
-    return any(isinstance(m, nn.Conv2d) for m in module.modules())
+_SLOW_CHANNELS_LAST = (nn.GroupNorm, nn.modules.instancenorm._InstanceNorm)
+"""Layers whose CPU kernels are slower on channels-last tensors (measured for GroupNorm)."""
 
 
-def choose_memory_format(setting: str, device: torch.device) -> torch.memory_format:
-    """The layout for a worker's convolutional models: ``auto`` is channels-last on CPUs
-    (measured faster there) and contiguous elsewhere (not measured)."""
-    if setting == "channels_last" or (setting == "auto" and device.type == "cpu"):
-        return torch.channels_last
-    return torch.contiguous_format
+def channels_last_pays(module: nn.Module, device: torch.device) -> bool:
+    """Whether ``auto`` puts the module channels-last: it has a 2-D convolution, runs on a
+    CPU and has no group or instance normalisation."""
+    modules = list(module.modules())
+    return (device.type == "cpu" and any(isinstance(m, nn.Conv2d) for m in modules)
+            and not any(isinstance(m, _SLOW_CHANNELS_LAST) for m in modules))
 
 
-def place(module: M, device: torch.device,
-          memory_format: torch.memory_format = torch.contiguous_format) -> M:
-    """Move a module to ``device``; a module with 2-D convolutions also takes
-    ``memory_format``."""
-    if memory_format != torch.contiguous_format and has_image_convolutions(module):
-        return module.to(device=device, memory_format=memory_format)  # type: ignore[call-overload]
+def place(module: M, device: torch.device, setting: str = "contiguous") -> M:
+    """Move a module to ``device`` in the layout ``setting`` (``engine.memory_format``) asks
+    for: ``channels_last`` for every module with a 2-D convolution, ``auto`` where
+    :func:`channels_last_pays`, ``contiguous`` never."""
+    has_convolutions = any(isinstance(m, nn.Conv2d) for m in module.modules())
+    if (setting == "channels_last" and has_convolutions) or (
+            setting == "auto" and channels_last_pays(module, device)):
+        return module.to(device=device, memory_format=torch.channels_last)  # type: ignore[call-overload]
     return module.to(device)

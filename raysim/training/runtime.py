@@ -15,7 +15,7 @@ from raysim.data.dataset import DataInfo, to_tensor
 from raysim.models import build_model
 from raysim.schema import OptimizerConfig, StrictModel, TrainingConfig
 from raysim.seeding import client_keys, seed_sequence, torch_generator
-from raysim.training.memory_format import M, choose_memory_format, place
+from raysim.training.memory_format import M, place
 from raysim.training.vectorized import LOOP, VECTORIZED, choose_path, train_vectorized
 from raysim.training.weights import Weights, as_tensor, get_weights, set_weights
 
@@ -126,8 +126,8 @@ class ClientRuntime:
         self.client_indices = client_indices
         self.initial_weights = initial_weights
         self.device = device
-        self.memory_format = choose_memory_format(memory_format, device)
-        """Layout of the per-client path's convolutional models (``engine.memory_format``)."""
+        self.memory_format = memory_format
+        """``engine.memory_format`` for the per-client path's models (see ``place``)."""
         self.architectures = architectures
         self.downsample = downsample
         self._model_params = model_params
@@ -140,7 +140,7 @@ class ClientRuntime:
             self.path, self.path_reason = choose_path(self.model, training.optimizer, device,
                                                       vectorize)
         if self.path == VECTORIZED:  # torch.func's batched weights keep the default layout
-            self.memory_format = torch.contiguous_format
+            self.memory_format = "contiguous"
             for model in self._models.values():
                 model.to(memory_format=torch.contiguous_format)  # type: ignore[call-overload]
 
