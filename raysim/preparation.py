@@ -113,4 +113,4 @@ def run_context(config: ExperimentConfig, dataset: ArrayDataset, seed: int,
         downsample = tuple(d for c, d in enumerate(downsample) if c != kept)
     return RunContext(seed, dataset.info, config.model, config.training, num_clients,
                       min(config.clients_per_round, training_clients), architectures,
-                      downsample)
+                      downsample, config.engine.memory_format)

@@ -64,3 +64,27 @@ def test_auto_keeps_group_normalised_models_and_the_vectorised_path_contiguous()
     assert _channels_last(_runtime("convnet", "channels_last").model)  # asked for explicitly
     mlp = _runtime("mlp", "channels_last")
     assert mlp.path == "vectorized" and mlp.memory_format == "contiguous"
+
+
+def test_the_server_trains_on_synthetic_sets_channels_last_under_auto(monkeypatch):
+    import dataclasses
+
+    from test_fedvck import FAST, _context, _rounds
+    from test_fedvck import _runtime as fedvck_runtime
+
+    import raysim.algorithms.condensed as condensed
+    from raysim.algorithms.feddm import FedDM, FedDMParams
+
+    layouts: list[bool] = []
+    original = condensed.train_on_synthetic
+
+    def recording(model, *args, **kwargs):
+        layouts.append(_channels_last(model))
+        return original(model, *args, **kwargs)
+
+    monkeypatch.setattr(condensed, "train_on_synthetic", recording)
+    runtime = fedvck_runtime()
+    for setting in ("auto", "contiguous"):
+        context = dataclasses.replace(_context(runtime), memory_format=setting)
+        _rounds(FedDM(FedDMParams(**FAST, images_per_class=2), context), runtime, 1)
+    assert layouts == [True, False]

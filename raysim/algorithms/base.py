@@ -71,6 +71,9 @@ class RunContext:
     """Each client's architecture (empty: every client uses ``model``)."""
     downsample: tuple[int, ...] = ()
     """Each client's input downsampling factor (empty: none)."""
+    memory_format: str = "contiguous"
+    """``engine.memory_format``, for the models the server trains itself (see
+    :func:`raysim.training.memory_format.place`)."""
 
     def architecture(self, client: int) -> StrictModel:
         """The architecture of one client."""

@@ -31,6 +31,7 @@ from raysim.errors import field_error
 from raysim.models import build_model
 from raysim.seeding import numpy_rng, torch_generator
 from raysim.training.membership import nearest_synthetic_scores
+from raysim.training.memory_format import place
 from raysim.training.weights import Weights, get_weights, set_weights
 
 if TYPE_CHECKING:
@@ -114,7 +115,8 @@ class CondensedKnowledgeAlgorithm(Algorithm[CondensedParamsT, dict[str, Any]]):
         state = {**state, "buffer": buffer}
         if not buffer:
             return state
-        model = build_model(self.context.model, self.context.info)
+        model = place(build_model(self.context.model, self.context.info), torch.device("cpu"),
+                      self.context.memory_format)
         set_weights(model, state["model"])
         extra_loss, extra_module = self.server_extra(state, uploads, round_)
         train_on_synthetic(model, np.concatenate([b[1] for b in buffer]),

@@ -35,6 +35,7 @@ from raysim.data.dataset import to_tensor
 from raysim.errors import field_error
 from raysim.models import build_model
 from raysim.seeding import torch_generator
+from raysim.training.memory_format import place
 from raysim.training.runtime import downsample_images
 from raysim.training.weights import Weights, get_weights, set_weights
 
@@ -107,7 +108,8 @@ class FedDF(Algorithm[FedDFParams, dict[str, Weights]]):
         if self._public is None:
             raise RuntimeError("FedDF's server has no public set: attach_server_inputs was "
                                "not called")
-        student = build_model(self.context.architecture(client), self.context.info)
+        student = place(build_model(self.context.architecture(client), self.context.info),
+                        torch.device("cpu"), self.context.memory_format)
         set_weights(student, start)
         if p.distillation_steps == 0:
             return start
