@@ -116,8 +116,8 @@ ensure_ray(parse_config(json.loads(sys.argv[1])))
 @ray.remote(num_cpus=1)
 class Probe:  # defined here, so it imports nothing of raysim or torch itself
     def modules(self):
-        return sorted(m for m in ("torch", "raysim.engine.worker", "raysim.engine.driver")
-                      if m in sys.modules)
+        return sorted(m for m in ("torch", "raysim.engine.worker", "raysim.engine.driver",
+                                  "torch._dynamo") if m in sys.modules)
 
 print(json.dumps(ray.get(Probe.remote().modules.remote())))
 stop_local_ray()
@@ -132,4 +132,4 @@ def test_a_local_ray_starts_its_worker_processes_with_torch_and_the_engine_impor
         env={**os.environ, "RAYSIM_CPU_SLOTS": str(tmp_path / "slots")})
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout.strip().splitlines()[-1]) == [
-        "raysim.engine.driver", "raysim.engine.worker", "torch"]
+        "raysim.engine.driver", "raysim.engine.worker", "torch", "torch._dynamo"]
