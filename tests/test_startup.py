@@ -133,3 +133,28 @@ def test_a_local_ray_starts_its_worker_processes_with_torch_and_the_engine_impor
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout.strip().splitlines()[-1]) == [
         "raysim.engine.driver", "raysim.engine.worker", "torch", "torch._dynamo"]
+
+
+_CONSOLE = """
+import atexit, sys
+atexit.register(lambda: print("python finalised", flush=True))
+from raysim.cli import console_main
+sys.argv = ["raysim", *sys.argv[1:]]
+console_main()
+"""
+
+
+def test_the_console_script_stops_its_ray_then_exits_without_python_finalisation(tmp_path):
+    config = tmp_path / "run.yaml"
+    config.write_text(yaml.safe_dump(quickstart_raw(
+        training={"rounds": 2}, engine={"num_workers": 1, "cpus_per_worker": 1})))
+    done = subprocess.run(
+        [sys.executable, "-c", _CONSOLE, "run", str(config), "--no-progress",
+         "--output", str(tmp_path / "out")], capture_output=True, text=True, timeout=300,
+        cwd=tmp_path, env={**os.environ, "RAYSIM_CPU_SLOTS": str(tmp_path / "slots")})
+    assert done.returncode == 0, done.stderr
+    # the closing lines are printed (made while Ray shut down) and flushed before the exit
+    assert "learning curves:" in done.stdout and "results (Parquet" in done.stdout
+    assert list((tmp_path / "out").glob("*/learning_curves_accuracy.png"))
+    # Ray was shut down inside the command, so the process skipped Python's finalisation
+    assert "python finalised" not in done.stdout

@@ -37,6 +37,8 @@ class Started:
     prepared: Any
     notices: list[str]
     phases: dict[str, float] = field(default_factory=dict)
+    owns_ray: bool = False
+    """Ray was started (or joined) here, not before: the invocation shuts it down."""
 
 
 def start_alongside(experiments: Iterable[ExperimentConfig], load: Callable[[], Any],
@@ -70,7 +72,7 @@ def start_alongside(experiments: Iterable[ExperimentConfig], load: Callable[[], 
         if not ray_was_running:  # nothing ran: leave no Ray (and no CPU slots) behind
             stop_local_ray()
         raise
-    return Started(prepared, notices, phases)
+    return Started(prepared, notices, phases, owns_ray=not ray_was_running)
 
 
 def stop_local_ray() -> None:
