@@ -16,7 +16,8 @@ from raysim.training.runtime import ClientRuntime
 from raysim.training.weights import get_weights
 
 
-def _runtime(model_name: str, memory_format: str, **options: object) -> ClientRuntime:
+def _runtime(model_name: str, memory_format: str, vectorize: str = "auto",
+             **options: object) -> ClientRuntime:
     dataset = load_dataset(DatasetConfig(name="digits"))
     params = MODELS[model_name].params(**options)
     torch.manual_seed(0)
@@ -27,7 +28,7 @@ def _runtime(model_name: str, memory_format: str, **options: object) -> ClientRu
         train_x=dataset.train_x, train_y=dataset.train_y,
         client_indices=[np.arange(0, 40), np.arange(40, 80)],
         initial_weights=get_weights(build_model(params, dataset.info)),
-        device=torch.device("cpu"), memory_format=memory_format)
+        device=torch.device("cpu"), vectorize=vectorize, memory_format=memory_format)
 
 
 def _channels_last(module: torch.nn.Module) -> bool:
@@ -62,8 +63,9 @@ def test_auto_keeps_group_normalised_models_and_the_vectorised_path_contiguous()
     # GroupNorm's CPU kernels are slower channels-last (the ConvNet's default "instance" norm)
     assert not _channels_last(_runtime("convnet", "auto").model)
     assert _channels_last(_runtime("convnet", "channels_last").model)  # asked for explicitly
-    mlp = _runtime("mlp", "channels_last")
-    assert mlp.path == "vectorized" and mlp.memory_format == "contiguous"
+    # torch.func's batched weights on the vectorised path keep the default layout
+    vectorized = _runtime("convnet", "channels_last", vectorize="always", norm="none")
+    assert vectorized.path == "vectorized" and not _channels_last(vectorized.model)
 
 
 def test_the_server_trains_on_synthetic_sets_channels_last_under_auto(monkeypatch):

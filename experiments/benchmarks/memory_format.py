@@ -22,7 +22,7 @@ from torch import nn
 from raysim.data.dataset import DataInfo
 from raysim.models import MODELS, build_model
 from raysim.models.messenger import Messenger
-from raysim.training.memory_format import channels_last_pays
+from raysim.training.memory_format import uses_channels_last
 
 INFO = DataInfo("breastmnist", "image", 2, (1, 28, 28))
 MH_PFLID_ARCHITECTURES = ["resnet17", "shufflenetv2", "resnext", "squeezenet", "senet",
@@ -82,7 +82,7 @@ def main() -> None:
                           "contiguous_over_channels_last":
                               round(best["contiguous"] / best["channels_last"], 2),
                           "auto_picks_channels_last":
-                              channels_last_pays(model, torch.device("cpu"))}), flush=True)
+                              uses_channels_last(model, torch.device("cpu"), "auto")}), flush=True)
 
 
 if __name__ == "__main__":

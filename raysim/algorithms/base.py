@@ -71,7 +71,7 @@ class RunContext:
     """Each client's architecture (empty: every client uses ``model``)."""
     downsample: tuple[int, ...] = ()
     """Each client's input downsampling factor (empty: none)."""
-    memory_format: str = "contiguous"
+    memory_format: str = "auto"
     """``engine.memory_format``, for the models the server trains itself (see
     :func:`raysim.training.memory_format.place`)."""
 

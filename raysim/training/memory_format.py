@@ -26,20 +26,19 @@ _SLOW_CHANNELS_LAST = (nn.GroupNorm, nn.modules.instancenorm._InstanceNorm)
 """Layers whose CPU kernels are slower on channels-last tensors (measured for GroupNorm)."""
 
 
-def channels_last_pays(module: nn.Module, device: torch.device) -> bool:
-    """Whether ``auto`` puts the module channels-last: it has a 2-D convolution, runs on a
-    CPU and has no group or instance normalisation."""
+def uses_channels_last(module: nn.Module, device: torch.device, setting: str) -> bool:
+    """Whether ``setting`` (``engine.memory_format``) puts the module channels-last: it must
+    have a 2-D convolution; ``channels_last`` then always, ``auto`` on CPUs for modules without
+    group or instance normalisation, ``contiguous`` never."""
     modules = list(module.modules())
-    return (device.type == "cpu" and any(isinstance(m, nn.Conv2d) for m in modules)
-            and not any(isinstance(m, _SLOW_CHANNELS_LAST) for m in modules))
+    if setting == "contiguous" or not any(isinstance(m, nn.Conv2d) for m in modules):
+        return False
+    return setting == "channels_last" or (
+        device.type == "cpu" and not any(isinstance(m, _SLOW_CHANNELS_LAST) for m in modules))
 
 
 def place(module: M, device: torch.device, setting: str = "contiguous") -> M:
-    """Move a module to ``device`` in the layout ``setting`` (``engine.memory_format``) asks
-    for: ``channels_last`` for every module with a 2-D convolution, ``auto`` where
-    :func:`channels_last_pays`, ``contiguous`` never."""
-    has_convolutions = any(isinstance(m, nn.Conv2d) for m in module.modules())
-    if (setting == "channels_last" and has_convolutions) or (
-            setting == "auto" and channels_last_pays(module, device)):
+    """Move a module to ``device``, channels-last where :func:`uses_channels_last`."""
+    if uses_channels_last(module, device, setting):
         return module.to(device=device, memory_format=torch.channels_last)  # type: ignore[call-overload]
     return module.to(device)
