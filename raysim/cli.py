@@ -1,4 +1,4 @@
-"""Command line: ``raysim run|sweep|validate|costs|report``."""
+"""Command line: ``raysim run|sweep|validate|costs|report|cluster``."""
 
 from __future__ import annotations
 
@@ -54,6 +54,14 @@ def _parser() -> argparse.ArgumentParser:
     sweep.add_argument("--no-progress", action="store_true", help="hide the progress bars")
     sweep.add_argument("--resume", nargs="?", const="latest", metavar="SWEEP_ROOT",
                        help="continue an interrupted sweep (default: the latest one)")
+    cluster = commands.add_parser(
+        "cluster", help="a warm local Ray that later `raysim run`/`sweep` invocations join, "
+        "keeping their worker processes warm between invocations")
+    cluster.add_argument("action", choices=("start", "stop", "status"))
+    cluster.add_argument("--cpus", type=int, help="CPUs of the cluster (start; default: every "
+                         "CPU no other raysim invocation holds)")
+    cluster.add_argument("--gpus", type=float, help="GPUs of the cluster (start; default: "
+                         "Ray's detection)")
     validate = commands.add_parser("validate", help="check a config without running it (with "
                                    "its data when present: partitions and method settings too)")
     validate.add_argument("config", help="experiment YAML file")
@@ -170,9 +178,14 @@ def _execute(experiments: dict, args: argparse.Namespace, labels: dict | None = 
     from raysim.results.manifest import read_manifest
     from raysim.results.report import format_summary, report, summary_table
 
-    outcomes = run_experiments(experiments, data_root=args.data_root, output=args.output,
-                               progress=not args.no_progress, resume=resume, labels=labels,
-                               started_at=_STARTED_AT, started=started)
+    try:
+        outcomes = run_experiments(experiments, data_root=args.data_root, output=args.output,
+                                   progress=not args.no_progress, resume=resume, labels=labels,
+                                   started_at=_STARTED_AT, started=started)
+    except BaseException:
+        if started.owns_ray:  # (on a warm cluster: its idle actors stay warm for the next)
+            stop_local_ray()
+        raise
     root = outcomes[0].run_dir.parent
     if "" not in experiments:
         root = root.parent
@@ -187,7 +200,8 @@ def _execute(experiments: dict, args: argparse.Namespace, labels: dict | None = 
         phases = [startup_phases(read_manifest(o.run_dir)) for o in outcomes if not o.error]
         first = min((p for p in phases if p), key=lambda p: p["first_round"], default=None)
         if first is not None:
-            beside = " (alongside imports and data)" if first["alongside"] else ""
+            beside = (" (joined the warm cluster)" if first.get("joined") else
+                      " (alongside imports and data)" if first["alongside"] else "")
             lines.append(f"start-up: imports {first['imports']:.1f} s, data {first['data']:.1f} "
                          f"s, Ray {first['ray']:.1f} s{beside}, workers "
                          f"{first['workers']:.1f} s; first round dispatched "
@@ -255,6 +269,27 @@ def _costs(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cluster(args: argparse.Namespace) -> int:
+    from raysim.engine.cluster import running_cluster, start_cluster, stop_cluster
+
+    if args.action == "start":
+        started = start_cluster(args.cpus, args.gpus)
+        print(f"raysim cluster started at {started.address} with {started.cpus} CPUs (pid "
+              f"{started.pid}, log {started.log}); `raysim run` and `raysim sweep` on this "
+              "machine now join it. Stop it with `raysim cluster stop`.")
+    elif args.action == "stop":
+        stopped = stop_cluster()
+        print("raysim cluster stopped" if stopped else "no raysim cluster was running")
+    else:
+        info = running_cluster()
+        if info is None:
+            print("no raysim cluster is running (`raysim cluster start` starts one)")
+            return 1
+        print(f"raysim cluster running at {info.address}: {info.cpus} CPUs, pid {info.pid}, up "
+              f"{time.time() - info.started_at:.0f} s, log {info.log}")
+    return 0
+
+
 def _report(args: argparse.Namespace) -> int:
     from raysim.results.report import report
 
@@ -276,7 +311,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``raysim`` console script; returns the exit code."""
     args = _parser().parse_args(argv)
     handlers = {"run": _run, "sweep": _sweep, "validate": _validate, "costs": _costs,
-                "report": _report}
+                "report": _report, "cluster": _cluster}
     try:
         return handlers[args.command](args)
     except RaysimError as error:

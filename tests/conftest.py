@@ -15,6 +15,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 # slots of experiments the user runs on this machine at the same time.
 os.environ["RAYSIM_CPU_SLOTS"] = tempfile.mkdtemp(prefix="raysim-test-cpu-slots-")
 os.environ["RAYSIM_CACHE"] = tempfile.mkdtemp(prefix="raysim-test-cache-")  # MD5s of test files
+os.environ["RAYSIM_CLUSTER_DIR"] = tempfile.mkdtemp(prefix="raysim-test-cluster-")  # no user cluster
 
 REAL_MEDMNIST = Path(__file__).resolve().parents[2] / "shared" / "data" / "medmnist"
 

@@ -77,6 +77,11 @@ class CpuSlots:
                 raise TimeoutError(f"{needed} CPU slots did not become free within {timeout} s")
             time.sleep(poll_seconds)
 
+    def file_descriptors(self) -> tuple[int, ...]:
+        """The held slots' open lock files: a child process given them (``pass_fds``) keeps
+        the slots held after this process releases its own copies."""
+        return tuple(handle.fileno() for handle in self._held)
+
     def release(self) -> None:
         for handle in self._held:
             handle.close()  # closing drops the lock

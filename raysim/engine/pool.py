@@ -9,6 +9,10 @@ random draw comes from a named stream (:mod:`raysim.seeding`), never from a proc
 
 Idle actors keep their resources reserved, so borrowing workers of another shape first frees
 the idle ones. A run that failed gives back nothing: its actors are killed.
+
+On a warm cluster (``raysim cluster start``) the actors are created detached: the pool takes
+over the idle actors earlier invocations left with the cluster's keeper when its session
+starts, and hands its own back at the end (:meth:`ActorPool.release`; :mod:`.keeper`).
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ from typing import Any
 
 import ray
 
+from raysim.engine import keeper as pool_keeper
 from raysim.engine.driver import DriverHost
 from raysim.engine.worker import ClientWorker
 
@@ -40,15 +45,50 @@ class ActorPool:
         self._session: tuple[str, str] | None = None
         self._idle_workers: dict[WorkerShape, list[Any]] = defaultdict(list)
         self._idle_drivers: list[Any] = []
+        self._keeper: Any = None
+        self.taken_over = 0
+        """How many idle actors this session took over from a warm cluster's keeper."""
 
     def _check_session(self) -> None:
-        """Forget actors of an earlier Ray session (after ``ray.shutdown``/``init``)."""
+        """Forget actors of an earlier Ray session (after ``ray.shutdown``/``init``); on a warm
+        cluster, take over the idle actors earlier invocations left there."""
         context = ray.get_runtime_context()
         session = (context.get_job_id(), context.get_node_id())
         if session != self._session:
             self._session = session
             self._idle_workers.clear()
             self._idle_drivers.clear()
+            self._keeper, self.taken_over = None, 0
+            from raysim.engine.startup import joined_cluster
+
+            if joined_cluster() is not None:
+                self._take_over()
+
+    def _take_over(self) -> None:
+        from raysim.engine.cluster import NAMESPACE
+
+        self._keeper = pool_keeper.keeper(NAMESPACE)
+        taken = ray.get(self._keeper.hand_over.remote(pool_keeper.this_holder(),
+                                                      pool_keeper.code_fingerprint()))
+        pings = {handle.__ray_ready__.remote(): (shape, handle) for shape, handle in taken}
+        alive, _ = ray.wait(list(pings), num_returns=len(pings), timeout=10)
+        taken = [pings[ping] for ping in alive]  # (an actor that died idle is left out)
+        for shape, handle in taken:
+            if shape is None:
+                self._idle_drivers.append(handle)
+            else:
+                self._idle_workers[shape].append(handle)
+        self.taken_over = len(taken)
+
+    def _created(self, actors: list[Any]) -> list[Any]:
+        """New actors: on a warm cluster the keeper learns of them (it kills them if this
+        process dies before handing them back)."""
+        if self._keeper is not None:
+            self._keeper.register.remote(pool_keeper.this_holder(), actors)
+        return actors
+
+    def _lifetime(self) -> dict[str, Any]:
+        return {"lifetime": "detached"} if self._keeper is not None else {}
 
     def workers(self, shape: WorkerShape, count: int) -> list[Any]:
         """``count`` workers of ``shape``: idle ones first, then new actors (after freeing
@@ -67,17 +107,16 @@ class ActorPool:
             for actor in self._idle_workers.pop(other):
                 ray.kill(actor)
 
-    @staticmethod
-    def _new_workers(shape: WorkerShape, count: int) -> list[Any]:
+    def _new_workers(self, shape: WorkerShape, count: int) -> list[Any]:
         actor_class = ray.remote(ClientWorker).options(
             num_cpus=shape.cpus, num_gpus=shape.gpus, max_restarts=shape.max_restarts,
-            scheduling_strategy="SPREAD" if shape.spread else "DEFAULT")
-        return [actor_class.remote() for _ in range(count)]
+            scheduling_strategy="SPREAD" if shape.spread else "DEFAULT", **self._lifetime())
+        return self._created([actor_class.remote() for _ in range(count)])
 
-    @staticmethod
-    def _new_driver(node_strategy: Any) -> Any:
-        return ray.remote(DriverHost).options(num_cpus=0, max_concurrency=2,
-                                              scheduling_strategy=node_strategy).remote()
+    def _new_driver(self, node_strategy: Any) -> Any:
+        return self._created([ray.remote(DriverHost).options(
+            num_cpus=0, max_concurrency=2, scheduling_strategy=node_strategy,
+            **self._lifetime()).remote()])[0]
 
     def prestart(self, shape: WorkerShape, workers: int, drivers: int, node_strategy: Any) -> None:
         """Have ``workers`` idle workers of ``shape`` and ``drivers`` idle driver hosts, starting
@@ -108,6 +147,20 @@ class ActorPool:
         """A driver host whose run ended: reset and kept idle."""
         ray.get(driver.reset.remote())
         self._idle_drivers.append(driver)
+
+    def release(self) -> None:
+        """The invocation ends: on a warm cluster its idle actors go to the keeper for the
+        next invocation (kept warm), otherwise they are killed (:meth:`clear`)."""
+        if self._keeper is None or self._session is None:
+            self.clear()
+            return
+        idle = [(shape, actor) for shape, actors in self._idle_workers.items()
+                for actor in actors] + [(None, actor) for actor in self._idle_drivers]
+        ray.get(self._keeper.take_back.remote(pool_keeper.this_holder(),
+                                              pool_keeper.code_fingerprint(), idle))
+        self._idle_workers.clear()
+        self._idle_drivers.clear()
+        self._session = self._keeper = None
 
     def clear(self) -> None:
         """Kill every idle actor (their resources return to the cluster)."""

@@ -163,7 +163,8 @@ def startup_phases(manifest: dict[str, Any]) -> dict[str, float] | None:
     ready to the run's workers being configured: process start, imports, model warm-up; near
     zero for pooled ones) and ``first_round`` (from the command to the first round's
     dispatch); ``alongside`` is 1 when Ray started beside the imports and the data
-    (:func:`raysim.engine.startup.start_alongside`), else 0. None for runs without the record
+    (:func:`raysim.engine.startup.start_alongside`), else 0; ``joined`` is 1 when the
+    invocation joined a warm cluster (``raysim cluster start``), else 0. None for runs without the record
     (e.g. resumed ones)."""
     startup = manifest.get("startup")
     ready, dispatched = manifest.get("workers_ready_at"), manifest.get("first_dispatch_at")
@@ -176,7 +177,7 @@ def startup_phases(manifest: dict[str, Any]) -> dict[str, float] | None:
             "data": startup["prepared_at"] - entered,
             "ray": startup["ray_ready_at"] - ray_from,
             "workers": ready - max(startup["ray_ready_at"], startup["prepared_at"]),
-            "alongside": float(alongside),
+            "alongside": float(alongside), "joined": float(startup.get("joined", 0.0)),
             "first_round": dispatched - startup["command_at"]}
 
 

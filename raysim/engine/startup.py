@@ -24,6 +24,7 @@ from typing import Any
 import ray
 
 from raysim.config import ExperimentConfig
+from raysim.engine.cluster import ClusterInfo, running_cluster
 from raysim.engine.cpu_slots import CpuSlots
 from raysim.engine.watchdog import start_watchdog
 from raysim.errors import ConfigError
@@ -63,6 +64,8 @@ def start_alongside(experiments: Iterable[ExperimentConfig], load: Callable[[], 
             for config in experiments:
                 notices += [n for n in ensure_ray(config, loading.result) if n not in notices]
             phases["ray_ready_at"] = time.time()
+            if _JOINED is not None:
+                phases["joined"] = 1.0
             if loading.done():
                 loading.result()  # a failed load is reported before any actor starts
             if then is not None:
@@ -76,11 +79,23 @@ def start_alongside(experiments: Iterable[ExperimentConfig], load: Callable[[], 
 
 
 def stop_local_ray() -> None:
-    """Shut Ray down and give back the CPU slots this process holds."""
+    """Shut Ray down (on a warm cluster: hand the idle actors to its keeper and disconnect)
+    and give back the CPU slots this process holds."""
+    global _JOINED
     if ray.is_initialized():
+        if _JOINED is not None:
+            from raysim.engine.pool import POOL
+
+            POOL.release()
         ray.shutdown()
+    _JOINED = None
     if _SLOTS is not None:
         _SLOTS.release()
+
+
+def joined_cluster() -> ClusterInfo | None:
+    """The warm cluster (``raysim cluster start``) this process joined, if it did."""
+    return _JOINED if ray.is_initialized() else None
 
 
 @contextmanager
@@ -127,16 +142,32 @@ def _preloading(modules: Iterable[str]) -> Iterator[None]:
 _SLOTS: CpuSlots | None = None
 """The machine's CPU slots this process holds while its local Ray runs."""
 
+_JOINED: ClusterInfo | None = None
+"""The warm cluster this process joined instead of starting a local Ray."""
+
 
 def _start_ray(config: ExperimentConfig, before_waiting: Callable[[], object] | None = None
                ) -> list[str]:
     """Join the configured cluster, or start a local Ray with the CPUs no other raysim
     invocation on this machine holds (waiting for enough of them, after ``before_waiting()``);
     returns notices."""
-    global _SLOTS
+    global _SLOTS, _JOINED
     if config.engine.address:
         ray.init(address=config.engine.address, logging_level=logging.ERROR, log_to_driver=False)
         return []
+    warm = running_cluster()
+    if warm is not None:
+        try:
+            ray.init(address=warm.address, logging_level=logging.ERROR, log_to_driver=False)
+        except ConnectionError as error:
+            raise ConfigError(
+                f"Cannot join the warm raysim cluster at {warm.address} ({error}). It uses "
+                "Ray's token authentication: set RAY_AUTH_MODE=token before Ray is imported "
+                "(the raysim command does), or stop the cluster with `raysim cluster stop` to "
+                "run on a Ray of this process's own.") from None
+        _JOINED = warm
+        return [f"Joined the warm raysim cluster at {warm.address} ({warm.cpus} CPUs, started "
+                "with `raysim cluster start`; `raysim cluster stop` ends it)."]
     total = os.cpu_count() or 1
     if _SLOTS is None:
         _SLOTS = CpuSlots(total)

@@ -70,14 +70,15 @@ def watch(pid: int, started: int, poll_seconds: float = 1.0) -> None:
                 os.kill(child, signal.SIGKILL)
 
 
-def start_watchdog() -> subprocess.Popen | None:
-    """Spawn the watchdog for this process (None where /proc is missing)."""
-    me = os.getpid()
-    started = start_time(me) if PROC.is_dir() else None
+def start_watchdog(pid: int | None = None) -> subprocess.Popen | None:
+    """Spawn the watchdog for process ``pid`` (default: this one; None where /proc is
+    missing)."""
+    followed = os.getpid() if pid is None else pid
+    started = start_time(followed) if PROC.is_dir() else None
     if started is None:
         return None
     return subprocess.Popen(
-        [sys.executable, "-m", "raysim.engine.watchdog", str(me), str(started)],
+        [sys.executable, "-m", "raysim.engine.watchdog", str(followed), str(started)],
         stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
         start_new_session=True, close_fds=True)
 

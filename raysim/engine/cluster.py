@@ -1,0 +1,186 @@
+"""A warm local Ray cluster that outlives one ``raysim`` invocation (``raysim cluster start``).
+
+Every ``raysim run`` that starts its own Ray pays for Ray's processes (GCS, raylet, agents) and
+for new worker processes that import torch: seconds each on a small machine, before the first
+round. ``raysim cluster start`` starts a local Ray once (``ray start --head --block`` in its
+own session, with the raysim engine preloaded in its worker processes); later invocations on
+this machine join it instead of starting their own Ray, and borrow the worker and driver
+actors that earlier invocations left idle there (:mod:`raysim.engine.keeper`), so their first
+round starts after their own imports and data. ``raysim cluster stop`` ends it.
+
+The cluster is described by ``cluster.json`` in :func:`state_directory`, beside ``ray start``'s
+output; a record whose process is gone is stale and ignored. The cluster holds the machine's
+CPU slots it was given (:mod:`raysim.engine.cpu_slots`) for as long as it runs.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from raysim.engine.cpu_slots import CpuSlots
+from raysim.engine.watchdog import start_time, start_watchdog
+from raysim.errors import RaysimError
+
+NAMESPACE = "raysim"
+"""The Ray namespace of the cluster's long-lived actors (the pool keeper)."""
+
+_PRELOAD = "raysim.engine.worker,raysim.engine.driver,torch._dynamo"
+
+
+def state_directory() -> Path:
+    """Where the cluster's record and ``ray start``'s output live (per user;
+    ``RAYSIM_CLUSTER_DIR`` overrides it, e.g. to keep tests apart from a user's cluster)."""
+    override = os.environ.get("RAYSIM_CLUSTER_DIR")
+    if override:
+        return Path(override)
+    return Path(tempfile.gettempdir()) / f"raysim-cluster-{os.getuid()}"
+
+
+@dataclass(frozen=True)
+class ClusterInfo:
+    """A running warm cluster: its address, the ``ray start`` process and its resources."""
+
+    address: str
+    pid: int
+    pid_started: int
+    cpus: int
+    gpus: float | None
+    """None: as Ray detected them."""
+    started_at: float
+    log: str
+    ray_directory: str
+    """Ray's temp dir (session files, sockets, logs), removed when the cluster stops."""
+
+
+def _record() -> Path:
+    return state_directory() / "cluster.json"
+
+
+def is_running(pid: int, started: int | None) -> bool:
+    """Whether process ``pid`` with start time ``started`` still runs (a zombie, which the
+    container's init may reap late, does not)."""
+    if started is None or start_time(pid) != started:
+        return False
+    try:
+        return (Path("/proc") / str(pid) / "stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def running_cluster() -> ClusterInfo | None:
+    """The warm cluster of this machine and user, or None (no record, or its process is gone:
+    the stale record is removed)."""
+    try:
+        info = ClusterInfo(**json.loads(_record().read_text()))
+    except (OSError, ValueError, TypeError):
+        return None
+    if not is_running(info.pid, info.pid_started):
+        with contextlib.suppress(OSError):
+            _record().unlink()
+        return None
+    return info
+
+
+def join_environment() -> None:
+    """Set what a driver needs to connect to the warm cluster: Ray's token authentication,
+    which ``ray start`` enables (the token is in ``~/.ray/auth_token``). Ray reads it when it
+    is imported: :mod:`raysim.engine` calls this before importing Ray."""
+    os.environ.setdefault("RAY_AUTH_MODE", "token")
+
+
+def start_cluster(cpus: int | None = None, gpus: float | None = None,
+                  timeout: float = 120.0) -> ClusterInfo:
+    """Start the warm cluster with ``cpus`` CPUs (default: every CPU slot that no other raysim
+    invocation holds) and ``gpus`` GPUs (default: Ray's detection); returns its record."""
+    running = running_cluster()
+    if running is not None:
+        raise RaysimError(
+            f"A raysim cluster is already running at {running.address} (pid {running.pid}, "
+            f"{running.cpus} CPUs). `raysim run` joins it as it is; stop it first with "
+            "`raysim cluster stop` to start one with other resources.")
+    total = os.cpu_count() or 1
+    wanted = total if cpus is None else cpus
+    if wanted < 1 or wanted > total:
+        raise RaysimError(
+            f"Invalid --cpus {wanted}: this machine has {total} CPUs; give 1 to {total}.")
+    slots = CpuSlots(total)
+    try:
+        held = slots.acquire(wanted, wanted, timeout=0, notify=lambda line: None)
+    except TimeoutError:
+        raise RaysimError(
+            f"Cannot start a raysim cluster with {wanted} CPUs: other raysim invocations on this "
+            "machine hold some of its CPUs. Wait for them to finish, or pass a smaller "
+            "`--cpus`.") from None
+    directory = state_directory()
+    directory.mkdir(parents=True, exist_ok=True)
+    # Ray's sockets live under its temp dir, and a socket path may hold at most 107 bytes
+    session = Path(tempfile.mkdtemp(prefix="raysim-ray-"))
+    log = directory / "ray-start.log"
+    command = [str(Path(sys.executable).with_name("ray")), "start", "--head", "--block",
+               f"--temp-dir={session}", f"--num-cpus={held}", "--port=0",
+               "--include-dashboard=false", "--disable-usage-stats"]
+    if gpus is not None:
+        command.append(f"--num-gpus={gpus:g}")
+    environment = {**os.environ, "RAY_preload_python_modules": _PRELOAD, "RAY_AUTH_MODE": "token"}
+    with open(log, "wb") as output:
+        process = subprocess.Popen(  # the slots' lock files are inherited: held while it runs
+            command, stdin=subprocess.DEVNULL, stdout=output, stderr=subprocess.STDOUT,
+            start_new_session=True, env=environment, cwd=Path(__file__).resolve().parents[2],
+            pass_fds=slots.file_descriptors())
+    slots.release()  # (the child holds the locks now)
+    address_file = session / "ray_current_cluster"
+    deadline = time.monotonic() + timeout
+    while not address_file.is_file() or not address_file.read_text().strip():
+        if process.poll() is not None or time.monotonic() > deadline:
+            _terminate(process.pid)
+            shutil.rmtree(session, ignore_errors=True)
+            how = "exited" if process.poll() is not None else f"did not finish in {timeout:g} s"
+            raise RaysimError(
+                f"The raysim cluster did not start (`ray start` {how}); its output is in {log}. "
+                "Fix what it reports, or run without a cluster (`raysim run` starts its own "
+                "Ray).")
+        time.sleep(0.2)
+    start_watchdog(process.pid)  # removes what Ray leaves if `ray start` is SIGKILLed
+    info = ClusterInfo(address=address_file.read_text().strip(), pid=process.pid,
+                       pid_started=start_time(process.pid) or 0, cpus=held,
+                       gpus=gpus, started_at=time.time(), log=str(log),
+                       ray_directory=str(session))
+    _record().write_text(json.dumps(asdict(info)))
+    return info
+
+
+def stop_cluster(timeout: float = 30.0) -> ClusterInfo | None:
+    """Stop the warm cluster (its Ray processes and the actors in it); None if none ran."""
+    info = running_cluster()
+    if info is None:
+        return None
+    _terminate(info.pid, timeout)
+    with contextlib.suppress(OSError):
+        _record().unlink()
+    shutil.rmtree(info.ray_directory, ignore_errors=True)
+    return info
+
+
+def _terminate(pid: int, timeout: float = 30.0) -> None:
+    """SIGTERM ``ray start --block``'s process group (its Ray processes share its fate), then
+    SIGKILL what is left after ``timeout`` seconds."""
+    started = start_time(pid)
+    with contextlib.suppress(OSError):
+        os.killpg(pid, signal.SIGTERM)
+    deadline = time.monotonic() + timeout
+    while is_running(pid, started) and time.monotonic() < deadline:
+        with contextlib.suppress(ChildProcessError):
+            os.waitpid(pid, os.WNOHANG)
+        time.sleep(0.2)
+    with contextlib.suppress(OSError):
+        os.killpg(pid, signal.SIGKILL)

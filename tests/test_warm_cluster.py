@@ -1,0 +1,118 @@
+"""The warm cluster (`raysim cluster start`): later invocations join it and borrow the worker
+and driver processes earlier ones left there, with the same numbers as a run on its own Ray;
+its keeper never hands out actors of other code, kills what a dead invocation held, and does
+not keep CPUs idle while another invocation runs."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import yaml
+from conftest import quickstart_raw
+
+from raysim.engine.cluster import is_running
+from raysim.engine.keeper import PoolKeeper
+from raysim.engine.watchdog import start_time
+
+
+def _raysim(args: list[str], environment: dict[str, str]) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "raysim.cli", *args], capture_output=True,
+                          text=True, env=environment, timeout=300)
+
+
+def _manifest(root: Path) -> dict:
+    return json.loads(next(root.glob("*/seed_0/manifest.json")).read_text())
+
+
+def test_invocations_join_the_warm_cluster_reuse_its_processes_and_match_a_local_run(tmp_path):
+    config = tmp_path / "run.yaml"
+    config.write_text(yaml.safe_dump(quickstart_raw(
+        training={"rounds": 3}, engine={"num_workers": 2, "cpus_per_worker": 1})))
+    environment = {**os.environ, "RAYSIM_CLUSTER_DIR": str(tmp_path / "cluster"),
+                   "RAYSIM_CPU_SLOTS": str(tmp_path / "slots")}
+    started = _raysim(["cluster", "start", "--cpus", "2"], environment)
+    assert started.returncode == 0, started.stderr
+    record = json.loads((tmp_path / "cluster" / "cluster.json").read_text())
+    try:
+        runs = [_raysim(["run", str(config), "--output", str(tmp_path / f"warm{i}"),
+                         "--no-progress"], environment) for i in range(2)]
+        status = _raysim(["cluster", "status"], environment)
+    finally:
+        stopped = _raysim(["cluster", "stop"], environment)
+    assert stopped.returncode == 0 and "stopped" in stopped.stdout
+    assert not is_running(record["pid"], record["pid_started"])  # `ray start` is gone
+    assert _raysim(["cluster", "status"], environment).returncode == 1
+    assert status.returncode == 0 and record["address"] in status.stdout
+    for run in runs:
+        assert run.returncode == 0, run.stderr
+        assert "Joined the warm raysim cluster" in run.stderr
+
+    first, second = (_manifest(tmp_path / f"warm{i}") for i in range(2))
+    assert sorted(w["pid"] for w in second["workers"]) == \
+        sorted(w["pid"] for w in first["workers"])  # the second borrowed the first's workers
+    assert second["driver"]["pid"] == first["driver"]["pid"]
+    assert second["startup"].get("joined") == 1.0
+
+    local_environment = {**environment, "RAYSIM_CLUSTER_DIR": str(tmp_path / "no-cluster")}
+    local = _raysim(["run", str(config), "--output", str(tmp_path / "local"), "--no-progress"],
+                    local_environment)
+    assert local.returncode == 0 and "Joined" not in local.stderr
+    rounds = [pd.read_parquet(next(root.glob("*/seed_0/rounds")))
+              for root in (tmp_path / "warm1", tmp_path / "local")]
+    pd.testing.assert_series_equal(rounds[0]["accuracy"], rounds[1]["accuracy"])
+
+
+@pytest.fixture()
+def actors(ray_session):
+    """Small actors standing in for pooled workers (killed ones answer with an error)."""
+
+    @ray_session.remote(num_cpus=0)
+    class Idle:
+        def ping(self) -> int:
+            return os.getpid()
+
+    made = [Idle.remote() for _ in range(3)]
+    ray_session.get([actor.ping.remote() for actor in made])
+    yield made
+    for actor in made:
+        ray_session.kill(actor)
+
+
+def _alive(ray, actor) -> bool:
+    try:
+        ray.get(actor.ping.remote(), timeout=30)
+    except ray.exceptions.RayActorError:
+        return False
+    return True
+
+
+def test_keeper_hands_out_only_actors_of_the_same_code(ray_session, actors):
+    keeper = PoolKeeper()
+    me = (os.getpid(), start_time(os.getpid()))
+    assert keeper.take_back(me, "code-a", [("shape", actors[0]), (None, actors[1])]) == 2
+    assert keeper.hand_over(me, "code-a") == [("shape", actors[0]), (None, actors[1])]
+    assert keeper.take_back(me, "code-a", [("shape", actors[0])]) == 1
+    assert keeper.hand_over(me, "code-b") == []  # changed code: the old actor is killed
+    assert not _alive(ray_session, actors[0]) and keeper.idle() == 0
+
+
+def test_keeper_kills_what_a_dead_invocation_held_and_frees_cpus_for_a_running_one(
+        ray_session, actors, tmp_path):
+    keeper = PoolKeeper()
+    me = (os.getpid(), start_time(os.getpid()))
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone_holder = (gone.pid, start_time(gone.pid))
+    gone.wait()
+    keeper.register(gone_holder, [actors[0]])
+    keeper.register(me, [actors[1]])
+    assert keeper.hand_over((1, start_time(1)), "code") == []  # reaps the dead holder
+    assert not _alive(ray_session, actors[0]) and _alive(ray_session, actors[1])
+    # another invocation (`me`) still runs: what (1, ...) hands back is killed, not kept idle
+    assert keeper.take_back((1, start_time(1)), "code", [("shape", actors[2])]) == 0
+    assert not _alive(ray_session, actors[2]) and keeper.idle() == 0
