@@ -26,6 +26,10 @@ Flower lives in its own environment (it pins ray 2.55.1):
     python experiments/benchmarks/vs_flower.py --flower-python ../flwr-venv/bin/python \\
         [--workloads W1,W2,W3,W3x3] [--repeats 2]
 
+``--warm-cluster`` also measures raysim on a warm cluster (``raysim cluster start`` before the
+clock, then one untimed run per workload so that its worker processes exist): the way a user
+who runs many invocations on one machine works. The cold side never joins it.
+
 Without ``--flower-python`` (or ``FLOWER_PYTHON``) only raysim runs, with a message saying how
 to add Flower. Measure on a quiet machine: a raysim run waits while another raysim invocation
 holds the CPUs (Flower does not), and anything else running skews both sides.
@@ -123,6 +127,8 @@ def main() -> None:
     parser.add_argument("--workloads", default="W1,W2,W3,W3x3")
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--data-root", default="../shared/data/medmnist")
+    parser.add_argument("--warm-cluster", action="store_true",
+                        help="also measure raysim joining a warm `raysim cluster`")
     args = parser.parse_args()
     here = Path(__file__).resolve().parent
     raysim_cli = [sys.executable, "-c", "import sys; from raysim.cli import main; "
@@ -151,34 +157,60 @@ def main() -> None:
             if args.flower_python:
                 specs[name] = export_for_flower(raw, scratch / f"{name}.npz")
         times: dict[tuple[str, str], list[float]] = {}
-        env = {**os.environ, "RAY_DEDUP_LOGS": "0"}
-        for repeat in range(args.repeats):
-            for name in chosen:
-                sides = ["raysim", "flower"] if args.flower_python else ["raysim"]
-                if repeat % 2:
-                    sides.reverse()  # interleaved: neither side always goes first
-                for side in sides:
-                    if side == "raysim":
-                        command = [*raysim_cli, "run", str(scratch / f"{name}.yaml"),
-                                   "--no-progress", "--output", str(scratch / "results")]
-                    else:
-                        seeds = len(chosen[name]["seeds"])
-                        command = [args.flower_python, str(here / "flower_workload.py"),
-                                   "--data", str(scratch / f"{name}.npz"),
-                                   "--spec", json.dumps(specs[name]), "--seeds", str(seeds)]
-                    seconds, _ = timed(command, env)
-                    times.setdefault((name, side), []).append(seconds)
-                    print(json.dumps({"workload": name, "side": side, "repeat": repeat,
-                                      "wall_s": round(seconds, 2)}), flush=True)
-        print("\n| workload | raysim (median s) | Flower (median s) | raysim / Flower | target |")
-        print("| --- | --- | --- | --- | --- |")
-        for name in chosen:
-            ours = statistics.median(times[(name, "raysim")])
-            theirs = (statistics.median(times[(name, "flower")])
-                      if (name, "flower") in times else None)
-            ratio = f"{ours / theirs:.2f}" if theirs else "-"
-            shown = f"{theirs:.1f}" if theirs else "not measured"
-            print(f"| {name} | {ours:.1f} | {shown} | {ratio} | <= {TARGETS[name]} |")
+        env = {**os.environ, "RAY_DEDUP_LOGS": "0",
+               "RAYSIM_CLUSTER_DIR": str(scratch / "no-cluster")}
+        # the warm cluster holds CPU slots of its own: the cold side must not wait for them
+        warm_env = {**env, "RAYSIM_CLUSTER_DIR": str(scratch / "cluster"),
+                    "RAYSIM_CPU_SLOTS": str(scratch / "cluster-slots")}
+
+        def raysim_run(name: str) -> list[str]:
+            return [*raysim_cli, "run", str(scratch / f"{name}.yaml"), "--no-progress",
+                    "--output", str(scratch / "results")]
+
+        if args.warm_cluster:
+            timed([*raysim_cli, "cluster", "start"], warm_env)
+            for name in chosen:  # untimed: the cluster's worker processes start here
+                timed(raysim_run(name), warm_env)
+        try:
+            for repeat in range(args.repeats):
+                for name in chosen:
+                    sides = ["raysim", "flower"] if args.flower_python else ["raysim"]
+                    sides += ["raysim-warm"] if args.warm_cluster else []
+                    if repeat % 2:
+                        sides.reverse()  # interleaved: neither side always goes first
+                    for side in sides:
+                        if side == "flower":
+                            seeds = len(chosen[name]["seeds"])
+                            command = [args.flower_python, str(here / "flower_workload.py"),
+                                       "--data", str(scratch / f"{name}.npz"),
+                                       "--spec", json.dumps(specs[name]), "--seeds", str(seeds)]
+                        else:
+                            command = raysim_run(name)
+                        seconds, _ = timed(command, warm_env if side == "raysim-warm" else env)
+                        times.setdefault((name, side), []).append(seconds)
+                        print(json.dumps({"workload": name, "side": side, "repeat": repeat,
+                                          "wall_s": round(seconds, 2)}), flush=True)
+        finally:
+            if args.warm_cluster:
+                timed([*raysim_cli, "cluster", "stop"], warm_env)
+        print_table(chosen, times)
+
+
+def print_table(chosen: dict[str, dict], times: dict[tuple[str, str], list[float]]) -> None:
+    """Medians per workload and side, and raysim's (cold, warm) over Flower's."""
+    print("\n| workload | raysim (median s) | raysim, warm cluster | Flower (median s) "
+          "| raysim / Flower | warm / Flower | target |")
+    print("| --- | --- | --- | --- | --- | --- | --- |")
+    for name in chosen:
+        medians = {side: statistics.median(times[(name, side)])
+                   for side in ("raysim", "raysim-warm", "flower") if (name, side) in times}
+        theirs = medians.get("flower")
+        shown = {side: f"{medians[side]:.1f}" if side in medians else "not measured"
+                 for side in ("raysim", "raysim-warm", "flower")}
+        ratio = {side: f"{medians[side] / theirs:.2f}" if theirs and side in medians else "-"
+                 for side in ("raysim", "raysim-warm")}
+        print(f"| {name} | {shown['raysim']} | {shown['raysim-warm']} | {shown['flower']} | "
+              f"{ratio['raysim']} | {ratio['raysim-warm']} | <= {TARGETS[name]} |")
 
 
 if __name__ == "__main__":
