@@ -206,7 +206,9 @@ def ensure_ray(config: ExperimentConfig, before_waiting: Callable[[], object] | 
             f"Invalid config field `engine.num_workers` = {engine.num_workers}: "
             f"{engine.num_workers} workers x {engine.cpus_per_worker} CPUs need {needed_cpus:g} "
             f"CPUs, but the Ray cluster has {resources.get('CPU', 0):g}. Lower engine.num_workers "
-            "or engine.cpus_per_worker, or add nodes to the cluster."
+            "or engine.cpus_per_worker, or add nodes to the cluster"
+            + (" (this is the warm raysim cluster: `raysim cluster stop`, then `raysim cluster "
+               "start --cpus N` gives it more)." if _JOINED is not None else ".")
         )
     largest_node = max((node.get("Resources", {}).get("GPU", 0) for node in ray.nodes()
                         if node.get("Alive", True)), default=0)
