@@ -46,8 +46,6 @@ class ActorPool:
         self._idle_workers: dict[WorkerShape, list[Any]] = defaultdict(list)
         self._idle_drivers: list[Any] = []
         self._keeper: Any = None
-        self.taken_over = 0
-        """How many idle actors this session took over from a warm cluster's keeper."""
 
     def _check_session(self) -> None:
         """Forget actors of an earlier Ray session (after ``ray.shutdown``/``init``); on a warm
@@ -58,7 +56,7 @@ class ActorPool:
             self._session = session
             self._idle_workers.clear()
             self._idle_drivers.clear()
-            self._keeper, self.taken_over = None, 0
+            self._keeper = None
             from raysim.engine.startup import joined_cluster
 
             if joined_cluster() is not None:
@@ -71,14 +69,17 @@ class ActorPool:
         taken = ray.get(self._keeper.hand_over.remote(pool_keeper.this_holder(),
                                                       pool_keeper.code_fingerprint()))
         pings = {handle.__ray_ready__.remote(): (shape, handle) for shape, handle in taken}
-        alive, _ = ray.wait(list(pings), num_returns=len(pings), timeout=10)
-        taken = [pings[ping] for ping in alive]  # (an actor that died idle is left out)
-        for shape, handle in taken:
+        answered, _ = ray.wait(list(pings), num_returns=len(pings), timeout=10)
+        for ping, (shape, handle) in pings.items():
+            try:  # an actor that died idle, or does not answer, is left out (and killed)
+                ray.get(ping, timeout=0 if ping in answered else 0.01)
+            except (ray.exceptions.RayError, TimeoutError):
+                ray.kill(handle)
+                continue
             if shape is None:
                 self._idle_drivers.append(handle)
             else:
                 self._idle_workers[shape].append(handle)
-        self.taken_over = len(taken)
 
     def _created(self, actors: list[Any]) -> list[Any]:
         """New actors: on a warm cluster the keeper learns of them (it kills them if this
