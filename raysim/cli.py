@@ -57,7 +57,8 @@ def _parser() -> argparse.ArgumentParser:
     cluster = commands.add_parser(
         "cluster", help="a warm local Ray that later `raysim run`/`sweep` invocations join, "
         "keeping their worker processes warm between invocations")
-    cluster.add_argument("action", choices=("start", "stop", "status"))
+    cluster.add_argument("action", choices=("start", "stop", "status"),
+                         help="start the warm cluster, stop it, or show whether it runs")
     cluster.add_argument("--cpus", type=int, help="CPUs of the cluster (start; default: every "
                          "CPU no other raysim invocation holds)")
     cluster.add_argument("--gpus", type=float, help="GPUs of the cluster (start; default: "
