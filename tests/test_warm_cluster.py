@@ -9,6 +9,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pandas as pd
@@ -85,11 +86,17 @@ def actors(ray_session):
 
 
 def _alive(ray, actor) -> bool:
-    try:
-        ray.get(actor.ping.remote(), timeout=30)
-    except ray.exceptions.RayActorError:
-        return False
-    return True
+    """Whether the actor still answers; a kill is asynchronous, so an actor that answered is
+    asked again for a few seconds before it counts as alive."""
+    deadline = time.monotonic() + 10
+    while True:
+        try:
+            ray.get(actor.ping.remote(), timeout=30)
+        except ray.exceptions.RayActorError:
+            return False
+        if time.monotonic() > deadline:
+            return True
+        time.sleep(0.5)
 
 
 def test_keeper_hands_out_only_actors_of_the_same_code(ray_session, actors):
