@@ -36,7 +36,8 @@ def test_invocations_join_the_warm_cluster_reuse_its_processes_and_match_a_local
     config.write_text(yaml.safe_dump(quickstart_raw(
         training={"rounds": 3}, engine={"num_workers": 2, "cpus_per_worker": 1})))
     environment = {**os.environ, "RAYSIM_CLUSTER_DIR": str(tmp_path / "cluster"),
-                   "RAYSIM_CPU_SLOTS": str(tmp_path / "slots")}
+                   "RAYSIM_CPU_SLOTS": str(tmp_path / "slots"),
+                   "HOME": str(tmp_path / "home")}  # a fresh machine: no Ray token yet
     started = _raysim(["cluster", "start", "--cpus", "2"], environment)
     assert started.returncode == 0, started.stderr
     record = json.loads((tmp_path / "cluster" / "cluster.json").read_text())

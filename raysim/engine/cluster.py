@@ -132,6 +132,10 @@ def start_cluster(cpus: int | None = None, gpus: float | None = None,
     if gpus is not None:
         command.append(f"--num-gpus={gpus:g}")
     environment = {**os.environ, "RAY_preload_python_modules": _PRELOAD, "RAY_AUTH_MODE": "token"}
+    # `ray start` needs the token to exist (a local `ray.init` creates one, `ray start` does
+    # not); this keeps an existing one
+    subprocess.run([command[0], "get-auth-token", "--generate"], capture_output=True,
+                   env=environment, check=False)
     with open(log, "wb") as output:
         process = subprocess.Popen(  # the slots' lock files are inherited: held while it runs
             command, stdin=subprocess.DEVNULL, stdout=output, stderr=subprocess.STDOUT,
