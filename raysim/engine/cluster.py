@@ -126,7 +126,9 @@ def start_cluster(cpus: int | None = None, gpus: float | None = None,
     # Ray's sockets live under its temp dir, and a socket path may hold at most 107 bytes
     session = Path(tempfile.mkdtemp(prefix="raysim-ray-"))
     log = directory / "ray-start.log"
-    command = [str(Path(sys.executable).with_name("ray")), "start", "--head", "--block",
+    ray_cli = [sys.executable, "-m", "ray.scripts.scripts"]  # (this Python's Ray, wherever
+    # its console scripts were installed)
+    command = [*ray_cli, "start", "--head", "--block",
                f"--temp-dir={session}", f"--num-cpus={held}", "--port=0",
                "--include-dashboard=false", "--disable-usage-stats"]
     if gpus is not None:
@@ -134,7 +136,7 @@ def start_cluster(cpus: int | None = None, gpus: float | None = None,
     environment = {**os.environ, "RAY_preload_python_modules": _PRELOAD, "RAY_AUTH_MODE": "token"}
     # `ray start` needs the token to exist (a local `ray.init` creates one, `ray start` does
     # not); this keeps an existing one
-    subprocess.run([command[0], "get-auth-token", "--generate"], capture_output=True,
+    subprocess.run([*ray_cli, "get-auth-token", "--generate"], capture_output=True,
                    env=environment, check=False)
     with open(log, "wb") as output:
         process = subprocess.Popen(  # the slots' lock files are inherited: held while it runs
