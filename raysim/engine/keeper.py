@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import os
 import sys
 from functools import cache
 from importlib.metadata import PackageNotFoundError, version
@@ -39,8 +40,6 @@ Holder = tuple[int, int | None]
 
 def this_holder() -> Holder:
     """This process as a holder of pooled actors."""
-    import os
-
     return os.getpid(), start_time(os.getpid())
 
 
