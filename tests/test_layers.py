@@ -78,6 +78,15 @@ def test_config_algorithms_and_training_load_without_ray():
     assert out == "[]"
 
 
+def test_worker_processes_import_neither_pandas_nor_pyarrow():
+    # every pooled process imports the worker module at start (Ray's preload); pandas and
+    # pyarrow would add about 0.3 s of CPU to each, and only the driver writes tables
+    out = _printed_by_python(
+        "import sys, raysim.engine.worker; "
+        "print(sorted(m for m in ('pandas', 'pyarrow', 'sklearn') if m in sys.modules))")
+    assert out == "[]"
+
+
 def test_loading_every_shipped_config_imports_neither_torch_nor_ray():
     out = _printed_by_python(
         "import glob, sys; from raysim.config import load_experiments; "

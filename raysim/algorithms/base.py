@@ -36,7 +36,6 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar, cast
 
 import numpy as np
-import pandas as pd
 from torch import nn
 
 from raysim.data.dataset import DataInfo
@@ -46,6 +45,8 @@ from raysim.training.membership import loss_attack_scores
 from raysim.training.weights import Weights, set_weights
 
 if TYPE_CHECKING:
+    import pandas as pd
+
     from raysim.training.runtime import ClientRuntime, TrainOutcome
 
 ALGORITHMS: dict[str, type[Algorithm[Any, Any]]] = {}

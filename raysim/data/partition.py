@@ -9,13 +9,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
-import pandas as pd
 
 from raysim.errors import ConfigError
 from raysim.schema import PartitionConfig
 from raysim.seeding import numpy_rng
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 
 @dataclass(frozen=True)
@@ -72,6 +75,8 @@ class Partition:
 
     def to_frame(self) -> pd.DataFrame:
         """Long table with columns client, split (train, test, validation, unseen), index."""
+        import pandas as pd  # not at module level: worker processes never need it
+
         frames = []
         splits = [("train", self.train), ("test", self.test)]
         if self.validation is not None:
