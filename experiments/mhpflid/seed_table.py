@@ -2,12 +2,17 @@
 committed ``raysim report`` summary, and the mean ± std over all seeds per experiment.
 
 For tasks whose seeds ran in different sessions (the Parquet of an earlier session is not in
-the repository, its ``raysim report`` CSV is): the CSV's rows with ``seeds == 1`` are that
-seed's values. Example (the PneumoniaMNIST task of docs/mhpflid.md)::
+the repository, its ``raysim report --per-client --csv`` directory is): that directory's
+single-seed rows are that seed's values. Example (the PneumoniaMNIST task of docs/mhpflid.md)::
 
     python experiments/mhpflid/seed_table.py results/mh-pneu \\
-        --earlier docs/results/mhpflid/pneumonia_seed0/summary.csv --earlier-seed 0 \\
+        --earlier docs/results/mhpflid/pneumonia_seed0 --earlier-seed 0 \\
         --csv docs/results/mhpflid/pneumonia
+
+Columns: ``own_accuracy`` / ``own_macro_f1``, each client's evaluated model on its own test
+share, mean over clients (the personal model for personalised methods: the rounds table's
+``personal_*``; the global model for FedAvg/FedProx: ``own_*``; the report's per-client
+``average``), and ``accuracy``, the pooled test set.
 """
 
 from __future__ import annotations
@@ -19,53 +24,91 @@ import pandas as pd
 
 from raysim.results import load
 
-METRICS = ["personal_accuracy", "personal_macro_f1", "own_accuracy", "own_macro_f1", "accuracy"]
-"""Personal models on their own test shares (personal_*), a global model on them (own_*: FedAvg,
-FedProx), and the pooled test set (accuracy)."""
+METRICS = ["own_accuracy", "own_macro_f1", "accuracy"]
 
 
 def final_rows(paths: list[str]) -> pd.DataFrame:
     """One row per completed run: experiment (variant), seed and the metrics of its last
-    evaluated round."""
+    evaluated round (own-share metrics from ``personal_*`` where the run has personal models)."""
     rounds = pd.concat([load(path) for path in paths], ignore_index=True)
     rounds = rounds[rounds["status"] == "completed"].dropna(subset=["accuracy"])
-    last = rounds.sort_values("round").groupby("run").tail(1)
-    return last[["experiment", "seed", *[m for m in METRICS if m in last]]].reset_index(drop=True)
+    last = rounds.sort_values("round").groupby("run").tail(1).reset_index(drop=True)
+    rows = last[["experiment", "seed", "accuracy"]].copy()
+    for metric in ("accuracy", "macro_f1"):
+        personal = last.get(f"personal_{metric}", pd.Series(float("nan"), index=last.index))
+        rows[f"own_{metric}"] = personal.fillna(last.get(f"own_{metric}", float("nan")))
+    return rows[["experiment", "seed", *METRICS]]
 
 
-def earlier_rows(summary_csv: str, seed: int) -> pd.DataFrame:
-    """The single-seed rows of an earlier ``raysim report --csv`` summary as per-seed rows."""
-    summary = pd.read_csv(summary_csv)
+def earlier_rows(report_dir: str, seed: int) -> pd.DataFrame:
+    """One seed's rows from an earlier ``raysim report --per-client --csv`` directory
+    (single-seed experiments only)."""
+    directory = Path(report_dir)
+    summary = pd.read_csv(directory / "summary.csv")
     summary = summary[summary["seeds"] == 1]
-    rows = pd.DataFrame({"experiment": summary["experiment"], "seed": seed})
-    for metric in METRICS:
-        if f"{metric}_mean" in summary:
-            rows[metric] = summary[f"{metric}_mean"].to_numpy()
-    return rows
+    rows = pd.DataFrame({"experiment": summary["experiment"].to_numpy(), "seed": seed,
+                         "accuracy": summary["accuracy_mean"].to_numpy()})
+    for metric in ("accuracy", "macro_f1"):
+        per_client = pd.read_csv(directory / f"per_client_{metric}.csv")
+        average = per_client.set_index("experiment")["average"]
+        rows[f"own_{metric}"] = rows["experiment"].map(average).to_numpy()
+    return rows[["experiment", "seed", *METRICS]]
+
+
+def pooled_per_client(report_dirs: list[str]) -> dict[str, pd.DataFrame]:
+    """Per-client tables (``per_client_accuracy.csv``, ``per_client_macro_f1.csv``) of several
+    ``raysim report --per-client --csv`` directories over disjoint seeds, combined into the mean
+    over all their seeds (each directory's row weighted by its ``seeds`` in summary.csv)."""
+    tables: dict[str, pd.DataFrame] = {}
+    for metric in ("accuracy", "macro_f1"):
+        weighted = []
+        for directory in map(Path, report_dirs):
+            seeds = pd.read_csv(directory / "summary.csv").set_index("experiment")["seeds"]
+            table = pd.read_csv(directory / f"per_client_{metric}.csv").set_index("experiment")
+            weighted.append((table, seeds.reindex(table.index)))
+        columns = weighted[0][0].columns
+        numeric = [c for c in columns if c != "algorithm"]
+        sums = pd.concat([table[numeric].mul(seeds, axis=0) for table, seeds in weighted])
+        counts = pd.concat([seeds for _, seeds in weighted])
+        combined = sums.groupby(level=0).sum().div(counts.groupby(level=0).sum(), axis=0)
+        algorithms = pd.concat([table["algorithm"] for table, _ in weighted])
+        combined.insert(0, "algorithm", algorithms.groupby(level=0).first())
+        combined.insert(1, "seeds", counts.groupby(level=0).sum())
+        tables[f"per_client_{metric}.csv"] = combined.reset_index()
+    return tables
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("paths", nargs="+", help="results directories (runs or trees)")
-    parser.add_argument("--earlier", help="an earlier session's summary.csv (single-seed rows)")
+    parser.add_argument("--earlier", help="an earlier session's report CSV directory")
     parser.add_argument("--earlier-seed", type=int, default=0)
-    parser.add_argument("--csv", help="directory for per_seed.csv and seed_summary.csv")
+    parser.add_argument("--per-client", nargs="+", metavar="REPORT_DIR",
+                        help="report CSV directories over disjoint seeds whose per-client "
+                             "tables are combined (e.g. the earlier one and this session's)")
+    parser.add_argument("--csv", help="directory for per_seed.csv, seed_summary.csv and the "
+                                      "combined per-client tables")
     args = parser.parse_args()
     rows = final_rows(args.paths)
     if args.earlier:
         rows = pd.concat([earlier_rows(args.earlier, args.earlier_seed), rows], ignore_index=True)
     rows = rows.sort_values(["experiment", "seed"]).reset_index(drop=True)
-    metrics = [m for m in METRICS if m in rows]
-    summary = rows.groupby("experiment")[metrics].agg(["mean", "std", "count"])
+    summary = rows.groupby("experiment")[METRICS].agg(["mean", "std", "count"])
     summary.columns = [f"{metric}_{stat}" for metric, stat in summary.columns]
     pd.set_option("display.width", 200)
     print(rows.to_string(index=False, float_format="%.4f"))
     print()
     print(summary.to_string(float_format="%.4f"))
+    per_client = pooled_per_client(args.per_client) if args.per_client else {}
+    for name, table in per_client.items():
+        print(f"\n{name} (mean over seeds)")
+        print(table.to_string(index=False, float_format="%.3f"))
     if args.csv:
         Path(args.csv).mkdir(parents=True, exist_ok=True)
         rows.to_csv(Path(args.csv) / "per_seed.csv", index=False)
         summary.to_csv(Path(args.csv) / "seed_summary.csv")
+        for name, table in per_client.items():
+            table.to_csv(Path(args.csv) / name, index=False)
 
 
 if __name__ == "__main__":
