@@ -5,8 +5,9 @@ For tasks whose seeds ran in different sessions (the Parquet of an earlier sessi
 the repository, its ``raysim report --per-client --csv`` directory is): that directory's
 single-seed rows are that seed's values. Example (the PneumoniaMNIST task of docs/mhpflid.md)::
 
-    python experiments/mhpflid/seed_table.py results/mh-pneu \\
+    python experiments/mhpflid/seed_table.py results/mh-pneu/<root> [<root> ...] \\
         --earlier docs/results/mhpflid/pneumonia_seed0 --earlier-seed 0 \\
+        --per-client docs/results/mhpflid/pneumonia_seed0 docs/results/mhpflid/pneumonia_seeds12 \\
         --csv docs/results/mhpflid/pneumonia
 
 Columns: ``own_accuracy`` / ``own_macro_f1``, each client's evaluated model on its own test
@@ -23,16 +24,17 @@ from pathlib import Path
 import pandas as pd
 
 from raysim.results import load
+from raysim.results.report import final_metrics
 
 METRICS = ["own_accuracy", "own_macro_f1", "accuracy"]
 
 
 def final_rows(paths: list[str]) -> pd.DataFrame:
-    """One row per completed run: experiment (variant), seed and the metrics of its last
-    evaluated round (own-share metrics from ``personal_*`` where the run has personal models)."""
+    """One row per completed run at its last evaluated round (the report's
+    :func:`~raysim.results.report.final_metrics`): experiment (variant), seed and the metrics
+    (own-share metrics from ``personal_*`` where the run has personal models)."""
     rounds = pd.concat([load(path) for path in paths], ignore_index=True)
-    rounds = rounds[rounds["status"] == "completed"].dropna(subset=["accuracy"])
-    last = rounds.sort_values("round").groupby("run").tail(1).reset_index(drop=True)
+    last = final_metrics(rounds[rounds["status"] == "completed"])
     rows = last[["experiment", "seed", "accuracy"]].copy()
     for metric in ("accuracy", "macro_f1"):
         personal = last.get(f"personal_{metric}", pd.Series(float("nan"), index=last.index))
@@ -59,21 +61,19 @@ def pooled_per_client(report_dirs: list[str]) -> dict[str, pd.DataFrame]:
     """Per-client tables (``per_client_accuracy.csv``, ``per_client_macro_f1.csv``) of several
     ``raysim report --per-client --csv`` directories over disjoint seeds, combined into the mean
     over all their seeds (each directory's row weighted by its ``seeds`` in summary.csv)."""
+    directories = [Path(d) for d in report_dirs]
+    seeds = [pd.read_csv(d / "summary.csv").set_index("experiment")["seeds"] for d in directories]
     tables: dict[str, pd.DataFrame] = {}
     for metric in ("accuracy", "macro_f1"):
-        weighted = []
-        for directory in map(Path, report_dirs):
-            seeds = pd.read_csv(directory / "summary.csv").set_index("experiment")["seeds"]
-            table = pd.read_csv(directory / f"per_client_{metric}.csv").set_index("experiment")
-            weighted.append((table, seeds.reindex(table.index)))
-        columns = weighted[0][0].columns
-        numeric = [c for c in columns if c != "algorithm"]
-        sums = pd.concat([table[numeric].mul(seeds, axis=0) for table, seeds in weighted])
-        counts = pd.concat([seeds for _, seeds in weighted])
-        combined = sums.groupby(level=0).sum().div(counts.groupby(level=0).sum(), axis=0)
-        algorithms = pd.concat([table["algorithm"] for table, _ in weighted])
-        combined.insert(0, "algorithm", algorithms.groupby(level=0).first())
-        combined.insert(1, "seeds", counts.groupby(level=0).sum())
+        parts = [pd.read_csv(d / f"per_client_{metric}.csv").set_index("experiment")
+                 for d in directories]
+        weights = pd.concat([n.reindex(part.index) for n, part in zip(seeds, parts, strict=True)])
+        numeric = [c for c in parts[0].columns if c != "algorithm"]
+        sums = pd.concat([part[numeric] for part in parts]).mul(weights, axis=0)
+        combined = sums.groupby(level=0).sum().div(weights.groupby(level=0).sum(), axis=0)
+        algorithms = pd.concat([part["algorithm"] for part in parts]).groupby(level=0).first()
+        combined.insert(0, "algorithm", algorithms)
+        combined.insert(1, "seeds", weights.groupby(level=0).sum())
         tables[f"per_client_{metric}.csv"] = combined.reset_index()
     return tables
 
