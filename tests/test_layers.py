@@ -78,13 +78,22 @@ def test_config_algorithms_and_training_load_without_ray():
     assert out == "[]"
 
 
-def test_worker_processes_import_neither_pandas_nor_pyarrow():
-    # every pooled process imports the worker module at start (Ray's preload); pandas and
-    # pyarrow would add about 0.3 s of CPU to each, and only the driver writes tables
+def test_pooled_processes_preload_neither_pandas_nor_sklearn_nor_dynamo():
+    # every pooled process (worker or driver host) imports Ray's preload list at start;
+    # pandas (~0.4 s of CPU), scikit-learn (~0.9 s) and torch._dynamo (~1.1 s) would cost each
+    # of them that much again: only client workers need torch._dynamo (they import it when
+    # created), only a driver reads tables or computes metrics
     out = _printed_by_python(
-        "import sys, raysim.engine.worker; "
-        "print(sorted(m for m in ('pandas', 'pyarrow', 'sklearn') if m in sys.modules))")
+        "import importlib, sys; from raysim.engine.startup import WORKER_MODULES; "
+        "[importlib.import_module(m) for m in WORKER_MODULES]; "
+        "print(sorted(m for m in ('pandas', 'sklearn', 'torch._dynamo') if m in sys.modules))")
     assert out == "[]"
+
+
+def test_the_warm_cluster_preloads_what_a_local_ray_preloads():
+    from raysim.engine import cluster, startup
+
+    assert cluster._PRELOAD.split(",") == list(startup.WORKER_MODULES)
 
 
 def test_loading_every_shipped_config_imports_neither_torch_nor_ray():

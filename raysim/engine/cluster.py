@@ -34,7 +34,7 @@ from raysim.errors import RaysimError
 NAMESPACE = "raysim"
 """The Ray namespace of the cluster's long-lived actors (the pool keeper)."""
 
-_PRELOAD = "raysim.engine.worker,raysim.engine.driver,torch._dynamo"
+_PRELOAD = "raysim.engine.worker,raysim.engine.driver"  # = startup.WORKER_MODULES (tested)
 
 
 def state_directory() -> Path:

@@ -112,10 +112,11 @@ def _package_directory() -> Iterator[None]:
         os.chdir(before)
 
 
-WORKER_MODULES = ("raysim.engine.worker", "raysim.engine.driver", "torch._dynamo")
+WORKER_MODULES = ("raysim.engine.worker", "raysim.engine.driver")
 """What the worker processes of a local Ray import before they accept work: the engine (and
-torch), and torch._dynamo, which PyTorch's optimizers import at their first step (about 800
-modules, 1.5 s of a worker's warm-up on this machine)."""
+torch). Not torch._dynamo (about 1.1 s of CPU): client workers import it when they are
+created (:class:`raysim.engine.worker.ClientWorker`), driver hosts only if a run's server
+trains."""
 
 _PRELOAD_VARIABLE = "RAY_preload_python_modules"
 

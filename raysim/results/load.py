@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import pandas as pd
 import pyarrow.parquet as pq
 
 from raysim.errors import RaysimError
 from raysim.results.manifest import MANIFEST, read_manifest
 from raysim.results.sink import TABLES
+
+if TYPE_CHECKING:  # pandas is imported on first use: the engine's worker processes load
+    import pandas as pd  # this package (its sink) but never read tables
 
 
 def run_dirs(path: str | Path) -> list[Path]:
@@ -31,6 +34,8 @@ def load(path: str | Path, table: str = "rounds") -> pd.DataFrame:
     diverged; runs of a sweep also get one column per swept key (e.g. ``training.optimizer.lr``).
     Works while runs are still writing.
     """
+    import pandas as pd
+
     if table not in TABLES:
         raise RaysimError(f"Unknown results table {table!r}; the tables are {', '.join(TABLES)}.")
     directories = run_dirs(path)
