@@ -175,10 +175,12 @@ def _execute(experiments: dict, args: argparse.Namespace, labels: dict | None = 
                               lambda: _import_engine_and_prepare(experiments, args.data_root),
                               then=lambda: _prestart_actors(experiments))
     from raysim.engine.runner import run_experiments, startup_phases
-    from raysim.results.load import load
     from raysim.results.manifest import read_manifest
-    from raysim.results.report import format_summary, report, summary_table
 
+    # the closing summary's modules (pandas, matplotlib: ~0.7 s) load while the runs go
+    closing_imports = ThreadPoolExecutor(1, thread_name_prefix="raysim-imports")
+    closing_modules = closing_imports.submit(_import_summary_modules)
+    closing_imports.shutdown(wait=False)
     try:
         outcomes = run_experiments(experiments, data_root=args.data_root, output=args.output,
                                    progress=not args.no_progress, resume=resume, labels=labels,
@@ -193,6 +195,7 @@ def _execute(experiments: dict, args: argparse.Namespace, labels: dict | None = 
 
     def summarise() -> list[str]:
         """The closing lines, from the files the runs wrote (no Ray needed)."""
+        load, format_summary, report, summary_table = closing_modules.result()
         lines = []
         paths = {f"{w['training_path']} ({w['training_path_reason']})"
                  for o in outcomes if not o.error
@@ -227,6 +230,15 @@ def _execute(experiments: dict, args: argparse.Namespace, labels: dict | None = 
         print(line)
     print(f"results (Parquet, read with raysim.results.load): {root}")
     return 1 if failed else 0
+
+
+def _import_summary_modules() -> tuple:
+    """What the closing summary uses (imports pandas, and matplotlib on the Agg backend)."""
+    from raysim.results.load import load
+    from raysim.results.report import format_summary, pyplot, report, summary_table
+
+    pyplot()
+    return load, format_summary, report, summary_table
 
 
 def _validate(args: argparse.Namespace) -> int:

@@ -3,15 +3,19 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
+import importlib.util
 import json
 import os
 import shutil
+import sys
 import tempfile
 import urllib.error
 import urllib.request
 import zipfile
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -21,18 +25,35 @@ from raysim.errors import ConfigError, DataError
 _SUPPORTED_TASKS = ("multi-class", "binary-class", "ordinal-regression")
 
 
+@functools.cache
+def _info_module() -> Any:
+    """medmnist's ``info`` module (its metadata: file names, MD5s, URLs, labels).
+
+    Read from the installed package without running the package's ``__init__``, which imports
+    its datasets and evaluator (scikit-learn, pandas, torchvision): about 1.3 s of an
+    invocation's start-up for a table of constants. The metadata is the package's own file.
+    """
+    if "medmnist.info" in sys.modules:
+        return sys.modules["medmnist.info"]
+    package = importlib.util.find_spec("medmnist")
+    if package is None or not package.submodule_search_locations:
+        raise ModuleNotFoundError("No module named 'medmnist' (pip install medmnist)")
+    location = Path(next(iter(package.submodule_search_locations))) / "info.py"
+    spec = importlib.util.spec_from_file_location("raysim._medmnist_info", location)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 def medmnist_info() -> dict[str, dict]:
     """The medmnist package's INFO table restricted to the 2D subsets."""
-    from medmnist.info import INFO  # the info module imports no torchvision
-
-    return {flag: meta for flag, meta in INFO.items() if not flag.endswith("3d")}
+    return {flag: meta for flag, meta in _info_module().INFO.items() if not flag.endswith("3d")}
 
 
 def default_root() -> str:
     """medmnist's own default data directory (``~/.medmnist``)."""
-    from medmnist.info import DEFAULT_ROOT
-
-    return DEFAULT_ROOT
+    return str(_info_module().DEFAULT_ROOT)
 
 
 def file_name(flag: str, size: int) -> str:

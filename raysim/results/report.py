@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 
@@ -85,15 +86,24 @@ def _curve_label(experiment: str, algorithm: str) -> str:
     return name if name == algorithm else f"{name} ({algorithm})"
 
 
+def pyplot() -> Any:
+    """matplotlib's pyplot on the file-only Agg backend (imported on first use: about 0.5 s;
+    ``raysim run`` imports it in the background while its runs go, see
+    :func:`raysim.cli.main`)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
 def plot_learning_curves(rounds: pd.DataFrame, path: Path, metric: str = "accuracy") -> Path:
     """Mean (line) and ± one standard deviation over seeds (band; none for one seed) of
     ``metric`` after each completed round (Parquet ``round`` r is the state after r + 1
     rounds), one line per experiment, variant or grid point, in distinct colours and line
     styles, the legend outside the axes, the dataset(s) and metric in the title."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
     from matplotlib.ticker import MaxNLocator
 
     evaluated = rounds.dropna(subset=[metric])
