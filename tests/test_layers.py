@@ -90,6 +90,19 @@ def test_pooled_processes_preload_neither_pandas_nor_sklearn_nor_dynamo():
     assert out == "[]"
 
 
+def test_medmnist_metadata_is_read_without_the_medmnist_package_init():
+    # medmnist's __init__ imports its datasets and evaluator (scikit-learn, pandas: ~1.3 s of
+    # an invocation's start-up); raysim needs only its metadata table, and it must be the same
+    out = _printed_by_python(
+        "import json, sys; from raysim.data.medmnist_io import default_root, medmnist_info; "
+        "info = medmnist_info(); root = default_root(); "
+        "loaded = sorted(m for m in ('medmnist', 'sklearn', 'pandas') if m in sys.modules); "
+        "import medmnist.info as official; "
+        "same = info == {k: v for k, v in official.INFO.items() if not k.endswith('3d')}; "
+        "print(json.dumps([loaded, same, root == official.DEFAULT_ROOT, 'pneumoniamnist' in info]))")
+    assert out == '[[], true, true, true]'
+
+
 def test_the_warm_cluster_preloads_what_a_local_ray_preloads():
     from raysim.engine import cluster, startup
 
