@@ -34,7 +34,14 @@ from raysim.errors import RaysimError
 NAMESPACE = "raysim"
 """The Ray namespace of the cluster's long-lived actors (the pool keeper)."""
 
-_PRELOAD = "raysim.engine.worker,raysim.engine.driver"  # = startup.WORKER_MODULES (tested)
+WORKER_MODULES = ("raysim.engine.worker", "raysim.engine.driver")
+"""What the worker processes of a raysim Ray (a local one or the warm cluster) import before
+they accept work (Ray's ``preload_python_modules``): the engine, and torch. Not torch._dynamo
+(about 1.1 s of CPU): client workers import it when they are created
+(:class:`raysim.engine.worker.ClientWorker`), driver hosts only if a run's server trains."""
+
+PRELOAD_VARIABLE = "RAY_preload_python_modules"
+"""The environment variable the raylet reads the preload list from when it starts."""
 
 
 def state_directory() -> Path:
@@ -133,7 +140,8 @@ def start_cluster(cpus: int | None = None, gpus: float | None = None,
                "--include-dashboard=false", "--disable-usage-stats"]
     if gpus is not None:
         command.append(f"--num-gpus={gpus:g}")
-    environment = {**os.environ, "RAY_preload_python_modules": _PRELOAD, "RAY_AUTH_MODE": "token"}
+    environment = {**os.environ, PRELOAD_VARIABLE: ",".join(WORKER_MODULES),
+                   "RAY_AUTH_MODE": "token"}
     # `ray start` needs the token to exist (a local `ray.init` creates one, `ray start` does
     # not); this keeps an existing one
     subprocess.run([*ray_cli, "get-auth-token", "--generate"], capture_output=True,

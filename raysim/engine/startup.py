@@ -24,7 +24,12 @@ from typing import Any
 import ray
 
 from raysim.config import ExperimentConfig
-from raysim.engine.cluster import ClusterInfo, running_cluster
+from raysim.engine.cluster import (
+    PRELOAD_VARIABLE,
+    WORKER_MODULES,
+    ClusterInfo,
+    running_cluster,
+)
 from raysim.engine.cpu_slots import CpuSlots
 from raysim.engine.watchdog import start_watchdog
 from raysim.errors import ConfigError
@@ -112,15 +117,6 @@ def _package_directory() -> Iterator[None]:
         os.chdir(before)
 
 
-WORKER_MODULES = ("raysim.engine.worker", "raysim.engine.driver")
-"""What the worker processes of a local Ray import before they accept work: the engine (and
-torch). Not torch._dynamo (about 1.1 s of CPU): client workers import it when they are
-created (:class:`raysim.engine.worker.ClientWorker`), driver hosts only if a run's server
-trains."""
-
-_PRELOAD_VARIABLE = "RAY_preload_python_modules"
-
-
 @contextmanager
 def _preloading(modules: Iterable[str]) -> Iterator[None]:
     """Have the Ray started in the block import ``modules`` in its worker processes as they
@@ -129,15 +125,15 @@ def _preloading(modules: Iterable[str]) -> Iterator[None]:
     (imports, data), so a worker actor placed on one is ready in a fraction of the time.
     Ray's ``preload_python_modules`` setting, read by the raylet from the environment when
     it starts (a Ray without the setting ignores it)."""
-    before = os.environ.get(_PRELOAD_VARIABLE)
-    os.environ[_PRELOAD_VARIABLE] = ",".join(modules)
+    before = os.environ.get(PRELOAD_VARIABLE)
+    os.environ[PRELOAD_VARIABLE] = ",".join(modules)
     try:
         yield
     finally:
         if before is None:
-            os.environ.pop(_PRELOAD_VARIABLE, None)
+            os.environ.pop(PRELOAD_VARIABLE, None)
         else:
-            os.environ[_PRELOAD_VARIABLE] = before
+            os.environ[PRELOAD_VARIABLE] = before
 
 
 _SLOTS: CpuSlots | None = None

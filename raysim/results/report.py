@@ -87,9 +87,8 @@ def _curve_label(experiment: str, algorithm: str) -> str:
 
 
 def pyplot() -> Any:
-    """matplotlib's pyplot on the file-only Agg backend (imported on first use: about 0.5 s;
-    ``raysim run`` imports it in the background while its runs go, see
-    :func:`raysim.cli.main`)."""
+    """matplotlib's pyplot on the file-only Agg backend (imported on first use: about 0.3 s;
+    ``raysim run`` and ``raysim sweep`` import it in the background while their runs go)."""
     import matplotlib
 
     matplotlib.use("Agg")
