@@ -165,6 +165,13 @@ class EngineConfig(StrictModel):
         description="train many same-size clients in one torch.func call: auto picks it for "
         "small dense models on CPU and for every model on GPU",
     )
+    merge_seeds: Literal["auto", "never"] = Field(
+        "auto",
+        description="auto: the seeds of one config that would otherwise wait for each other "
+        "share worker processes, and where they train on the vectorised path, their clients "
+        "of equal local-data size train in one call (the same numbers as separate runs); "
+        "never: every run has workers of its own",
+    )
     memory_format: Literal["auto", "channels_last", "contiguous"] = Field(
         "auto",
         description="tensor layout of the clients' convolutional models on the per-client "

@@ -214,7 +214,7 @@ def test_ctrl_c_marks_running_runs_interrupted_and_names_resume(ray_session, tmp
 
     real_follow = runner._follow
 
-    def follow_then_interrupt(queue, start, finish, limit, rounds, show):
+    def follow_then_interrupt(queue, start, finish, limit, rounds, show, groups=None):
         start(queue[0])  # the first run has started (manifest written) ...
         raise KeyboardInterrupt  # ... when the user presses Ctrl-C
 

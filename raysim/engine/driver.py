@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 import ray
 
+from raysim.engine import turns
 from raysim.engine.checkpoint import Checkpoint, load_checkpoint, remove_checkpoint, truncate_results
 from raysim.engine.placement import assign_groups, client_groups, per_sample_costs
 from raysim.engine.ray_workers import RayWorkers
@@ -64,7 +65,7 @@ class _Layout:
 
 def _fetch(array: Any) -> Any:
     """An array that may travel as an object-store reference."""
-    return ray.get(array) if isinstance(array, ray.ObjectRef) else array
+    return turns.get(array) if isinstance(array, ray.ObjectRef) else array
 
 
 class Driver:
@@ -143,7 +144,7 @@ class Driver:
     def _configure(self, workers: list[Any]) -> list[dict[str, Any]]:
         """Bind every worker to this run (also after Ray restarted one); returns where each
         runs."""
-        return ray.get([worker.configure.remote(self.spec.setup, index)
+        return turns.get([worker.configure.remote(self.spec.setup, index)
                         for index, worker in enumerate(workers)])
 
     def _layout(self, num_workers: int) -> _Layout:
@@ -195,7 +196,7 @@ class Driver:
         states = self._loop_progress.durable.client_states
         if states or self._loop_progress.stateful:
             owner = layout.worker_of_client
-            ray.get([worker.restore_states.remote(
+            turns.get([worker.restore_states.remote(
                 {c: s for c, s in states.items() if owner[c] == w})
                 for w, worker in enumerate(workers)])
 
@@ -214,7 +215,7 @@ class Driver:
         deadline = time.monotonic() + _RESTART_TIMEOUT
         while True:  # Ray restarts dead actors (max_restarts); wait until all answer
             try:
-                ray.get([worker.describe.remote() for worker in workers],
+                turns.get([worker.describe.remote() for worker in workers],
                         timeout=_RESTART_TIMEOUT)
                 described = self._configure(workers)  # a restarted actor starts unconfigured
                 break
@@ -225,7 +226,8 @@ class Driver:
                         f"{_RESTART_TIMEOUT:.0f} s. Rows of rounds 0-{recorded - 1} are kept "
                         f"in {self.run_dir}; continue with `raysim run CONFIG --resume`."
                     ) from None
-                time.sleep(0.5)
+                with turns.released():
+                    time.sleep(0.5)
         self._prepare_workers(workers, layout)
         self._recoveries.append({"failed_at": time.time(), "rolled_back_to":
                                  self._loop_progress.durable.next_round,
@@ -257,7 +259,7 @@ class Driver:
     def _send_groups(workers: list[Any], group_of_client: np.ndarray,
                      worker_of_client: np.ndarray) -> None:
         """Tell each worker the fixed group of every client it holds."""
-        ray.get([worker.set_groups.remote(np.flatnonzero(worker_of_client == w),
+        turns.get([worker.set_groups.remote(np.flatnonzero(worker_of_client == w),
                                           group_of_client[worker_of_client == w])
                  for w, worker in enumerate(workers)])
 
@@ -276,11 +278,12 @@ class _FirstDispatchStamp(RoundCallback):
 
 
 class DriverHost:
-    """A pooled driver process: runs one :class:`Driver` at a time (``progress`` answers
-    while ``run`` is going: the actor runs with two threads)."""
+    """A pooled driver process: runs a :class:`Driver` per run it is given, each in a thread of
+    its own taking turns with the others (:mod:`.turns`); one run, or several runs of a cohort
+    whose workers they share. ``progress`` answers while the runs are going."""
 
     def __init__(self) -> None:
-        self._driver: Driver | None = None
+        self._drivers: dict[str, Driver] = {}
 
     def run(self, spec: RunSpec, workers: list[Any]) -> dict[str, Any]:
         """Run one run on ``workers``; returns its final rounds row. Server-side work (e.g.
@@ -289,17 +292,19 @@ class DriverHost:
         import torch
 
         engine = spec.engine
-        torch.set_num_threads(engine.server_threads or max(1, math.floor(engine.cpus_per_worker)))
-        self._driver = Driver(spec, workers)
-        return self._driver.run()
+        with turns.taking_turns():
+            torch.set_num_threads(engine.server_threads
+                                  or max(1, math.floor(engine.cpus_per_worker)))
+            driver = self._drivers[spec.run_dir] = Driver(spec, workers)
+            return driver.run()
 
     def reset(self) -> None:
-        """Forget the finished run (before the host serves another)."""
-        self._driver = None
+        """Forget the finished runs (before the host serves others)."""
+        self._drivers = {}
 
-    def progress(self) -> dict[str, Any]:
-        """The current run's progress (queued before it starts)."""
-        driver = self._driver
+    def progress(self, run_dir: str) -> dict[str, Any]:
+        """The progress of the run writing to ``run_dir`` (queued before it starts)."""
+        driver = self._drivers.get(run_dir)
         if driver is None:
             return {"round": 0, "status": "queued", "accuracy": math.nan}
         return driver.progress()

@@ -26,6 +26,7 @@ import ray
 from raysim.engine import keeper as pool_keeper
 from raysim.engine.driver import DriverHost
 from raysim.engine.worker import ClientWorker
+from raysim.engine.worker_host import MAX_RUNS_PER_HOST, WorkerHost
 
 
 @dataclass(frozen=True)
@@ -36,6 +37,8 @@ class WorkerShape:
     gpus: float
     spread: bool
     max_restarts: int
+    hosted: bool = False
+    """Worker processes shared by a cohort of runs (:class:`WorkerHost`), not one run's."""
 
 
 class ActorPool:
@@ -109,14 +112,16 @@ class ActorPool:
                 ray.kill(actor)
 
     def _new_workers(self, shape: WorkerShape, count: int) -> list[Any]:
-        actor_class = ray.remote(ClientWorker).options(
+        hosted = {"max_concurrency": MAX_RUNS_PER_HOST + 1} if shape.hosted else {}
+        actor_class = ray.remote(WorkerHost if shape.hosted else ClientWorker).options(
             num_cpus=shape.cpus, num_gpus=shape.gpus, max_restarts=shape.max_restarts,
-            scheduling_strategy="SPREAD" if shape.spread else "DEFAULT", **self._lifetime())
+            scheduling_strategy="SPREAD" if shape.spread else "DEFAULT", **hosted,
+            **self._lifetime())
         return self._created([actor_class.remote() for _ in range(count)])
 
     def _new_driver(self, node_strategy: Any) -> Any:
-        return self._created([ray.remote(DriverHost).options(
-            num_cpus=0, max_concurrency=2, scheduling_strategy=node_strategy,
+        return self._created([ray.remote(DriverHost).options(  # runs + progress queries
+            num_cpus=0, max_concurrency=MAX_RUNS_PER_HOST + 1, scheduling_strategy=node_strategy,
             **self._lifetime()).remote()])[0]
 
     def prestart(self, shape: WorkerShape, workers: int, drivers: int, node_strategy: Any) -> None:

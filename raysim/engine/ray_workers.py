@@ -8,6 +8,7 @@ from typing import Any
 import numpy as np
 import ray
 
+from raysim.engine import turns
 from raysim.engine.round_loop import RoundReply
 from raysim.training.weights import payload_bytes
 
@@ -31,13 +32,13 @@ class RayWorkers:
                 for w, clients in work.items()]
 
     def collect(self, handle: list[Any]) -> list[RoundReply]:
-        return ray.get(handle)
+        return turns.get(handle)
 
     def deliver(self, incoming: dict[int, list[Any]]) -> None:
-        ray.get([self.actors[w].receive_states.remote(refs) for w, refs in incoming.items()])
+        turns.get([self.actors[w].receive_states.remote(refs) for w, refs in incoming.items()])
 
     def snapshot_states(self) -> dict[int, Any]:
         client_states: dict[int, Any] = {}
-        for states in ray.get([actor.snapshot_states.remote() for actor in self.actors]):
+        for states in turns.get([actor.snapshot_states.remote() for actor in self.actors]):
             client_states.update(states)
         return client_states

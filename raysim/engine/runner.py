@@ -7,7 +7,7 @@ import math
 import socket
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +18,7 @@ from tqdm import tqdm
 from raysim.algorithms import ALGORITHMS
 from raysim.config import ExperimentConfig, parse_config
 from raysim.data import ArrayDataset, Partition
+from raysim.engine.cohorts import Cohort, RunKey, plan_cohorts
 from raysim.engine.driver import RunSpec
 from raysim.engine.pool import POOL, WorkerShape
 from raysim.engine.startup import (  # noqa: F401 (latest_run_root: part of this module's API)
@@ -27,6 +28,7 @@ from raysim.engine.startup import (  # noqa: F401 (latest_run_root: part of this
     new_run_root,
 )
 from raysim.engine.worker import WorkerSetup
+from raysim.engine.worker_host import RunBoundWorker
 from raysim.errors import ConfigError, RunInterrupted
 from raysim.preparation import initial_weights, pooled, prepare, run_context
 from raysim.results.load import load
@@ -104,9 +106,25 @@ def run_experiments(experiments: dict[str, ExperimentConfig], *, data_root: str 
     here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)
     limit = _concurrent_runs(experiments.values())
 
-    borrowed: dict[tuple[str, int], tuple[WorkerShape, list[Any], Any]] = {}
+    cohorts = plan_cohorts(queue, experiments, limit)
+    borrowed: dict[RunKey, tuple[WorkerShape, list[Any], Any]] = {}
+    shared: dict[Cohort, _SharedHosts] = {}
 
-    def start(key: tuple[str, int]) -> tuple[Any, Any]:
+    def run_workers(key: RunKey) -> tuple[WorkerShape, list[Any]]:
+        """The run's workers: its own, or its slot on its cohort's shared hosts."""
+        config = experiments[key[0]]
+        cohort = cohorts.get(key)
+        if cohort is None:
+            shape = worker_shape(config)
+            return shape, POOL.workers(shape, config.engine.num_workers)
+        if cohort not in shared:
+            shape = worker_shape(config, hosted=True)
+            shared[cohort] = _SharedHosts(shape, POOL.workers(shape, config.engine.num_workers))
+        hosts = shared[cohort]
+        hosts.running.add(key)
+        return hosts.shape, [RunBoundWorker(host, cohort.slot(key[1])) for host in hosts.actors]
+
+    def start(key: RunKey) -> tuple[Any, Any]:
         """Start a run on workers and a driver host from the pool (after its driver died: on
         the same workers with a new driver)."""
         label, seed = key
@@ -118,18 +136,33 @@ def run_experiments(experiments: dict[str, ExperimentConfig], *, data_root: str 
                                    for name in ("train_x", "train_y", "test_x", "test_y")}
         spec = _run_spec(config, dataset, partition, seed, arrays[dataset_key], run_dirs[key],
                          notices, {**(labels or {}).get(label, {}), "startup": phases})
-        if key in borrowed:
-            shape, workers, _ = borrowed[key]
-        else:
-            shape = worker_shape(config)
-            workers = POOL.workers(shape, config.engine.num_workers)
-        driver = POOL.driver(here)
+        restarted = borrowed.get(key)
+        shape, workers = restarted[:2] if restarted else run_workers(key)
+        cohort = cohorts.get(key)
+        if cohort is None:
+            driver = POOL.driver(here)
+        else:  # the cohort's runs share a driver host (a new one after it died)
+            group = shared[cohort]
+            if group.driver is None or (restarted and restarted[2] is group.driver):
+                group.driver = POOL.driver(here)
+            driver = group.driver
         borrowed[key] = (shape, workers, driver)
-        return driver, driver.run.remote(spec, workers)
+        return _Progress(driver, str(run_dirs[key])), driver.run.remote(spec, workers)
 
-    def finish(key: tuple[str, int], succeeded: bool) -> None:
-        """A run ended: its actors go back to the pool, or are killed if it failed."""
+    def finish(key: RunKey, succeeded: bool) -> None:
+        """A run ended: its actors go back to the pool, or are killed if it failed. A run on
+        shared hosts frees its slot; the hosts go back when the cohort's last run ends (and
+        are killed if any of its runs failed)."""
         shape, workers, driver = borrowed.pop(key)
+        cohort = cohorts.get(key)
+        if cohort is not None:
+            group = shared[cohort]
+            group.running.discard(key)
+            group.failed |= not (_leave_slot(run_dirs[key], workers) and succeeded)
+            if group.running:
+                return
+            workers, succeeded = group.actors, not group.failed
+            del shared[cohort]
         if succeeded:
             POOL.give_back_workers(shape, workers)
             POOL.give_back_driver(driver)
@@ -138,10 +171,12 @@ def run_experiments(experiments: dict[str, ExperimentConfig], *, data_root: str 
 
     try:
         results = _follow(queue, start, finish, limit,
-                          {key: experiments[key[0]].training.rounds for key in queue}, progress)
+                          {key: experiments[key[0]].training.rounds for key in queue}, progress,
+                          {key: cohort.keys[0] for key, cohort in cohorts.items()})
     except KeyboardInterrupt:
-        POOL.discard([actor for _, workers, driver in borrowed.values()
-                      for actor in (*workers, driver)])  # stop the runs that were going
+        POOL.discard(list(dict.fromkeys(  # stop the runs that were going
+            actor.host if isinstance(actor, RunBoundWorker) else actor
+            for _, workers, driver in borrowed.values() for actor in (*workers, driver))))
         for key in queue:  # runs that were going say so; completed ones keep their status
             if (run_dirs[key] / MANIFEST).is_file() and \
                     read_manifest(run_dirs[key]).get("status") in ("running", "queued"):
@@ -152,6 +187,43 @@ def run_experiments(experiments: dict[str, ExperimentConfig], *, data_root: str 
 
 
 MAX_DRIVER_RESTARTS = 3
+
+
+@dataclass
+class _SharedHosts:
+    """The worker hosts of one cohort and its runs that have not ended."""
+
+    shape: WorkerShape
+    actors: list[Any]
+    running: set[RunKey] = field(default_factory=set)
+    failed: bool = False
+    driver: Any = None
+    """The driver host of the cohort's runs."""
+
+
+@dataclass(frozen=True)
+class _Progress:
+    """Asks a driver host for one run's progress."""
+
+    host: Any
+    run_dir: str
+
+    def query(self) -> Any:
+        return self.host.progress.remote(self.run_dir)
+
+
+def _leave_slot(run_dir: Path, workers: list[RunBoundWorker]) -> bool:
+    """A run on shared hosts ended: record in its manifest how its clients trained
+    (``merged_training``: vectorised jobs, those trained in one call with another seed's, and
+    rendezvous, summed over its workers) and free its slot. False if a host did not answer."""
+    try:
+        stats = ray.get([w.host.merge_stats.remote(w.slot) for w in workers], timeout=30)
+        ray.get([w.reset.remote() for w in workers], timeout=30)
+    except (ray.exceptions.RayError, TimeoutError):
+        return False
+    update_manifest(run_dir, merged_training={
+        name: sum(s[name] for s in stats) for name in stats[0]})
+    return True
 _RESUME_IGNORES = ("engine", "output", "seeds")  # may change between a run and its resumption
 
 
@@ -211,12 +283,13 @@ def _uses_gpus(config: ExperimentConfig) -> bool:
     return config.engine.gpus_per_worker > 0 and ray.cluster_resources().get("GPU", 0) > 0
 
 
-def worker_shape(config: ExperimentConfig) -> WorkerShape:
-    """The resources and scheduling of a run's workers."""
+def worker_shape(config: ExperimentConfig, hosted: bool = False) -> WorkerShape:
+    """The resources and scheduling of a run's workers (``hosted``: worker processes shared
+    by a cohort of runs, :class:`~raysim.engine.worker_host.WorkerHost`)."""
     engine = config.engine
     return WorkerShape(engine.cpus_per_worker,
                        engine.gpus_per_worker if _uses_gpus(config) else 0.0,
-                       engine.placement == "spread", engine.max_worker_failures)
+                       engine.placement == "spread", engine.max_worker_failures, hosted)
 
 
 def prestart_actors(experiments: dict[str, ExperimentConfig]) -> None:
@@ -224,11 +297,18 @@ def prestart_actors(experiments: dict[str, ExperimentConfig]) -> None:
     run's worker shape), so that their processes start and import torch while the data is
     still being prepared; they wait idle in the pool until their run borrows them."""
     keys = [(label, seed) for label, config in experiments.items() for seed in config.seeds]
-    first = [experiments[label] for label, _ in keys[:_concurrent_runs(experiments.values())]]
-    shape = worker_shape(first[0])
-    alike = [config for config in first if worker_shape(config) == shape]
+    limit = _concurrent_runs(experiments.values())
+    cohorts = plan_cohorts(keys, experiments, limit)
+    groups: dict[Any, list[RunKey]] = {}
+    for key in keys:  # the runs' groups in order (a cohort's runs start together)
+        groups.setdefault(cohorts.get(key, key), []).append(key)
+    first = list(groups.values())[:limit]
+    shapes = [worker_shape(experiments[group[0][0]], hosted=group[0] in cohorts)
+              for group in first]
+    alike = [group for group, shape in zip(first, shapes, strict=True) if shape == shapes[0]]
     here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)
-    POOL.prestart(shape, sum(config.engine.num_workers for config in alike), len(alike), here)
+    POOL.prestart(shapes[0], sum(experiments[g[0][0]].engine.num_workers for g in alike),
+                  len(alike), here)  # a cohort's runs share a driver host
 
 
 def _concurrent_runs(configs: Any) -> int:
@@ -292,13 +372,17 @@ def _run_spec(config: ExperimentConfig, dataset: ArrayDataset, partition: Partit
                    client_test_shares=client_test_shares)
 
 
-def _follow(queue: list[tuple[str, int]], start: Any, finish: Any, limit: int,
-            rounds: dict[tuple[str, int], int], show: bool
-            ) -> dict[tuple[str, int], tuple[dict[str, Any] | None, str | None]]:
-    """Start runs (at most ``limit`` at a time, in order) and show live progress: one bar per
-    run with round, status, latest accuracy and ETA. A driver whose process dies is replaced by
-    one that resumes from the run's checkpoint. ``start(key)`` returns (driver, future);
-    ``finish(key, succeeded)`` is called when a run ends. Returns (final row, error) per run."""
+def _follow(queue: list[RunKey], start: Any, finish: Any, limit: int,
+            rounds: dict[RunKey, int], show: bool, group_of: dict[RunKey, RunKey] | None = None
+            ) -> dict[RunKey, tuple[dict[str, Any] | None, str | None]]:
+    """Start runs (at most ``limit`` groups at a time, in order) and show live progress: one
+    bar per run with round, status, latest accuracy and ETA. Runs of one group (a cohort on
+    shared workers, ``group_of``) count once and start together; other runs are groups of
+    their own. A driver whose process dies is replaced by one that resumes from the run's
+    checkpoint. ``start(key)`` returns (progress, future), ``progress.query()`` a reference
+    to the run's progress; ``finish(key, succeeded)`` is called when a run ends. Returns
+    (final row, error) per run."""
+    group_of = group_of or {}
     bars = {key: tqdm(total=rounds[key], desc=f"{key[0] + ' ' if key[0] else ''}seed {key[1]}",
                       position=i, unit="round", disable=not show, dynamic_ncols=True,
                       leave=True, mininterval=0.5)
@@ -308,14 +392,15 @@ def _follow(queue: list[tuple[str, int]], start: Any, finish: Any, limit: int,
     results: dict[tuple[str, int], tuple[dict[str, Any] | None, str | None]] = {}
     restarts: dict[tuple[str, int], int] = {}
     while waiting or active:
-        while waiting and len(active) < limit:
+        while waiting and (group_of.get(waiting[0], waiting[0]) in (
+                groups := {group_of.get(k, k) for k in active}) or len(groups) < limit):
             key = waiting.pop(0)
             active[key] = start(key)
         ready, _ = ray.wait([future for _, future in active.values()], timeout=0.5,
                             num_returns=len(active))
-        for key, (driver, future) in list(active.items()):
+        for key, (progress, future) in list(active.items()):
             try:
-                state = ray.get(driver.progress.remote(), timeout=5)
+                state = ray.get(progress.query(), timeout=5)
                 bar = bars[key]
                 bar.update(state["round"] - bar.n)
                 accuracy = state.get("accuracy", math.nan)

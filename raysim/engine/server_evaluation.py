@@ -11,6 +11,7 @@ import numpy as np
 import ray
 
 from raysim.algorithms.base import Algorithm
+from raysim.engine import turns
 from raysim.engine.round_loop import Evaluation
 from raysim.results.sink import ParquetSink
 from raysim.schema import EvaluationConfig
@@ -76,7 +77,7 @@ class Evaluator:
         # personal models: always when they are the only models, else when asked for
         if self.algorithm.personalized and (self.settings.clients or not models):
             personal_rows = sorted(
-                (r for rows in ray.get([workers[w].evaluate_clients.remote(round_, clients)
+                (r for rows in turns.get([workers[w].evaluate_clients.remote(round_, clients)
                                         for w, clients in sorted(clients_by_worker.items())])
                  for r in rows), key=lambda r: r["client"])
             row.update(_mean_client_metrics(personal_rows, "own_", "personal_"))
@@ -105,7 +106,7 @@ class Evaluator:
         models_ref = ray.put(models)
         bounds = [(s, min(s + _EVAL_CHUNK, size)) for s in range(0, size, _EVAL_CHUNK)]
         assigned = [bounds[i::len(workers)] for i in range(len(workers))]
-        outputs = ray.get([w.predict_test.remote(models_ref, chunks, split)
+        outputs = turns.get([w.predict_test.remote(models_ref, chunks, split)
                            for w, chunks in zip(workers, assigned, strict=True) if chunks])
         results = {}
         for name in models:

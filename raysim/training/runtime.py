@@ -16,7 +16,8 @@ from raysim.models import build_model
 from raysim.schema import OptimizerConfig, StrictModel, TrainingConfig
 from raysim.seeding import client_keys, seed_sequence, torch_generator
 from raysim.training.memory_format import M, place
-from raysim.training.vectorized import LOOP, VECTORIZED, choose_path, train_vectorized
+from raysim.training.merged_training import JobResult, VectorizedJob, train_jobs
+from raysim.training.vectorized import LOOP, VECTORIZED, choose_path
 from raysim.training.weights import Weights, as_tensor, get_weights, set_weights
 
 
@@ -130,6 +131,9 @@ class ClientRuntime:
         """``engine.memory_format`` for the per-client path's models (see ``place``)."""
         self.architectures = architectures
         self.downsample = downsample
+        self.job_trainer: Callable[[list[VectorizedJob]], list[JobResult]] = train_jobs
+        """Trains the vectorised path's jobs: alone, or with other runs' jobs on a shared
+        worker (:class:`~raysim.training.merged_training.Rendezvous`)."""
         self._model_params = model_params
         self._models: dict[str, nn.Module] = {}
         self._initial: dict[str, Weights] = {model_params.model_dump_json(): initial_weights}
@@ -216,10 +220,10 @@ class ClientRuntime:
     def _train_vectorized(self, clients: Sequence[int], round_: int, weights: Sequence[Weights],
                           optimizer_states: Sequence[Any], prox: tuple[Weights, float] | None,
                           steps_scale: int) -> list[tuple[Weights, TrainOutcome]]:
-        results: dict[int, tuple[Weights, TrainOutcome]] = {}
         sizes = np.array([len(self.client_indices[c]) for c in clients])
         steps = None if self.training.local_steps is None else self.training.local_steps * steps_scale
-        for size in np.unique(sizes):
+        groups, jobs = [], []
+        for size in np.unique(sizes):  # one job per client size
             members = np.flatnonzero(sizes == size)
             ids = np.asarray(clients)[members]
             index = np.stack([self.client_indices[c] for c in ids])
@@ -230,11 +234,15 @@ class ClientRuntime:
                                self.seed, round_, ids)
             momentum = [None if optimizer_states[i] is None else optimizer_states[i]["momentum"]
                         for i in members.tolist()]
-            new_weights, new_momentum, losses = train_vectorized(
-                self.model, [weights[i] for i in members.tolist()], momentum, inputs, targets, plan,
-                self.training.optimizer, prox)
-            for k, (i, loss) in enumerate(zip(members.tolist(), losses.tolist(), strict=True)):
-                outcome = TrainOutcome(loss, int(size), len(plan), {"momentum": new_momentum[k]})
+            groups.append((members.tolist(), int(size), len(plan)))
+            jobs.append(VectorizedJob(self.model, [weights[i] for i in members.tolist()],
+                                      momentum, inputs, targets, plan, self.training.optimizer,
+                                      prox))
+        results: dict[int, tuple[Weights, TrainOutcome]] = {}
+        for (members, size, taken), (new_weights, new_momentum, losses) in zip(
+                groups, self.job_trainer(jobs), strict=True):
+            for k, (i, loss) in enumerate(zip(members, losses.tolist(), strict=True)):
+                outcome = TrainOutcome(loss, size, taken, {"momentum": new_momentum[k]})
                 results[i] = (cast(Weights, new_weights[k]), outcome)  # a Weights mapping
         return [results[i] for i in range(len(clients))]
 
