@@ -222,7 +222,8 @@ class ClientRuntime:
                           steps_scale: int) -> list[tuple[Weights, TrainOutcome]]:
         sizes = np.array([len(self.client_indices[c]) for c in clients])
         steps = None if self.training.local_steps is None else self.training.local_steps * steps_scale
-        groups, jobs = [], []
+        groups: list[tuple[list[int], int, int]] = []
+        jobs: list[VectorizedJob] = []
         for size in np.unique(sizes):  # one job per client size
             members = np.flatnonzero(sizes == size)
             ids = np.asarray(clients)[members]
@@ -239,9 +240,9 @@ class ClientRuntime:
                                       momentum, inputs, targets, plan, self.training.optimizer,
                                       prox))
         results: dict[int, tuple[Weights, TrainOutcome]] = {}
-        for (members, size, taken), (new_weights, new_momentum, losses) in zip(
+        for (positions, size, taken), (new_weights, new_momentum, losses) in zip(
                 groups, self.job_trainer(jobs), strict=True):
-            for k, (i, loss) in enumerate(zip(members, losses.tolist(), strict=True)):
+            for k, (i, loss) in enumerate(zip(positions, losses.tolist(), strict=True)):
                 outcome = TrainOutcome(loss, size, taken, {"momentum": new_momentum[k]})
                 results[i] = (cast(Weights, new_weights[k]), outcome)  # a Weights mapping
         return [results[i] for i in range(len(clients))]
