@@ -7,6 +7,10 @@ them for itself (:meth:`ClientWorker.configure`, which drops everything of the r
 and gives them back when it ends. Results do not depend on which process served a run: every
 random draw comes from a named stream (:mod:`raysim.seeding`), never from a process's history.
 
+Seeds of one config that share workers (a cohort, :mod:`.cohorts`) borrow worker *hosts*
+(the ``hosted`` shape, :class:`~raysim.engine.worker_host.WorkerHost`, one ``ClientWorker`` per
+run inside) and one driver host for all of them.
+
 Idle actors keep their resources reserved, so borrowing workers of another shape first frees
 the idle ones. A run that failed gives back nothing: its actors are killed.
 
