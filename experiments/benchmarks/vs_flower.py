@@ -10,8 +10,9 @@ evaluation of the global model after the last round only):
   round, 30 rounds;
 - W3: 1,000 clients x 4 rows of the built-in ``synthetic`` tabular set, MLP 32, 100 clients
   sampled per round, 1 step of batch 4, 50 rounds;
-- W3x3: W3 with 3 seeds (raysim: one invocation, one actor pool; Flower: three simulations one
-  after another in one process).
+- W3x3: W3 with 3 seeds (raysim: one invocation, the seeds on shared workers with their clients
+  in one vectorised call, ``engine.merge_seeds=auto``; Flower: three simulations one after
+  another in one process).
 
 Both sides train on the same arrays: this script prepares each workload with raysim (data,
 partition) and hands Flower the clients' samples, normalised as raysim normalises them, in an
