@@ -129,18 +129,20 @@ def test_rendezvous_does_not_wait_longer_than_its_window_for_an_absent_run(monke
 
 def test_a_run_waits_for_its_turn_until_the_other_run_waits_for_ray():
     order: list[str] = []
-    first_waits, second_ran = threading.Event(), threading.Event()
+    first_in, second_ran = threading.Event(), threading.Event()
 
     def first() -> None:
         with turns.taking_turns():
             order.append("first works")
-            first_waits.set()
+            first_in.set()
+            time.sleep(0.2)  # the second run is ready meanwhile, but this is not its turn
+            order.append("first still works")
             with turns.released():  # as in turns.get
                 second_ran.wait(timeout=10)
             order.append("first resumes")
 
     def second() -> None:
-        first_waits.wait(timeout=10)
+        first_in.wait(timeout=10)
         with turns.taking_turns():
             order.append("second works")
             second_ran.set()
@@ -150,7 +152,7 @@ def test_a_run_waits_for_its_turn_until_the_other_run_waits_for_ray():
         thread.start()
     for thread in threads:
         thread.join(timeout=20)
-    assert order == ["first works", "second works", "first resumes"]
+    assert order == ["first works", "first still works", "second works", "first resumes"]
 
 
 def test_seeds_that_would_wait_form_cohorts_of_at_most_the_free_slots():
@@ -208,3 +210,30 @@ def test_seeds_on_shared_workers_give_the_numbers_of_separate_runs(ray_session, 
     manifests = [tables["auto"][seed][2] for seed in (0, 1, 2)]
     assert len({m["driver"]["pid"] for m in manifests}) == 1  # one driver process
     assert len({tuple(w["pid"] for w in m["workers"]) for m in manifests}) == 1
+
+
+@pytest.mark.parametrize("process", ["driver", "worker"])
+def test_a_cohort_recovers_when_its_shared_driver_or_worker_process_dies(ray_session, tmp_path,
+                                                                         process):
+    from test_resilience import _run_and_kill
+
+    raw = _w3_like("auto")
+    raw["training"]["rounds"] = 30
+    raw["engine"].update(flush_seconds=0, checkpoint_every=5, checkpoint_seconds=0)
+    config = parse_config(raw)
+    pid = (lambda m: m["driver"]["pid"]) if process == "driver" else \
+        (lambda m: m["workers"][0]["pid"])
+    _, killed = _run_and_kill(config, tmp_path / "killed", after_rounds=8, process=pid)
+    clean = run_experiment(parse_config({**raw, "engine": {**raw["engine"],
+                                                           "merge_seeds": "never"}}),
+                           output=str(tmp_path / "clean"), progress=False)
+    assert killed
+    for seed, outcome in zip((0, 1, 2), clean, strict=True):
+        run_dir = next((tmp_path / "killed").glob(f"*/seed_{seed}"))
+        manifest = json.loads((run_dir / "manifest.json").read_text())
+        assert manifest["status"] == "completed"
+        rounds = load(run_dir)
+        assert rounds["round"].tolist() == list(range(30))
+        for column in ("accuracy", "loss", "train_loss"):
+            np.testing.assert_array_equal(rounds[column].to_numpy(),
+                                          load(outcome.run_dir)[column].to_numpy())

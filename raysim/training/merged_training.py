@@ -18,7 +18,7 @@ import time
 from collections import defaultdict
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import numpy as np
@@ -55,7 +55,7 @@ class VectorizedJob:
             return None
         layout = tuple((name, tuple(t.shape)) for name, t in
                        [*self.model.named_parameters(), *self.model.named_buffers()])
-        return (type(self.model).__qualname__, repr(self.model), layout,
+        return (repr(self.model), layout,
                 self.optimizer.model_dump_json(), all(m is not None for m in self.momentum),
                 tuple(self.inputs.shape[1:]), str(self.inputs.dtype), str(self.inputs.device),
                 tuple(step.shape[1] for step in self.plan))
@@ -115,7 +115,7 @@ class MergeStats:
     """Rendezvous the run took part in."""
 
     def as_dict(self) -> dict[str, int]:
-        return {"jobs": self.jobs, "merged_jobs": self.merged_jobs, "calls": self.calls}
+        return asdict(self)
 
 
 @dataclass
