@@ -391,9 +391,14 @@ def _follow(queue: list[RunKey], start: Any, finish: Any, limit: int,
     active: dict[tuple[str, int], tuple[Any, Any]] = {}
     results: dict[tuple[str, int], tuple[dict[str, Any] | None, str | None]] = {}
     restarts: dict[tuple[str, int], int] = {}
+
+    def may_start(key: RunKey) -> bool:
+        """Whether ``key`` may start now: its group is going, or another group fits."""
+        groups = {group_of.get(k, k) for k in active}
+        return group_of.get(key, key) in groups or len(groups) < limit
+
     while waiting or active:
-        while waiting and (group_of.get(waiting[0], waiting[0]) in (
-                groups := {group_of.get(k, k) for k in active}) or len(groups) < limit):
+        while waiting and may_start(waiting[0]):
             key = waiting.pop(0)
             active[key] = start(key)
         ready, _ = ray.wait([future for _, future in active.values()], timeout=0.5,
