@@ -106,7 +106,7 @@ def test_prestart_tops_up_to_the_needed_actors_and_frees_idle_workers_of_other_s
 
 
 _PROBE = """
-import json, sys
+import json, os, sys
 import ray
 from raysim.config import parse_config
 from raysim.engine.startup import ensure_ray, stop_local_ray
@@ -119,20 +119,40 @@ class Probe:  # defined here, so it imports nothing of raysim or torch itself
         return sorted(m for m in ("torch", "raysim.engine.worker", "raysim.engine.driver",
                                   "torch._dynamo") if m in sys.modules)
 
+def session_processes():
+    # the programs of this Ray session's processes that name its directory: Ray's own
+    # binaries by name, Python ones by their script
+    session = os.path.basename(ray._private.worker._global_node.get_session_dir_path())
+    found = set()
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            argv = open(f"/proc/{pid}/cmdline", "rb").read().decode().split("\\0")
+        except OSError:
+            continue
+        if any(session in arg for arg in argv):
+            found.update(os.path.basename(arg) for arg in argv[:2]
+                         if arg.endswith(".py") or arg.endswith(("raylet", "gcs_server")))
+    return sorted(found)
+
 print(json.dumps(ray.get(Probe.remote().modules.remote())))
+print(json.dumps(session_processes()))
 stop_local_ray()
 """
 
 
-def test_a_local_ray_starts_its_worker_processes_with_torch_and_the_engine_imported(tmp_path):
+def test_a_local_ray_starts_its_worker_processes_with_torch_and_the_engine_imported_and_no_unused_services(
+        tmp_path):
     config = quickstart_raw(engine={"num_workers": 1, "cpus_per_worker": 1})
     done = subprocess.run(
         [sys.executable, "-c", _PROBE, json.dumps(config)], capture_output=True, text=True,
         timeout=180, cwd=tmp_path,
         env={**os.environ, "RAYSIM_CPU_SLOTS": str(tmp_path / "slots")})
     assert done.returncode == 0, done.stderr
-    assert json.loads(done.stdout.strip().splitlines()[-1]) == [
-        "raysim.engine.driver", "raysim.engine.worker", "torch"]  # dynamo: client workers only
+    modules, programs = (json.loads(line) for line in done.stdout.strip().splitlines()[-2:])
+    assert modules == ["raysim.engine.driver", "raysim.engine.worker", "torch"]  # dynamo: clients
+    # Ray's GCS and raylet, without the API server, the autoscaler monitor and the log monitor
+    # (dashboard.py, monitor.py, log_monitor.py), which a raysim run never uses
+    assert programs == ["gcs_server", "raylet"]
 
 
 _CONSOLE = """

@@ -137,7 +137,9 @@ def start_cluster(cpus: int | None = None, gpus: float | None = None,
     # its console scripts were installed)
     command = [*ray_cli, "start", "--head", "--block",
                f"--temp-dir={session}", f"--num-cpus={held}", "--port=0",
-               "--include-dashboard=false", "--disable-usage-stats"]
+               "--include-dashboard=false", "--disable-usage-stats",
+               # (no autoscaler monitor or log monitor: see startup.UNUSED_RAY_SERVICES)
+               "--no-monitor", "--include-log-monitor=false"]
     if gpus is not None:
         command.append(f"--num-gpus={gpus:g}")
     environment = {**os.environ, PRELOAD_VARIABLE: ",".join(WORKER_MODULES),

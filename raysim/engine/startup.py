@@ -136,6 +136,40 @@ def _preloading(modules: Iterable[str]) -> Iterator[None]:
             os.environ[PRELOAD_VARIABLE] = before
 
 
+UNUSED_RAY_SERVICES = ("start_api_server", "start_monitor", "start_log_monitor")
+"""The head processes a local Ray starts that raysim never uses: the API server (with
+``include_dashboard=False`` it only reports usage statistics, and ``ray.init`` waits for it to
+come up before it starts the raylet), the autoscaler monitor (a local Ray has nothing to scale)
+and the log monitor (it forwards worker output to the driver, which raysim turns off with
+``log_to_driver=False``)."""
+
+
+@contextmanager
+def _without_unused_ray_services() -> Iterator[None]:
+    """Start the local Ray in the block without :data:`UNUSED_RAY_SERVICES`: three Python
+    processes that import Ray (about 2 s of CPU on a 2-CPU machine, beside the worker processes
+    importing torch) and a wait of about 1 s in ``ray.init``. ``ray.init`` has no option for
+    them, so the block replaces the methods of Ray's ``Node`` that start them; a Ray whose
+    ``Node`` lacks one starts that process as usual."""
+    try:
+        from ray._private.node import Node
+    except ImportError:  # a Ray without this layout: start everything
+        yield
+        return
+    saved = {name: Node.__dict__[name] for name in UNUSED_RAY_SERVICES if name in Node.__dict__}
+
+    def skip(self: Any, *args: Any, **kwargs: Any) -> None:
+        self._webui_url = None  # what a head without an API server reports
+
+    try:
+        for name in saved:
+            setattr(Node, name, skip)
+        yield
+    finally:
+        for name, method in saved.items():
+            setattr(Node, name, method)
+
+
 _SLOTS: CpuSlots | None = None
 """The machine's CPU slots this process holds while its local Ray runs."""
 
@@ -177,7 +211,7 @@ def _start_ray(config: ExperimentConfig, before_waiting: Callable[[], object] | 
             if before_waiting is not None:
                 before_waiting()  # e.g. report a missing data file before a long wait
             held = _SLOTS.acquire(needed)
-    with _preloading(WORKER_MODULES):
+    with _preloading(WORKER_MODULES), _without_unused_ray_services():
         ray.init(num_cpus=held, logging_level=logging.ERROR, log_to_driver=False,
                  include_dashboard=False)
     start_watchdog()  # removes what Ray leaves if this process is SIGKILLed
