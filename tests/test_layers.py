@@ -90,6 +90,15 @@ def test_pooled_processes_preload_neither_pandas_nor_sklearn_nor_dynamo():
     assert out == "[]"
 
 
+def test_the_invocations_engine_imports_leave_out_scipy_pandas_and_sklearn():
+    # what `raysim run` imports beside Ray's start (the runner, the data preparation): scipy
+    # (~0.3 s, for a site shift's blur), pandas and scikit-learn load only where used
+    out = _printed_by_python(
+        "import sys; import raysim.cli, raysim.engine.runner, raysim.preparation; "
+        "print(sorted(m for m in ('scipy', 'pandas', 'sklearn') if m in sys.modules))")
+    assert out == "[]"
+
+
 def test_medmnist_metadata_is_read_without_the_medmnist_package_init():
     # medmnist's __init__ imports its datasets and evaluator (scikit-learn, pandas: ~1.3 s of
     # an invocation's start-up); raysim needs only its metadata table, and it must be the same

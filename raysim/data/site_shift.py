@@ -11,7 +11,6 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 import numpy as np
-from scipy.ndimage import gaussian_filter
 
 from raysim.data.dataset import ArrayDataset
 from raysim.data.partition import Partition
@@ -38,6 +37,8 @@ class SiteAppearance:
         x = np.clip((x - mean) * self.contrast + mean + self.brightness, 0.0, 1.0)
         x = x ** self.gamma
         if self.blur_sigma > 0:
+            from scipy.ndimage import gaussian_filter  # (0.3 s of import: only for a blur)
+
             sigma = (0, self.blur_sigma, self.blur_sigma) + ((0,) if x.ndim == 4 else ())
             x = gaussian_filter(x, sigma=sigma, mode="nearest")
         if self.noise_std > 0:
