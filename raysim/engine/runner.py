@@ -224,6 +224,8 @@ def _leave_slot(run_dir: Path, workers: list[RunBoundWorker]) -> bool:
     update_manifest(run_dir, merged_training={
         name: sum(s[name] for s in stats) for name in stats[0]})
     return True
+
+
 _RESUME_IGNORES = ("engine", "output", "seeds")  # may change between a run and its resumption
 
 
