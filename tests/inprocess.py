@@ -16,6 +16,7 @@ import torch
 from raysim.algorithms import ALGORITHMS
 from raysim.config import ExperimentConfig
 from raysim.preparation import initial_weights, pooled, prepare, run_context
+from raysim.training.context import ClientData, RunContext
 from raysim.training.runtime import ClientRuntime
 
 
@@ -48,10 +49,10 @@ def simulate(config: ExperimentConfig, *, fresh_objects: bool = False,
         return algorithm
 
     runtime = ClientRuntime(
-        seed=seed, info=dataset.info, model_params=config.model, training=config.training,
-        train_x=dataset.train_x, train_y=dataset.train_y, client_indices=partition.train,
-        initial_weights=start, device=torch.device("cpu"), vectorize=config.engine.vectorize,
-        architectures=context.architectures, downsample=context.downsample)
+        RunContext(seed, dataset.info, config.model, config.training, len(partition.train),
+                   len(partition.train), context.architectures, context.downsample),
+        ClientData(dataset.train_x, dataset.train_y, partition.train, start),
+        torch.device("cpu"), vectorize=config.engine.vectorize)
     server, client_side = new_algorithm(), new_algorithm()
     state = server.init_server_state(start)
     clients = list(range(partition.num_clients))

@@ -22,6 +22,7 @@ from raysim.engine.runner import run_experiment
 from raysim.models import MODELS, build_model
 from raysim.results import load
 from raysim.schema import DatasetConfig, OptimizerConfig, TrainingConfig
+from raysim.training.context import ClientData, RunContext
 from raysim.training.runtime import ClientRuntime
 from raysim.training.weights import get_weights
 
@@ -87,10 +88,10 @@ def test_vectorized_clients_match_one_by_one_training(model_name, options):
     start = get_weights(model)
 
     def runtime(mode):
-        return ClientRuntime(seed=3, info=dataset.info, model_params=params, training=training,
-                             train_x=dataset.train_x, train_y=dataset.train_y,
-                             client_indices=indices, initial_weights=start,
-                             device=torch.device("cpu"), vectorize=mode)
+        return ClientRuntime(
+        RunContext(3, dataset.info, params, training, len(indices), len(indices)),
+        ClientData(dataset.train_x, dataset.train_y, indices, start),
+        torch.device("cpu"), vectorize=mode)
 
     loop, vectorized = runtime("never"), runtime("always")
     assert (loop.path, vectorized.path) == ("loop", "vectorized")
@@ -114,11 +115,10 @@ def test_auto_path_vectorizes_mlp_but_not_convnet_on_cpu():
     dataset = load_dataset(DatasetConfig(name="digits"))
     for name, expected in (("mlp", "vectorized"), ("convnet", "loop")):
         params = MODELS[name].params()
-        runtime = ClientRuntime(seed=0, info=dataset.info, model_params=params,
-                                training=TrainingConfig(), train_x=dataset.train_x,
-                                train_y=dataset.train_y, client_indices=[],
-                                initial_weights=get_weights(build_model(params, dataset.info)),
-                                device=torch.device("cpu"))
+        runtime = ClientRuntime(
+        RunContext(0, dataset.info, params, TrainingConfig(), 0, 0),
+        ClientData(dataset.train_x, dataset.train_y, [], get_weights(build_model(params, dataset.info))),
+        torch.device("cpu"))
         assert runtime.path == expected
 
 
@@ -268,10 +268,10 @@ def test_proximal_anchor_lives_in_client_state_and_survives_a_new_algorithm_obje
                                                  mu=0.5)
     torch.manual_seed(0)
     start = get_weights(build_model(model, dataset.info))
-    runtime = ClientRuntime(seed=0, info=dataset.info, model_params=model, training=training,
-                            train_x=dataset.train_x, train_y=dataset.train_y,
-                            client_indices=[np.arange(c * 8, c * 8 + 8) for c in range(4)],
-                            initial_weights=start, device=torch.device("cpu"), vectorize="never")
+    runtime = ClientRuntime(
+        RunContext(0, dataset.info, model, training, 4, 4),
+        ClientData(dataset.train_x, dataset.train_y, [np.arange(c * 8, c * 8 + 8) for c in range(4)], start),
+        torch.device("cpu"), vectorize="never")
     aggregate = {k: v * 0.5 for k, v in start.items()}  # an aggregate the clients received
     first = algorithm.local_updates(runtime, [0, 1, 2, 3], 2, {"model": aggregate}, [None] * 4)
     states = [r.state for r in first]

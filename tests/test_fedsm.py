@@ -260,6 +260,7 @@ def test_selector_takes_one_adam_step_per_selector_epoch_and_has_its_own_archite
     import torch
 
     from raysim.models import build_model
+    from raysim.training.context import ClientData, RunContext
     from raysim.training.runtime import ClientRuntime
     from raysim.training.weights import get_weights
 
@@ -267,11 +268,12 @@ def test_selector_takes_one_adam_step_per_selector_epoch_and_has_its_own_archite
         retina_fixture, selector_epochs=3,
         selector_model={"name": "convnet", "width": 4, "depth": 1, "norm": "none"})
     torch.manual_seed(0)
-    runtime = ClientRuntime(seed=0, info=dataset.info, model_params=config.model,
-                            training=config.training, train_x=dataset.train_x,
-                            train_y=dataset.train_y, client_indices=partition.train,
-                            initial_weights=get_weights(build_model(config.model, dataset.info)),
-                            device=torch.device("cpu"))
+    runtime = ClientRuntime(
+        RunContext(0, dataset.info, config.model, config.training, len(partition.train),
+                   len(partition.train)),
+        ClientData(dataset.train_x, dataset.train_y, partition.train, get_weights(build_model(config.model,
+                   dataset.info))),
+        torch.device("cpu"))
     state = algorithm.init_server_state(runtime.initial_weights)
     assert state["selector"]["classifier.weight"].shape == (3, 4 * 14 * 14)  # its own model
     results = algorithm.local_updates(runtime, [0], 0, algorithm.broadcast(state, 0), [None])
@@ -284,6 +286,7 @@ def test_fedsm_extra_labels_each_sample_with_its_least_loss_model(retina_fixture
     import torch
 
     from raysim.models import build_model
+    from raysim.training.context import ClientData, RunContext
     from raysim.training.runtime import ClientRuntime
     from raysim.training.weights import get_weights
 
@@ -291,10 +294,11 @@ def test_fedsm_extra_labels_each_sample_with_its_least_loss_model(retina_fixture
         retina_fixture, variant="extra", extra_rounds=1)
     torch.manual_seed(0)
     weights = [get_weights(build_model(config.model, dataset.info)) for _ in range(4)]
-    runtime = ClientRuntime(seed=0, info=dataset.info, model_params=config.model,
-                            training=config.training, train_x=dataset.train_x,
-                            train_y=dataset.train_y, client_indices=partition.train,
-                            initial_weights=weights[0], device=torch.device("cpu"))
+    runtime = ClientRuntime(
+        RunContext(0, dataset.info, config.model, config.training, len(partition.train),
+                   len(partition.train)),
+        ClientData(dataset.train_x, dataset.train_y, partition.train, weights[0]),
+        torch.device("cpu"))
     seen = []
     original = algorithm._train_selector
     algorithm._train_selector = lambda rt, x, message, labels: (  # capture the labels

@@ -32,6 +32,7 @@ from raysim.models.convnet import ConvNetParams
 from raysim.results import load
 from raysim.results.report import communication_table, privacy_table
 from raysim.schema import TrainingConfig
+from raysim.training.context import ClientData
 from raysim.training.evaluation import classification_metrics, predict_proba
 from raysim.training.membership import audit_sets, membership_auc
 from raysim.training.runtime import ClientRuntime
@@ -148,11 +149,10 @@ def _runtime(num_clients: int = 2) -> ClientRuntime:
     x = rng.integers(0, 255, size=(200, 28, 28), dtype=np.uint8)
     y = np.repeat([0, 1, 2], [100, 60, 40])
     torch.manual_seed(0)
-    return ClientRuntime(seed=0, info=INFO, model_params=MODEL,
-                         training=TrainingConfig(rounds=4), train_x=x, train_y=y,
-                         client_indices=[np.arange(0, 130), np.arange(130, 200)],
-                         initial_weights=get_weights(build_model(MODEL, INFO)),
-                         device=torch.device("cpu"))
+    return ClientRuntime(
+        RunContext(0, INFO, MODEL, TrainingConfig(rounds=4), 2, 2),
+        ClientData(x, y, [np.arange(0, 130), np.arange(130, 200)], get_weights(build_model(MODEL, INFO))),
+        torch.device("cpu"))
 
 
 def _context(runtime: ClientRuntime) -> RunContext:
@@ -303,10 +303,10 @@ def _condensed_set_quality(train_x, train_y, test_x, test_y, info, iterations, s
     torch.manual_seed(seed)
     initial = get_weights(build_model(model_params, info))
     training = TrainingConfig(rounds=1)
-    runtime = ClientRuntime(seed=seed, info=info, model_params=model_params, training=training,
-                            train_x=train_x, train_y=train_y,
-                            client_indices=[np.arange(len(train_y))], initial_weights=initial,
-                            device=torch.device("cpu"))
+    runtime = ClientRuntime(
+        RunContext(seed, info, model_params, training, 1, 1),
+        ClientData(train_x, train_y, [np.arange(len(train_y))], initial),
+        torch.device("cpu"))
     params = FedVCKParams(iterations=iterations, real_per_class=64, percent=2,
                           selection="uniform", contrastive=False, **settings)
     algorithm = FedVCK(params, RunContext(seed, info, model_params, training, 1, 1))

@@ -12,6 +12,7 @@ from raysim.data import load_dataset
 from raysim.models import MODELS, build_model
 from raysim.models.messenger import Messenger
 from raysim.schema import OptimizerConfig, TrainingConfig
+from raysim.training.context import ClientData, RunContext
 from raysim.training.runtime import ClientRuntime
 from raysim.training.weights import get_weights
 
@@ -22,13 +23,13 @@ def _runtime(model_name: str, memory_format: str, vectorize: str = "auto",
     params = MODELS[model_name].params(**options)
     torch.manual_seed(0)
     return ClientRuntime(
-        seed=1, info=dataset.info, model_params=params,
-        training=TrainingConfig(local_steps=3, batch_size=8,
-                                optimizer=OptimizerConfig(lr=0.05, momentum=0.9)),
-        train_x=dataset.train_x, train_y=dataset.train_y,
-        client_indices=[np.arange(0, 40), np.arange(40, 80)],
-        initial_weights=get_weights(build_model(params, dataset.info)),
-        device=torch.device("cpu"), vectorize=vectorize, memory_format=memory_format)
+        RunContext(1, dataset.info, params,
+                   TrainingConfig(local_steps=3, batch_size=8,
+                                  optimizer=OptimizerConfig(lr=0.05, momentum=0.9)),
+                   2, 2, memory_format=memory_format),
+        ClientData(dataset.train_x, dataset.train_y, [np.arange(0, 40), np.arange(40, 80)],
+                   get_weights(build_model(params, dataset.info))),
+        torch.device("cpu"), vectorize=vectorize)
 
 
 def _channels_last(module: torch.nn.Module) -> bool:

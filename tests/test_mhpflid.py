@@ -25,6 +25,7 @@ from raysim.models.messenger_probes import probe_transmitter
 from raysim.models.split import ZOO
 from raysim.results import load
 from raysim.schema import DatasetConfig, TrainingConfig
+from raysim.training.context import ClientData
 from raysim.training.runtime import ClientRuntime
 from raysim.training.weights import get_weights, set_weights
 
@@ -90,11 +91,12 @@ def _runtime(num_clients: int = 2, architectures=("resnet8", "shufflenetv2"),
     if relabel_first_client:  # other data on client 0 only (it holds rows 0-23 of 2 clients)
         y[:48 // num_clients] = (y[:48 // num_clients] + 1) % 3
     archs = tuple(zoo_params(a) for a in architectures)
-    return ClientRuntime(seed=0, info=GRAY, model_params=archs[0],
-                         training=TrainingConfig(batch_size=8), train_x=x, train_y=y,
-                         client_indices=np.array_split(np.arange(48), num_clients),
-                         initial_weights=get_weights(build_model(archs[0], GRAY)),
-                         device=torch.device("cpu"), architectures=archs, downsample=downsample)
+    return ClientRuntime(
+        RunContext(0, GRAY, archs[0], TrainingConfig(batch_size=8), len(np.array_split(np.arange(48),
+                   num_clients)), len(np.array_split(np.arange(48), num_clients)), archs, downsample),
+        ClientData(x, y, np.array_split(np.arange(48), num_clients), get_weights(build_model(archs[0],
+                   GRAY))),
+        torch.device("cpu"))
 
 
 def _algorithm(runtime: ClientRuntime, **params) -> MHpFLID:
@@ -513,7 +515,8 @@ def test_heterogeneous_clients_are_placed_by_flops_times_samples():
     loads = (np.full(4, 60) * costs).tolist()
     by_cost = [sum(loads[g] for g in owned) for owned in assign_groups(loads, 2)]
     by_size = [sum(loads[g] for g in owned) for owned in assign_groups([60.0] * 4, 2)]
-    assert max(by_cost) < max(by_size)  # the slower worker finishes sooner
+    best = min(max(sum(loads[:cut]), sum(loads[cut:])) for cut in range(1, 4))
+    assert max(by_cost) == best <= max(by_size)  # the best contiguous split by cost
     homogeneous = _algorithm(_runtime(2, ("resnet8", "resnet8")))
     homogeneous.context = RunContext(0, GRAY, runtime.architectures[0], runtime.training, 2, 2)
     assert per_sample_costs(homogeneous) is None

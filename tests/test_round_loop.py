@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 from raysim.engine.checkpoint import load_checkpoint
+from raysim.engine.reduction_tree import Subtree
 from raysim.engine.round_callbacks import (
     Checkpointing,
     DivergenceStop,
@@ -22,7 +23,6 @@ from raysim.engine.round_callbacks import (
 from raysim.engine.round_loop import (
     Durable,
     Evaluation,
-    GroupResult,
     LoopProgress,
     RoundCallback,
     RoundLoop,
@@ -52,6 +52,9 @@ class CountingAlgorithm:
     def aggregate(self, state: float, partials: list[float], round_: int) -> float:
         return state + sum(partials)
 
+    def merge(self, left: float, right: float) -> float:
+        return left + right
+
 
 class FakeWorkers:
     """Two workers (clients 0-1 and 2-3), answering at once, logging every call into
@@ -77,7 +80,7 @@ class FakeWorkers:
             loss = np.full(len(clients), math.nan if round_ == self.nan_round else 1.0)
             outgoing = {1 - worker: f"states of worker {worker}"} if moves else {}
             replies.append(RoundReply(
-                [GroupResult(int(c), float(round_ + 1)) for c in clients],
+                [Subtree((int(c), int(c) + 1), float(round_ + 1)) for c in clients],
                 {"client": np.asarray(clients, dtype=np.int64), "train_loss": loss,
                  "num_samples": np.ones(len(clients))}, {"model": 8 * len(clients)}, outgoing,
                 states_held=2 if self.stateful else 0))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import math
 
 import numpy as np
@@ -12,6 +13,7 @@ from sklearn.metrics import roc_auc_score
 from raysim.algorithms.aggregators import WeightedSum, weighted_mean
 from raysim.data.dataset import DataInfo
 from raysim.engine.placement import assign_groups, client_groups
+from raysim.engine.reduction_tree import aligned_spans, combine, reduce_span, subtree_roots
 from raysim.models import MODELS, build_model
 from raysim.training.evaluation import classification_metrics
 from raysim.training.runtime import batch_plans, proximal_term
@@ -86,13 +88,33 @@ def test_weighted_mean_matches_numpy_and_is_grouping_independent():
     np.testing.assert_allclose(grouped["w"], mean["w"], rtol=1e-6)
 
 
-def test_client_groups_and_lpt_balance():
+def test_client_groups_contiguous_balanced_and_aligned():
     groups = client_groups(100, 64)
     assert len(groups) == 64 and sum(len(g) for g in groups) == 100
     loads = [float(len(g)) for g in groups]
     assignment = assign_groups(loads, 2)
-    totals = [sum(loads[g] for g in groups_) for groups_ in assignment]
-    assert totals == [50.0, 50.0]
+    assert [g for owned in assignment for g in owned] == list(range(64))  # contiguous ranges
+    totals = [sum(loads[g] for g in owned) for owned in assignment]
+    assert max(totals) <= 1.05 * 50.0  # within the tolerance of the even split
+    for workers in (2, 4, 8):  # equal groups: one aligned block, so one subtree, per worker
+        for owned in assign_groups([1.0] * 64, workers):
+            assert aligned_spans(owned[0], owned[-1] + 1) == [(owned[0], owned[-1] + 1)]
+    skewed = assign_groups([10.0, 1.0, 1.0, 1.0, 1.0, 10.0], 2)
+    assert skewed == [[0, 1, 2], [3, 4, 5]]
+
+
+def test_reduction_tree_gives_the_same_merges_for_any_split_of_the_groups():
+    def merge(left: str, right: str) -> str:
+        return f"({left}+{right})"
+
+    partials = {g: str(g) for g in range(13) if g % 3}  # groups 0, 3, 6, ... have no clients
+    single = combine(subtree_roots(partials, 0, 13, merge), merge)
+    assert single == reduce_span(partials, (0, 16), merge)
+    for bounds in ([0, 5, 13], [0, 1, 2, 9, 13], [0, 8, 13], [0, 4, 8, 12, 13]):
+        subtrees = [s for lo, hi in itertools.pairwise(bounds)
+                    for s in subtree_roots(partials, lo, hi, merge)]
+        assert combine(subtrees, merge) == single
+    assert combine([], merge) is None
 
 
 def test_metrics_binary_auc_matches_sklearn_and_single_class_gives_nan():

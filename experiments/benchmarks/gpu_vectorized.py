@@ -16,9 +16,13 @@ For each workload, in one invocation: raysim with one worker on the whole GPU an
 per-client loop (``engine.vectorize: never``), the same worker on the vectorised path
 (``always``), four workers at ``gpus_per_worker: 0.25`` on the vectorised path, and a plain
 PyTorch loop in this process on the same device (one model, weights loaded per client, one
-fresh SGD per client, sample-weighted averaging). Prints one JSON line per configuration with
-rounds/s and the ratio to the plain loop. Without a GPU every configuration runs on the CPU
-(``gpus_per_worker`` ignored), which checks the script, not the GPU figures.
+fresh SGD per client, sample-weighted averaging) and the on-device reference, the best
+in-process shape of the same round (one process, every sampled client's weights on the
+device, all clients of a round in one ``torch.func`` vmap call per step, the new global the
+mean of the stacked rows; weights never leave the device). Prints one JSON line per
+configuration with rounds/s, ``over_plain`` and ``over_limit`` (the ratio to the reference).
+Without a GPU every configuration runs on the CPU (``gpus_per_worker`` ignored; use fewer
+``--rounds``), so the ratios are measured on every machine.
 
     python experiments/benchmarks/gpu_vectorized.py [--workload w2 pfl] [--rounds 100]
         [--data-root ../shared/data/medmnist]
@@ -116,6 +120,58 @@ def plain_loop(spec: dict, dataset: dict, rounds: int, device: torch.device) -> 
     return rounds / (time.perf_counter() - started)
 
 
+def on_device_reference(spec: dict, dataset: dict, rounds: int, device: torch.device) -> float:
+    """Rounds per second of the in-process on-device reference (see the module docstring)."""
+    from torch.func import functional_call, grad, vmap
+
+    from raysim.models import MODELS
+
+    data = load_dataset(DatasetConfig(**dataset))
+    count = spec["clients"] * spec["samples"]
+    order = np.random.default_rng(0).permutation(len(data.train_y))[:count]
+    x = to_tensor(data.train_x[order], data.info).to(device)
+    x = x.reshape(spec["clients"], spec["samples"], *x.shape[1:])
+    y = torch.from_numpy(data.train_y[order]).to(device).reshape(spec["clients"], -1)
+    model = build_model(MODELS[spec["model"]["name"]].params(**spec["model"]), data.info).to(device)
+    global_params = {k: v.detach().clone() for k, v in model.named_parameters()}
+    buffers = {k: v.detach() for k, v in model.named_buffers()}
+    per_round = spec["per_round"] or spec["clients"]
+    steps = spec["steps"] or spec["samples"] // spec["batch"]
+    generator = torch.Generator(device=device).manual_seed(0)
+
+    def client_loss(params: dict, xb: torch.Tensor, yb: torch.Tensor) -> torch.Tensor:
+        return torch.nn.functional.cross_entropy(functional_call(model, (params, buffers),
+                                                                 (xb,)), yb)
+
+    step = vmap(grad(client_loss), in_dims=(0, 0, 0))
+
+    def one_round() -> None:
+        sampled = torch.randperm(spec["clients"], device=device, generator=generator)[:per_round]
+        params = {k: v.unsqueeze(0).repeat(per_round, *[1] * v.ndim)
+                  for k, v in global_params.items()}
+        orders = torch.argsort(torch.rand(per_round, spec["samples"], device=device,
+                                          generator=generator), dim=1)
+        rows = sampled[:, None]
+        for k in range(steps):
+            batch = orders[:, k * spec["batch"]:(k + 1) * spec["batch"]]
+            grads = step(params, x[rows, batch], y[rows, batch])
+            with torch.no_grad():
+                for name in params:
+                    params[name].sub_(spec["lr"] * grads[name])
+        for name in global_params:
+            global_params[name] = params[name].mean(0)
+
+    one_round()
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+    started = time.perf_counter()
+    for _ in range(rounds):
+        one_round()
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+    return rounds / (time.perf_counter() - started)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--workload", nargs="+", choices=list(WORKLOADS), default=list(WORKLOADS))
@@ -143,6 +199,11 @@ def main() -> None:
             print(json.dumps({"workload": workload, "device": name, "real_data": real,
                               "configuration": "plain_pytorch_loop",
                               "rounds_per_s": round(plain, 3)}), flush=True)
+            limit = on_device_reference(spec, dataset, args.rounds, device)
+            print(json.dumps({"workload": workload, "device": name,
+                              "configuration": "on_device_vmap_reference",
+                              "rounds_per_s": round(limit, 3),
+                              "over_plain": round(limit / plain, 3)}), flush=True)
             for label in args.engines:
                 try:
                     measured = measure_raysim(config(spec, dataset, args.rounds, ENGINES[label]),
@@ -155,7 +216,8 @@ def main() -> None:
                 print(json.dumps({"workload": workload, "device": name, "configuration": label,
                                   "rounds_per_s": round(rate, 3),
                                   "startup_s": round(measured["raysim_startup_s"], 1),
-                                  "over_plain": round(rate / plain, 3)}), flush=True)
+                                  "over_plain": round(rate / plain, 3),
+                                  "over_limit": round(rate / limit, 3)}), flush=True)
 
 
 if __name__ == "__main__":

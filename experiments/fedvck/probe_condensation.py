@@ -26,6 +26,7 @@ from raysim.data import load_dataset
 from raysim.models import build_model
 from raysim.models.convnet import ConvNetParams
 from raysim.schema import DatasetConfig, TrainingConfig
+from raysim.training.context import ClientData
 from raysim.training.evaluation import classification_metrics, predict_proba
 from raysim.training.runtime import ClientRuntime
 from raysim.training.weights import get_weights, set_weights
@@ -49,10 +50,10 @@ def main() -> None:
     torch.manual_seed(args.seed)
     initial = get_weights(build_model(model_params, data.info))
     training = TrainingConfig(rounds=1)
-    runtime = ClientRuntime(seed=args.seed, info=data.info, model_params=model_params,
-                            training=training, train_x=data.train_x, train_y=data.train_y,
-                            client_indices=[picked], initial_weights=initial,
-                            device=torch.device("cpu"))
+    runtime = ClientRuntime(
+        RunContext(args.seed, data.info, model_params, training, 1, 1),
+        ClientData(data.train_x, data.train_y, [picked], initial),
+        torch.device("cpu"))
     params = FedVCKParams(iterations=args.iterations, real_per_class=64, percent=2,
                           augmentation={"mode": args.mode}, selection="uniform",
                           contrastive=False)

@@ -1,56 +1,147 @@
 """Reusable aggregation operators over :data:`~raysim.training.weights.Weights`.
 
-Aggregation is split into a per-worker ``reduce`` (clients of one fixed group, in client order)
-and a server-side ``combine`` (groups in group order), so the result does not depend on how many
-workers there are.
+Aggregation is split into a per-group ``reduce`` (clients of one fixed group, in client order)
+and ``merge`` of partials along a fixed binary tree over the groups (the workers merge the
+subtrees they hold, the driver the rest: :mod:`raysim.engine.reduction_tree`), so the result
+does not depend on how many workers there are.
+
+:class:`WeightedSum` works in torch on the device the uploads are on (a flat float64 vector;
+every merge adds in place); it crosses the object store as numpy.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import numpy as np
+import torch
 
-from raysim.training.weights import Weights
+from raysim.training.weights import FlatWeights, Weights, as_tensor, is_flat_dtype, to_host
+
+Entries = tuple[tuple[str, tuple[int, ...], str], ...]
+"""(name, shape, numpy dtype name) of every entry of a WeightedSum's vector, in vector order:
+the float32 entries first (the order of a FlatWeights vector), then the others."""
 
 
-@dataclass
+def _entries(model: Weights) -> Entries:
+    floats = [(n, tuple(v.shape), "float32") for n, v in _items(model) if is_flat_dtype(v.dtype)]
+    others = [(n, tuple(v.shape), str(np.dtype(v.dtype))) for n, v in _items(model)
+              if not is_flat_dtype(v.dtype)]
+    return tuple(floats + others)
+
+
+def _items(model: Weights) -> list[tuple[str, Any]]:
+    if isinstance(model, FlatWeights):
+        return [(name, np.empty(shape, np.float32)) for name, shape in model.layout] + list(
+            model.extras.items())
+    return list(model.items())
+
+
+def _device(model: Weights) -> torch.device:
+    if isinstance(model, FlatWeights) and isinstance(model.vector, torch.Tensor):
+        return model.vector.device
+    return torch.device("cpu")
+
+
 class WeightedSum:
-    """A float64 weighted sum of models and the total weight (the partial of a weighted mean)."""
+    """A float64 weighted sum of models and the total weight (the partial of a weighted
+    mean), as one flat vector on the device of its models."""
 
-    sums: dict[str, np.ndarray]
-    total_weight: float
-    dtypes: dict[str, np.dtype]
+    __slots__ = ("entries", "owned", "total_weight", "vector")
+
+    def __init__(self, vector: torch.Tensor, total_weight: float, entries: Entries,
+                 owned: bool = True):
+        self.vector = vector
+        self.total_weight = total_weight
+        self.entries = entries
+        self.owned = owned
+        """False for a vector read from the object store (read-only): the first merge into
+        it copies it once."""
 
     @classmethod
     def of(cls, models: Sequence[Weights], weights: Sequence[float]) -> WeightedSum:
-        """Sum ``weights[i] * models[i]`` in the given order."""
+        """Sum ``weights[i] * models[i]`` in the given order (in place into one vector)."""
         if not models:
             raise ValueError("WeightedSum.of needs at least one model")
-        first = models[0]
-        sums = {name: np.zeros(array.shape, dtype=np.float64) for name, array in first.items()}
+        entries = _entries(models[0])
+        size = sum(int(np.prod(shape, dtype=np.int64)) for _, shape, _ in entries)
+        total = torch.zeros(size, dtype=torch.float64, device=_device(models[0]))
+        scratch = torch.empty_like(total)  # float64 copy of one model (mixed-dtype adds are slow)
         for model, weight in zip(models, weights, strict=True):
-            for name, total in sums.items():
-                total += weight * model[name].astype(np.float64, copy=False)
-        dtypes = {name: array.dtype for name, array in first.items()}
-        return cls(sums, float(sum(weights)), dtypes)
+            _add_model(total, scratch, model, entries, float(weight))
+        return cls(total, float(sum(weights)), entries)
 
     def merge(self, other: WeightedSum) -> WeightedSum:
-        """The sum of two partials (self first)."""
-        sums = {name: self.sums[name] + other.sums[name] for name in self.sums}
-        return WeightedSum(sums, self.total_weight + other.total_weight, self.dtypes)
+        """Add ``other`` into this partial in place (self first) and return it."""
+        if other.entries != self.entries:
+            raise ValueError("cannot merge weighted sums of different models")
+        if not self.owned:
+            self.vector, self.owned = self.vector.clone(), True
+        self.vector.add_(other.vector.to(self.vector.device))
+        self.total_weight += other.total_weight
+        return self
 
-    def mean(self) -> Weights:
-        """The weighted mean cast back to each entry's dtype (integers rounded)."""
-        result: Weights = {}
-        for name, total in self.sums.items():
-            average = total / self.total_weight
-            dtype = self.dtypes[name]
-            if np.issubdtype(dtype, np.integer):
-                average = np.rint(average)
-            result[name] = average.astype(dtype)
+    def mean(self) -> dict[str, np.ndarray]:
+        """The weighted mean cast back to each entry's dtype (integers rounded), as numpy."""
+        average = self.vector / self.total_weight
+        floats = sum(int(np.prod(shape, dtype=np.int64)) for _, shape, dtype in self.entries
+                     if dtype == "float32")
+        host32 = to_host(average[:floats].to(torch.float32))
+        rest = to_host(average[floats:]) if floats < len(average) else np.zeros(0)
+        result: dict[str, np.ndarray] = {}
+        position = 0
+        for name, shape, dtype in self.entries:
+            size = int(np.prod(shape, dtype=np.int64))
+            if dtype == "float32":
+                result[name] = host32[position:position + size].reshape(shape)
+            else:
+                values = rest[position - floats:position - floats + size]
+                if np.issubdtype(np.dtype(dtype), np.integer):
+                    values = np.rint(values)
+                result[name] = values.astype(dtype).reshape(shape)
+            position += size
         return result
+
+    @property
+    def sums(self) -> dict[str, np.ndarray]:
+        """The float64 sums by entry (host numpy)."""
+        host, result, position = to_host(self.vector), {}, 0
+        for name, shape, _ in self.entries:
+            size = int(np.prod(shape, dtype=np.int64))
+            result[name] = host[position:position + size].reshape(shape)
+            position += size
+        return result
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_weighted_sum_from_host, (to_host(self.vector), self.total_weight, self.entries))
+
+
+def _weighted_sum_from_host(vector: np.ndarray, total_weight: float, entries: Entries
+                            ) -> WeightedSum:
+    """Unpickle a WeightedSum: a CPU tensor on the (possibly read-only) object-store array,
+    copied only if something merges into it."""
+    return WeightedSum(torch.from_numpy(vector), total_weight, entries,
+                       owned=vector.flags.writeable)
+
+
+def _add_model(total: torch.Tensor, scratch: torch.Tensor, model: Weights, entries: Entries,
+               weight: float) -> None:
+    """``total += weight * model`` in float64 (through ``scratch``, a float64 buffer as large
+    as ``total``), one add for a FlatWeights' whole vector."""
+    position = 0
+    if isinstance(model, FlatWeights) and tuple(
+            (n, s) for n, s, d in entries if d == "float32") == model.layout:
+        vector = as_tensor(model.vector).to(total.device)
+        position = vector.numel()
+        total[:position].add_(scratch[:position].copy_(vector), alpha=weight)
+        entries = tuple(e for e in entries if e[2] != "float32")
+    for name, shape, _ in entries:
+        size = int(np.prod(shape, dtype=np.int64))
+        value = as_tensor(model[name]).to(total.device).reshape(-1)
+        part = scratch[position:position + size].copy_(value)
+        total[position:position + size].add_(part, alpha=weight)
+        position += size
 
 
 def mean_partial(models: Sequence[Weights], sample_counts: Sequence[float],
@@ -59,14 +150,39 @@ def mean_partial(models: Sequence[Weights], sample_counts: Sequence[float],
     return WeightedSum.of(models, sample_counts if weighted else [1.0] * len(models))
 
 
-def weighted_mean(partials: Sequence[WeightedSum]) -> Weights:
-    """Combine per-group partial sums in order and return the weighted mean."""
+def weighted_mean(partials: Sequence[WeightedSum]) -> dict[str, np.ndarray]:
+    """Merge partial sums in order and return the weighted mean (the partials are consumed:
+    the first one accumulates the others in place)."""
     if not partials:
         raise ValueError("weighted_mean needs at least one partial sum")
     total = partials[0]
     for partial in partials[1:]:
         total = total.merge(partial)
     return total.mean()
+
+
+def merge_partials(left: Any, right: Any) -> Any:
+    """The merge of two partials of adjacent client ranges (``left`` first), for the
+    reduction tree: weighted sums add (in place into ``left``), lists concatenate, dicts merge
+    key by key (a key on one side only is kept), numbers add, None is the identity."""
+    if left is None:
+        return right
+    if right is None:
+        return left
+    if isinstance(left, WeightedSum) and isinstance(right, WeightedSum):
+        return left.merge(right)
+    if isinstance(left, list) and isinstance(right, list):
+        return left + right
+    if isinstance(left, Mapping) and isinstance(right, Mapping) and not isinstance(
+            left, FlatWeights):
+        merged = dict(left)
+        for key, value in right.items():
+            merged[key] = merge_partials(merged[key], value) if key in merged else value
+        return merged
+    if isinstance(left, (int, float)) and isinstance(right, (int, float)):
+        return left + right
+    raise TypeError(f"partials of types {type(left).__name__} and {type(right).__name__} "
+                    "cannot be merged; the algorithm must override Algorithm.merge")
 
 
 def flatten(model: Weights) -> np.ndarray:
@@ -78,7 +194,7 @@ def flatten(model: Weights) -> np.ndarray:
 
 def unflatten(vector: np.ndarray, template: Weights) -> Weights:
     """Inverse of :func:`flatten`; non-float entries are copied from ``template``."""
-    result: Weights = {}
+    result: dict[str, np.ndarray] = {}
     offset = 0
     for name in sorted(template):
         array = template[name]

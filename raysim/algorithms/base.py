@@ -3,13 +3,17 @@
 A round, as the engine runs it:
 
 1. server (driver): ``broadcast(state, round)`` -> message, put into the object store once;
-2. client (worker), for the sampled clients of one client group at once:
+2. client (worker), for the sampled clients of a worker at once:
    ``local_updates(runtime, clients, round, message, client_states)`` -> one
    :class:`ClientResult` per client (upload, new persistent state, metrics); the runtime's
    ``train_many`` trains them one by one or vectorised, whichever pays;
-3. worker: ``reduce(results)`` over the clients of one fixed client group, in client order
-   (e.g. a weighted sum), so only one partial per group travels back;
-4. server: ``aggregate(state, partials, round)`` with the partials in group order -> new state.
+3. worker: ``reduce(results)`` over the clients of each fixed client group, in client order
+   (e.g. a weighted sum), then ``merge`` of the groups along a fixed binary tree
+   (:mod:`raysim.engine.reduction_tree`): the worker merges the subtrees it holds, the driver
+   the rest, so one partial per worker travels back and the numbers do not depend on the
+   number of workers;
+4. server: ``aggregate(state, partials, round)`` with the tree's root as the one partial
+   (none when no client reduced anything) -> new state.
 
 Optionally the server relays client state: ``migration(round)`` returns, before the round, the
 destination client of every client's persistent state (FedDC's permutation); the engine moves
@@ -38,8 +42,8 @@ from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar, cast
 import numpy as np
 from torch import nn
 
-from raysim.data.dataset import DataInfo
-from raysim.schema import StrictModel, TrainingConfig
+from raysim.schema import StrictModel
+from raysim.training.context import RunContext
 from raysim.training.evaluation import predict_proba
 from raysim.training.membership import loss_attack_scores
 from raysim.training.weights import Weights, set_weights
@@ -56,34 +60,6 @@ ParamsT = TypeVar("ParamsT", bound=StrictModel)
 StateT = TypeVar("StateT")
 """An algorithm's server state (what ``aggregate`` returns and ``broadcast`` reads)."""
 AlgorithmT = TypeVar("AlgorithmT", bound="type[Algorithm[Any, Any]]")
-
-
-@dataclass(frozen=True)
-class RunContext:
-    """What an algorithm knows about the run it belongs to."""
-
-    seed: int
-    info: DataInfo
-    model: StrictModel
-    training: TrainingConfig
-    num_clients: int
-    clients_per_round: int
-    architectures: tuple[StrictModel, ...] = ()
-    """Each client's architecture (empty: every client uses ``model``)."""
-    downsample: tuple[int, ...] = ()
-    """Each client's input downsampling factor (empty: none)."""
-    memory_format: str = "auto"
-    """``engine.memory_format``, for the models the server trains itself (see
-    :func:`raysim.training.memory_format.place`)."""
-
-    def architecture(self, client: int) -> StrictModel:
-        """The architecture of one client."""
-        return self.architectures[client] if self.architectures else self.model
-
-    @property
-    def heterogeneous(self) -> bool:
-        """True when clients use more than one architecture."""
-        return len({a.model_dump_json() for a in self.architectures}) > 1
 
 
 @dataclass
@@ -219,6 +195,15 @@ class Algorithm(ABC, Generic[ParamsT, StateT]):
     def reduce(self, results: Sequence[tuple[int, ClientResult]]) -> Any:
         """Pre-aggregate the results of one client group, given in client order."""
         return None
+
+    def merge(self, left: Any, right: Any) -> Any:
+        """Merge the partials of two adjacent ranges of client groups (``left`` first), along
+        the fixed reduction tree (default: :func:`~raysim.algorithms.aggregators.merge_partials`:
+        weighted sums add in place, lists concatenate, dicts merge by key). ``aggregate`` then
+        receives the one merged partial."""
+        from raysim.algorithms.aggregators import merge_partials
+
+        return merge_partials(left, right)
 
     def membership_scores(self, runtime: ClientRuntime, client: int, upload: dict[str, Any],
                           x: np.ndarray, y: np.ndarray) -> np.ndarray | None:

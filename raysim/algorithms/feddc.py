@@ -106,6 +106,7 @@ class FedDC(Algorithm[FedDCParams, dict[str, Any]]):
                   ) -> dict[str, Any]:
         if not self.aggregates_in(round_):
             return {"aggregate": state["aggregate"], "fresh": False}
+        merged: Weights
         if self.params.aggregator == "mean":
             merged = weighted_mean(partials)
         else:

@@ -295,7 +295,7 @@ class FedSM(Algorithm[FedSMParams, dict[str, Any]]):
 
 def _adam_moments(optimizer: torch.optim.Adam) -> Weights:
     """Adam's moment estimates and step count as arrays (averaged by the server)."""
-    moments: Weights = {}
+    moments: dict[str, np.ndarray] = {}
     for index, entry in optimizer.state_dict()["state"].items():
         moments[f"{index}.exp_avg"] = entry["exp_avg"].cpu().numpy().copy()
         moments[f"{index}.exp_avg_sq"] = entry["exp_avg_sq"].cpu().numpy().copy()

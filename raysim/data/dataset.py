@@ -48,8 +48,16 @@ def to_tensor(x: np.ndarray, info: DataInfo) -> torch.Tensor:
     """Turn a batch of stored inputs into a normalised float32 tensor (NCHW for images)."""
     if info.kind == "tabular":
         return torch.from_numpy(np.ascontiguousarray(x, dtype=np.float32))
-    batch = torch.from_numpy(np.ascontiguousarray(x)).to(torch.float32).div_(255.0)
+    return normalise(torch.from_numpy(np.ascontiguousarray(x)), info)
+
+
+def normalise(batch: torch.Tensor, info: DataInfo) -> torch.Tensor:
+    """Stored image inputs (uint8, NHW or NHWC, on any device) as a normalised float32 NCHW
+    tensor on the same device; tabular inputs as float32."""
+    if info.kind == "tabular":
+        return batch.to(torch.float32)
+    batch = batch.to(torch.float32).div_(255.0)
     batch = batch.unsqueeze(1) if batch.ndim == 3 else batch.permute(0, 3, 1, 2).contiguous()
-    mean = torch.tensor(info.mean, dtype=torch.float32).view(1, -1, 1, 1)
-    std = torch.tensor(info.std, dtype=torch.float32).view(1, -1, 1, 1)
+    mean = torch.tensor(info.mean, dtype=torch.float32, device=batch.device).view(1, -1, 1, 1)
+    std = torch.tensor(info.std, dtype=torch.float32, device=batch.device).view(1, -1, 1, 1)
     return batch.sub_(mean).div_(std)

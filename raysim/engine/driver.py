@@ -255,13 +255,14 @@ class Driver:
             report=self._set_progress)
         return loop.run()
 
-    @staticmethod
-    def _send_groups(workers: list[Any], group_of_client: np.ndarray,
+    def _send_groups(self, workers: list[Any], group_of_client: np.ndarray,
                      worker_of_client: np.ndarray) -> None:
-        """Tell each worker the fixed group of every client it holds."""
-        turns.get([worker.set_groups.remote(np.flatnonzero(worker_of_client == w),
-                                          group_of_client[worker_of_client == w])
-                 for w, worker in enumerate(workers)])
+        """Tell each worker the fixed group of every client it holds (the worker puts their
+        training rows on its device); where each worker's data lives goes into the manifest."""
+        residence = turns.get([worker.set_groups.remote(np.flatnonzero(worker_of_client == w),
+                                                        group_of_client[worker_of_client == w])
+                               for w, worker in enumerate(workers)])
+        update_manifest(self.run_dir, worker_data=residence)
 
 
 class _FirstDispatchStamp(RoundCallback):

@@ -1,9 +1,9 @@
-"""Assignment of clients to workers: fixed client groups, balanced by their training cost
-(samples x FLOPs per sample when clients differ in architecture or resolution, else samples)."""
+"""Assignment of clients to workers: fixed client groups in contiguous ranges per worker,
+balanced by their training cost (samples x FLOPs per sample when clients differ in architecture
+or resolution, else samples)."""
 
 from __future__ import annotations
 
-import heapq
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -22,16 +22,54 @@ def client_groups(num_clients: int, num_groups: int) -> list[np.ndarray]:
     return np.array_split(np.arange(num_clients), min(num_groups, num_clients))
 
 
+BALANCE_TOLERANCE = 1.05
+"""Aligned boundaries may leave the busiest worker this much above the finest split's."""
+
+
 def assign_groups(group_loads: list[float], num_workers: int) -> list[list[int]]:
-    """Longest-processing-time-first assignment of groups to workers (ties by index)."""
-    order = sorted(range(len(group_loads)), key=lambda g: (-group_loads[g], g))
-    heap = [(0.0, worker) for worker in range(num_workers)]
-    assignment: list[list[int]] = [[] for _ in range(num_workers)]
-    for group in order:
-        load, worker = heapq.heappop(heap)
-        assignment[worker].append(group)
-        heapq.heappush(heap, (load + group_loads[group], worker))
-    return [sorted(groups) for groups in assignment]
+    """Contiguous ranges of groups per worker, balanced by load, with boundaries on aligned
+    blocks where that costs little balance.
+
+    Each worker's groups are one range, so it merges them into few subtrees of the fixed
+    reduction tree (:mod:`raysim.engine.reduction_tree`). Boundaries go where the prefix load
+    is closest to an even split, on multiples of the largest power of two whose busiest
+    worker stays within :data:`BALANCE_TOLERANCE` of the split on single groups (for 64
+    equal groups: one subtree per worker for 2 or 4 workers). Workers beyond the number of
+    groups get none.
+    """
+    count = len(group_loads)
+    workers = max(1, min(num_workers, count))
+    prefix = np.concatenate([[0.0], np.cumsum(group_loads)])
+    finest = _split(prefix, workers, 1)
+    best = finest
+    align = 2
+    while align * workers <= count:
+        bounds = _split(prefix, workers, align)
+        if _busiest(prefix, bounds) <= BALANCE_TOLERANCE * _busiest(prefix, finest):
+            best = bounds
+        align *= 2
+    ranges = [list(range(best[i], best[i + 1])) for i in range(workers)]
+    return ranges + [[] for _ in range(num_workers - workers)]
+
+
+def _split(prefix: np.ndarray, workers: int, align: int) -> list[int]:
+    """Range bounds closest to an even split of the load, on multiples of ``align`` where
+    possible (at least one group per worker)."""
+    count = len(prefix) - 1
+    candidates = np.arange(0, count + 1, align)
+    bounds = [0]
+    for k in range(1, workers):
+        target = prefix[-1] * k / workers
+        limit = count - (workers - k)
+        allowed = candidates[(candidates > bounds[-1]) & (candidates <= limit)]
+        if not len(allowed):
+            allowed = np.arange(bounds[-1] + 1, limit + 1)
+        bounds.append(int(allowed[np.argmin(np.abs(prefix[allowed] - target))]))
+    return [*bounds, count]
+
+
+def _busiest(prefix: np.ndarray, bounds: list[int]) -> float:
+    return float(np.max(np.diff(prefix[bounds])))
 
 
 def per_sample_costs(algorithm: Algorithm) -> np.ndarray | None:

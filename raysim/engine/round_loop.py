@@ -29,25 +29,19 @@ from typing import Any, Protocol
 import numpy as np
 
 from raysim.engine.memory import resident_memory_mb
+from raysim.engine.reduction_tree import Subtree, combine
 from raysim.seeding import numpy_rng
 from raysim.training.evaluation import METRICS
 from raysim.training.weights import payload_bytes
 
 
 @dataclass
-class GroupResult:
-    """One client group's partial (pre-aggregated uploads)."""
-
-    group: int
-    partial: Any
-
-
-@dataclass
 class RoundReply:
-    """A worker's round: group partials, per-client metrics as columns (cheap to ship), upload
-    bytes by message type, and the client states it relayed to other workers."""
+    """A worker's round: the roots of its subtrees of the reduction tree (its partial),
+    per-client metrics as columns (cheap to ship), upload bytes by message type, and the client
+    states it relayed to other workers."""
 
-    groups: list[GroupResult]
+    groups: list[Subtree]
     clients: dict[str, np.ndarray]
     bytes_up: dict[str, int]
     outgoing: dict[int, Any]
@@ -273,10 +267,10 @@ class RoundLoop:
                             trained=time.perf_counter())
 
     def aggregate(self, outcome: RoundOutcome, state: Any) -> Any:
-        """The new server state from the group partials, in group order."""
-        partials = sorted((g for reply in outcome.replies for g in reply.groups),
-                          key=lambda g: g.group)
-        outcome.state = self.algorithm.aggregate(state, [g.partial for g in partials],
+        """The new server state from the workers' subtrees, merged up the reduction tree."""
+        root = combine([s for reply in outcome.replies for s in reply.groups],
+                       self.algorithm.merge)
+        outcome.state = self.algorithm.aggregate(state, [] if root is None else [root],
                                                  outcome.round)
         outcome.aggregated = time.perf_counter()
         return outcome.state

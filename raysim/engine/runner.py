@@ -362,7 +362,6 @@ def _run_spec(config: ExperimentConfig, dataset: ArrayDataset, partition: Partit
                         threads=max(1, math.floor(config.engine.cpus_per_worker)),
                         # one pooled client gains nothing from batching clients
                         vectorize="never" if algorithm_class.pooled else config.engine.vectorize,
-                        memory_format=config.engine.memory_format,
                         test_sources=sources,
                         membership_audit=config.evaluation.membership_audit,
                         gpu_fraction=config.engine.gpus_per_worker,

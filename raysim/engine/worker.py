@@ -17,12 +17,15 @@ from raysim.algorithms.base import Algorithm, RunContext
 from raysim.data.partition import Partition
 from raysim.engine.gpu import cap_gpu_memory, gpu_memory_errors
 from raysim.engine.memory import resident_memory_mb
-from raysim.engine.round_loop import GroupResult, RoundReply
+from raysim.engine.reduction_tree import subtree_roots
+from raysim.engine.round_loop import RoundReply
 from raysim.schema import StrictModel
+from raysim.training.context import ClientData
 from raysim.training.evaluation import classification_metrics, predict_proba
 from raysim.training.membership import audit_sets, membership_auc
+from raysim.training.resident_data import data_cap_bytes
 from raysim.training.runtime import ClientRuntime, warm_up
-from raysim.training.weights import Weights, payload_bytes, set_weights
+from raysim.training.weights import Weights, host_tree, payload_bytes, set_weights
 
 
 @dataclass(frozen=True)
@@ -39,8 +42,6 @@ class WorkerSetup:
     eval_batch_size: int
     threads: int
     vectorize: str = "auto"
-    memory_format: str = "auto"
-    """``engine.memory_format``: layout of the clients' convolutional models."""
     test_sources: np.ndarray | None = None
     """The client whose test share holds each test sample (-1: unseen client, -2: none)."""
     membership_audit: int = 0
@@ -75,6 +76,8 @@ class ClientWorker:
         self.setup: WorkerSetup | None = None  # set by configure (also after a Ray restart)
         self.client_states: dict[int, Any] = {}
         self.group_of: dict[int, int] = {}
+        self.group_span = (0, 0)
+        """[first, stop) of the contiguous client groups this worker holds."""
 
     def configure(self, setup: WorkerSetup, index: int) -> dict[str, Any]:
         """Bind this worker to one run: its algorithm, data and models, warmed up; client
@@ -89,14 +92,9 @@ class ClientWorker:
         self.arrays = {name: ray.get(ref) if isinstance(ref, ray.ObjectRef) else ref
                        for name, ref in setup.arrays.items()}
         self.runtime = ClientRuntime(
-            seed=context.seed, info=context.info, model_params=context.model,
-            training=context.training, train_x=self.arrays["train_x"],
-            train_y=self.arrays["train_y"], client_indices=setup.partition.train,
-            initial_weights=setup.initial_weights, device=self.device,
-            vectorize=setup.vectorize, memory_format=setup.memory_format,
-            architectures=context.architectures,
-            downsample=context.downsample,
-        )
+            context, ClientData(self.arrays["train_x"], self.arrays["train_y"],
+                                setup.partition.train, setup.initial_weights),
+            self.device, vectorize=setup.vectorize)
         with gpu_memory_errors(self.gpu_share, index, "while warming up"):
             warm_up(self.runtime.model, context.info, context.training.optimizer, self.device)
         self.setup = setup
@@ -105,7 +103,7 @@ class ClientWorker:
     def reset(self) -> None:
         """Forget the current run (its data references, models and client states)."""
         self.setup = None
-        self.client_states, self.group_of = {}, {}
+        self.client_states, self.group_of, self.group_span = {}, {}, (0, 0)
         for name in ("algorithm", "arrays", "runtime"):
             self.__dict__.pop(name, None)
 
@@ -128,16 +126,22 @@ class ClientWorker:
                 "training_path_reason": self.runtime.path_reason,
                 **(self.gpu_share.describe() if self.gpu_share else {})}
 
-    def set_groups(self, clients: np.ndarray, groups: np.ndarray) -> None:
-        """The fixed client group of each client this worker holds."""
+    def set_groups(self, clients: np.ndarray, groups: np.ndarray) -> dict[str, object]:
+        """The fixed client group of each client this worker holds (a contiguous range of
+        groups: the worker merges them into subtrees of the fixed reduction tree); their
+        training rows go onto the worker's device for the run. Returns where the data lives."""
         self.group_of = dict(zip(clients.tolist(), groups.tolist(), strict=True))
+        self.group_span = (int(groups.min()), int(groups.max()) + 1) if len(groups) else (0, 0)
+        cap = data_cap_bytes(self.device, self.gpu_share.cap_bytes if self.gpu_share else None)
+        return self.runtime.hold(clients.tolist(), cap)
 
     def run_round(self, round_: int, message: dict[str, Any], clients: np.ndarray,
                   incoming: list[ray.ObjectRef] | None = None,
                   moves: np.ndarray | None = None, audit: bool = False) -> RoundReply:
         """Run the local work of this worker's sampled ``clients`` (ascending ids) in one
-        batch (per-client results do not depend on the batch), then reduce each client group
-        in client order.
+        batch (per-client results do not depend on the batch), reduce each client group in
+        client order, and merge the groups into the subtrees of the fixed reduction tree that
+        this worker holds (one partial per worker when its groups form an aligned block).
 
         ``incoming``: client states relayed to this worker after the previous round.
         ``moves``: rows (client, destination client, destination worker) for every client state
@@ -166,11 +170,12 @@ class ClientWorker:
             for kind, payload in result.upload.items():
                 if kind not in self.algorithm.evaluation_uploads:
                     bytes_up[kind] += payload_bytes(payload)
-        results = []
+        partials = {}
         for group, members in sorted(groups.items()):
             partial = self.algorithm.reduce([(c, by_client[c]) for c in members])
             if partial is not None:
-                results.append(GroupResult(group, partial))
+                partials[group] = partial
+        results = subtree_roots(partials, *self.group_span, self.algorithm.merge)
         columns = {"client": np.array(ids, dtype=np.int64)}
         if any(u.train_loss is not None for u in updates):
             columns["train_loss"] = np.array([np.nan if u.train_loss is None else u.train_loss
@@ -197,8 +202,8 @@ class ClientWorker:
             self.runtime, members, nonmembers, test_x, test_y)
 
     def snapshot_states(self) -> dict[int, Any]:
-        """Every client state held here (for a checkpoint)."""
-        return dict(self.client_states)
+        """Every client state held here (for a checkpoint), with device tensors on the host."""
+        return host_tree(dict(self.client_states))
 
     def restore_states(self, states: dict[int, Any]) -> int:
         """Replace the client states held here (after a restart or a rollback)."""
@@ -216,7 +221,7 @@ class ClientWorker:
                 self.client_states[destination] = leaving[client]
             else:
                 outgoing[worker][destination] = leaving[client]
-        return {worker: ray.put(states) for worker, states in outgoing.items()}
+        return {worker: ray.put(host_tree(states)) for worker, states in outgoing.items()}
 
     def receive_states(self, refs: list[ray.ObjectRef]) -> int:
         """Adopt client states relayed from other workers; returns how many arrived."""

@@ -29,7 +29,7 @@ from raysim.schema import OptimizerConfig
 from raysim.training.vectorized import train_vectorized
 from raysim.training.weights import FlatWeights, Weights
 
-JobResult = tuple[list[FlatWeights], list[np.ndarray | None], np.ndarray]
+JobResult = tuple[list[FlatWeights], list[torch.Tensor | None], np.ndarray]
 """New weights, momentum buffers and mean losses of a job's clients (as ``train_vectorized``)."""
 
 
@@ -39,7 +39,7 @@ class VectorizedJob:
 
     model: nn.Module
     weights: Sequence[Weights]
-    momentum: Sequence[np.ndarray | None]
+    momentum: Sequence[torch.Tensor | np.ndarray | None]
     inputs: torch.Tensor
     """(clients, samples, ...) local data."""
     targets: torch.Tensor

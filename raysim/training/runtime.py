@@ -13,12 +13,20 @@ from torch import nn
 
 from raysim.data.dataset import DataInfo, to_tensor
 from raysim.models import build_model
-from raysim.schema import OptimizerConfig, StrictModel, TrainingConfig
+from raysim.schema import OptimizerConfig, StrictModel
 from raysim.seeding import client_keys, seed_sequence, torch_generator
+from raysim.training.context import ClientData, RunContext
 from raysim.training.memory_format import M, place
 from raysim.training.merged_training import JobResult, VectorizedJob, train_jobs
-from raysim.training.vectorized import LOOP, VECTORIZED, choose_path
-from raysim.training.weights import Weights, as_tensor, get_weights, set_weights
+from raysim.training.resident_data import ResidentData
+from raysim.training.vectorized import LOOP, VECTORIZED, choose_path, plan_on_device
+from raysim.training.weights import (
+    Weights,
+    flat_state,
+    get_weights,
+    on_device,
+    set_weights,
+)
 
 
 @dataclass
@@ -94,10 +102,13 @@ def warm_up(model: nn.Module, info: DataInfo, config: OptimizerConfig, device: t
 
 
 def proximal_term(model: nn.Module, anchor: Weights, mu: float) -> Callable[[], torch.Tensor]:
-    """``() -> mu/2 * sum ||p - anchor_p||^2`` over the model's trainable parameters."""
+    """``() -> mu/2 * sum ||p - anchor_p||^2`` over the model's trainable parameters (the
+    anchor is put on the model's device once; views of it when it is there already)."""
     device = next(model.parameters()).device
-    pairs = [(param, as_tensor(anchor[name]).to(device))
-             for name, param in model.named_parameters() if param.requires_grad]
+    anchored = on_device(anchor, device)
+    entries = anchored.tensors()
+    pairs = [(param, entries[name]) for name, param in model.named_parameters()
+             if param.requires_grad]
 
     def term() -> torch.Tensor:
         return cast(torch.Tensor, 0.5 * mu * sum(((p - a) ** 2).sum() for p, a in pairs))
@@ -114,39 +125,57 @@ class ClientRuntime:
     shared by every algorithm.
     """
 
-    def __init__(self, *, seed: int, info: DataInfo, model_params: StrictModel,
-                 training: TrainingConfig, train_x: np.ndarray, train_y: np.ndarray,
-                 client_indices: list[np.ndarray], initial_weights: Weights,
-                 device: torch.device, vectorize: str = "auto", memory_format: str = "auto",
-                 architectures: tuple[StrictModel, ...] = (), downsample: tuple[int, ...] = ()):
-        self.seed = seed
-        self.info = info
-        self.training = training
-        self.train_x = train_x
-        self.train_y = train_y
-        self.client_indices = client_indices
-        self.initial_weights = initial_weights
+    def __init__(self, context: RunContext, data: ClientData, device: torch.device,
+                 vectorize: str = "auto"):
+        self.context = context
+        self.seed = context.seed
+        self.info = context.info
+        self.training = context.training
+        self.train_x = data.train_x
+        self.train_y = data.train_y
+        self.client_indices = data.client_indices
+        self.initial_weights = data.initial_weights
         self.device = device
-        self.memory_format = memory_format
+        self.memory_format = context.memory_format
         """``engine.memory_format`` for the per-client path's models (see ``place``)."""
-        self.architectures = architectures
-        self.downsample = downsample
+        self.architectures = context.architectures
+        self.downsample = context.downsample
+        self.resident: ResidentData | None = None
+        """The held clients' training rows on the device (:meth:`hold`), else None."""
         self.job_trainer: Callable[[list[VectorizedJob]], list[JobResult]] = train_jobs
         """Trains the vectorised path's jobs: alone, or with other runs' jobs on a shared
         worker (:class:`~raysim.training.merged_training.Rendezvous`)."""
-        self._model_params = model_params
+        self._model_params = context.model
         self._models: dict[str, nn.Module] = {}
-        self._initial: dict[str, Weights] = {model_params.model_dump_json(): initial_weights}
-        if len({a.model_dump_json() for a in architectures}) > 1 or any(
-                f > 1 for f in downsample):
+        self._initial: dict[str, Weights] = {context.model.model_dump_json():
+                                             data.initial_weights}
+        if len({a.model_dump_json() for a in self.architectures}) > 1 or any(
+                f > 1 for f in self.downsample):
             self.path, self.path_reason = LOOP, "clients differ in architecture or resolution"
         else:
-            self.path, self.path_reason = choose_path(self.model, training.optimizer, device,
-                                                      vectorize)
+            self.path, self.path_reason = choose_path(self.model, self.training.optimizer,
+                                                      device, vectorize)
         if self.path == VECTORIZED:  # torch.func's batched weights keep the default layout
             self.memory_format = "contiguous"
             for model in self._models.values():
                 model.to(memory_format=torch.contiguous_format)  # type: ignore[call-overload]
+
+    def hold(self, clients: Sequence[int], cap_bytes: int | None = None) -> dict[str, object]:
+        """Put the training rows of ``clients`` (the worker's) on the device for the run,
+        within ``cap_bytes`` (else they stay on the host, with a notice); returns where the
+        data lives (:meth:`ResidentData.describe`)."""
+        self.resident = None  # free the previous copy first
+        self.resident = ResidentData(self.train_x, self.train_y, self.client_indices, clients,
+                                     self.info, self.device, cap_bytes)
+        return self.resident.describe()
+
+    def gather(self, indices: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
+        """Training rows ``indices`` as normalised inputs and labels on the device: from the
+        resident copy when it holds them, else from the host arrays."""
+        if self.resident is not None and self.resident.holds(indices):
+            return self.resident.gather(indices)
+        x = to_tensor(self.train_x[indices], self.info).to(self.device)
+        return x, torch.from_numpy(self.train_y[indices]).to(self.device)
 
     @property
     def model(self) -> nn.Module:
@@ -190,9 +219,7 @@ class ClientRuntime:
 
     def client_data(self, client: int) -> tuple[torch.Tensor, torch.Tensor]:
         """A client's whole training set as normalised tensors on the worker's device."""
-        indices = self.client_indices[client]
-        x = to_tensor(self.train_x[indices], self.info).to(self.device)
-        y = torch.from_numpy(self.train_y[indices]).to(self.device)
+        x, y = self.gather(self.client_indices[client])
         return self.client_inputs(client, x), y
 
     def train_many(self, clients: Sequence[int], round_: int, weights: Sequence[Weights],
@@ -208,18 +235,31 @@ class ClientRuntime:
         if self.path == VECTORIZED:
             return self._train_vectorized(clients, round_, weights, optimizer_states, prox,
                                           steps_scale)
-        results = []
-        for client, start, optimizer_state in zip(clients, weights, optimizer_states, strict=True):
+        starts = self.on_device(weights)
+        anchor = (on_device(prox[0], self.device), prox[1]) if prox and prox[1] > 0 else None
+        results: list[tuple[Weights, TrainOutcome]] = []
+        for client, start, optimizer_state in zip(clients, starts, optimizer_states, strict=True):
             model = self.client_model(client)
             set_weights(model, start)
-            regularizer = proximal_term(model, *prox) if prox and prox[1] > 0 else None
+            regularizer = proximal_term(model, *anchor) if anchor else None
             outcome = self.train(model, client, round_, regularizer=regularizer,
                                  optimizer_state=optimizer_state, steps_scale=steps_scale)
-            results.append((get_weights(model), outcome))
+            results.append((flat_state(model), outcome))
         return results
+
+    def on_device(self, weights: Sequence[Weights]) -> list[Weights]:
+        """Each start on the worker's device as FlatWeights, a start shared by several clients
+        (the broadcast) converted once; weights of another layout (a client of another
+        architecture) are left as they are."""
+        converted: dict[int, Weights] = {}
+        for w in weights:
+            if id(w) not in converted:
+                converted[id(w)] = on_device(w, self.device)
+        return [converted[id(w)] for w in weights]
     def _train_vectorized(self, clients: Sequence[int], round_: int, weights: Sequence[Weights],
                           optimizer_states: Sequence[Any], prox: tuple[Weights, float] | None,
                           steps_scale: int) -> list[tuple[Weights, TrainOutcome]]:
+        weights = self.on_device(weights)
         sizes = np.array([len(self.client_indices[c]) for c in clients])
         steps = None if self.training.local_steps is None else self.training.local_steps * steps_scale
         groups: list[tuple[list[int], int, int]] = []
@@ -228,9 +268,9 @@ class ClientRuntime:
             members = np.flatnonzero(sizes == size)
             ids = np.asarray(clients)[members]
             index = np.stack([self.client_indices[c] for c in ids])
-            inputs = to_tensor(self.train_x[index.reshape(-1)], self.info)
-            inputs = inputs.reshape(len(ids), int(size), *inputs.shape[1:]).to(self.device)
-            targets = torch.from_numpy(self.train_y[index]).to(self.device)
+            inputs, targets = self.gather(index.reshape(-1))
+            inputs = inputs.reshape(len(ids), int(size), *inputs.shape[1:])
+            targets = targets.reshape(len(ids), int(size))
             plan = batch_plans(int(size), self.training.batch_size, self.training.epochs, steps,
                                self.seed, round_, ids)
             momentum = [None if optimizer_states[i] is None else optimizer_states[i]["momentum"]
@@ -293,8 +333,7 @@ class ClientRuntime:
                                                  np.array([client]), stream)]
         total_loss = torch.zeros((), device=self.device)
         seen = 0
-        for positions in plan:
-            index = torch.from_numpy(positions).to(self.device)
+        for positions, index in zip(plan, plan_on_device(plan, self.device), strict=True):
             inputs, targets = x[index], y[index]
             optimizer.zero_grad(set_to_none=True)
             loss = batch_loss(inputs, targets)

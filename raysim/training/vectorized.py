@@ -16,9 +16,14 @@ from torch import nn
 from torch.func import functional_call, grad_and_value, vmap
 
 from raysim.schema import OptimizerConfig
-from raysim.training.weights import FlatWeights, Layout, Weights, as_tensor, flat_vector
+from raysim.training.weights import FlatWeights, Layout, Weights, as_tensor, flat_tensor
 
 VECTORIZED, LOOP = "vectorized", "loop"
+CPU_VECTORIZE_MAX_PARAMETERS = 100_000
+"""Above this many parameters a dense model trains faster per client on a CPU: the batched
+call streams every client's copy of the weights through memory several times per step
+(measured on 2 CPUs, 50 clients x 4 samples: vmap 0.1-0.26x the loop's time up to 34 k
+parameters, 2.1-3.8x it from 280 k; ``experiments/benchmarks/data_plane.py``)."""
 
 
 def choose_path(model: nn.Module, optimizer: OptimizerConfig, device: torch.device,
@@ -40,25 +45,31 @@ def choose_path(model: nn.Module, optimizer: OptimizerConfig, device: torch.devi
         return VECTORIZED, "GPU: batched kernels beat a per-client loop"
     if has_conv:
         return LOOP, "convolutions on CPU: batched grouped convolutions are slower than a loop"
+    parameters = sum(p.numel() for p in model.parameters())
+    if parameters > CPU_VECTORIZE_MAX_PARAMETERS:
+        return LOOP, (f"dense model of {parameters} parameters on CPU: above "
+                      f"{CPU_VECTORIZE_MAX_PARAMETERS} a per-client loop moves less memory")
     return VECTORIZED, "small dense model on CPU: one batched call beats a per-client loop"
 
 
 def train_vectorized(
     model: nn.Module,
     weights: Sequence[Weights],
-    momentum: Sequence[np.ndarray | None],
+    momentum: Sequence[torch.Tensor | np.ndarray | None],
     inputs: torch.Tensor,
     targets: torch.Tensor,
     plan: Sequence[np.ndarray],
     optimizer: OptimizerConfig,
     prox: tuple[Weights, float] | None = None,
-) -> tuple[list[FlatWeights], list[np.ndarray | None], np.ndarray]:
+) -> tuple[list[FlatWeights], list[torch.Tensor | None], np.ndarray]:
     """Run the SGD steps of ``plan`` for all clients at once.
 
     ``inputs``/``targets`` hold each client's local data stacked as (clients, samples, ...);
     ``plan[k]`` is the (clients, batch) array of positions of step k. Clients are rows of one
-    (clients, parameters) matrix; matches ``torch.optim.SGD`` (momentum, no dampening, weight
-    decay) step for step. Returns the new weights (row views), flat momentum buffers and each
+    (clients, parameters) matrix on the inputs' device; matches ``torch.optim.SGD`` (momentum,
+    no dampening, weight decay) step for step. Clients that share one start (the broadcast)
+    are expanded from it on the device. Returns the new weights (FlatWeights whose vectors are
+    row views of the matrix, on the device), flat momentum buffers (device rows) and each
     client's sample-weighted mean training loss.
     """
     device = inputs.device
@@ -68,7 +79,8 @@ def train_vectorized(
                            [*model.named_parameters(), *model.named_buffers()])
     sizes = [int(np.prod(shape, dtype=np.int64)) for _, shape in layout]
     num_params = sum(sizes[: len(param_names)])
-    theta = torch.from_numpy(_stack_rows([flat_vector(w, layout) for w in weights])).to(device)
+    theta = _stack_rows([flat_tensor(w, layout, device) for w in _shared(weights, layout,
+                                                                          device)])
     views, offset = {}, 0
     for (name, shape), size in zip(layout, sizes, strict=True):
         views[name] = theta[:, offset:offset + size].view(count, *shape)
@@ -78,8 +90,7 @@ def train_vectorized(
     use_momentum = optimizer.momentum > 0
     velocity = None
     if use_momentum and all(m is not None for m in momentum):
-        velocity = torch.from_numpy(_stack_rows([m for m in momentum if m is not None])
-                                    ).to(device)
+        velocity = _stack_rows([as_tensor(m).to(device) for m in momentum if m is not None])
     anchor = None
     if prox is not None and prox[1] > 0:
         anchor = {n: as_tensor(prox[0][n]).to(device) for n in param_names}
@@ -98,8 +109,7 @@ def train_vectorized(
     loss_sum = torch.zeros(count, device=device)
     seen = 0
     model.train()
-    for positions in plan:
-        index = torch.from_numpy(positions).to(device)
+    for positions, index in zip(plan, plan_on_device(plan, device), strict=True):
         grads, (_, data_loss) = step_fn(params, buffers, inputs[rows, index], targets[rows, index])
         loss_sum += data_loss.detach() * positions.shape[1]
         seen += positions.shape[1]
@@ -112,16 +122,38 @@ def train_vectorized(
                     optimizer.momentum).add_(update)
                 update = velocity
             theta[:, :num_params].sub_(optimizer.lr * update)
-    theta_np = theta.cpu().numpy()
-    velocity_np = velocity.cpu().numpy() if velocity is not None else None
-    new_weights = [FlatWeights(theta_np[i], layout) for i in range(count)]
-    new_momentum = [velocity_np[i] if velocity_np is not None else None for i in range(count)]
+    new_weights = [FlatWeights(theta[i], layout) for i in range(count)]
+    new_momentum = [velocity[i] if velocity is not None else None for i in range(count)]
     return new_weights, new_momentum, (loss_sum / max(seen, 1)).cpu().numpy()
 
 
-def _stack_rows(rows: Sequence[np.ndarray]) -> np.ndarray:
-    """Stack per-client vectors into a fresh writable (clients, n) float32 matrix."""
+def plan_on_device(plan: Sequence[np.ndarray], device: torch.device) -> list[torch.Tensor]:
+    """A round's batch positions copied to the device in one transfer (one copy per step
+    would make every step wait for the previous one's kernels on a GPU)."""
+    if not plan:
+        return []
+    flat = torch.from_numpy(np.concatenate([np.asarray(p).reshape(-1) for p in plan])).to(device)
+    steps, start = [], 0
+    for positions in plan:
+        steps.append(flat[start:start + positions.size].view(positions.shape))
+        start += positions.size
+    return steps
+
+
+def _shared(weights: Sequence[Weights], layout: Layout, device: torch.device) -> list[Weights]:
+    """``weights`` with every repeated object (the broadcast every client starts from) put on
+    the device once."""
+    on_device: dict[int, Weights] = {}
+    for w in weights:
+        if id(w) not in on_device:
+            on_device[id(w)] = FlatWeights(flat_tensor(w, layout, device), layout)
+    return [on_device[id(w)] for w in weights]
+
+
+def _stack_rows(rows: list[torch.Tensor]) -> torch.Tensor:
+    """Stack per-client vectors into a fresh (clients, n) float32 matrix on their device; rows
+    that are one tensor (clients starting from the broadcast) are expanded from it there."""
     first = rows[0]
     if all(row is first for row in rows):
-        return np.repeat(first[None, :].astype(np.float32, copy=False), len(rows), axis=0)
-    return np.stack(rows).astype(np.float32, copy=False)
+        return first.to(torch.float32).unsqueeze(0).repeat(len(rows), 1)
+    return torch.stack(rows).to(torch.float32)

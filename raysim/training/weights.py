@@ -1,19 +1,34 @@
-"""Model weights as ``dict[str, numpy array]``: cheap to put into Ray's object store (zero-copy
-reads), independent of the device a worker trains on."""
+"""Model weights as raysim's algorithms and its training layer exchange them.
+
+Two forms, both read as a ``Mapping[str, numpy array]`` (:data:`Weights`):
+
+- a plain ``dict[str, np.ndarray]``: what crosses Ray's object store (the round's broadcast,
+  checkpoints, the server state); cheap to put there and zero-copy to read back;
+- :class:`FlatWeights`: a model's float32 state as **one flat torch tensor on the worker's
+  device** plus its layout, what the training layer returns for every trained client. Its
+  reductions (:class:`~raysim.algorithms.aggregators.WeightedSum`) and the vectorised trainer
+  use the tensor directly, so a client's weights never leave the device unless an algorithm
+  reads an entry as numpy (then the whole vector is copied to the host once, through
+  :func:`to_host`) or the weights are pickled (into the object store or a checkpoint).
+"""
 
 from __future__ import annotations
 
 import functools
 import math
 import warnings
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 import numpy as np
 import torch
 from torch import nn
 
-Weights = dict[str, np.ndarray]
+Weights = Mapping[str, np.ndarray]
+"""A model's state by entry name (see the module docstring for its two forms)."""
+
+Layout = tuple[tuple[str, tuple[int, ...]], ...]
+"""Names and shapes of the float32 entries held in a flat vector, in vector order."""
 
 
 def state_tensors(model: nn.Module) -> dict[str, torch.Tensor]:
@@ -26,7 +41,14 @@ def state_tensors(model: nn.Module) -> dict[str, torch.Tensor]:
     return cached
 
 
-def get_weights(model: nn.Module) -> Weights:
+def to_host(tensor: torch.Tensor) -> np.ndarray:
+    """The one place where weights on a device become host numpy (a copy for device tensors,
+    a view of CPU tensors). Tests count its calls: a round converts a constant number of
+    vectors per worker, not one per client."""
+    return tensor.detach().cpu().numpy()
+
+
+def get_weights(model: nn.Module) -> dict[str, np.ndarray]:
     """Copy a model's full state (parameters and buffers) to numpy arrays."""
     return {name: tensor.detach().cpu().numpy().copy()
             for name, tensor in state_tensors(model).items()}
@@ -38,15 +60,75 @@ warnings.filterwarnings("ignore", message="The given NumPy array is not writable
                         category=UserWarning)
 
 
-def as_tensor(array: np.ndarray) -> torch.Tensor:
-    """A CPU tensor sharing memory with ``array`` (also for read-only object-store arrays)."""
+def as_tensor(array: np.ndarray | torch.Tensor) -> torch.Tensor:
+    """A CPU tensor sharing memory with ``array`` (also for read-only object-store arrays);
+    tensors are returned as they are."""
+    if isinstance(array, torch.Tensor):
+        return array
     return torch.from_numpy(np.asarray(array))
 
 
-def set_weights(model: nn.Module, weights: Mapping[str, np.ndarray]) -> None:
-    """Load numpy weights into a model in place (copied onto the model's device)."""
+def is_flat_dtype(dtype: Any) -> bool:
+    """Whether entries of this (numpy or torch) dtype live in a flat float32 vector."""
+    return dtype in (np.float32, torch.float32) or str(dtype) == "float32"
+
+
+def layout_of(weights: Mapping[str, Any]) -> Layout:
+    """The float32 entries of ``weights`` (state order) as a flat layout."""
+    if isinstance(weights, FlatWeights):
+        return weights.layout
+    return tuple((name, tuple(value.shape)) for name, value in weights.items()
+                 if is_flat_dtype(value.dtype))
+
+
+def model_layout(model: nn.Module) -> Layout:
+    """The flat layout of a model's float32 state."""
+    return layout_of(state_tensors(model))
+
+
+def flat_state(model: nn.Module) -> FlatWeights:
+    """A copy of a model's state as :class:`FlatWeights` on the model's device (one
+    concatenation; entries that are not float32, such as BatchNorm's batch counter, are
+    copied to ``extras``)."""
+    tensors = state_tensors(model)
+    layout = model_layout(model)
     with torch.no_grad():
-        for name, tensor in state_tensors(model).items():
+        vector = torch.cat([tensors[name].detach().reshape(-1) for name, _ in layout])
+    extras = {name: tensor.detach().cpu().numpy().copy() for name, tensor in tensors.items()
+              if not is_flat_dtype(tensor.dtype)}
+    return FlatWeights(vector, layout, extras)
+
+
+def on_device(weights: Weights, device: torch.device) -> FlatWeights:
+    """``weights`` as FlatWeights whose vector is on ``device`` (no copy when it already is):
+    one host-to-device copy of a broadcast, shared by every client that starts from it."""
+    if isinstance(weights, FlatWeights) and isinstance(weights.vector, torch.Tensor) \
+            and weights.vector.device == device:
+        return weights
+    layout = layout_of(weights)
+    if isinstance(weights, FlatWeights):
+        vector = as_tensor(weights.vector)
+        extras = weights.extras
+    else:
+        vector = torch.cat([as_tensor(weights[name]).reshape(-1) for name, _ in layout]) \
+            if layout else torch.zeros(0)
+        extras = {name: np.asarray(value) for name, value in weights.items()
+                  if not is_flat_dtype(value.dtype)}
+    return FlatWeights(vector.to(device), layout, extras)
+
+
+def set_weights(model: nn.Module, weights: Weights) -> None:
+    """Load weights into a model in place (copied onto the model's device; from a device
+    FlatWeights without passing through the host)."""
+    tensors = state_tensors(model)
+    with torch.no_grad():
+        if isinstance(weights, FlatWeights) and isinstance(weights.vector, torch.Tensor):
+            for name, (start, stop, shape) in _offsets(weights.layout).items():
+                tensors[name].copy_(weights.vector[start:stop].view(shape))
+            for name, value in weights.extras.items():
+                tensors[name].copy_(as_tensor(value))
+            return
+        for name, tensor in tensors.items():
             tensor.copy_(as_tensor(weights[name]))
 
 
@@ -55,7 +137,7 @@ def payload_bytes(payload: Any) -> int:
     if isinstance(payload, np.ndarray):
         return int(payload.nbytes)
     if isinstance(payload, FlatWeights):
-        return int(payload.vector.nbytes)
+        return payload.nbytes
     if isinstance(payload, torch.Tensor):
         return int(payload.numel() * payload.element_size())
     if isinstance(payload, Mapping):
@@ -70,32 +152,62 @@ def payload_bytes(payload: Any) -> int:
     return 8
 
 
-Layout = tuple[tuple[str, tuple[int, ...]], ...]
-
-
 class FlatWeights(Mapping):
-    """A model's float32 state as one flat vector plus its layout, read as a Weights mapping.
+    """A model's float32 state as one flat vector (a torch tensor on the worker's device, or a
+    numpy array after crossing the object store) plus its layout; other entries in
+    ``extras``. Read as a Weights mapping: the first numpy read of an entry copies the whole
+    vector to the host once (:func:`to_host`); reductions and the trainers use ``vector``.
 
-    The vectorised trainer keeps many clients as rows of one matrix; handing each client a
-    row (a view) instead of a dict of arrays makes stacking and unstacking one operation per
-    round rather than one per client and tensor.
+    Pickling (Ray's object store, checkpoints) sends the vector as host numpy, so a worker's
+    partial or a relayed client state never carries a device tensor.
     """
 
-    __slots__ = ("layout", "vector")
+    __slots__ = ("_host", "extras", "layout", "vector")
 
-    def __init__(self, vector: np.ndarray, layout: Layout):
+    def __init__(self, vector: torch.Tensor | np.ndarray, layout: Layout,
+                 extras: Mapping[str, np.ndarray] | None = None):
         self.vector = vector
         self.layout = layout
+        self.extras = dict(extras or {})
+        self._host: np.ndarray | None = vector if isinstance(vector, np.ndarray) else None
+
+    @property
+    def host_vector(self) -> np.ndarray:
+        """The vector as host numpy (copied from the device once, then cached)."""
+        if self._host is None:
+            assert isinstance(self.vector, torch.Tensor)
+            self._host = to_host(self.vector)
+        return self._host
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of the state (vector and extras)."""
+        vector = (self.vector.numel() * self.vector.element_size()
+                  if isinstance(self.vector, torch.Tensor) else self.vector.nbytes)
+        return int(vector) + sum(int(v.nbytes) for v in self.extras.values())
+
+    def tensors(self) -> dict[str, torch.Tensor]:
+        """Every entry as a tensor: views of the vector (on its device) and the extras."""
+        vector = as_tensor(self.vector)
+        views = {name: vector[start:stop].view(shape)
+                 for name, (start, stop, shape) in _offsets(self.layout).items()}
+        return {**views, **{name: as_tensor(value) for name, value in self.extras.items()}}
 
     def __getitem__(self, name: str) -> np.ndarray:
+        if name in self.extras:
+            return self.extras[name]
         start, stop, shape = _offsets(self.layout)[name]
-        return self.vector[start:stop].reshape(shape)
+        return self.host_vector[start:stop].reshape(shape)
 
-    def __iter__(self):
-        return (name for name, _ in self.layout)
+    def __iter__(self) -> Iterator[str]:
+        yield from (name for name, _ in self.layout)
+        yield from self.extras
 
     def __len__(self) -> int:
-        return len(self.layout)
+        return len(self.layout) + len(self.extras)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (FlatWeights, (self.host_vector, self.layout, self.extras))
 
 
 @functools.lru_cache(maxsize=64)
@@ -108,9 +220,21 @@ def _offsets(layout: Layout) -> dict[str, tuple[int, int, tuple[int, ...]]]:
     return offsets
 
 
-def flat_vector(weights: Mapping[str, np.ndarray], layout: Layout) -> np.ndarray:
-    """The flat float32 vector of ``weights`` in ``layout`` order (no copy for FlatWeights)."""
+def flat_tensor(weights: Weights, layout: Layout, device: torch.device) -> torch.Tensor:
+    """The flat float32 vector of ``weights`` in ``layout`` order on ``device`` (no copy for
+    FlatWeights already there)."""
     if isinstance(weights, FlatWeights) and weights.layout == layout:
-        return weights.vector
-    return np.concatenate([np.asarray(weights[name], dtype=np.float32).ravel()
-                           for name, _ in layout])
+        return as_tensor(weights.vector).to(device)
+    return on_device({name: weights[name] for name, _ in layout}, device).vector  # type: ignore[return-value]
+
+
+def host_tree(value: Any) -> Any:
+    """``value`` with every torch tensor inside (dicts, lists, tuples) moved to the CPU, for
+    client states that leave their worker (relayed, checkpointed)."""
+    if isinstance(value, torch.Tensor):
+        return value.detach().cpu()
+    if isinstance(value, dict):
+        return {k: host_tree(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)) and not hasattr(value, "_fields"):
+        return type(value)(host_tree(v) for v in value)
+    return value

@@ -1,0 +1,86 @@
+"""A fixed binary summation tree over the client groups, split between workers and driver.
+
+Group g's partial is a leaf; node [a, b) (an aligned power-of-two block of groups) is the merge
+of its two halves, left first, and a half without any partial is skipped. The tree's shape
+depends only on the group ids, never on the workers: a worker that holds the contiguous groups
+[lo, hi) merges the maximal aligned blocks inside that range itself (:func:`subtree_roots`)
+and sends their roots (one when its range is an aligned block) in its one reply; the driver
+merges the roots it receives up to the root (:func:`combine`). Every merge happens at the same
+node whatever the number of workers, so 1 and N workers give the same bits.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+Span = tuple[int, int]
+"""[first group, stop) of a tree node."""
+Merge = Callable[[Any, Any], Any]
+
+
+@dataclass
+class Subtree:
+    """The merged partial of the groups of one tree node."""
+
+    span: Span
+    partial: Any
+
+
+def aligned_spans(lo: int, hi: int) -> list[Span]:
+    """The maximal aligned power-of-two blocks that tile [lo, hi), left to right."""
+    spans = []
+    while lo < hi:
+        width = lo & -lo if lo else 1 << (hi - lo).bit_length()
+        while width > hi - lo:
+            width //= 2
+        spans.append((lo, lo + width))
+        lo += width
+    return spans
+
+
+def reduce_span(partials: Mapping[int, Any], span: Span, merge: Merge) -> Any:
+    """The partial of tree node ``span`` from the group partials (None: no group has one)."""
+    lo, hi = span
+    if hi - lo == 1:
+        return partials.get(lo)
+    middle = (lo + hi) // 2
+    left = reduce_span(partials, (lo, middle), merge)
+    right = reduce_span(partials, (middle, hi), merge)
+    if left is None or right is None:
+        return right if left is None else left
+    return merge(left, right)
+
+
+def subtree_roots(partials: Mapping[int, Any], lo: int, hi: int, merge: Merge
+                  ) -> list[Subtree]:
+    """A worker's share of the tree: the roots of the aligned blocks of its groups [lo, hi)
+    that have a partial."""
+    roots = []
+    for span in aligned_spans(lo, hi):
+        partial = reduce_span(partials, span, merge)
+        if partial is not None:
+            roots.append(Subtree(span, partial))
+    return roots
+
+
+def combine(subtrees: Sequence[Subtree], merge: Merge) -> Any:
+    """The root of the tree from the workers' subtree roots (None when there are none)."""
+    if not subtrees:
+        return None
+    nodes = {s.span: s.partial for s in subtrees}
+    size = 1 << max(s.span[1] - 1 for s in subtrees).bit_length()
+
+    def node(lo: int, hi: int) -> Any:
+        if (lo, hi) in nodes:
+            return nodes[(lo, hi)]
+        if hi - lo == 1 or not any(lo <= a and b <= hi for a, b in nodes):
+            return None
+        middle = (lo + hi) // 2
+        left, right = node(lo, middle), node(middle, hi)
+        if left is None or right is None:
+            return right if left is None else left
+        return merge(left, right)
+
+    return node(0, max(size, 1))

@@ -1,0 +1,75 @@
+"""A worker's clients' training data, resident on the worker's device for the whole run.
+
+The rows of every client the worker holds are copied to its device once, as stored (uint8
+images, float32 tabular rows), and normalised on the device when a client's data is gathered
+(:func:`~raysim.data.dataset.normalise`, the same operations as on the host). Rows that would
+not fit the worker's memory cap stay on the host, with a notice, and are normalised there as
+before.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+
+import numpy as np
+import torch
+
+from raysim.data.dataset import DataInfo, normalise
+
+CAP_ENV = "RAYSIM_RESIDENT_DATA_CAP_BYTES"
+"""Overrides the cap (bytes) for tests: a tiny value forces the host fallback on any device."""
+DEVICE_SHARE = 0.5
+"""Share of a worker's GPU memory cap its resident data may take (the rest is for models,
+client states and activations)."""
+
+
+class ResidentData:
+    """Training rows of a set of clients on one device; :meth:`gather` returns a client's (or
+    several clients') normalised inputs and labels there."""
+
+    def __init__(self, train_x: np.ndarray, train_y: np.ndarray,
+                 client_indices: Sequence[np.ndarray], clients: Sequence[int], info: DataInfo,
+                 device: torch.device, cap_bytes: int | None):
+        rows = np.unique(np.concatenate([client_indices[c] for c in clients])) if len(
+            clients) else np.zeros(0, dtype=np.int64)
+        self.info = info
+        self.device = device
+        self.nbytes = int(train_x[:1].nbytes) * len(rows) + int(train_y[:1].nbytes) * len(rows)
+        override = os.environ.get(CAP_ENV)
+        cap = int(override) if override else cap_bytes
+        self.resident = cap is None or self.nbytes <= cap
+        self.notice = None if cap is None or self.resident else (
+            f"the training data of this worker's clients ({self.nbytes / 2**20:.1f} MiB) does "
+            f"not fit its device memory cap ({cap / 2**20:.1f} MiB for data): it stays on the "
+            "host and is copied to the device per client and round (slower, same numbers)")
+        self._position = np.full(len(train_y), -1, dtype=np.int64)
+        self._position[rows] = np.arange(len(rows))
+        if self.resident:
+            self.x = torch.from_numpy(np.ascontiguousarray(train_x[rows])).to(device)
+            self.y = torch.from_numpy(np.ascontiguousarray(train_y[rows])).to(device)
+
+    def holds(self, indices: np.ndarray) -> bool:
+        """Whether every row of ``indices`` is on the device."""
+        return self.resident and bool((self._position[indices] >= 0).all())
+
+    def gather(self, indices: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
+        """The rows ``indices`` (training-set positions) as normalised inputs and labels on
+        the device (call :meth:`holds` first)."""
+        local = torch.from_numpy(self._position[indices]).to(self.device)
+        return normalise(self.x[local], self.info), self.y[local]
+
+    def describe(self) -> dict[str, object]:
+        """Where the data lives, for the run's manifest."""
+        return {"data_on_device": self.resident, "data_mib": round(self.nbytes / 2**20, 2),
+                **({"data_notice": self.notice} if self.notice else {})}
+
+
+def data_cap_bytes(device: torch.device, gpu_cap_bytes: int | None) -> int | None:
+    """The cap for a worker's resident data: a share of its GPU memory cap on a GPU, none on
+    the CPU (the rows are in host memory either way)."""
+    if device.type != "cuda":
+        return None
+    if gpu_cap_bytes is None:
+        gpu_cap_bytes = torch.cuda.get_device_properties(device).total_memory
+    return int(DEVICE_SHARE * gpu_cap_bytes)

@@ -1,0 +1,198 @@
+"""The device data plane (issue #32): client weights stay torch tensors on the worker's device,
+a worker sends one partial (its subtrees of the fixed reduction tree), the server merges in
+place, the workers' clients' data is resident on the device (or on the host with a notice
+when it does not fit), and 1, 2, 3 or 4 workers give the same bits."""
+
+from __future__ import annotations
+
+import pickle
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+
+from raysim.algorithms import ALGORITHMS
+from raysim.algorithms.aggregators import WeightedSum, weighted_mean
+from raysim.config import parse_config
+from raysim.engine import worker as worker_module
+from raysim.engine.placement import assign_groups, client_groups
+from raysim.engine.reduction_tree import combine
+from raysim.engine.worker import ClientWorker, WorkerSetup
+from raysim.preparation import initial_weights, prepare, run_context
+from raysim.training import resident_data
+from raysim.training.weights import FlatWeights
+
+HIDDEN = [64]
+
+
+def _config(clients: int, vectorize: str, algorithm: str = "fedavg",
+            model: dict | None = None) -> Any:
+    return parse_config({
+        "name": "plane", "dataset": {"name": "breast-cancer"},
+        "partition": {"scheme": "iid", "num_clients": clients, "samples_per_client": 4},
+        "model": model or {"name": "mlp", "hidden": HIDDEN},
+        "algorithm": {"name": algorithm},
+        "training": {"rounds": 2, "local_steps": 2, "batch_size": 2,
+                     "optimizer": {"name": "sgd", "lr": 0.1, "momentum": 0.5}},
+        "engine": {"vectorize": vectorize, "client_groups": 16}, "seeds": [0]})
+
+
+def _workers(config: Any, num_workers: int, monkeypatch: pytest.MonkeyPatch
+             ) -> tuple[list[ClientWorker], np.ndarray, np.ndarray]:
+    """In-process ClientWorkers configured as the driver configures Ray actors, with their
+    groups placed as the driver places them."""
+    monkeypatch.setattr(worker_module, "pick_device", lambda: torch.device("cpu"))
+    monkeypatch.setattr(ClientWorker, "describe", lambda self: {})
+    dataset, partition = prepare(config, None)[0]
+    arrays = {"train_x": dataset.train_x, "train_y": dataset.train_y,
+              "test_x": dataset.test_x, "test_y": dataset.test_y}
+    setup = WorkerSetup(ALGORITHMS[config.algorithm.name], config.algorithm,
+                        run_context(config, dataset, 0, partition.num_clients), arrays,
+                        partition, initial_weights(config, dataset, 0), 64, threads=1,
+                        vectorize=config.engine.vectorize)
+    groups = client_groups(partition.num_clients, config.engine.client_groups)
+    owned = assign_groups([float(len(g)) for g in groups], num_workers)
+    group_of = np.concatenate([np.full(len(g), i) for i, g in enumerate(groups)])
+    worker_of = np.empty(partition.num_clients, dtype=np.int64)
+    for w, gs in enumerate(owned):
+        for g in gs:
+            worker_of[groups[g]] = w
+    workers = []
+    for w in range(num_workers):
+        worker = ClientWorker()
+        worker.configure(setup, w)
+        mine = np.flatnonzero(worker_of == w)
+        worker.set_groups(mine, group_of[mine])
+        workers.append(worker)
+    return workers, worker_of, group_of
+
+
+def _round(workers: list[ClientWorker], worker_of: np.ndarray, message: dict, round_: int,
+           clients: np.ndarray) -> tuple[Any, list[int]]:
+    """One round as the driver runs it: each worker's reply pickled (the object store), the
+    subtrees combined; returns the root and the number of partials per worker."""
+    replies = [pickle.loads(pickle.dumps(w.run_round(round_, message, clients[worker_of[
+        clients] == i]))) for i, w in enumerate(workers)]
+    algorithm = workers[0].algorithm
+    root = combine([s for r in replies for s in r.groups], algorithm.merge)
+    return root, [len(r.groups) for r in replies]
+
+
+@pytest.mark.parametrize("vectorize", ["never", "always"])
+def test_one_partial_per_worker_and_the_same_bits_for_1_to_4_workers(monkeypatch, vectorize):
+    config = _config(64, vectorize)
+    clients = np.arange(0, 64, 2)  # a sampled half of the clients
+    means = []
+    for num_workers in (1, 2, 3, 4):
+        workers, worker_of, _ = _workers(config, num_workers, monkeypatch)
+        message = {"model": workers[0].runtime.initial_weights}
+        root, partials = _round(workers, worker_of, message, 0, clients)
+        if num_workers in (1, 2, 4):  # aligned ranges: exactly one subtree per worker
+            assert partials == [1] * num_workers
+        else:  # unaligned ranges: a few subtrees, still in the worker's one reply
+            assert max(partials) <= 2 * 4
+        assert isinstance(root, WeightedSum)
+        means.append(root.mean())
+    for other in means[1:]:
+        for name in means[0]:
+            assert np.array_equal(means[0][name], other[name]), name
+
+
+def test_server_merge_adds_in_place_without_new_arrays():
+    models = [{"w": np.full(3, float(i), dtype=np.float32)} for i in range(4)]
+    first = WeightedSum.of(models[:2], [1.0, 1.0])
+    second = WeightedSum.of(models[2:], [1.0, 1.0])
+    storage = first.vector.data_ptr()
+    merged = first.merge(second)
+    assert merged is first and merged.vector.data_ptr() == storage
+    assert np.array_equal(weighted_mean([merged])["w"], np.full(3, 1.5, dtype=np.float32))
+
+
+@pytest.mark.parametrize("vectorize", ["never", "always"])
+def test_weights_cross_to_the_host_a_constant_number_of_times_per_worker_round(
+        monkeypatch, vectorize):
+    """A spy on every tensor -> numpy conversion of weight-sized tensors: one worker's FedAvg
+    round (local work, reduce, merge, its reply pickled for the object store) converts as
+    many for 64 clients as for 8, not one per client."""
+    counts = {}
+    original = torch.Tensor.numpy
+    parameters = sum(p.numel() for p in _model(_config(8, vectorize)).parameters())
+
+    def spy(self: torch.Tensor, *args: Any, **kwargs: Any) -> np.ndarray:
+        if self.numel() >= parameters:
+            counts["n"] = counts.get("n", 0) + 1
+        return original(self, *args, **kwargs)
+
+    conversions = []
+    for clients in (8, 64):
+        config = _config(clients, vectorize)
+        workers, worker_of, _ = _workers(config, 1, monkeypatch)
+        message = {"model": workers[0].runtime.initial_weights}
+        _round(workers, worker_of, message, 0, np.arange(clients))  # warm
+        counts.clear()
+        monkeypatch.setattr(torch.Tensor, "numpy", spy)
+        _round(workers, worker_of, message, 1, np.arange(clients))
+        monkeypatch.setattr(torch.Tensor, "numpy", original)
+        conversions.append(counts.get("n", 0))
+    assert conversions[0] == conversions[1] <= 2, conversions
+
+
+def _model(config: Any) -> torch.nn.Module:
+    from raysim.data import load_dataset
+    from raysim.models import build_model
+
+    return build_model(config.model, load_dataset(config.dataset).info)
+
+
+def test_trained_clients_are_device_tensors_that_pickle_as_numpy(monkeypatch):
+    config = _config(8, "never")
+    workers, _, _ = _workers(config, 1, monkeypatch)
+    runtime = workers[0].runtime
+    trained = runtime.train_many([0, 1], 0, [runtime.initial_weights] * 2, [None, None])
+    weights = trained[0][0]
+    assert isinstance(weights, FlatWeights) and isinstance(weights.vector, torch.Tensor)
+    assert weights.vector.device == runtime.device
+    restored = pickle.loads(pickle.dumps(weights))
+    assert isinstance(restored.vector, np.ndarray)
+    for name in weights:
+        assert np.array_equal(restored[name], weights[name])
+
+
+def test_client_data_is_resident_unless_it_exceeds_the_cap(monkeypatch):
+    config = _config(16, "never")
+    workers, _, _ = _workers(config, 2, monkeypatch)
+    runtime = workers[0].runtime
+    assert runtime.resident is not None and runtime.resident.resident
+    held = runtime.client_data(0)
+    host_x = runtime.train_x[runtime.client_indices[0]]
+    assert torch.equal(held[0], torch.from_numpy(host_x.astype(np.float32)))
+    baseline = [w.run_round(0, {"model": runtime.initial_weights}, np.arange(8) if i == 0
+                            else np.arange(8, 16)) for i, w in enumerate(workers)]
+
+    monkeypatch.setenv(resident_data.CAP_ENV, "16")  # bytes: nothing fits
+    capped, _, _ = _workers(config, 2, monkeypatch)
+    held_back = capped[0].runtime.resident
+    assert held_back is not None and not held_back.resident
+    assert "does not fit" in str(held_back.describe()["data_notice"])
+    replies = [w.run_round(0, {"model": runtime.initial_weights}, np.arange(8) if i == 0
+                           else np.arange(8, 16)) for i, w in enumerate(capped)]
+    for reply, base in zip(replies, baseline, strict=True):  # the same numbers either way
+        assert np.array_equal(reply.groups[0].partial.vector, base.groups[0].partial.vector)
+
+
+def test_image_data_is_normalised_on_the_device_as_on_the_host(monkeypatch):
+    config = parse_config({
+        "name": "plane", "dataset": {"name": "digits"},
+        "partition": {"scheme": "iid", "num_clients": 4, "samples_per_client": 6},
+        "model": {"name": "mlp", "hidden": [8]}, "algorithm": {"name": "fedavg"},
+        "training": {"rounds": 1}, "seeds": [0]})
+    workers, _, _ = _workers(config, 1, monkeypatch)
+    runtime = workers[0].runtime
+    from raysim.data.dataset import to_tensor
+
+    x, y = runtime.client_data(2)
+    indices = runtime.client_indices[2]
+    assert runtime.resident is not None and runtime.resident.x.dtype == torch.uint8
+    assert torch.equal(x, to_tensor(runtime.train_x[indices], runtime.info))
+    assert torch.equal(y, torch.from_numpy(runtime.train_y[indices]))
