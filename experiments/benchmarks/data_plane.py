@@ -16,10 +16,12 @@ In one invocation it measures
     one model per client, one SGD step, the client's state added in place to a float64 sum,
     the mean as the next global;
 
-and prints one JSON line with both and ``over_plain``.
+and prints one JSON line with both and ``over_plain``. With ``--repeats N`` the two alternate N
+times (this machine's speed drifts by tens of per cent between minutes) and the line gives the
+median of each and of the per-repeat ratios, and every repeat's figures.
 
     python experiments/benchmarks/data_plane.py [--rounds 40] [--clients 1000] [--per-round 100]
-        [--workers 2] [--threads 2] [--hidden 1024 1024]
+        [--workers 2] [--threads 2] [--hidden 1024 1024] [--repeats 1]
 """
 
 from __future__ import annotations
@@ -120,19 +122,26 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--hidden", type=int, nargs="+", default=[1024, 1024])
+    parser.add_argument("--repeats", type=int, default=1)
     args = parser.parse_args()
-    result: dict = {"workload": f"W4 fedavg mlp{args.hidden} synthetic {args.clients}x"
-                                f"{args.samples} {args.per_round}/round {args.rounds} rounds "
-                                f"{args.workers} workers"}
-    with tempfile.TemporaryDirectory() as scratch:
-        result.update(measure_raysim(args, Path(scratch)))
     import ray
 
-    ray.shutdown()
-    result["plain_rounds_per_s"] = measure_plain(args)
-    result["over_plain"] = result["raysim_rounds_per_s"] / result["plain_rounds_per_s"]
-    print(json.dumps({k: round(v, 3) if isinstance(v, float) else v for k, v in result.items()}),
-          flush=True)
+    repeats = []
+    for _ in range(args.repeats):
+        with tempfile.TemporaryDirectory() as scratch:
+            measured = measure_raysim(args, Path(scratch))
+        ray.shutdown()
+        measured["plain_rounds_per_s"] = measure_plain(args)
+        measured["over_plain"] = measured["raysim_rounds_per_s"] / measured["plain_rounds_per_s"]
+        repeats.append({k: round(v, 3) for k, v in measured.items()})
+    result: dict = {"workload": f"W4 fedavg mlp{args.hidden} synthetic {args.clients}x"
+                                f"{args.samples} {args.per_round}/round {args.rounds} rounds "
+                                f"{args.workers} workers", "repeats": args.repeats}
+    result.update({f"median_{k}": round(float(np.median([r[k] for r in repeats])), 3)
+                   for k in repeats[0]})
+    if args.repeats > 1:
+        result["each"] = repeats
+    print(json.dumps(result), flush=True)
 
 
 if __name__ == "__main__":
