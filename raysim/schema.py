@@ -153,7 +153,11 @@ class EngineConfig(StrictModel):
     num_workers: int = Field(2, ge=1)
     cpus_per_worker: float = Field(1.0, gt=0)
     gpus_per_worker: float = Field(0.0, ge=0)
-    address: str | None = Field(None, description="Ray address to join ('auto' for a cluster)")
+    address: str | None = Field(
+        None,
+        description="Ray cluster to join: host:port, or 'auto' for the cluster `ray start` "
+        "started on this machine; 'local' always starts a Ray of the invocation's own. Unset: "
+        "RAY_ADDRESS, else a running `ray start` cluster on this machine, else a local Ray")
     client_groups: int = Field(
         64,
         ge=1,

@@ -98,6 +98,10 @@ def running_cluster() -> ClusterInfo | None:
     return info
 
 
+RAY_TOKEN = Path.home() / ".ray" / "auth_token"
+"""Ray's authentication token, written by `ray start` and a local `ray.init`."""
+
+
 def join_environment() -> None:
     """Set what a driver needs to connect to the warm cluster: Ray's token authentication,
     which ``ray start`` enables (the token is in ``~/.ray/auth_token``). Ray reads it when it

@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 import math
 import os
+import socket
 import tempfile
 import time
 from collections.abc import Callable, Iterable, Iterator
@@ -177,16 +178,89 @@ _JOINED: ClusterInfo | None = None
 """The warm cluster this process joined instead of starting a local Ray."""
 
 
+RAY_CURRENT_CLUSTER = Path(tempfile.gettempdir()) / "ray" / "ray_current_cluster"
+"""Where `ray start` records the address of the cluster it started on this machine."""
+
+
+def cluster_to_join(configured: str | None) -> tuple[str, str] | None:
+    """The Ray cluster a run joins, with where its address came from, or None to start a
+    local Ray, following Ray's conventions: ``engine.address`` ("local" forces a local Ray,
+    "auto" is the `ray start` cluster on this machine), else ``RAY_ADDRESS``, else a live
+    cluster that `ray start` started on this machine (a stale record of a dead one is
+    ignored). The warm raysim cluster is found separately (``running_cluster``)."""
+    if configured == "local":
+        return None
+    if configured and configured != "auto":
+        return configured, "engine.address"
+    from_env = os.environ.get("RAY_ADDRESS", "").strip()
+    if from_env and from_env not in ("auto", "local"):
+        return from_env, "RAY_ADDRESS"
+    if from_env == "local":
+        return None
+    recorded = _recorded_cluster()
+    if recorded is not None and (running_cluster() is None or configured == "auto"):
+        return recorded, f"`ray start` on this machine, {RAY_CURRENT_CLUSTER}"
+    if configured == "auto" or from_env == "auto":
+        raise ConfigError(
+            "engine.address (or RAY_ADDRESS) is `auto`, but no running Ray cluster was found on "
+            f"this machine ({RAY_CURRENT_CLUSTER} is missing or names a cluster that does not "
+            "answer). Start one with `ray start --head`, give its address (host:port), or "
+            "leave engine.address unset to run on a Ray of this process's own.")
+    return None
+
+
+def _recorded_cluster() -> str | None:
+    """The address in `ray start`'s record on this machine when a cluster answers there."""
+    try:
+        address = RAY_CURRENT_CLUSTER.read_text().strip()
+    except OSError:
+        return None
+    return address if address and _answers(address) else None
+
+
+def _answers(address: str, timeout: float = 2.0) -> bool:
+    """Whether something accepts TCP connections at host:port (a Ray GCS would)."""
+    host, _, port = address.rpartition(":")
+    try:
+        with socket.create_connection((host or "127.0.0.1", int(port)), timeout=timeout):
+            return True
+    except (OSError, ValueError):
+        return False
+
+
+def _check_reachable(address: str, source: str) -> None:
+    """Fail fast, with one paragraph, on a host:port where nothing answers (``ray.init``
+    would retry for a minute)."""
+    if ":" in address and "://" not in address and not _answers(address):
+        raise ConfigError(_unreachable(address, source, "nothing accepts connections there"))
+
+
+def _unreachable(address: str, source: str, reason: str) -> str:
+    return (f"Cannot join the Ray cluster at {address} (from {source}): {reason}. Start the "
+            "cluster (`ray start --head --port=PORT` on its head node), correct the address "
+            "(host:port of the head's GCS), or run on a Ray of this process's own with "
+            "`--set engine.address=local` (or unset RAY_ADDRESS).")
+
+
 def _start_ray(config: ExperimentConfig, before_waiting: Callable[[], object] | None = None
                ) -> list[str]:
     """Join the configured cluster, or start a local Ray with the CPUs no other raysim
     invocation on this machine holds (waiting for enough of them, after ``before_waiting()``);
     returns notices."""
     global _SLOTS, _JOINED
-    if config.engine.address:
-        ray.init(address=config.engine.address, logging_level=logging.ERROR, log_to_driver=False)
-        return []
-    warm = running_cluster()
+    target = cluster_to_join(config.engine.address)
+    if target is not None:
+        address, source = target
+        _check_reachable(address, source)
+        try:
+            ray.init(address=address, logging_level=logging.ERROR, log_to_driver=False)
+        except (ConnectionError, RuntimeError, ValueError) as error:
+            raise ConfigError(_unreachable(address, source, str(error))) from None
+        resources = ray.cluster_resources()
+        return [f"Joined the Ray cluster at {address} ({source}): {resources.get('CPU', 0):g} "
+                f"CPUs, {resources.get('GPU', 0):g} GPUs on {len(ray.nodes())} node(s); "
+                "`engine.address: local` runs on a Ray of this process's own instead."]
+    warm = running_cluster() if config.engine.address != "local" else None
     if warm is not None:
         try:
             ray.init(address=warm.address, logging_level=logging.ERROR, log_to_driver=False)
@@ -212,8 +286,10 @@ def _start_ray(config: ExperimentConfig, before_waiting: Callable[[], object] | 
                 before_waiting()  # e.g. report a missing data file before a long wait
             held = _SLOTS.acquire(needed)
     with _preloading(WORKER_MODULES), _without_unused_ray_services():
-        ray.init(num_cpus=held, logging_level=logging.ERROR, log_to_driver=False,
-                 include_dashboard=False)
+        # address="local": a new Ray of this process's own, whatever RAY_ADDRESS or a
+        # stale /tmp/ray/ray_current_cluster of a dead cluster says
+        ray.init(address="local", num_cpus=held, logging_level=logging.ERROR,
+                 log_to_driver=False, include_dashboard=False)
     start_watchdog()  # removes what Ray leaves if this process is SIGKILLed
     if held < total:
         return [f"Another raysim invocation on this machine holds {total - held} of its {total} "
