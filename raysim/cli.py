@@ -156,6 +156,7 @@ def _execute(experiments: dict, args: argparse.Namespace, labels: dict | None = 
     """
     from raysim.engine.startup import (
         check_output,
+        check_run_root,
         latest_run_root,
         start_alongside,
         stop_local_ray,
@@ -167,6 +168,8 @@ def _execute(experiments: dict, args: argparse.Namespace, labels: dict | None = 
     elif resume is not None and not os.path.isdir(resume):
         raise RaysimError(f"Cannot resume {resume!r}: no such directory. Pass the results "
                           "directory that `raysim run` printed, or --resume alone for the latest.")
+    elif resume is not None:
+        check_run_root(resume)
     if resume is not None:
         print(f"resuming {resume}", file=sys.stderr)
     else:
@@ -243,7 +246,7 @@ def _import_summary_modules() -> tuple:
 
 def _validate(args: argparse.Namespace) -> int:
     from raysim.config import load_experiments
-    from raysim.errors import DataError
+    from raysim.errors import MissingDataError
     from raysim.preparation import prepare
 
     for label, config in load_experiments(args.config, args.overrides).items():
@@ -254,7 +257,7 @@ def _validate(args: argparse.Namespace) -> int:
         try:
             prepare(offline, args.data_root)
             checked = "data, partitions and method settings checked"
-        except DataError as error:
+        except MissingDataError as error:  # absent: skipped; present but broken: exit 2
             checked = f"data not checked: {str(error).split('. ')[0]}"
         print(f"{args.config}{' [' + label + ']' if label else ''}: valid "
               f"({config.algorithm.name} on {config.dataset.name}, "

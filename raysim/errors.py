@@ -18,6 +18,11 @@ class DataError(RaysimError):
     """A dataset file is missing, corrupt or cannot be downloaded."""
 
 
+class MissingDataError(DataError):
+    """A dataset file is absent (and downloading is off or failed); ``raysim validate`` skips
+    the data checks then, while a file that is present but broken is an error."""
+
+
 def field_error(field: str, value: object, allowed: str, fix: str | None = None) -> ConfigError:
     """Build a :class:`ConfigError` naming the field, the offending value and what is allowed."""
     message = f"Invalid config field `{field}` = {value!r}: {allowed}."

@@ -195,3 +195,33 @@ def test_checksums_of_unchanged_files_are_remembered_and_changed_files_read_agai
     path.write_bytes(b"second")  # a changed file (size and modification time) is read again
     os.utime(path, ns=(path.stat().st_atime_ns, path.stat().st_mtime_ns + 1))
     assert medmnist_io._file_md5(path) == second and reads == [1]
+
+
+# ----- issue #37, item 3 -----
+def test_validate_exits_2_on_a_present_but_broken_data_file_and_skips_an_absent_one(
+        capsys, tmp_path):
+    import numpy as np
+
+    path = write_medmnist_npz(tmp_path, "pneumoniamnist", n_train=40, n_test=20)
+    arrays = dict(np.load(path))
+    arrays["train_labels"] = np.concatenate([arrays["train_labels"]] * 2)  # 80 labels, 40 images
+    np.savez(path, **arrays)
+    broken = quickstart_raw(dataset={"name": "pneumoniamnist", "root": str(tmp_path),
+                                     "verify_checksum": False})
+    code, err = run_cli(capsys, tmp_path, broken)
+    assert code == 2 and "does not fit" in err and "Traceback" not in err
+    absent = quickstart_raw(dataset={"name": "breastmnist", "root": str(tmp_path),
+                                     "download": False})
+    code, _ = run_cli(capsys, tmp_path, absent)
+    assert code == 0  # an absent file is reported as not checked, not as an error
+
+
+def test_resume_into_a_directory_that_is_not_a_run_root_exits_2_and_writes_nothing(
+        capsys, tmp_path):
+    stranger = tmp_path / "notes"
+    stranger.mkdir()
+    (stranger / "todo.txt").write_text("not a run")
+    code, err = run_cli(capsys, tmp_path, quickstart_raw(training={"rounds": 1}),
+                        "--no-progress", "--resume", str(stranger), command="run")
+    assert code == 2 and "not a raysim run root" in err and "Traceback" not in err
+    assert [p.name for p in stranger.iterdir()] == ["todo.txt"]

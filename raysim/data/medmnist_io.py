@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from raysim.data.dataset import ArrayDataset, DataInfo
-from raysim.errors import ConfigError, DataError
+from raysim.errors import ConfigError, DataError, MissingDataError
 
 _SUPPORTED_TASKS = ("multi-class", "binary-class", "ordinal-regression")
 
@@ -116,7 +116,7 @@ def _fetch(path: Path, url: str, download: bool) -> None:
         f"holds it, or download it from {url}"
     )
     if not download:
-        raise DataError(f"MedMNIST file {path.name} is missing at {path} and downloading is off "
+        raise MissingDataError(f"MedMNIST file {path.name} is missing at {path} and downloading is off "
                         f"(dataset.download=false). {hint}.")
     path.parent.mkdir(parents=True, exist_ok=True)
     try:
@@ -126,7 +126,7 @@ def _fetch(path: Path, url: str, download: bool) -> None:
             shutil.copyfileobj(response, tmp)
         os.replace(tmp.name, path)
     except (urllib.error.URLError, OSError, TimeoutError) as exc:
-        raise DataError(
+        raise MissingDataError(
             f"MedMNIST file {path.name} is missing at {path} and could not be downloaded from "
             f"{url} ({exc}). If this machine is offline, {hint[0].lower() + hint[1:]} on a "
             "machine with internet access."

@@ -34,6 +34,7 @@ from raysim.engine.cluster import (
 from raysim.engine.cpu_slots import CpuSlots
 from raysim.engine.watchdog import start_watchdog
 from raysim.errors import ConfigError
+from raysim.results.manifest import MANIFEST
 
 
 @dataclass
@@ -371,6 +372,22 @@ def _check_writable(parent: Path) -> None:
             "writable directory with `--output DIR` (or set `output:` in the config)."
         ) from None
 
+
+
+def check_run_root(root: str | Path) -> None:
+    """Refuse to resume into a directory that is not a raysim run root: one holding files but
+    no run manifest (``[<variant>/]seed_<s>/manifest.json``) would get a new run written into
+    it. An empty directory is accepted (nothing in it can be lost)."""
+    path = Path(root)
+    if not any(path.iterdir()):
+        return
+    if any(path.glob(f"seed_*/{MANIFEST}")) or any(path.glob(f"*/seed_*/{MANIFEST}")):
+        return
+    raise ConfigError(
+        f"Cannot resume {str(path)!r}: it is not a raysim run root (it holds files but no run "
+        f"manifest, seed_<s>/{MANIFEST} or <variant>/seed_<s>/{MANIFEST}). Pass the results "
+        "directory that `raysim run` printed (results/<name>-<timestamp>), or --resume alone "
+        "for the latest run of this config; nothing was written.")
 
 
 def latest_run_root(config: ExperimentConfig, output: str | None) -> Path:
