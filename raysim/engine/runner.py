@@ -13,7 +13,6 @@ from typing import Any
 
 import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
-from tqdm import tqdm
 
 from raysim.algorithms import ALGORITHMS
 from raysim.config import ExperimentConfig, parse_config
@@ -21,6 +20,7 @@ from raysim.data import ArrayDataset, Partition
 from raysim.engine.cohorts import Cohort, RunKey, plan_cohorts
 from raysim.engine.driver import RunSpec
 from raysim.engine.pool import POOL, WorkerShape
+from raysim.engine.progress import RunProgress, labels_of
 from raysim.engine.startup import (  # noqa: F401 (latest_run_root: part of this module's API)
     Started,
     ensure_ray,
@@ -384,10 +384,8 @@ def _follow(queue: list[RunKey], start: Any, finish: Any, limit: int,
     to the run's progress; ``finish(key, succeeded)`` is called when a run ends. Returns
     (final row, error) per run."""
     group_of = group_of or {}
-    bars = {key: tqdm(total=rounds[key], desc=f"{key[0] + ' ' if key[0] else ''}seed {key[1]}",
-                      position=i, unit="round", disable=not show, dynamic_ncols=True,
-                      leave=True, mininterval=0.5)
-            for i, key in enumerate(queue)}
+    progress_view = RunProgress(labels_of(queue), dict(rounds), show)
+    started_at: dict[RunKey, float] = {}
     waiting = list(queue)
     active: dict[tuple[str, int], tuple[Any, Any]] = {}
     results: dict[tuple[str, int], tuple[dict[str, Any] | None, str | None]] = {}
@@ -401,19 +399,13 @@ def _follow(queue: list[RunKey], start: Any, finish: Any, limit: int,
     while waiting or active:
         while waiting and may_start(waiting[0]):
             key = waiting.pop(0)
+            started_at[key] = time.monotonic()
             active[key] = start(key)
         ready, _ = ray.wait([future for _, future in active.values()], timeout=0.5,
                             num_returns=len(active))
         for key, (progress, future) in list(active.items()):
-            try:
-                state = ray.get(progress.query(), timeout=5)
-                bar = bars[key]
-                bar.update(state["round"] - bar.n)
-                accuracy = state.get("accuracy", math.nan)
-                bar.set_postfix_str(state["status"] + (
-                    "" if math.isnan(accuracy) else f", acc {accuracy:.3f}"), refresh=False)
-            except ray.exceptions.RayError:
-                pass
+            with contextlib.suppress(ray.exceptions.RayError):
+                progress_view.update(key, ray.get(progress.query(), timeout=5))
             if future in ready:
                 try:
                     results[key] = (ray.get(future), None)
@@ -431,8 +423,8 @@ def _follow(queue: list[RunKey], start: Any, finish: Any, limit: int,
                     cause = getattr(error, "cause", None) or error
                     results[key] = (None, f"{type(cause).__name__}: {cause}")
                 finish(key, results[key][1] is None)
+                progress_view.finished(key, results[key][1],
+                                       time.monotonic() - started_at.get(key, time.monotonic()))
                 del active[key]
-    for bar in bars.values():
-        bar.refresh()
-        bar.close()
+    progress_view.close()
     return results
