@@ -11,6 +11,7 @@ from raysim.algorithms import ALGORITHMS
 from raysim.algorithms.base import RunContext
 from raysim.config import ExperimentConfig
 from raysim.data import ArrayDataset, Partition, load_dataset, make_partition
+from raysim.data.builtin import TABULAR_DATASETS
 from raysim.data.site_shift import apply_site_shift
 from raysim.errors import ConfigError
 from raysim.models import build_model
@@ -41,6 +42,7 @@ def prepare(config: ExperimentConfig, data_root: str | None
     client, if configured) and the model once: all input errors are raised here, before Ray
     starts. Returns (dataset, partition) per seed; seeds share one dataset object unless a
     site shift makes the images seed-specific."""
+    check_method_data(config)
     dataset = load_dataset(config.dataset, data_root)
     build_model(config.model, dataset.info)
     check_client_settings(config, dataset)
@@ -75,6 +77,21 @@ def _split_validation(partition: Partition, fraction: float, seed: int) -> Parti
             f"{'s' if largest != 1 else ''}, and each keeps at least one to train on). Use "
             "clients with at least two samples, or set evaluation.validation: 0.")
     return split
+
+
+def check_method_data(config: ExperimentConfig) -> None:
+    """One paragraph when the method cannot work on the dataset's kind of data (before any
+    data is loaded or downloaded)."""
+    algorithm_class = ALGORITHMS[config.algorithm.name]
+    reason = algorithm_class.needs_images
+    tabular = sorted(name for name, cls in ALGORITHMS.items() if cls.needs_images is None)
+    if reason is not None and config.dataset.name in TABULAR_DATASETS:
+        raise ConfigError(
+            f"Invalid combination: algorithm `{config.algorithm.name}` works on images only "
+            f"({reason}), and dataset `{config.dataset.name}` holds tabular feature vectors. "
+            f"It accepts digits and every MedMNIST 2D subset (pneumoniamnist, bloodmnist, ...). "
+            f"Pick one with `--set dataset.name=digits` (and an image model such as convnet), "
+            f"or a method that takes tabular data ({', '.join(tabular)}).")
 
 
 def check_client_settings(config: ExperimentConfig, dataset: ArrayDataset) -> None:

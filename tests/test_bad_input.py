@@ -225,3 +225,14 @@ def test_resume_into_a_directory_that_is_not_a_run_root_exits_2_and_writes_nothi
                         "--no-progress", "--resume", str(stranger), command="run")
     assert code == 2 and "not a raysim run root" in err and "Traceback" not in err
     assert [p.name for p in stranger.iterdir()] == ["todo.txt"]
+
+
+@pytest.mark.parametrize("algorithm", ["fedvck", "feddm", "mhpflid"])
+def test_a_method_that_needs_images_on_a_tabular_set_is_one_message(capsys, tmp_path, algorithm):
+    raw = quickstart_raw(algorithm={"name": algorithm})
+    raw["model"] = {"name": "convnet"}  # whatever the model, the data kind is the mismatch
+    code, err = run_cli(capsys, tmp_path, raw)
+    assert code == 2 and "Traceback" not in err
+    assert f"algorithm `{algorithm}` works on images only" in err
+    assert "breast-cancer" in err and "digits" in err and "fedavg" in err
+    assert err.count("error:") == 1

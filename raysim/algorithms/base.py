@@ -104,6 +104,9 @@ class Algorithm(ABC, Generic[ParamsT, StateT]):
     """Upload types that only feed the server's evaluation, not communication (not counted)."""
     heterogeneous: ClassVar[bool] = False
     """True when clients may run different architectures (``clients.architectures``)."""
+    needs_images: ClassVar[str | None] = None
+    """Why the method works on images only (None: it takes tabular data too); checked against
+    the dataset before anything is loaded."""
     server_holds_inputs: ClassVar[bool] = False
     """True when the server works on (unlabelled) training inputs, e.g. FedDF's public set:
     the driver then calls :meth:`attach_server_inputs` once before round 0."""

@@ -43,6 +43,9 @@ CondensedParamsT = TypeVar("CondensedParamsT", bound=CondensationParams)
 class CondensedKnowledgeAlgorithm(Algorithm[CondensedParamsT, dict[str, Any]]):
     """Base class: subclasses define the synthetic set sizes, the matching loss and extras."""
 
+    needs_images = ("it condenses each client's data into synthetic images matched in a "
+                    "ConvNet's embedding space")
+
     def __init__(self, params: CondensedParamsT, context: RunContext):
         super().__init__(params, context)
         probe = build_model(context.model, context.info)

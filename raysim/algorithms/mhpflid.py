@@ -58,6 +58,8 @@ class MHpFLID(Algorithm[MHpFLIDParams, Weights]):
     params_class = MHpFLIDParams
     personalized = True
     heterogeneous = True
+    needs_images = ("its clients' models from the heterogeneous zoo and the messenger are "
+                    "convolutional networks")
 
     def __init__(self, params: MHpFLIDParams, context: RunContext):
         super().__init__(params, context)

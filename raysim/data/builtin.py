@@ -7,6 +7,8 @@ import numpy as np
 from raysim.data.dataset import ArrayDataset, DataInfo
 
 BUILTIN_DATASETS = ("breast-cancer", "digits", "synthetic")
+TABULAR_DATASETS = ("breast-cancer", "synthetic")
+"""The built-in datasets of feature vectors; every other dataset holds images."""
 SYNTHETIC_SAMPLES = 50_000
 _TEST_FRACTION = 0.2
 _SPLIT_SEED = 0  # the split belongs to the dataset, not to the run: every seed sees the same test set
