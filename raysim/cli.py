@@ -107,9 +107,52 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+INVOCATION = "invocation.json"
+"""The options of the command that created a run root (``--resume`` reuses them)."""
+_REMEMBERED = {"run": ("variants", "overrides", "data_root"),
+               "sweep": ("grid", "seeds", "overrides", "data_root")}
+
+
+def _remember_invocation(args: argparse.Namespace) -> dict:
+    """What ``--resume`` needs to continue exactly this invocation's runs."""
+    return {"command": args.command, "config": os.path.abspath(args.config),
+            **{name: getattr(args, name) for name in _REMEMBERED[args.command]},
+            "output": args.output}
+
+
+def _recall_invocation(args: argparse.Namespace, root: str) -> None:
+    """Fill the options not given again from the run root's record of its first command
+    (``--variant``, ``--set``, ``--data-root``; a sweep's ``--grid`` and ``--seeds``)."""
+    import json
+
+    path = os.path.join(root, INVOCATION)
+    if not os.path.isfile(path):
+        return
+    with open(path) as handle:
+        stored = json.load(handle)
+    for name in _REMEMBERED[args.command]:
+        if not getattr(args, name) and stored.get(name):
+            setattr(args, name, stored[name])
+
+
+def _resume_root(args: argparse.Namespace) -> str | None:
+    """The run root ``--resume`` names (the latest of this config for a bare ``--resume``)."""
+    if args.resume != "latest":
+        return args.resume
+    from raysim.config import load_experiments
+    from raysim.engine.startup import latest_run_root
+
+    first = next(iter(load_experiments(args.config, args.overrides).values()))
+    return str(latest_run_root(first, args.output))
+
+
 def _run(args: argparse.Namespace) -> int:
     from raysim.config import load_experiments
 
+    if args.resume is not None:
+        args.resume = _resume_root(args)
+        if os.path.isdir(args.resume):
+            _recall_invocation(args, args.resume)
     experiments = load_experiments(args.config, args.overrides)
     unknown = [label for label in args.variants if label not in experiments]
     if unknown:
@@ -139,6 +182,9 @@ def _prestart_actors(experiments: dict) -> None:
 
 def _sweep(args: argparse.Namespace) -> int:
     from raysim.sweep import parse_grid, parse_seeds, sweep_experiments
+
+    if args.resume is not None and args.resume != "latest" and os.path.isdir(args.resume):
+        _recall_invocation(args, args.resume)
 
     seeds = parse_seeds(args.seeds) if args.seeds else None
     experiments, labels = sweep_experiments(args.config, parse_grid(args.grid), seeds,
@@ -184,10 +230,14 @@ def _execute(experiments: dict, args: argparse.Namespace, labels: dict | None = 
     closing_imports = ThreadPoolExecutor(1, thread_name_prefix="raysim-imports")
     closing_modules = closing_imports.submit(_import_summary_modules)
     closing_imports.shutdown(wait=False)
+    from raysim.engine.interrupt import STOP
+
     try:
-        outcomes = run_experiments(experiments, data_root=args.data_root, output=args.output,
-                                   progress=not args.no_progress, resume=resume, labels=labels,
-                                   started_at=_STARTED_AT, started=started)
+        with STOP.handling_signals():  # the first Ctrl-C stops at round boundaries
+            outcomes = run_experiments(experiments, data_root=args.data_root,
+                                       output=args.output, progress=not args.no_progress,
+                                       resume=resume, labels=labels, started_at=_STARTED_AT,
+                                       started=started, invocation=_remember_invocation(args))
     except BaseException:
         if started.owns_ray:  # (on a warm cluster: its idle actors stay warm for the next)
             stop_local_ray()
@@ -336,12 +386,28 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt as interrupt:
         root = getattr(interrupt, "root", None)
         where = f" in {root}" if root else " in the results directory"
-        config = getattr(args, "config", "CONFIG")
-        again = (f"; continue with `raysim {args.command} {config} --resume {root}` (the same "
-                 "config and --set options)" if root and args.command in ("run", "sweep") else "")
-        print(f"interrupted: rows written so far are kept{where} (runs marked "
-              f"`interrupted` in their manifest.json){again}.", file=sys.stderr)
+        again = (f"; continue exactly the interrupted work with `{_resume_command(args, root)}` "
+                 f"(or `raysim {args.command} {args.config} --resume {root}`: the root "
+                 "remembers the options)" if root and args.command in ("run", "sweep") else "")
+        print(f"interrupted: every completed round is written{where} (runs marked "
+              f"`interrupted` in their manifest.json, with a checkpoint of their last completed "
+              f"round after a first Ctrl-C){again}.", file=sys.stderr)
         return 130
+
+
+def _resume_command(args: argparse.Namespace, root: str) -> str:
+    """The command that continues an interrupted invocation, with every option it was given."""
+    import shlex
+
+    words = ["raysim", args.command, args.config, "--resume", root]
+    for name, flag in (("variants", "--variant"), ("grid", "--grid"), ("overrides", "--set")):
+        for value in getattr(args, name, None) or []:
+            words += [flag, value]
+    for name, flag in (("seeds", "--seeds"), ("data_root", "--data-root"),
+                       ("output", "--output")):
+        if getattr(args, name, None):
+            words += [flag, getattr(args, name)]
+    return shlex.join(words)
 
 
 def console_main() -> None:

@@ -25,7 +25,7 @@ def ray_session():
     """A local Ray instance with 4 logical CPUs and 1 logical GPU (for placement tests)."""
     import ray
 
-    ray.init(num_cpus=4, num_gpus=1, include_dashboard=False, logging_level="ERROR",
+    ray.init(address="local", num_cpus=4, num_gpus=1, include_dashboard=False, logging_level="ERROR",
              log_to_driver=False)
     yield ray
     ray.shutdown()

@@ -33,7 +33,7 @@ engine = threading.Thread(target=lambda: __import__("raysim.engine.runner"))
 engine.start()
 lean = sys.argv[1] == "without"
 with _without_unused_ray_services() if lean else contextlib.nullcontext():
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, logging_level="ERROR")
+    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False, logging_level="ERROR")
 ray_up = time.perf_counter()
 
 @ray.remote(num_cpus=0)

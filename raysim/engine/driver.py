@@ -24,6 +24,8 @@ from raysim.engine.round_callbacks import (
     DivergenceStop,
     EvaluationSchedule,
     MembershipAudit,
+    StopAtRoundBoundary,
+    StoppedAtRoundBoundary,
 )
 from raysim.engine.round_loop import Dispatch, Durable, LoopProgress, RoundCallback, RoundLoop
 from raysim.engine.server_evaluation import Evaluator
@@ -87,6 +89,8 @@ class Driver:
         self._progress: dict[str, Any] = {"round": 0, "rounds": spec.rounds, "status": "queued",
                                           "accuracy": math.nan}
         self._lock = threading.Lock()
+        self._stop = threading.Event()
+        """Set by :meth:`request_stop`: stop at the next round boundary."""
         self._loop_progress = LoopProgress(Durable(0, None, {}), recorded=0)
         self._recoveries: list[dict[str, Any]] = []
         validation_y = (None if setup.validation_index is None
@@ -100,6 +104,13 @@ class Driver:
         """Latest round, accuracy and status (callable while ``run`` is going)."""
         with self._lock:
             return dict(self._progress)
+
+    def request_stop(self) -> None:
+        """Stop at the next round boundary: the round in flight finishes and is recorded, then
+        the rows and a checkpoint are written and :meth:`run` returns ``{"interrupted": next
+        round}`` (callable while ``run`` is going)."""
+        self._stop.set()
+        self._set_progress(status="stopping")
 
     def _set_progress(self, **fields: Any) -> None:
         with self._lock:
@@ -122,6 +133,12 @@ class Driver:
                                 workers_ready_at=time.time())
                 self._set_progress(status="running")
                 final = self._round_loop(workers, sink, checkpoint)
+            except StoppedAtRoundBoundary as stopped:
+                sink.flush()
+                update_manifest(self.run_dir, status="interrupted", interrupted=time.time(),
+                                interrupted_before_round=stopped.next_round)
+                self._set_progress(status="interrupted")
+                return {"interrupted": stopped.next_round}
             except ray.exceptions.RayTaskError as error:
                 if isinstance(error.cause, RunError):  # a worker's clear message, not a bug
                     raise error.cause from None
@@ -251,7 +268,9 @@ class Driver:
                        DivergenceStop(self.run_dir),
                        MembershipAudit(spec.setup.membership_audit, spec.rounds),
                        Checkpointing(spec.engine.checkpoint_every, spec.rounds, self.run_dir,
-                                     context.seed, spec.engine.checkpoint_seconds)],
+                                     context.seed, spec.engine.checkpoint_seconds),
+                       StopAtRoundBoundary(self._stop.is_set, spec.rounds, self.run_dir,
+                                           context.seed)],
             report=self._set_progress)
         return loop.run()
 
@@ -285,6 +304,8 @@ class DriverHost:
 
     def __init__(self) -> None:
         self._drivers: dict[str, Driver] = {}
+        self._stops: set[str] = set()
+        """Runs asked to stop before their driver started here."""
 
     def run(self, spec: RunSpec, workers: list[Any]) -> dict[str, Any]:
         """Run one run on ``workers``; returns its final rounds row. Server-side work (e.g.
@@ -297,11 +318,22 @@ class DriverHost:
             torch.set_num_threads(engine.server_threads
                                   or max(1, math.floor(engine.cpus_per_worker)))
             driver = self._drivers[spec.run_dir] = Driver(spec, workers)
+            if spec.run_dir in self._stops:
+                driver.request_stop()
             return driver.run()
 
     def reset(self) -> None:
         """Forget the finished runs (before the host serves others)."""
-        self._drivers = {}
+        self._drivers, self._stops = {}, set()
+
+    def request_stop(self, run_dir: str) -> bool:
+        """Ask the run writing to ``run_dir`` to stop at its next round boundary (also before
+        its driver started here)."""
+        self._stops.add(run_dir)
+        driver = self._drivers.get(run_dir)
+        if driver is not None:
+            driver.request_stop()
+        return True
 
     def progress(self, run_dir: str) -> dict[str, Any]:
         """The progress of the run writing to ``run_dir`` (queued before it starts)."""

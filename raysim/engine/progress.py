@@ -87,13 +87,20 @@ class RunProgress:
             self._line(f"{self.labels[key]}: round {round_}/{self.rounds[key]}"
                        + "".join(f", {d}" for d in details[1:]))
 
-    def finished(self, key: Hashable, error: str | None, seconds: float | None = None) -> None:
-        """A run ended (``error``: why it failed)."""
+    def finished(self, key: Hashable, error: str | None, seconds: float | None = None,
+                 interrupted: int | None = None) -> None:
+        """A run ended (``error``: why it failed; ``interrupted``: it stopped on request before
+        this round, with a checkpoint)."""
         if self.terminal or not self.show:
             return
         took = "" if seconds is None else f" in {_duration(seconds)}"
-        self._line(f"{self.labels[key]}: " + (f"failed{took}: {error}" if error else
-                                              f"completed {self.rounds[key]} rounds{took}"))
+        if error:
+            text = f"failed{took}: {error}"
+        elif interrupted is not None:
+            text = f"stopped before round {interrupted}{took} (rows and checkpoint written)"
+        else:
+            text = f"completed {self.rounds[key]} rounds{took}"
+        self._line(f"{self.labels[key]}: {text}")
 
     def close(self) -> None:
         for bar in self.bars.values():

@@ -107,11 +107,48 @@ class Checkpointing(RoundCallback):
                 and next_round < self.rounds and self.clock() - self._last >= self.min_seconds)
 
     def with_idle_workers(self, loop: RoundLoop, outcome: RoundOutcome) -> None:
-        next_round = outcome.round + 1
-        loop.sink.flush()
-        client_states = loop.workers.snapshot_states() if loop.progress.stateful else {}
-        loop.progress.durable = Durable(next_round, outcome.state, client_states)
-        save_checkpoint(self.run_dir, Checkpoint(self.seed, next_round, outcome.state,
-                                                 client_states, loop.sink.next_part))
-        update_manifest(self.run_dir, checkpoint_round=next_round)
+        write_checkpoint(loop, outcome, self.run_dir, self.seed)
         self._last = self.clock()
+
+
+def write_checkpoint(loop: RoundLoop, outcome: RoundOutcome, run_dir: Path, seed: int) -> None:
+    """Flush the results, gather every client state (workers idle) and write a checkpoint of
+    the state after ``outcome``'s round, which becomes the durable state."""
+    next_round = outcome.round + 1
+    loop.sink.flush()
+    client_states = loop.workers.snapshot_states() if loop.progress.stateful else {}
+    loop.progress.durable = Durable(next_round, outcome.state, client_states)
+    save_checkpoint(run_dir, Checkpoint(seed, next_round, outcome.state, client_states,
+                                        loop.sink.next_part))
+    update_manifest(run_dir, checkpoint_round=next_round)
+
+
+class StoppedAtRoundBoundary(Exception):
+    """Raised by :class:`StopAtRoundBoundary` once the run's rows and checkpoint are written."""
+
+    def __init__(self, next_round: int):
+        super().__init__(f"stopped before round {next_round}")
+        self.next_round = next_round
+
+
+class StopAtRoundBoundary(RoundCallback):
+    """When ``requested()`` turns true: let the round in flight finish and be recorded, dispatch
+    no other, write the rows and a checkpoint of the last completed round, then end the loop
+    (:class:`StoppedAtRoundBoundary`). Replayed rounds (after a rollback) are not a boundary:
+    their rows exist already."""
+
+    def __init__(self, requested: Callable[[], bool], rounds: int, run_dir: Path, seed: int):
+        self.requested = requested
+        self.rounds = rounds
+        self.run_dir = run_dir
+        self.seed = seed
+
+    def needs_idle_workers(self, outcome: RoundOutcome) -> bool:
+        return (self.requested() and not outcome.replay and not outcome.stop
+                and outcome.round + 1 < self.rounds)
+
+    def with_idle_workers(self, loop: RoundLoop, outcome: RoundOutcome) -> None:
+        if not self.needs_idle_workers(outcome):
+            return
+        write_checkpoint(loop, outcome, self.run_dir, self.seed)
+        raise StoppedAtRoundBoundary(outcome.round + 1)

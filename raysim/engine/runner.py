@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import math
 import socket
 import sys
@@ -19,6 +20,7 @@ from raysim.config import ExperimentConfig, parse_config
 from raysim.data import ArrayDataset, Partition
 from raysim.engine.cohorts import Cohort, RunKey, plan_cohorts
 from raysim.engine.driver import RunSpec
+from raysim.engine.interrupt import STOP
 from raysim.engine.pool import POOL, WorkerShape
 from raysim.engine.progress import RunProgress, labels_of
 from raysim.engine.startup import (  # noqa: F401 (latest_run_root: part of this module's API)
@@ -64,7 +66,8 @@ def run_experiments(experiments: dict[str, ExperimentConfig], *, data_root: str 
                     resume: str | Path | None = None,
                     labels: dict[str, dict[str, Any]] | None = None,
                     started_at: float | None = None,
-                    started: Started | None = None) -> list[RunOutcome]:
+                    started: Started | None = None,
+                    invocation: dict[str, Any] | None = None) -> list[RunOutcome]:
     """Run every seed of every experiment (e.g. a method and its baselines) concurrently on
     one Ray cluster; results stream to Parquet under one root: ``<root>/<label>/seed_<s>``
     (``<root>/seed_<s>`` for the unlabelled experiment).
@@ -76,6 +79,8 @@ def run_experiments(experiments: dict[str, ExperimentConfig], *, data_root: str 
     every manifest records (``startup``; see :func:`startup_phases`).
     ``started``: Ray already started and the data prepared alongside it
     (:func:`raysim.engine.startup.start_alongside`, as ``raysim run`` does).
+    ``invocation``: the command's options, recorded in a new root's ``invocation.json`` (a
+    bare ``--resume`` reuses them).
     """
     phases = {"command_at": started_at or time.time(), "entered_at": time.time()}
     if started is not None:
@@ -86,6 +91,9 @@ def run_experiments(experiments: dict[str, ExperimentConfig], *, data_root: str 
         phases["prepared_at"] = time.time()
     first = next(iter(experiments.values()))
     root = (Path(resume) if resume is not None else new_run_root(first, output)).absolute()
+    if invocation is not None and not (root / "invocation.json").exists():
+        root.mkdir(parents=True, exist_ok=True)
+        (root / "invocation.json").write_text(json.dumps(invocation, indent=1))
     queue: list[tuple[str, int]] = [(label, seed) for label, config in experiments.items()
                                     for seed in config.seeds]
     run_dirs = {key: root / key[0] / f"seed_{key[1]}" if key[0] else root / f"seed_{key[1]}"
@@ -182,6 +190,8 @@ def run_experiments(experiments: dict[str, ExperimentConfig], *, data_root: str 
                     read_manifest(run_dirs[key]).get("status") in ("running", "queued"):
                 update_manifest(run_dirs[key], status="interrupted", interrupted=time.time())
         raise RunInterrupted(str(root)) from None
+    if STOP.requested:  # the runs that were going stopped at a round boundary
+        raise RunInterrupted(str(root))
     results.update({key: (final, None) for key, final in finished.items()})
     return [RunOutcome(key[1], run_dirs[key], *results[key]) for key in run_dirs]
 
@@ -210,6 +220,10 @@ class _Progress:
 
     def query(self) -> Any:
         return self.host.progress.remote(self.run_dir)
+
+    def stop(self) -> Any:
+        """Ask the run to stop at its next round boundary."""
+        return self.host.request_stop.remote(self.run_dir)
 
 
 def _leave_slot(run_dir: Path, workers: list[RunBoundWorker]) -> bool:
@@ -391,12 +405,19 @@ def _follow(queue: list[RunKey], start: Any, finish: Any, limit: int,
     results: dict[tuple[str, int], tuple[dict[str, Any] | None, str | None]] = {}
     restarts: dict[tuple[str, int], int] = {}
 
+    stopping = False
+
     def may_start(key: RunKey) -> bool:
         """Whether ``key`` may start now: its group is going, or another group fits."""
         groups = {group_of.get(k, k) for k in active}
         return group_of.get(key, key) in groups or len(groups) < limit
 
     while waiting or active:
+        if STOP.requested and not stopping:  # SIGINT/SIGTERM: stop at round boundaries
+            stopping = True
+            waiting.clear()  # not started: `--resume` starts them
+            for progress, _ in active.values():
+                progress.stop()
         while waiting and may_start(waiting[0]):
             key = waiting.pop(0)
             started_at[key] = time.monotonic()
@@ -423,8 +444,10 @@ def _follow(queue: list[RunKey], start: Any, finish: Any, limit: int,
                     cause = getattr(error, "cause", None) or error
                     results[key] = (None, f"{type(cause).__name__}: {cause}")
                 finish(key, results[key][1] is None)
+                final = results[key][0]
                 progress_view.finished(key, results[key][1],
-                                       time.monotonic() - started_at.get(key, time.monotonic()))
+                                       time.monotonic() - started_at.get(key, time.monotonic()),
+                                       interrupted=(final or {}).get("interrupted"))
                 del active[key]
     progress_view.close()
     return results

@@ -381,7 +381,8 @@ def check_run_root(root: str | Path) -> None:
     path = Path(root)
     if not any(path.iterdir()):
         return
-    if any(path.glob(f"seed_*/{MANIFEST}")) or any(path.glob(f"*/seed_*/{MANIFEST}")):
+    if (path / "invocation.json").is_file() or any(path.glob(f"seed_*/{MANIFEST}")) or any(
+            path.glob(f"*/seed_*/{MANIFEST}")):
         return
     raise ConfigError(
         f"Cannot resume {str(path)!r}: it is not a raysim run root (it holds files but no run "

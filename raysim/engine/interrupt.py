@@ -1,0 +1,60 @@
+"""Stopping an invocation without losing a round (issue #37): the first SIGINT or SIGTERM asks
+every running run to stop at its next round boundary, where it writes its rows and a checkpoint
+of the last completed round; runs not started yet stay unstarted (``--resume`` starts them). A
+second signal stops at once (``KeyboardInterrupt``), still losing nothing already written."""
+
+from __future__ import annotations
+
+import signal
+import sys
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from types import FrameType
+
+
+class StopRequest:
+    """Whether this invocation was asked to stop (set by :meth:`handling_signals`' handler, or
+    by :meth:`request` in tests)."""
+
+    def __init__(self) -> None:
+        self._event = threading.Event()
+
+    @property
+    def requested(self) -> bool:
+        return self._event.is_set()
+
+    def request(self) -> None:
+        self._event.set()
+
+    def clear(self) -> None:
+        self._event.clear()
+
+    @contextmanager
+    def handling_signals(self) -> Iterator[None]:
+        """While inside: the first SIGINT/SIGTERM requests a stop (with a line on stderr), the
+        next raises KeyboardInterrupt. Only in the main thread (elsewhere: nothing changes)."""
+        if threading.current_thread() is not threading.main_thread():
+            yield
+            return
+        self.clear()
+
+        def handler(signum: int, frame: FrameType | None) -> None:
+            if self.requested:
+                raise KeyboardInterrupt
+            self.request()
+            print(f"\n{signal.Signals(signum).name}: stopping at the next round boundary: every "
+                  "running run finishes its round in flight, writes its rows and a checkpoint; "
+                  "press Ctrl-C again to stop at once (rows already written are kept).",
+                  file=sys.stderr, flush=True)
+
+        previous = {s: signal.signal(s, handler) for s in (signal.SIGINT, signal.SIGTERM)}
+        try:
+            yield
+        finally:
+            for number, old in previous.items():
+                signal.signal(number, old)
+
+
+STOP = StopRequest()
+"""The invocation's stop request."""

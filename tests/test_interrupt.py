@@ -1,0 +1,92 @@
+"""Ctrl-C without loss (issue #37, item 2): the first SIGINT (or SIGTERM) stops every run at a
+round boundary with every completed round flushed and a checkpoint of the last one, marks the
+manifests `interrupted` and prints the command that continues exactly that work; `--resume`
+alone (the root remembers --set and --variant) then gives every round once and the tables of
+an uninterrupted run."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import threading
+
+import pytest
+import yaml
+from conftest import quickstart_raw
+from test_resilience import _same_metrics, _wait_for
+
+from raysim.cli import main
+from raysim.engine.checkpoint import CHECKPOINT_FILE, load_checkpoint
+from raysim.results import load
+from raysim.training.evaluation import METRICS
+
+ROUNDS = 60
+
+
+@pytest.mark.parametrize("algorithm, sent", [  # local: personal models as client state
+    ("fedavg", signal.SIGINT), ("local", signal.SIGINT), ("fedavg", signal.SIGTERM)])
+def test_first_signal_stops_at_a_round_boundary_and_resume_completes_the_same_run(
+        ray_session, tmp_path, algorithm, sent):
+    raw = quickstart_raw(training={"rounds": ROUNDS}, algorithm={"name": algorithm},
+                         seeds=[0], engine={"num_workers": 1, "cpus_per_worker": 1,
+                                            "flush_seconds": 600})  # rows only flushed on stop
+    config = tmp_path / "run.yaml"
+    config.write_text(yaml.safe_dump(raw))
+    output = tmp_path / "results"
+    override = "training.local_epochs=2"
+    process = subprocess.Popen(
+        [sys.executable, "-m", "raysim.cli", "run", str(config), "--output", str(output),
+         "--set", override], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    lines: list[str] = []
+    reader = threading.Thread(target=lambda: lines.extend(process.stderr), daemon=True)
+    reader.start()
+    try:
+        _wait_for(lambda: any("round " in line and "/60" in line for line in lines),
+                  timeout=180, what="no progress line")
+        process.send_signal(sent)
+        assert process.wait(timeout=120) == 130
+    finally:
+        if process.poll() is None:
+            process.kill()
+    reader.join(timeout=10)
+    text = "".join(lines)
+    assert "Traceback" not in text
+    run_dir = next(output.glob("*/seed_0"))
+    root = run_dir.parent
+    manifest = json.loads((run_dir / "manifest.json").read_text())
+    stopped = manifest["interrupted_before_round"]
+    assert manifest["status"] == "interrupted" and 0 < stopped < ROUNDS
+    assert load_checkpoint(run_dir).next_round == stopped  # the last completed round's state
+    assert (run_dir / CHECKPOINT_FILE).is_file()
+    assert load(run_dir)["round"].tolist() == list(range(stopped))  # every completed round
+    expected = f"raysim run {config} --resume {root} --set {override} --output {output}"
+    assert expected in text
+
+    assert main(["run", str(config), "--resume", str(root), "--no-progress"]) == 0
+    assert main(["run", str(config), "--output", str(tmp_path / "clean"), "--set", override,
+                 "--no-progress"]) == 0
+    clean = next((tmp_path / "clean").glob("*/seed_0"))
+    resumed = load(run_dir)
+    assert resumed["round"].tolist() == list(range(ROUNDS))
+    _same_metrics(resumed, load(clean), list(METRICS))
+    clients = load(run_dir, "clients")
+    assert not clients.duplicated(["round", "client"]).any()
+    _same_metrics(clients, load(clean, "clients"), ["round", "client", "train_loss"])
+    finished = json.loads((run_dir / "manifest.json").read_text())
+    assert finished["status"] == "completed" and finished["resumed_from"] == stopped
+
+
+def test_resume_remembers_the_variants_it_was_given(ray_session, tmp_path):
+    raw = quickstart_raw(training={"rounds": 2}, seeds=[0])
+    raw["variants"] = {"a": {}, "b": {"training.rounds": 3}}
+    config = tmp_path / "run.yaml"
+    config.write_text(yaml.safe_dump(raw))
+    output = tmp_path / "results"
+    assert main(["run", str(config), "--output", str(output), "--variant", "b",
+                 "--no-progress"]) == 0
+    root = next(output.iterdir())
+    assert json.loads((root / "invocation.json").read_text())["variants"] == ["b"]
+    assert main(["run", str(config), "--output", str(output), "--resume", "--no-progress"]) == 0
+    assert sorted(p.name for p in root.iterdir() if p.is_dir()) == ["b"]  # not variant a
