@@ -259,8 +259,10 @@ def _execute(experiments: dict, args: argparse.Namespace, labels: dict | None = 
         if first is not None:
             beside = (" (joined the warm cluster)" if first.get("joined") else
                       " (alongside imports and data)" if first["alongside"] else "")
-            lines.append(f"start-up: imports {first['imports']:.1f} s, data {first['data']:.1f} "
-                         f"s, Ray {first['ray']:.1f} s{beside}, workers "
+            waited = (f"waited {first['cpu_wait']:.1f} s for CPUs another raysim invocation "
+                      "held, " if first.get("cpu_wait", 0.0) >= 0.05 else "")
+            lines.append(f"start-up: {waited}imports {first['imports']:.1f} s, data "
+                         f"{first['data']:.1f} s, Ray {first['ray']:.1f} s{beside}, workers "
                          f"{first['workers']:.1f} s; first round dispatched "
                          f"{first['first_round']:.1f} s after the command")
         rounds = load(root, "rounds")

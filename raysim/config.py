@@ -85,14 +85,16 @@ class ClientsConfig(StrictModel):
 class ExperimentConfig(StrictModel):
     """One experiment: data, partition, model, algorithm, training, evaluation, seeds, engine."""
 
-    name: str = Field("experiment", pattern=r"^[A-Za-z0-9_.-]+$")
+    name: str = Field("experiment", pattern=r"^[A-Za-z0-9_.-]+$",
+                      description="letters, digits, _ . -; names the results directory")
     dataset: DatasetConfig
     partition: PartitionConfig = PartitionConfig()
     model: ModelParams
     algorithm: AlgorithmParams
     training: TrainingConfig = TrainingConfig()
     evaluation: EvaluationConfig = EvaluationConfig()
-    seeds: list[int] = Field([0], min_length=1)
+    seeds: list[int] = Field([0], min_length=1,
+                             description="run concurrently (as many at once as resources allow)")
     clients: ClientsConfig = ClientsConfig()
     engine: EngineConfig = EngineConfig()
     output: str = "results"

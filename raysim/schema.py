@@ -150,9 +150,13 @@ class EvaluationConfig(StrictModel):
 class EngineConfig(StrictModel):
     """Ray resources of one run."""
 
-    num_workers: int = Field(2, ge=1)
-    cpus_per_worker: float = Field(1.0, gt=0)
-    gpus_per_worker: float = Field(0.0, ge=0)
+    num_workers: int = Field(2, ge=1, description="ClientWorker actors per run")
+    cpus_per_worker: float = Field(1.0, gt=0,
+                                   description="also the torch thread count of a worker")
+    gpus_per_worker: float = Field(
+        0.0, ge=0, description="0.25 packs four workers per GPU, each capped to 1/4 of its "
+        "memory; on a cluster without any GPU the run goes on CPUs with a notice, while more "
+        "than any node's GPUs on a cluster with GPUs is an error (exit 2)")
     address: str | None = Field(
         None,
         description="Ray cluster to join: host:port, or 'auto' for the cluster `ray start` "

@@ -11,6 +11,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 
 import pytest
 import yaml
@@ -19,6 +20,7 @@ from test_resilience import _same_metrics, _wait_for
 
 from raysim.cli import main
 from raysim.engine.checkpoint import CHECKPOINT_FILE, load_checkpoint
+from raysim.engine.runner import startup_phases
 from raysim.results import load
 from raysim.training.evaluation import METRICS
 
@@ -64,7 +66,11 @@ def test_first_signal_stops_at_a_round_boundary_and_resume_completes_the_same_ru
     expected = f"raysim run {config} --resume {root} --set {override} --output {output}"
     assert expected in text
 
+    resuming = time.time()
     assert main(["run", str(config), "--resume", str(root), "--no-progress"]) == 0
+    took = time.time() - resuming
+    phases = startup_phases(json.loads((run_dir / "manifest.json").read_text()))
+    assert phases is not None and 0 < phases["first_round"] <= took  # the resuming command's
     assert main(["run", str(config), "--output", str(tmp_path / "clean"), "--set", override,
                  "--no-progress"]) == 0
     clean = next((tmp_path / "clean").glob("*/seed_0"))

@@ -14,7 +14,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "raysim"
 LAYERS = {  # higher imports lower or equal, never the other way
     "cli": 8, "__main__": 8,
     "sweep": 7, "engine": 7,
-    "config": 6, "preparation": 6,
+    "config": 6, "preparation": 6, "config_reference": 6,
     "algorithms": 5,
     "training": 4, "condensation": 4,
     "models": 3,

@@ -170,3 +170,15 @@ def test_every_cli_argument_has_help():
         for action in command._actions:
             if action.dest != "help":
                 assert action.help, f"raysim {name}: {action.option_strings or action.dest}"
+
+
+def test_a_wait_for_another_invocations_cpus_is_its_own_start_up_phase():
+    from raysim.engine.runner import startup_phases
+
+    manifest = {"startup": {"command_at": 0.0, "ray_started_at": 1.0, "prepared_at": 4.0,
+                            "ray_ready_at": 125.0, "cpu_wait_s": 119.0},
+                "workers_ready_at": 127.0, "first_dispatch_at": 128.0}
+    phases = startup_phases(manifest)
+    assert phases is not None
+    assert phases["cpu_wait"] == 119.0 and phases["ray"] == 5.0  # not "Ray 124 s"
+    assert phases["first_round"] == 128.0

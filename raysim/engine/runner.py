@@ -250,10 +250,11 @@ def startup_phases(manifest: dict[str, Any]) -> dict[str, float] | None:
     engine's imports), ``ray`` (start or join Ray), ``workers`` (from Ray and the data being
     ready to the run's workers being configured: process start, imports, model warm-up; near
     zero for pooled ones) and ``first_round`` (from the command to the first round's
-    dispatch); ``alongside`` is 1 when Ray started beside the imports and the data
-    (:func:`raysim.engine.startup.start_alongside`), else 0; ``joined`` is 1 when the
-    invocation joined a warm cluster (``raysim cluster start``), else 0. None for runs without the record
-    (e.g. resumed ones)."""
+    dispatch); ``cpu_wait`` is the time spent waiting for CPUs that another raysim invocation
+    held (not counted in ``ray``); ``alongside`` is 1 when Ray started beside the imports and
+    the data (:func:`raysim.engine.startup.start_alongside`), else 0; ``joined`` is 1 when the
+    invocation joined a warm cluster (``raysim cluster start``), else 0. A resumed run's record
+    is its resuming command's. None for runs without the record."""
     startup = manifest.get("startup")
     ready, dispatched = manifest.get("workers_ready_at"), manifest.get("first_dispatch_at")
     if not startup or ready is None or dispatched is None:
@@ -261,9 +262,10 @@ def startup_phases(manifest: dict[str, Any]) -> dict[str, float] | None:
     alongside = "ray_started_at" in startup
     entered = startup.get("ray_started_at", startup.get("entered_at", startup["command_at"]))
     ray_from = startup["ray_started_at"] if alongside else startup["prepared_at"]
+    cpu_wait = float(startup.get("cpu_wait_s", 0.0))
     return {"imports": entered - startup["command_at"],
             "data": startup["prepared_at"] - entered,
-            "ray": startup["ray_ready_at"] - ray_from,
+            "ray": startup["ray_ready_at"] - ray_from - cpu_wait, "cpu_wait": cpu_wait,
             "workers": ready - max(startup["ray_ready_at"], startup["prepared_at"]),
             "alongside": float(alongside), "joined": float(startup.get("joined", 0.0)),
             "first_round": dispatched - startup["command_at"]}
@@ -352,7 +354,9 @@ def _run_spec(config: ExperimentConfig, dataset: ArrayDataset, partition: Partit
         resumes = read_manifest(run_dir).get("resumes", [])
         update_manifest(run_dir, status="running", error=None, traceback=None,
                         resumes=[*resumes, {"at": time.time(), "host": socket.gethostname(),
-                                            "engine": config.engine.model_dump(mode="json")}])
+                                            "engine": config.engine.model_dump(mode="json")}],
+                        # start-up phases of the resuming command, not the first one's
+                        **({"startup": extra["startup"]} if "startup" in extra else {}))
     else:
         run_dir.mkdir(parents=True, exist_ok=True)  # (a resumed root may hold an empty one)
         partition.save(run_dir / "partition.parquet")

@@ -60,6 +60,7 @@ def start_alongside(experiments: Iterable[ExperimentConfig], load: Callable[[], 
     """
     phases = {"ray_started_at": time.time()}
     ray_was_running = ray.is_initialized()
+    CPU_WAIT[0] = 0.0
 
     def timed_load() -> tuple[Any, float]:
         return load(), time.time()
@@ -71,6 +72,7 @@ def start_alongside(experiments: Iterable[ExperimentConfig], load: Callable[[], 
             for config in experiments:
                 notices += [n for n in ensure_ray(config, loading.result) if n not in notices]
             phases["ray_ready_at"] = time.time()
+            phases["cpu_wait_s"] = CPU_WAIT[0]
             if _JOINED is not None:
                 phases["joined"] = 1.0
             if loading.done():
@@ -174,6 +176,10 @@ def _without_unused_ray_services() -> Iterator[None]:
 
 _SLOTS: CpuSlots | None = None
 """The machine's CPU slots this process holds while its local Ray runs."""
+
+CPU_WAIT = [0.0]
+"""Seconds this process waited for CPUs another raysim invocation held (a start-up phase of
+its own, not Ray's start)."""
 
 _JOINED: ClusterInfo | None = None
 """The warm cluster this process joined instead of starting a local Ray."""
@@ -285,7 +291,9 @@ def _start_ray(config: ExperimentConfig, before_waiting: Callable[[], object] | 
         except TimeoutError:
             if before_waiting is not None:
                 before_waiting()  # e.g. report a missing data file before a long wait
+            waiting_since = time.time()
             held = _SLOTS.acquire(needed)
+            CPU_WAIT[0] += time.time() - waiting_since
     with _preloading(WORKER_MODULES), _without_unused_ray_services():
         # address="local": a new Ray of this process's own, whatever RAY_ADDRESS or a
         # stale /tmp/ray/ray_current_cluster of a dead cluster says
