@@ -268,7 +268,9 @@ def _execute(experiments: dict, args: argparse.Namespace, labels: dict | None = 
         rounds = load(root, "rounds")
         if not rounds.empty and rounds["accuracy"].notna().any():
             lines.append(format_summary(summary_table(rounds)))
-            lines.append(f"learning curves: {report(root)[1]}")
+            curves = report(root)[1]
+            lines.append(f"learning curves: {curves}")
+            _attach_curves(outcomes, experiments, curves)
         return lines
 
     # the summary and the learning-curve plot are made while Ray shuts down
@@ -395,6 +397,22 @@ def main(argv: Sequence[str] | None = None) -> int:
               f"`interrupted` in their manifest.json, with a checkpoint of their last completed "
               f"round after a first Ctrl-C){again}.", file=sys.stderr)
         return 130
+
+
+def _attach_curves(outcomes: list, experiments: dict, curves: str) -> None:
+    """The learning-curve PNG as an artifact of every run's MLflow run (``logging.mlflow``)."""
+    from pathlib import Path
+
+    from raysim.results.live import log_artifact
+    from raysim.results.manifest import read_manifest
+
+    for outcome in outcomes:
+        run_id = read_manifest(outcome.run_dir).get("mlflow_run_id")
+        label = outcome.run_dir.parent.name if outcome.run_dir.parent.name in experiments else ""
+        config = experiments.get(label) or next(iter(experiments.values()))
+        if run_id and config.logging.mlflow:
+            root = outcome.run_dir.parent.parent if label else outcome.run_dir.parent
+            log_artifact(config.logging, root, run_id, Path(curves))
 
 
 def _resume_command(args: argparse.Namespace, root: str) -> str:

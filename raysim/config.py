@@ -19,6 +19,7 @@ from raysim.schema import (
     DatasetConfig,
     EngineConfig,
     EvaluationConfig,
+    LoggingConfig,
     PartitionConfig,
     StrictModel,
     TrainingConfig,
@@ -97,6 +98,7 @@ class ExperimentConfig(StrictModel):
                              description="run concurrently (as many at once as resources allow)")
     clients: ClientsConfig = ClientsConfig()
     engine: EngineConfig = EngineConfig()
+    logging: LoggingConfig = LoggingConfig()
     output: str = "results"
 
     @model_validator(mode="after")

@@ -15,6 +15,7 @@ from raysim.data.builtin import TABULAR_DATASETS
 from raysim.data.site_shift import apply_site_shift
 from raysim.errors import ConfigError
 from raysim.models import build_model
+from raysim.results.live import check_available
 from raysim.seeding import torch_generator
 from raysim.training.weights import get_weights
 
@@ -43,6 +44,7 @@ def prepare(config: ExperimentConfig, data_root: str | None
     starts. Returns (dataset, partition) per seed; seeds share one dataset object unless a
     site shift makes the images seed-specific."""
     check_method_data(config)
+    check_available(config.logging)
     dataset = load_dataset(config.dataset, data_root)
     build_model(config.model, dataset.info)
     check_client_settings(config, dataset)

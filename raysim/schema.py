@@ -147,6 +147,20 @@ class EvaluationConfig(StrictModel):
         "round of best validation accuracy")
 
 
+class LoggingConfig(StrictModel):
+    """Live metrics where researchers already look, beside the Parquet files (which stay the
+    source of truth)."""
+
+    tensorboard: str | None = Field(
+        None, description="directory of TensorBoard event files: one run per seed and variant "
+        "(`pip install -e '.[tensorboard]'`)")
+    mlflow: str | None = Field(
+        None, description="MLflow tracking URI, or `local` for a SQLite store in the results "
+        "root (MLflow 3 retired its file store): one MLflow run per seed and variant with the "
+        "config as parameters, every evaluated round, the final summary and the learning "
+        "curves (`pip install -e '.[mlflow]'`)")
+
+
 class EngineConfig(StrictModel):
     """Ray resources of one run."""
 

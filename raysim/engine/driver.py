@@ -8,7 +8,7 @@ import threading
 import time
 import traceback
 from collections import defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +23,7 @@ from raysim.engine.round_callbacks import (
     Checkpointing,
     DivergenceStop,
     EvaluationSchedule,
+    LiveMetrics,
     MembershipAudit,
     StopAtRoundBoundary,
     StoppedAtRoundBoundary,
@@ -31,9 +32,10 @@ from raysim.engine.round_loop import Dispatch, Durable, LoopProgress, RoundCallb
 from raysim.engine.server_evaluation import Evaluator
 from raysim.engine.worker import WorkerSetup
 from raysim.errors import DivergenceError, RunError, WorkerFailureError
+from raysim.results.live import MetricStreams
 from raysim.results.manifest import update_manifest
 from raysim.results.sink import ParquetSink
-from raysim.schema import EngineConfig, EvaluationConfig
+from raysim.schema import EngineConfig, EvaluationConfig, LoggingConfig
 
 _RESTART_TIMEOUT = 300.0  # seconds to wait for Ray to restart a dead worker
 
@@ -52,6 +54,12 @@ class RunSpec:
     """Continue from the run directory's checkpoint (or from round 0 without one)."""
     client_test_shares: tuple[np.ndarray, ...] = ()
     """Each client's test share (also for pooled runs, whose one client holds all data)."""
+    logging: LoggingConfig = field(default_factory=LoggingConfig)
+    """Live metrics beside the Parquet files (TensorBoard, MLflow)."""
+    live_names: tuple[str, str, str] = ("", "", "")
+    """(results root, experiment name, run name) for the live metrics."""
+    params: dict[str, Any] = field(default_factory=dict)
+    """The run's config (MLflow parameters)."""
 
 
 @dataclass(frozen=True)
@@ -90,6 +98,7 @@ class Driver:
                                           "accuracy": math.nan}
         self._lock = threading.Lock()
         self._stop = threading.Event()
+        self._streams: MetricStreams | None = None
         """Set by :meth:`request_stop`: stop at the next round boundary."""
         self._loop_progress = LoopProgress(Durable(0, None, {}), recorded=0)
         self._recoveries: list[dict[str, Any]] = []
@@ -125,6 +134,7 @@ class Driver:
         sink = ParquetSink(self.run_dir, self.spec.engine.flush_seconds)
         update_manifest(self.run_dir, driver={"pid": os.getpid(),
                                               "node_id": ray.get_runtime_context().get_node_id()})
+        self._streams = self._open_streams()
         try:
             self._set_progress(status="waiting for resources")
             workers = self.workers
@@ -138,6 +148,7 @@ class Driver:
                 update_manifest(self.run_dir, status="interrupted", interrupted=time.time(),
                                 interrupted_before_round=stopped.next_round)
                 self._set_progress(status="interrupted")
+                self._finish_streams({}, "interrupted")
                 return {"interrupted": stopped.next_round}
             except ray.exceptions.RayTaskError as error:
                 if isinstance(error.cause, RunError):  # a worker's clear message, not a bug
@@ -147,6 +158,7 @@ class Driver:
             remove_checkpoint(self.run_dir)
             update_manifest(self.run_dir, status="completed", finished=time.time())
             self._set_progress(status="done")
+            self._finish_streams(final, "completed")
             return final
         except BaseException as exc:
             sink.flush()
@@ -155,7 +167,28 @@ class Driver:
                             finished=time.time(), error=f"{type(exc).__name__}: {exc}",
                             traceback=traceback.format_exc())
             self._set_progress(status="failed")
+            self._finish_streams({}, "failed")
             raise
+
+    # ----- live metrics -----
+    def _open_streams(self) -> MetricStreams | None:
+        """TensorBoard and MLflow writers of this run when ``logging:`` asks for them (a
+        resumed run continues its MLflow run)."""
+        logging = self.spec.logging
+        if logging.tensorboard is None and logging.mlflow is None:
+            return None
+        from raysim.results.manifest import read_manifest
+
+        root, experiment, run_name = self.spec.live_names
+        streams = MetricStreams(logging, Path(root), experiment, run_name, self.spec.params,
+                                read_manifest(self.run_dir).get("mlflow_run_id"))
+        if streams.run_id is not None:
+            update_manifest(self.run_dir, mlflow_run_id=streams.run_id)
+        return streams
+
+    def _finish_streams(self, final: dict[str, Any], status: str) -> None:
+        if self._streams is not None:
+            self._streams.finish(final, status)
 
     # ----- setup -----
     def _configure(self, workers: list[Any]) -> list[dict[str, Any]]:
@@ -270,7 +303,8 @@ class Driver:
                        Checkpointing(spec.engine.checkpoint_every, spec.rounds, self.run_dir,
                                      context.seed, spec.engine.checkpoint_seconds),
                        StopAtRoundBoundary(self._stop.is_set, spec.rounds, self.run_dir,
-                                           context.seed)],
+                                           context.seed),
+                       *([LiveMetrics(self._streams)] if self._streams else [])],
             report=self._set_progress)
         return loop.run()
 

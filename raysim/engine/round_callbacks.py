@@ -152,3 +152,14 @@ class StopAtRoundBoundary(RoundCallback):
             return
         write_checkpoint(loop, outcome, self.run_dir, self.seed)
         raise StoppedAtRoundBoundary(outcome.round + 1)
+
+
+class LiveMetrics(RoundCallback):
+    """Streams every recorded round's metrics to TensorBoard and MLflow
+    (:class:`~raysim.results.live.MetricStreams`); replayed rounds are not sent twice."""
+
+    def __init__(self, streams: Any):
+        self.streams = streams
+
+    def after_record(self, loop: RoundLoop, outcome: RoundOutcome) -> None:
+        self.streams.log_round(outcome.round, outcome.metrics)

@@ -33,6 +33,7 @@ from raysim.engine.worker import WorkerSetup
 from raysim.engine.worker_host import RunBoundWorker
 from raysim.errors import ConfigError, RunInterrupted
 from raysim.preparation import initial_weights, pooled, prepare, run_context
+from raysim.results.live import prepare_store
 from raysim.results.load import load
 from raysim.results.manifest import (
     MANIFEST,
@@ -94,6 +95,10 @@ def run_experiments(experiments: dict[str, ExperimentConfig], *, data_root: str 
     if invocation is not None and not (root / "invocation.json").exists():
         root.mkdir(parents=True, exist_ok=True)
         (root / "invocation.json").write_text(json.dumps(invocation, indent=1))
+    for config in experiments.values():
+        if config.logging.mlflow is not None:
+            root.mkdir(parents=True, exist_ok=True)
+            prepare_store(config.logging, root, [config.name])
     queue: list[tuple[str, int]] = [(label, seed) for label, config in experiments.items()
                                     for seed in config.seeds]
     run_dirs = {key: root / key[0] / f"seed_{key[1]}" if key[0] else root / f"seed_{key[1]}"
@@ -143,7 +148,7 @@ def run_experiments(experiments: dict[str, ExperimentConfig], *, data_root: str 
             arrays[dataset_key] = {name: ray.put(getattr(dataset, name))
                                    for name in ("train_x", "train_y", "test_x", "test_y")}
         spec = _run_spec(config, dataset, partition, seed, arrays[dataset_key], run_dirs[key],
-                         notices, {**(labels or {}).get(label, {}), "startup": phases})
+                         notices, {**(labels or {}).get(label, {}), "startup": phases}, root)
         restarted = borrowed.get(key)
         shape, workers = restarted[:2] if restarted else run_workers(key)
         cohort = cohorts.get(key)
@@ -345,7 +350,7 @@ def _concurrent_runs(configs: Any) -> int:
 
 def _run_spec(config: ExperimentConfig, dataset: ArrayDataset, partition: Partition,
               seed: int, arrays: dict[str, Any], run_dir: Path, notices: list[str],
-              extra: dict[str, Any]) -> RunSpec:
+              extra: dict[str, Any], root: Path) -> RunSpec:
     """Write the run directory's manifest and partition (or, for a run that resumes, note the
     resumption); returns what its driver needs."""
     algorithm_class = ALGORITHMS[config.algorithm.name]
@@ -386,9 +391,14 @@ def _run_spec(config: ExperimentConfig, dataset: ArrayDataset, partition: Partit
                         validation_index=validation_index if len(validation_index) else None,
                         validation_sources=validation_sources)
     use_gpus = _uses_gpus(config)
+    label = run_dir.parent.name if run_dir.parent.name != root.name else ""
     return RunSpec(str(run_dir), setup, config.training.rounds, config.engine,
                    config.evaluation, use_gpus, resume=resume,
-                   client_test_shares=client_test_shares)
+                   client_test_shares=client_test_shares, logging=config.logging,
+                   live_names=(str(root), config.name, f"{label + '/' if label else ''}"
+                               f"{run_dir.name}"),
+                   params=config.model_dump(mode="json") if (
+                       config.logging.mlflow or config.logging.tensorboard) else {})
 
 
 def _follow(queue: list[RunKey], start: Any, finish: Any, limit: int,
