@@ -11,7 +11,8 @@ from concurrent.futures import ThreadPoolExecutor
 
 from raysim.errors import RaysimError
 
-_STARTED_AT = time.time()  # the command's start, for the start-up phases
+_IMPORTED_AT = time.time()  # the console script's start (its first import)
+_STARTED_AT = _IMPORTED_AT  # the running command's start, for the start-up phases
 
 
 def _version() -> str:
@@ -377,8 +378,11 @@ def _report(args: argparse.Namespace) -> int:
     return 0
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of the ``raysim`` console script; returns the exit code."""
+def main(argv: Sequence[str] | None = None, started_at: float | None = None) -> int:
+    """Entry point of the ``raysim`` console script; returns the exit code. ``started_at``:
+    when the command started (the console script passes its import time; default: now)."""
+    global _STARTED_AT
+    _STARTED_AT = started_at or time.time()
     args = _parser().parse_args(argv)
     handlers = {"run": _run, "sweep": _sweep, "validate": _validate, "costs": _costs,
                 "report": _report, "cluster": _cluster}
@@ -439,7 +443,7 @@ def console_main() -> None:
     matplotlib (about 1.5 s on a 2-CPU machine) would only delay the prompt. Otherwise (Ray
     still up, e.g. after an error) the normal exit lets Ray shut down.
     """
-    code = main()
+    code = main(started_at=_IMPORTED_AT)
     ray = sys.modules.get("ray")  # not imported: no Ray was started
     if ray is not None and ray.is_initialized():
         sys.exit(code)
