@@ -35,6 +35,7 @@ import json
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -78,6 +79,20 @@ def config(spec: dict, dataset: dict, rounds: int, engine: dict) -> dict:
             "engine": {"cpus_per_worker": 1, "flush_seconds": 5.0, **engine}}
 
 
+def rounds_per_second(one_round: Callable[[], None], rounds: int,
+                      device: torch.device) -> float:
+    """Rounds per second of ``one_round`` after one warm-up round (kernels, allocator)."""
+    one_round()
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+    started = time.perf_counter()
+    for _ in range(rounds):
+        one_round()
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+    return rounds / (time.perf_counter() - started)
+
+
 def plain_loop(spec: dict, dataset: dict, rounds: int, device: torch.device) -> float:
     """Rounds per second of a plain single-process FedAvg loop on ``device``."""
     data = load_dataset(DatasetConfig(**dataset))
@@ -109,15 +124,7 @@ def plain_loop(spec: dict, dataset: dict, rounds: int, device: torch.device) -> 
         for k in global_state:
             global_state[k] = total[k] / per_round
 
-    one_round()  # warm-up (kernels, allocator)
-    if device.type == "cuda":
-        torch.cuda.synchronize()
-    started = time.perf_counter()
-    for _ in range(rounds):
-        one_round()
-    if device.type == "cuda":
-        torch.cuda.synchronize()
-    return rounds / (time.perf_counter() - started)
+    return rounds_per_second(one_round, rounds, device)
 
 
 def on_device_reference(spec: dict, dataset: dict, rounds: int, device: torch.device) -> float:
@@ -161,15 +168,7 @@ def on_device_reference(spec: dict, dataset: dict, rounds: int, device: torch.de
         for name in global_params:
             global_params[name] = params[name].mean(0)
 
-    one_round()
-    if device.type == "cuda":
-        torch.cuda.synchronize()
-    started = time.perf_counter()
-    for _ in range(rounds):
-        one_round()
-    if device.type == "cuda":
-        torch.cuda.synchronize()
-    return rounds / (time.perf_counter() - started)
+    return rounds_per_second(one_round, rounds, device)
 
 
 def main() -> None:
