@@ -25,18 +25,21 @@ with tempfile.TemporaryDirectory() as scratch:
     write_medmnist_npz(root, n_train=90, n_test=30)
     for name in sorted(ALGORITHMS):
         raw = contract_raw(root, name)
-        out = {}
+        out: dict = {}
         for gpus in (0.25, 0.0):
             raw["engine"] = {"num_workers": 2, "cpus_per_worker": 1, "gpus_per_worker": gpus}
             raw["evaluation"] = {"membership_audit": 8}
             started = time.time()
-            outcome = run_experiment(parse_config(raw), output=str(Path(scratch) / f"{name}{gpus}"), progress=False)[0]
+            outcome = run_experiment(parse_config(raw), output=str(Path(scratch) / f"{name}{gpus}"),
+                                     progress=False)[0]
             if outcome.error is not None:
                 out[gpus] = f"FAILED {outcome.error[:300]}"
                 continue
             rounds = load(outcome.run_dir)
-            workers = read_manifest(outcome.run_dir)["workers"]
-            out[gpus] = {"acc": round(float(rounds["accuracy"].iloc[-1]), 4), "s": round(time.time() - started, 1),
-                         "device": sorted({w.get("device", "?") for w in workers}),
-                         "data_on_device": [d.get("data_on_device") for d in read_manifest(outcome.run_dir).get("worker_data", [])]}
+            manifest = read_manifest(outcome.run_dir)
+            out[gpus] = {"acc": round(float(rounds["accuracy"].iloc[-1]), 4),
+                         "s": round(time.time() - started, 1),
+                         "device": sorted({w.get("device", "?") for w in manifest["workers"]}),
+                         "data_on_device": [d.get("data_on_device")
+                                            for d in manifest.get("worker_data", [])]}
         print(json.dumps({"algorithm": name, "cuda": out[0.25], "cpu": out[0.0]}), flush=True)
