@@ -96,3 +96,37 @@ def test_resume_remembers_the_variants_it_was_given(ray_session, tmp_path):
     assert json.loads((root / "invocation.json").read_text())["variants"] == ["b"]
     assert main(["run", str(config), "--output", str(output), "--resume", "--no-progress"]) == 0
     assert sorted(p.name for p in root.iterdir() if p.is_dir()) == ["b"]  # not variant a
+
+
+def test_a_second_signal_stops_at_once_and_keeps_every_written_row(ray_session, tmp_path):
+    raw = quickstart_raw(training={"rounds": 400}, seeds=[0],
+                         engine={"num_workers": 1, "cpus_per_worker": 1, "flush_seconds": 0,
+                                 "checkpoint_every": 5, "checkpoint_seconds": 0})
+    config = tmp_path / "run.yaml"
+    config.write_text(yaml.safe_dump(raw))
+    output = tmp_path / "results"
+    process = subprocess.Popen(
+        [sys.executable, "-m", "raysim.cli", "run", str(config), "--output", str(output)],
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    lines: list[str] = []
+    reader = threading.Thread(target=lambda: lines.extend(process.stderr), daemon=True)
+    reader.start()
+    try:
+        _wait_for(lambda: any("round " in line and "/400" in line for line in lines),
+                  timeout=180, what="no progress line")
+        process.send_signal(signal.SIGINT)
+        _wait_for(lambda: any("stopping at the next round boundary" in line for line in lines),
+                  timeout=30, what="the first signal was not acknowledged")
+        process.send_signal(signal.SIGINT)
+        assert process.wait(timeout=60) == 130
+    finally:
+        if process.poll() is None:
+            process.kill()
+    reader.join(timeout=10)
+    run_dir = next(output.glob("*/seed_0"))
+    written = load(run_dir)["round"].tolist()
+    assert written == list(range(len(written))) and len(written) > 0  # no gap, no duplicate
+    assert json.loads((run_dir / "manifest.json").read_text())["status"] == "interrupted"
+    time.sleep(2)  # Ray tears down the stopped job's actors
+    assert main(["run", str(config), "--resume", str(run_dir.parent), "--no-progress"]) == 0
+    assert load(run_dir)["round"].tolist() == list(range(400))
