@@ -12,6 +12,7 @@ import subprocess
 import sys
 import threading
 import time
+from pathlib import Path
 
 import pytest
 import yaml
@@ -27,6 +28,38 @@ from raysim.training.evaluation import METRICS
 ROUNDS = 60
 
 
+def _interrupted_run(raw: dict, tmp_path: Path, extra: list[str],
+                     signals: list[signal.Signals]) -> tuple[Path, Path, str]:
+    """Run ``raw`` as `raysim run` in a process of its own; once it shows progress, send
+    ``signals`` (each after the previous one was acknowledged); it must exit 130. Returns the
+    config path, the output directory and its stderr."""
+    config = tmp_path / "run.yaml"
+    config.write_text(yaml.safe_dump(raw))
+    output = tmp_path / "results"
+    process = subprocess.Popen(
+        [sys.executable, "-m", "raysim.cli", "run", str(config), "--output", str(output),
+         *extra], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    lines: list[str] = []
+    reader = threading.Thread(target=lambda: lines.extend(process.stderr), daemon=True)
+    reader.start()
+    total = f"/{raw['training']['rounds']}"
+    try:
+        _wait_for(lambda: any("round " in line and total in line for line in lines),
+                  timeout=180, what="no progress line")
+        for number, sent in enumerate(signals):
+            if number:
+                _wait_for(lambda: any("stopping at the next round boundary" in line
+                                      for line in lines),
+                          timeout=30, what="the first signal was not acknowledged")
+            process.send_signal(sent)
+        assert process.wait(timeout=120) == 130
+    finally:
+        if process.poll() is None:
+            process.kill()
+    reader.join(timeout=10)
+    return config, output, "".join(lines)
+
+
 @pytest.mark.parametrize("algorithm, sent", [  # local: personal models as client state
     ("fedavg", signal.SIGINT), ("local", signal.SIGINT), ("fedavg", signal.SIGTERM)])
 def test_first_signal_stops_at_a_round_boundary_and_resume_completes_the_same_run(
@@ -34,26 +67,8 @@ def test_first_signal_stops_at_a_round_boundary_and_resume_completes_the_same_ru
     raw = quickstart_raw(training={"rounds": ROUNDS}, algorithm={"name": algorithm},
                          seeds=[0], engine={"num_workers": 1, "cpus_per_worker": 1,
                                             "flush_seconds": 600})  # rows only flushed on stop
-    config = tmp_path / "run.yaml"
-    config.write_text(yaml.safe_dump(raw))
-    output = tmp_path / "results"
     override = "training.local_epochs=2"
-    process = subprocess.Popen(
-        [sys.executable, "-m", "raysim.cli", "run", str(config), "--output", str(output),
-         "--set", override], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    lines: list[str] = []
-    reader = threading.Thread(target=lambda: lines.extend(process.stderr), daemon=True)
-    reader.start()
-    try:
-        _wait_for(lambda: any("round " in line and "/60" in line for line in lines),
-                  timeout=180, what="no progress line")
-        process.send_signal(sent)
-        assert process.wait(timeout=120) == 130
-    finally:
-        if process.poll() is None:
-            process.kill()
-    reader.join(timeout=10)
-    text = "".join(lines)
+    config, output, text = _interrupted_run(raw, tmp_path, ["--set", override], [sent])
     assert "Traceback" not in text
     run_dir = next(output.glob("*/seed_0"))
     root = run_dir.parent
@@ -102,27 +117,7 @@ def test_a_second_signal_stops_at_once_and_keeps_every_written_row(ray_session, 
     raw = quickstart_raw(training={"rounds": 400}, seeds=[0],
                          engine={"num_workers": 1, "cpus_per_worker": 1, "flush_seconds": 0,
                                  "checkpoint_every": 5, "checkpoint_seconds": 0})
-    config = tmp_path / "run.yaml"
-    config.write_text(yaml.safe_dump(raw))
-    output = tmp_path / "results"
-    process = subprocess.Popen(
-        [sys.executable, "-m", "raysim.cli", "run", str(config), "--output", str(output)],
-        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    lines: list[str] = []
-    reader = threading.Thread(target=lambda: lines.extend(process.stderr), daemon=True)
-    reader.start()
-    try:
-        _wait_for(lambda: any("round " in line and "/400" in line for line in lines),
-                  timeout=180, what="no progress line")
-        process.send_signal(signal.SIGINT)
-        _wait_for(lambda: any("stopping at the next round boundary" in line for line in lines),
-                  timeout=30, what="the first signal was not acknowledged")
-        process.send_signal(signal.SIGINT)
-        assert process.wait(timeout=60) == 130
-    finally:
-        if process.poll() is None:
-            process.kill()
-    reader.join(timeout=10)
+    config, output, _ = _interrupted_run(raw, tmp_path, [], [signal.SIGINT, signal.SIGINT])
     run_dir = next(output.glob("*/seed_0"))
     written = load(run_dir)["round"].tolist()
     assert written == list(range(len(written))) and len(written) > 0  # no gap, no duplicate

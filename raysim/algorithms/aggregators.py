@@ -11,13 +11,23 @@ every merge adds in place); it crosses the object store as numpy.
 
 from __future__ import annotations
 
+import functools
+import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
 import torch
 
-from raysim.training.weights import FlatWeights, Weights, as_tensor, is_flat_dtype, to_host
+from raysim.training.weights import (
+    FlatWeights,
+    Layout,
+    Weights,
+    as_tensor,
+    is_flat_dtype,
+    layout_of,
+    to_host,
+)
 
 Entries = tuple[tuple[str, tuple[int, ...], str], ...]
 """(name, shape, numpy dtype name) of every entry of a WeightedSum's vector, in vector order:
@@ -25,17 +35,29 @@ the float32 entries first (the order of a FlatWeights vector), then the others."
 
 
 def _entries(model: Weights) -> Entries:
-    floats = [(n, tuple(v.shape), "float32") for n, v in _items(model) if is_flat_dtype(v.dtype)]
-    others = [(n, tuple(v.shape), str(np.dtype(v.dtype))) for n, v in _items(model)
-              if not is_flat_dtype(v.dtype)]
-    return tuple(floats + others)
+    floats = [(name, shape, "float32") for name, shape in layout_of(model)]
+    others = model.extras.items() if isinstance(model, FlatWeights) else [
+        (n, v) for n, v in model.items() if not is_flat_dtype(v.dtype)]
+    return tuple(floats + [(n, tuple(v.shape), str(np.dtype(v.dtype))) for n, v in others])
 
 
-def _items(model: Weights) -> list[tuple[str, Any]]:
-    if isinstance(model, FlatWeights):
-        return [(name, np.empty(shape, np.float32)) for name, shape in model.layout] + list(
-            model.extras.items())
-    return list(model.items())
+@functools.lru_cache(maxsize=64)
+def _spans(entries: Entries) -> tuple[tuple[int, int], ...]:
+    """[start, stop) of every entry in the vector."""
+    spans, position = [], 0
+    for _, shape, _ in entries:
+        size = math.prod(shape)
+        spans.append((position, position + size))
+        position += size
+    return tuple(spans)
+
+
+@functools.lru_cache(maxsize=64)
+def _float_count(entries: Entries) -> int:
+    """Values of the float32 entries (the vector's leading block)."""
+    floats = [span for span, entry in zip(_spans(entries), entries, strict=True)
+              if entry[2] == "float32"]
+    return floats[-1][1] if floats else 0
 
 
 def _device(model: Weights) -> torch.device:
@@ -65,11 +87,15 @@ class WeightedSum:
         if not models:
             raise ValueError("WeightedSum.of needs at least one model")
         entries = _entries(models[0])
-        size = sum(int(np.prod(shape, dtype=np.int64)) for _, shape, _ in entries)
-        total = torch.zeros(size, dtype=torch.float64, device=_device(models[0]))
+        float_layout = layout_of(models[0])
+        spans = _spans(entries)
+        total = torch.zeros(spans[-1][1] if spans else 0, dtype=torch.float64,
+                            device=_device(models[0]))
         scratch = torch.empty_like(total)  # float64 copy of one model (mixed-dtype adds are slow)
         for model, weight in zip(models, weights, strict=True):
-            _add_model(total, scratch, model, entries, float(weight))
+            for source, (start, stop) in _pieces(model, entries, float_layout):
+                value = as_tensor(source).to(total.device).reshape(-1)
+                total[start:stop].add_(scratch[start:stop].copy_(value), alpha=float(weight))
         return cls(total, float(sum(weights)), entries)
 
     def merge(self, other: WeightedSum) -> WeightedSum:
@@ -85,33 +111,27 @@ class WeightedSum:
     def mean(self) -> dict[str, np.ndarray]:
         """The weighted mean cast back to each entry's dtype (integers rounded), as numpy."""
         average = self.vector / self.total_weight
-        floats = sum(int(np.prod(shape, dtype=np.int64)) for _, shape, dtype in self.entries
-                     if dtype == "float32")
+        floats = _float_count(self.entries)
         host32 = to_host(average[:floats].to(torch.float32))
-        rest = to_host(average[floats:]) if floats < len(average) else np.zeros(0)
+        rest = to_host(average[floats:])
         result: dict[str, np.ndarray] = {}
-        position = 0
-        for name, shape, dtype in self.entries:
-            size = int(np.prod(shape, dtype=np.int64))
+        for (name, shape, dtype), (start, stop) in zip(self.entries, _spans(self.entries),
+                                                      strict=True):
             if dtype == "float32":
-                result[name] = host32[position:position + size].reshape(shape)
+                result[name] = host32[start:stop].reshape(shape)
             else:
-                values = rest[position - floats:position - floats + size]
+                values = rest[start - floats:stop - floats]
                 if np.issubdtype(np.dtype(dtype), np.integer):
                     values = np.rint(values)
                 result[name] = values.astype(dtype).reshape(shape)
-            position += size
         return result
 
     @property
     def sums(self) -> dict[str, np.ndarray]:
         """The float64 sums by entry (host numpy)."""
-        host, result, position = to_host(self.vector), {}, 0
-        for name, shape, _ in self.entries:
-            size = int(np.prod(shape, dtype=np.int64))
-            result[name] = host[position:position + size].reshape(shape)
-            position += size
-        return result
+        host = to_host(self.vector)
+        return {name: host[start:stop].reshape(shape) for (name, shape, _), (start, stop)
+                in zip(self.entries, _spans(self.entries), strict=True)}
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (_weighted_sum_from_host, (to_host(self.vector), self.total_weight, self.entries))
@@ -125,23 +145,16 @@ def _weighted_sum_from_host(vector: np.ndarray, total_weight: float, entries: En
                        owned=vector.flags.writeable)
 
 
-def _add_model(total: torch.Tensor, scratch: torch.Tensor, model: Weights, entries: Entries,
-               weight: float) -> None:
-    """``total += weight * model`` in float64 (through ``scratch``, a float64 buffer as large
-    as ``total``), one add for a FlatWeights' whole vector."""
-    position = 0
-    if isinstance(model, FlatWeights) and tuple(
-            (n, s) for n, s, d in entries if d == "float32") == model.layout:
-        vector = as_tensor(model.vector).to(total.device)
-        position = vector.numel()
-        total[:position].add_(scratch[:position].copy_(vector), alpha=weight)
-        entries = tuple(e for e in entries if e[2] != "float32")
-    for name, shape, _ in entries:
-        size = int(np.prod(shape, dtype=np.int64))
-        value = as_tensor(model[name]).to(total.device).reshape(-1)
-        part = scratch[position:position + size].copy_(value)
-        total[position:position + size].add_(part, alpha=weight)
-        position += size
+def _pieces(model: Weights, entries: Entries, float_layout: Layout
+            ) -> list[tuple[np.ndarray | torch.Tensor, tuple[int, int]]]:
+    """The (values, span) pieces in which ``model`` is added to a sum's vector: a FlatWeights
+    of the sum's layout gives its whole float32 vector as one piece."""
+    spans = _spans(entries)
+    if isinstance(model, FlatWeights) and model.layout == float_layout:
+        return [(model.vector, (0, _float_count(entries)))] + [
+            (model.extras[name], span) for (name, _, dtype), span in
+            zip(entries, spans, strict=True) if dtype != "float32"]
+    return [(model[name], span) for (name, _, _), span in zip(entries, spans, strict=True)]
 
 
 def mean_partial(models: Sequence[Weights], sample_counts: Sequence[float],

@@ -360,14 +360,13 @@ class DriverHost:
         """Forget the finished runs (before the host serves others)."""
         self._drivers, self._stops = {}, set()
 
-    def request_stop(self, run_dir: str) -> bool:
+    def request_stop(self, run_dir: str) -> None:
         """Ask the run writing to ``run_dir`` to stop at its next round boundary (also before
         its driver started here)."""
         self._stops.add(run_dir)
         driver = self._drivers.get(run_dir)
         if driver is not None:
             driver.request_stop()
-        return True
 
     def progress(self, run_dir: str) -> dict[str, Any]:
         """The progress of the run writing to ``run_dir`` (queued before it starts)."""

@@ -460,7 +460,7 @@ def _follow(queue: list[RunKey], start: Any, finish: Any, limit: int,
                 finish(key, results[key][1] is None)
                 final = results[key][0]
                 progress_view.finished(key, results[key][1],
-                                       time.monotonic() - started_at.get(key, time.monotonic()),
+                                       time.monotonic() - started_at[key],
                                        interrupted=(final or {}).get("interrupted"))
                 del active[key]
     progress_view.close()

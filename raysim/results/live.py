@@ -18,18 +18,16 @@ from typing import Any
 from raysim.errors import ConfigError
 from raysim.schema import LoggingConfig
 
-_EXTRAS = {"tensorboard": ("tensorboard", "tensorboard"), "mlflow": ("mlflow", "mlflow")}
-
 
 def check_available(logging: LoggingConfig) -> None:
     """Exit 2 with one paragraph when a configured backend's library is not installed."""
     import importlib.util
 
-    for key, (module, extra) in _EXTRAS.items():
-        if getattr(logging, key) is not None and importlib.util.find_spec(module) is None:
+    for key in ("tensorboard", "mlflow"):  # each the package and the extra of that name
+        if getattr(logging, key) is not None and importlib.util.find_spec(key) is None:
             raise ConfigError(
-                f"Invalid config field `logging.{key}`: it needs the `{module}` package, which "
-                f"is not installed. Install it with `pip install -e '.[{extra}]'`, or remove "
+                f"Invalid config field `logging.{key}`: it needs the `{key}` package, which "
+                f"is not installed. Install it with `pip install -e '.[{key}]'`, or remove "
                 f"logging.{key} (the Parquet results need neither).")
 
 
@@ -47,9 +45,16 @@ def prepare_store(logging: LoggingConfig, root: Path, experiments: list[str]) ->
 
     client = MlflowClient(tracking_uri=mlflow_uri(logging.mlflow, root))
     for name in dict.fromkeys(experiments):
-        if client.get_experiment_by_name(name) is None:
-            client.create_experiment(name,
-                                     artifact_location=(root / "mlflow-artifacts").as_uri())
+        _experiment_id(client, name, root)
+
+
+def _experiment_id(client: Any, name: str, root: Path) -> str:
+    """The MLflow experiment ``name``, created (artifacts under the results root) if new."""
+    found = client.get_experiment_by_name(name)
+    if found is not None:
+        return str(found.experiment_id)
+    return str(client.create_experiment(name,
+                                        artifact_location=(root / "mlflow-artifacts").as_uri()))
 
 
 def flatten(config: Mapping[str, Any], prefix: str = "") -> dict[str, str]:
@@ -80,18 +85,18 @@ class MetricStreams:
             self.writer.add_text("config", "\n".join(f"    {k}: {v}"
                                                      for k, v in flatten(params).items()))
         if logging.mlflow is not None:
+            from mlflow.entities import Param
             from mlflow.tracking import MlflowClient
 
             self.client = MlflowClient(tracking_uri=mlflow_uri(logging.mlflow, root))
-            found = self.client.get_experiment_by_name(experiment)
-            experiment_id = found.experiment_id if found else self.client.create_experiment(
-                experiment, artifact_location=(root / "mlflow-artifacts").as_uri())
             if mlflow_run_id is None:
-                run = self.client.create_run(experiment_id, run_name=run_name,
+                run = self.client.create_run(_experiment_id(self.client, experiment, root),
+                                             run_name=run_name,
                                              tags={"raysim.run_dir": str(root)})
                 self.run_id = run.info.run_id
-                for key, value in flatten(params).items():
-                    self.client.log_param(self.run_id, key, value)
+                flat = [Param(k, v) for k, v in flatten(params).items()]
+                for start in range(0, len(flat), 100):  # MLflow takes 100 per batch
+                    self.client.log_batch(self.run_id, params=flat[start:start + 100])
             else:
                 self.run_id = mlflow_run_id
                 self.client.update_run(self.run_id, status="RUNNING")
@@ -105,12 +110,16 @@ class MetricStreams:
             for key, value in finite.items():
                 self.writer.add_scalar(key, value, round_)
             self.writer.flush()
-        if self.client is not None:
-            from mlflow.entities import Metric
+        self._log_mlflow(finite, round_)
 
-            stamp = int(1000 * time.time())
-            self.client.log_batch(self.run_id, metrics=[Metric(k, v, stamp, round_)
-                                                        for k, v in finite.items()])
+    def _log_mlflow(self, metrics: Mapping[str, float], step: int) -> None:
+        if self.client is None or not metrics:
+            return
+        from mlflow.entities import Metric
+
+        stamp = int(1000 * time.time())
+        self.client.log_batch(self.run_id, metrics=[Metric(k, v, stamp, step)
+                                                    for k, v in metrics.items()])
 
     def finish(self, summary: Mapping[str, Any], status: str) -> None:
         """The final row's metrics as the summary (``final_*``) and the run's end status
@@ -121,13 +130,8 @@ class MetricStreams:
         if self.writer is not None:
             self.writer.add_hparams({}, final or {"final_round": -1.0}, run_name=".")
             self.writer.close()
+        self._log_mlflow(final, 0)
         if self.client is not None:
-            if final:
-                from mlflow.entities import Metric
-
-                stamp = int(1000 * time.time())
-                self.client.log_batch(self.run_id, metrics=[Metric(k, v, stamp, 0)
-                                                            for k, v in final.items()])
             self.client.set_terminated(self.run_id, status={
                 "completed": "FINISHED", "interrupted": "KILLED"}.get(status, "FAILED"))
 

@@ -22,6 +22,7 @@ from raysim.training.resident_data import ResidentData
 from raysim.training.vectorized import LOOP, VECTORIZED, choose_path, plan_on_device
 from raysim.training.weights import (
     Weights,
+    convert_once,
     flat_state,
     get_weights,
     on_device,
@@ -249,13 +250,9 @@ class ClientRuntime:
 
     def on_device(self, weights: Sequence[Weights]) -> list[Weights]:
         """Each start on the worker's device as FlatWeights, a start shared by several clients
-        (the broadcast) converted once; weights of another layout (a client of another
-        architecture) are left as they are."""
-        converted: dict[int, Weights] = {}
-        for w in weights:
-            if id(w) not in converted:
-                converted[id(w)] = on_device(w, self.device)
-        return [converted[id(w)] for w in weights]
+        (the broadcast) converted once."""
+        return convert_once(weights, lambda w: on_device(w, self.device))
+
     def _train_vectorized(self, clients: Sequence[int], round_: int, weights: Sequence[Weights],
                           optimizer_states: Sequence[Any], prox: tuple[Weights, float] | None,
                           steps_scale: int) -> list[tuple[Weights, TrainOutcome]]:

@@ -16,7 +16,14 @@ from torch import nn
 from torch.func import functional_call, grad_and_value, vmap
 
 from raysim.schema import OptimizerConfig
-from raysim.training.weights import FlatWeights, Layout, Weights, as_tensor, flat_tensor
+from raysim.training.weights import (
+    FlatWeights,
+    Layout,
+    Weights,
+    as_tensor,
+    convert_once,
+    flat_tensor,
+)
 
 VECTORIZED, LOOP = "vectorized", "loop"
 CPU_VECTORIZE_MAX_PARAMETERS = 100_000
@@ -79,8 +86,7 @@ def train_vectorized(
                            [*model.named_parameters(), *model.named_buffers()])
     sizes = [int(np.prod(shape, dtype=np.int64)) for _, shape in layout]
     num_params = sum(sizes[: len(param_names)])
-    theta = _stack_rows([flat_tensor(w, layout, device) for w in _shared(weights, layout,
-                                                                          device)])
+    theta = _stack_rows(convert_once(weights, lambda w: flat_tensor(w, layout, device)))
     views, offset = {}, 0
     for (name, shape), size in zip(layout, sizes, strict=True):
         views[name] = theta[:, offset:offset + size].view(count, *shape)
@@ -138,16 +144,6 @@ def plan_on_device(plan: Sequence[np.ndarray], device: torch.device) -> list[tor
         steps.append(flat[start:start + positions.size].view(positions.shape))
         start += positions.size
     return steps
-
-
-def _shared(weights: Sequence[Weights], layout: Layout, device: torch.device) -> list[Weights]:
-    """``weights`` with every repeated object (the broadcast every client starts from) put on
-    the device once."""
-    on_device: dict[int, Weights] = {}
-    for w in weights:
-        if id(w) not in on_device:
-            on_device[id(w)] = FlatWeights(flat_tensor(w, layout, device), layout)
-    return [on_device[id(w)] for w in weights]
 
 
 def _stack_rows(rows: list[torch.Tensor]) -> torch.Tensor:

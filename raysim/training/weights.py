@@ -17,8 +17,8 @@ from __future__ import annotations
 import functools
 import math
 import warnings
-from collections.abc import Iterator, Mapping
-from typing import Any
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import Any, TypeVar
 
 import numpy as np
 import torch
@@ -29,6 +29,7 @@ Weights = Mapping[str, np.ndarray]
 
 Layout = tuple[tuple[str, tuple[int, ...]], ...]
 """Names and shapes of the float32 entries held in a flat vector, in vector order."""
+T = TypeVar("T")
 
 
 def state_tensors(model: nn.Module) -> dict[str, torch.Tensor]:
@@ -82,8 +83,22 @@ def layout_of(weights: Mapping[str, Any]) -> Layout:
 
 
 def model_layout(model: nn.Module) -> Layout:
-    """The flat layout of a model's float32 state."""
-    return layout_of(state_tensors(model))
+    """The flat layout of a model's float32 state (cached on the model, like its tensors)."""
+    cached = model.__dict__.get("_raysim_layout")
+    if cached is None:
+        cached = model.__dict__["_raysim_layout"] = layout_of(state_tensors(model))
+    return cached
+
+
+def convert_once(weights: Sequence[Weights], convert: Callable[[Weights], T]) -> list[T]:
+    """``convert`` applied to each distinct object of ``weights`` once (the broadcast that
+    every client starts from is converted, e.g. put on the device, once); repeated objects
+    give the same result object."""
+    converted: dict[int, T] = {}
+    for w in weights:
+        if id(w) not in converted:
+            converted[id(w)] = convert(w)
+    return [converted[id(w)] for w in weights]
 
 
 def flat_state(model: nn.Module) -> FlatWeights:
@@ -120,16 +135,10 @@ def on_device(weights: Weights, device: torch.device) -> FlatWeights:
 def set_weights(model: nn.Module, weights: Weights) -> None:
     """Load weights into a model in place (copied onto the model's device; from a device
     FlatWeights without passing through the host)."""
-    tensors = state_tensors(model)
+    source = weights.tensors() if isinstance(weights, FlatWeights) else weights
     with torch.no_grad():
-        if isinstance(weights, FlatWeights) and isinstance(weights.vector, torch.Tensor):
-            for name, (start, stop, shape) in _offsets(weights.layout).items():
-                tensors[name].copy_(weights.vector[start:stop].view(shape))
-            for name, value in weights.extras.items():
-                tensors[name].copy_(as_tensor(value))
-            return
-        for name, tensor in tensors.items():
-            tensor.copy_(as_tensor(weights[name]))
+        for name, tensor in state_tensors(model).items():
+            tensor.copy_(as_tensor(source[name]))
 
 
 def payload_bytes(payload: Any) -> int:
