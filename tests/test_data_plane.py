@@ -198,3 +198,103 @@ def test_image_data_is_normalised_on_the_device_as_on_the_host(monkeypatch):
     assert runtime.resident is not None and runtime.resident.x.dtype == torch.uint8
     assert torch.equal(x, to_tensor(runtime.train_x[indices], runtime.info))
     assert torch.equal(y, torch.from_numpy(runtime.train_y[indices]))
+
+
+_FAULTS_PER_BLOCK = """
+import resource, sys, torch
+if sys.argv[1] == "keep":
+    from raysim.engine.memory import keep_freed_memory
+    assert keep_freed_memory()
+def faults():
+    return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+def round_():  # a worker round: 40 trained clients' 4 MiB weights held, then freed
+    held = [torch.ones(2**20) for _ in range(40)]
+    del held
+round_(); round_()
+before = faults(); round_()
+print((faults() - before) / 40)
+"""
+
+
+def _faults_per_block(mode: str) -> float:
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-c", _FAULTS_PER_BLOCK, mode], check=True,
+                          capture_output=True, text=True)
+    return float(done.stdout.split()[-1])
+
+
+def test_a_worker_reuses_freed_weight_buffers_without_page_faults():
+    """keep_freed_memory (called by every client worker and driver host): a round's freed
+    client weights are reused by the next round's without faulting their pages in again."""
+    if not sys_is_glibc_linux():
+        pytest.skip("glibc's mallopt is Linux-only")
+    default = _faults_per_block("default")
+    if default < 500:
+        pytest.skip(f"this allocator keeps freed blocks anyway ({default} faults per block)")
+    assert _faults_per_block("keep") < default / 10, default
+
+
+def sys_is_glibc_linux() -> bool:
+    import platform
+
+    return platform.system() == "Linux" and platform.libc_ver()[0] == "glibc"
+
+
+@pytest.mark.parametrize("name", ["feddc", "fedsm", "mhpflid"])
+def test_client_states_move_to_the_host_with_a_notice_when_they_exceed_the_cap(
+        monkeypatch, tmp_path, name):
+    """Per-client persistent states stay device tensors while they fit; over the cap (forced
+    with a tiny one through the test hook) they move to the host with a notice, and the run's
+    numbers do not change."""
+    from algorithm_configs import contract_raw
+    from fixtures import write_medmnist_npz
+
+    from raysim.training import resident_states
+
+    write_medmnist_npz(tmp_path, n_train=90, n_test=30)
+    config = parse_config(contract_raw(tmp_path, name))
+    runs = []
+    for cap in (None, "1"):
+        if cap is None:
+            monkeypatch.delenv(resident_states.CAP_ENV, raising=False)
+        else:
+            monkeypatch.setenv(resident_states.CAP_ENV, cap)
+        workers, worker_of, _ = _workers(config, 2, monkeypatch)
+        server = ALGORITHMS[config.algorithm.name](config.algorithm, workers[0].setup.context)
+        state = server.init_server_state(workers[0].runtime.initial_weights)
+        clients = np.arange(3)
+        notices = []
+        for round_ in range(3):
+            message = server.broadcast(state, round_)
+            replies = [w.run_round(round_, message, clients[worker_of == i])
+                       for i, w in enumerate(workers)]
+            notices += [r.notice for r in replies if r.notice]
+            root = combine([s for r in replies for s in r.groups], server.merge)
+            state = server.aggregate(state, [] if root is None else [root], round_)
+        held = {c: s for w in workers for c, s in w.client_states.items()}
+        runs.append((state, held, notices))
+    (free_state, free_held, free_notices), (capped_state, capped_held, capped_notices) = runs
+    assert free_notices == [] and len(capped_notices) == 2  # once per worker
+    assert "exceed its device memory cap" in capped_notices[0]
+    assert sorted(free_held) == sorted(capped_held) == [0, 1, 2]
+    # on a CPU the host copy is observable as numpy-backed FlatWeights (models)
+    assert {type(v) for s in free_held.values() for v in _model_vectors(s)} == {torch.Tensor}
+    assert {type(v) for s in capped_held.values() for v in _model_vectors(s)} == {np.ndarray}
+    from inprocess import flatten
+
+    for a, b in zip(flatten((free_state, free_held)), flatten((capped_state, capped_held)),
+                    strict=True):
+        assert np.array_equal(a, b)
+
+
+def _model_vectors(state: Any) -> list[Any]:
+    """The vectors of every FlatWeights inside a client state."""
+    if isinstance(state, FlatWeights):
+        return [state.vector]
+    if isinstance(state, dict):
+        return [v for value in state.values() for v in _model_vectors(value)]
+    if isinstance(state, (list, tuple)):
+        return [v for value in state for v in _model_vectors(value)]
+    return []

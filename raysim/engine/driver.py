@@ -25,6 +25,7 @@ from raysim.engine.round_callbacks import (
     EvaluationSchedule,
     LiveMetrics,
     MembershipAudit,
+    StateResidencyNotices,
     StopAtRoundBoundary,
     StoppedAtRoundBoundary,
 )
@@ -298,7 +299,7 @@ class Driver:
             worker_of_client=layout.worker_of_client, workers=RayWorkers(workers), sink=sink,
             progress=self._loop_progress,
             callbacks=[_FirstDispatchStamp(self.run_dir, first=not self._recoveries), evaluation,
-                       DivergenceStop(self.run_dir),
+                       DivergenceStop(self.run_dir), StateResidencyNotices(self.run_dir),
                        MembershipAudit(spec.setup.membership_audit, spec.rounds),
                        Checkpointing(spec.engine.checkpoint_every, spec.rounds, self.run_dir,
                                      context.seed, spec.engine.checkpoint_seconds),
@@ -337,6 +338,9 @@ class DriverHost:
     whose workers they share. ``progress`` answers while the runs are going."""
 
     def __init__(self) -> None:
+        from raysim.engine.memory import keep_freed_memory
+
+        keep_freed_memory()  # partials and means are allocated and freed every round
         self._drivers: dict[str, Driver] = {}
         self._stops: set[str] = set()
         """Runs asked to stop before their driver started here."""

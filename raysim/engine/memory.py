@@ -15,3 +15,29 @@ def resident_memory_mb() -> float:
     except (OSError, ValueError, IndexError):
         peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
         return peak / 2**20 if sys.platform == "darwin" else peak / 2**10
+
+
+MMAP_THRESHOLD_BYTES = 32 * 2**20
+"""Blocks below this come from the heap (glibc's largest allowed threshold on 64 bit)."""
+TRIM_THRESHOLD_BYTES = 2**30
+"""Free heap memory up to this stays with the process instead of going back to the OS."""
+
+
+def keep_freed_memory() -> bool:
+    """Make glibc's allocator keep freed blocks of up to 32 MiB for reuse in this process.
+
+    A client worker allocates and frees a model's weights and a float64 sum for every client:
+    with glibc's defaults such blocks often go back to the OS on free and come again with one
+    page fault per 4 KiB on the next use (about 1,000 faults, 2 ms, per client for a 1 M
+    parameter model; ``BENCHMARKS.md``, W4). The process keeps its peak heap instead, which a
+    round needs anyway. Returns False where there is no glibc ``mallopt`` (nothing changes).
+    """
+    import ctypes
+
+    try:
+        mallopt = ctypes.CDLL(None).mallopt
+    except (OSError, AttributeError):
+        return False
+    m_trim_threshold, m_mmap_threshold = -1, -3
+    return bool(mallopt(m_mmap_threshold, MMAP_THRESHOLD_BYTES)
+                and mallopt(m_trim_threshold, TRIM_THRESHOLD_BYTES))

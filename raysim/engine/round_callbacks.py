@@ -18,7 +18,7 @@ from raysim.engine.round_loop import (
     RoundOutcome,
 )
 from raysim.errors import DivergenceError
-from raysim.results.manifest import update_manifest
+from raysim.results.manifest import read_manifest, update_manifest
 
 
 class EvaluationSchedule(RoundCallback):
@@ -163,3 +163,18 @@ class LiveMetrics(RoundCallback):
 
     def after_record(self, loop: RoundLoop, outcome: RoundOutcome) -> None:
         self.streams.log_round(outcome.round, outcome.metrics)
+
+
+class StateResidencyNotices(RoundCallback):
+    """Writes into the manifest (``worker_states``: worker -> round and notice) when a worker's
+    client states no longer fit its device memory cap and move to the host."""
+
+    def __init__(self, run_dir: Path):
+        self.run_dir = run_dir
+
+    def after_record(self, loop: RoundLoop, outcome: RoundOutcome) -> None:
+        notices = {str(worker): {"round": outcome.round, "notice": reply.notice}
+                   for worker, reply in enumerate(outcome.replies) if reply.notice}
+        if notices:
+            known = read_manifest(self.run_dir).get("worker_states", {})
+            update_manifest(self.run_dir, worker_states={**known, **notices})

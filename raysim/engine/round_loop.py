@@ -49,6 +49,9 @@ class RoundReply:
     """Client states resident on this worker after the round."""
     memory_mb: float = 0.0
     """The worker process's resident memory after the round."""
+    notice: str | None = None
+    """Set the round this worker's client states moved to the host (they no longer fit its
+    device memory cap; :mod:`raysim.training.resident_states`)."""
 
 
 class Workers(Protocol):

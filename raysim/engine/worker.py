@@ -16,7 +16,7 @@ import torch
 from raysim.algorithms.base import Algorithm, RunContext
 from raysim.data.partition import Partition
 from raysim.engine.gpu import cap_gpu_memory, gpu_memory_errors
-from raysim.engine.memory import resident_memory_mb
+from raysim.engine.memory import keep_freed_memory, resident_memory_mb
 from raysim.engine.reduction_tree import subtree_roots
 from raysim.engine.round_loop import RoundReply
 from raysim.schema import StrictModel
@@ -24,6 +24,7 @@ from raysim.training.context import ClientData
 from raysim.training.evaluation import classification_metrics, predict_proba
 from raysim.training.membership import audit_sets, membership_auc
 from raysim.training.resident_data import data_cap_bytes
+from raysim.training.resident_states import StateResidency, state_cap_bytes
 from raysim.training.runtime import ClientRuntime, warm_up
 from raysim.training.weights import Weights, host_tree, payload_bytes, set_weights
 
@@ -73,8 +74,11 @@ class ClientWorker:
         # so driver hosts of runs whose server does not train never import it).
         import torch._dynamo  # noqa: F401
 
+        keep_freed_memory()
+
         self.setup: WorkerSetup | None = None  # set by configure (also after a Ray restart)
         self.client_states: dict[int, Any] = {}
+        self.residency = StateResidency(None)
         self.group_of: dict[int, int] = {}
         self.group_span = (0, 0)
         """[first, stop) of the contiguous client groups this worker holds."""
@@ -104,6 +108,7 @@ class ClientWorker:
         """Forget the current run (its data references, models and client states)."""
         self.setup = None
         self.client_states, self.group_of, self.group_span = {}, {}, (0, 0)
+        self.residency = StateResidency(None)
         for name in ("algorithm", "arrays", "runtime"):
             self.__dict__.pop(name, None)
 
@@ -131,9 +136,10 @@ class ClientWorker:
         groups: the worker merges them into subtrees of the fixed reduction tree); their
         training rows go onto the worker's device for the run. Returns where the data lives."""
         self.group_of = dict(zip(clients.tolist(), groups.tolist(), strict=True))
+        gpu_cap = self.gpu_share.cap_bytes if self.gpu_share else None
+        self.residency = StateResidency(state_cap_bytes(self.device, gpu_cap))
         self.group_span = (int(groups.min()), int(groups.max()) + 1) if len(groups) else (0, 0)
-        cap = data_cap_bytes(self.device, self.gpu_share.cap_bytes if self.gpu_share else None)
-        return self.runtime.hold(clients.tolist(), cap)
+        return self.runtime.hold(clients.tolist(), data_cap_bytes(self.device, gpu_cap))
 
     def run_round(self, round_: int, message: dict[str, Any], clients: np.ndarray,
                   incoming: list[ray.ObjectRef] | None = None,
@@ -187,8 +193,9 @@ class ClientWorker:
         if audit:
             columns["mia_auc"] = np.array([self._audit(c, by_client[c].upload) for c in ids])
         outgoing = self._apply_moves([] if moves is None else moves.tolist())
+        notice = self.residency.keep(self.client_states)
         return RoundReply(results, columns, dict(bytes_up), outgoing, len(self.client_states),
-                          resident_memory_mb())
+                          resident_memory_mb(), notice)
 
     def _audit(self, client: int, upload: dict[str, Any]) -> float:
         """Membership-inference AUC of one client's upload (see raysim.training.membership)."""

@@ -1,0 +1,154 @@
+"""raysim's per-client work on one worker against the plain PyTorch loop (issue #32's target:
+<= 5 % overhead per client), for W2, W3 and W4, on one thread, in one process (no Ray: what
+a client worker does between receiving the broadcast and sending its partial).
+
+- ``raysim``: the algorithm's ``local_updates`` through :class:`ClientRuntime` (the path raysim
+  chooses for the model: vectorised or per-client loop) for a worker's half of the round's
+  clients, ``reduce`` per fixed client group (64 groups over all clients, as the engine) and
+  the merge of the groups into the worker's partial;
+- ``plain``: the same clients' data as tensors, the global weights copied into one model per
+  client, the round's local steps (SGD, the same batch size), and the trained state added to a
+  float64 sum in place.
+
+Rounds alternate between the two (this machine's speed drifts); prints one JSON line per
+workload with the median ms per client of each, and ``overhead`` = raysim / plain - 1.
+
+    python experiments/benchmarks/per_client_overhead.py [--workloads W2 W3 W4] [--rounds 7]
+        [--data-root ../shared/data/medmnist]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parents[1] / "tests"))
+sys.path.insert(0, str(HERE))
+
+from fixtures import write_medmnist_npz
+from vs_flower import workloads
+
+from raysim.algorithms import ALGORITHMS
+from raysim.algorithms.aggregators import merge_partials
+from raysim.config import parse_config
+from raysim.engine.memory import keep_freed_memory
+from raysim.engine.placement import client_groups
+from raysim.preparation import initial_weights, prepare, run_context
+from raysim.training.context import ClientData, RunContext
+from raysim.training.runtime import ClientRuntime
+
+
+def w4() -> dict:
+    """W4 (data_plane.py) as a raysim config."""
+    return {"name": "w4", "dataset": {"name": "synthetic"},
+            "partition": {"scheme": "iid", "num_clients": 1000, "samples_per_client": 4},
+            "model": {"name": "mlp", "hidden": [1024, 1024]}, "algorithm": {"name": "fedavg"},
+            "training": {"rounds": 40, "local_steps": 1, "batch_size": 4,
+                         "clients_per_round": 100, "optimizer": {"name": "sgd", "lr": 0.05}},
+            "evaluation": {"every": 0}, "seeds": [0]}
+
+
+class Worker:
+    """One worker's round of a config, two ways."""
+
+    def __init__(self, raw: dict[str, Any]):
+        config = parse_config(raw)
+        dataset, partition = prepare(config, None)[0]
+        self.context = run_context(config, dataset, 0, partition.num_clients)
+        self.start = initial_weights(config, dataset, 0)
+        self.runtime = ClientRuntime(
+            RunContext(0, dataset.info, config.model, config.training, partition.num_clients,
+                       self.context.clients_per_round),
+            ClientData(dataset.train_x, dataset.train_y, partition.train, self.start),
+            torch.device("cpu"))
+        self.algorithm = ALGORITHMS["fedavg"](config.algorithm, self.context)
+        per_round = self.context.clients_per_round
+        self.clients = list(range(0, per_round, 2))  # one of two workers' share
+        group_of = np.zeros(partition.num_clients, dtype=np.int64)
+        for index, members in enumerate(client_groups(partition.num_clients, 64)):
+            group_of[members] = index
+        self.group_of = group_of
+        self.training = config.training
+        self.data = [self.runtime.client_data(c) for c in self.clients]
+        self.model = self.runtime.model
+        self.global_state = {k: v.clone() for k, v in self.model.state_dict().items()}
+
+    def raysim(self, round_: int) -> None:
+        message = self.algorithm.broadcast(self.start, round_)
+        results = self.algorithm.local_updates(self.runtime, self.clients, round_, message,
+                                               [None] * len(self.clients))
+        partial = None
+        for group in sorted(set(self.group_of[self.clients].tolist())):
+            members = [(c, r) for c, r in zip(self.clients, results, strict=True)
+                       if self.group_of[c] == group]
+            partial = merge_partials(partial, self.algorithm.reduce(members))
+
+    def plain(self, round_: int) -> None:
+        state = dict(self.model.state_dict())
+        total = {k: torch.zeros_like(v, dtype=torch.float64) for k, v in state.items()}
+        loss_fn = torch.nn.CrossEntropyLoss()
+        batch = self.training.batch_size
+        steps = self.training.local_steps or -(-len(self.data[0][1]) // batch)
+        for x, y in self.data:
+            with torch.no_grad():
+                for k, v in state.items():
+                    v.copy_(self.global_state[k])
+            optimizer = torch.optim.SGD(self.model.parameters(),
+                                        lr=self.training.optimizer.lr)
+            self.model.train()
+            for step in range(steps):
+                start = (step * batch) % len(y)
+                optimizer.zero_grad(set_to_none=True)
+                loss_fn(self.model(x[start:start + batch]), y[start:start + batch]).backward()
+                optimizer.step()
+            for k, v in state.items():
+                total[k].add_(v)
+
+
+def measure(name: str, raw: dict[str, Any], rounds: int) -> dict[str, Any]:
+    """Median ms per client of raysim's worker round and the plain loop, alternating."""
+    worker = Worker(raw)
+    timings: dict[str, list[float]] = {"raysim": [], "plain": []}
+    for round_ in range(rounds + 1):
+        for label in ("raysim", "plain"):
+            started = time.perf_counter()
+            getattr(worker, label)(round_)
+            if round_:  # the first round warms up
+                timings[label].append((time.perf_counter() - started) * 1000
+                                      / len(worker.clients))
+    raysim, plain = (float(np.median(timings[k])) for k in ("raysim", "plain"))
+    return {"workload": name, "path": worker.runtime.path, "clients": len(worker.clients),
+            "raysim_ms_per_client": round(raysim, 3), "plain_ms_per_client": round(plain, 3),
+            "overhead": round(raysim / plain - 1, 3)}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--workloads", nargs="+", default=["W2", "W3", "W4"])
+    parser.add_argument("--rounds", type=int, default=7)
+    parser.add_argument("--data-root", default="../shared/data/medmnist")
+    args = parser.parse_args()
+    torch.set_num_threads(1)
+    keep_freed_memory()  # as in a client worker
+    real = (Path(args.data_root) / "pneumoniamnist.npz").exists()
+    with tempfile.TemporaryDirectory() as scratch:
+        root = args.data_root if real else scratch
+        if not real:
+            write_medmnist_npz(Path(scratch), n_train=1200, n_test=50)
+        configs = {**workloads(root, real), "W4": w4()}
+        for name in args.workloads:
+            print(json.dumps({**measure(name, configs[name], args.rounds), "real_data": real}),
+                  flush=True)
+
+
+if __name__ == "__main__":
+    main()
