@@ -318,3 +318,64 @@ def test_fedsm_extra_labels_each_sample_with_its_least_loss_model(retina_fixture
     expected = torch.stack(losses).argmin(0).numpy()
     np.testing.assert_array_equal(seen[0], expected)
     assert len(set(expected.tolist())) > 1  # the labels are not all one model
+
+
+# ----- SoftPull at both ends (issue #38: switched off, these must fail) -----
+def _fedsm(retina_fixture, lam: float = 0.5):
+    raw = fedsm_raw(retina_fixture, softpull_lambda=lam, variant="fedsm")
+    config = parse_config(raw)
+    dataset, partition = prepare(config, None)[0]
+    context = run_context(config, dataset, 0, partition.num_clients)
+    return ALGORITHMS["fedsm"](config.algorithm, context), context
+
+
+def _personal(k: int, value: float) -> dict[str, np.ndarray]:
+    return {"w": np.full((3,), value, np.float32), "b": np.array([k], np.int64)}
+
+
+class _StartSpy:
+    """A runtime that records the starting weights of every train_many call and returns them
+    unchanged (no training), with the attributes FedSM's client code reads."""
+
+    def __init__(self, initial):
+        self.initial_weights = initial
+        self.starts: list[list] = []
+
+    def train_many(self, clients, round_, weights, optimizer_states, **_):
+        from raysim.training.runtime import TrainOutcome
+
+        self.starts.append(list(weights))
+        return [(w, TrainOutcome(0.0, 4, 1, {})) for w in weights]
+
+
+def test_clients_start_their_personal_training_from_the_soft_pulled_model(retina_fixture):
+    """The client side of SoftPull: a client with a personalized model trains it from
+    lambda * own + (1 - lambda) * mean of the others' (the broadcast sum minus its own)."""
+    algorithm, context = _fedsm(retina_fixture, lam=0.5)
+    k = context.num_clients
+    own = [_personal(c, float(c)) for c in range(k)]
+    total = {"w": sum(m["w"].astype(np.float64) for m in own),
+             "b": sum(m["b"].astype(np.float64) for m in own)}
+    spy = _StartSpy(own[0])
+    message = {"model": own[0], "personal_sum": total}
+    algorithm.local_updates(spy, [0], 1, message, [(own[0], None)])
+    personal_start = spy.starts[1][0]
+    others_mean = sum(float(c) for c in range(1, k)) / (k - 1)
+    np.testing.assert_allclose(personal_start["w"], 0.5 * 0.0 + 0.5 * others_mean, rtol=1e-6)
+    assert not np.array_equal(personal_start["w"], own[0]["w"])
+
+
+def test_the_server_pulls_the_personalized_models_it_evaluates(retina_fixture):
+    """The server side of SoftPull: the personalized models the server keeps (and evaluates
+    as ``pm_`` and inside the super model) are the soft-pulled uploads, not the raw ones."""
+    algorithm, context = _fedsm(retina_fixture, lam=0.5)
+    k = context.num_clients
+    uploads = {c: _personal(c, float(c)) for c in range(k)}
+    state = algorithm.init_server_state(uploads[0])
+    state = algorithm.aggregate(state, [{"personal": uploads}], 0)
+    total = sum(float(c) for c in range(k))
+    for c in range(k):
+        expected = 0.5 * c + 0.5 * (total - c) / (k - 1)
+        np.testing.assert_allclose(state["personal"][c]["w"], expected, rtol=1e-6)
+    evaluated = algorithm.evaluation_models(state)["pm_"]["personal"]
+    assert not np.array_equal(evaluated[k - 1]["w"], uploads[k - 1]["w"])

@@ -436,3 +436,72 @@ def test_server_training_decays_the_learning_rate_at_half_and_augments_batches()
     assert lrs == pytest.approx([0.1, 0.1, 0.01, 0.01])
     plain = to_tensor(images, INFO)
     assert not any(torch.equal(batch.sort(0).values, plain.sort(0).values) for batch in inputs)
+
+
+# ----- FedVCK's two mechanisms, at three classes (issue #38: switched off, these must fail) ----
+def test_model_guided_selection_draws_real_samples_by_the_broadcast_models_errors():
+    """Model-guided selection: within each class, a real sample is drawn with probability
+    softmax(sigmoid(gamma (CE - b))) under the broadcast model (self-ensemble with the previous
+    one), not uniformly: the hard samples dominate the draws."""
+    runtime = _runtime()
+    params = FedVCKParams(**FAST, hard_negatives=2, gamma=4.0, offset=1.0)
+    algorithm = FedVCK(params, _context(runtime))
+    before, now = (_fitted(runtime, steps) for steps in (20, 40))  # errors that differ by sample
+    message = {"model": now, "previous": before}
+    indices = runtime.client_indices[0]
+    labels = runtime.train_y[indices]
+    real = RealData(runtime.train_x, {c: indices[labels == c] for c in (0, 1)})
+    model = runtime.model
+    set_weights(model, now)
+    selected, _ = algorithm.sampling(runtime, model, message, 0, real)
+    assert selected.probabilities is not None
+
+    def logits(weights) -> torch.Tensor:
+        set_weights(model, weights)
+        model.eval()
+        with torch.no_grad():
+            return model(to_tensor(runtime.train_x[indices], INFO))
+
+    mixed = params.alpha * logits(now) + (1 - params.alpha) * logits(before)
+    errors = torch.nn.functional.cross_entropy(mixed, torch.from_numpy(labels.astype(np.int64)),
+                                               reduction="none")
+    weights = torch.sigmoid(params.gamma * (errors - params.offset)).double()
+    for cls in (0, 1):
+        expected = torch.softmax(weights[torch.from_numpy(labels == cls)], 0).numpy()
+        np.testing.assert_allclose(selected.probabilities[cls], expected, rtol=1e-5)
+        assert expected.max() / expected.min() > 1.05  # not uniform
+        if cls == 0:  # 100 samples, the widest spread of errors
+            draws = selected.batch(cls, 20000, np.random.default_rng(0))
+            hardest = real.by_class[cls][expected.argmax()]
+            easiest = real.by_class[cls][expected.argmin()]
+            assert (draws == hardest).sum() > 1.2 * (draws == easiest).sum()
+
+
+def test_the_relational_contrastive_loss_changes_the_server_model():
+    """L_rc in the server's training: at three classes (two hard negatives each), the same
+    uploads give a different global model with beta > 0 than without the term."""
+    runtime = _runtime()
+    models = []
+    for contrastive in (True, False):
+        algorithm = FedVCK(FedVCKParams(**FAST, hard_negatives=2, beta=1.0,
+                                        contrastive=contrastive), _context(runtime))
+        models.append(_rounds(algorithm, runtime, 1)[0][1]["model"])
+    with_rc, without_rc = models
+    changed = [name for name in with_rc if np.issubdtype(with_rc[name].dtype, np.floating)
+               and not np.allclose(with_rc[name], without_rc[name], atol=1e-6)]
+    assert "classifier.weight" in changed or any("features" in n for n in changed), changed
+
+
+def _fitted(runtime: ClientRuntime, steps: int) -> dict[str, np.ndarray]:
+    """A model fitted for ``steps`` Adam steps to client 0's (random) data: it has memorised
+    some samples and not others."""
+    torch.manual_seed(steps)
+    model = build_model(MODEL, INFO)
+    x, y = runtime.client_data(0)
+    optimizer = torch.optim.Adam(model.parameters(), lr=0.01)
+    model.train()
+    for _ in range(steps):
+        optimizer.zero_grad()
+        torch.nn.functional.cross_entropy(model(x), y.long()).backward()
+        optimizer.step()
+    return get_weights(model)
