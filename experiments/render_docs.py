@@ -1,0 +1,257 @@
+"""Render every results table and every comparison statistic in docs/*.md from the committed
+CSVs under docs/results/ (issue #38): a reader can re-derive each number from the repository.
+
+A table is an HTML comment holding a YAML spec, then the rendered Markdown, then a closing
+comment::
+
+    <!-- table
+    csv: feddc/pneumonia/summary.csv        # under docs/results/
+    label: variant                          # the first column's header
+    columns: {accuracy: accuracy, macro-F1: macro_f1}   # header -> metric
+    rows:                                   # label -> the CSV's key column value
+      FedDC (d=1, b=10): feddc
+      FedAvg b=1: fedavg_b1
+    -->
+    | variant | accuracy | macro-F1 |
+    ...
+    <!-- /table -->
+
+A metric with ``<metric>_mean`` and ``<metric>_std`` columns renders as ``mean ± std`` (``mean
+(n=1)`` without a std), any other column as its value; numbers with 3 decimals from the CSV's
+full precision (never a re-rounded figure). ``key`` names the key column (default
+``experiment``); ``where`` ({column: value}) keeps matching rows only; a row given as ``{csv:
+..., key: ...}`` comes from another CSV, and so does a column given as ``{csv: ..., metric:
+...}`` (the row's key looked up there); a column ``{per_seed: <csv>, metric: ...}`` lists the
+row's per-seed values (a CSV with a ``seed`` column) as ``s0 / s1 / s2``.
+
+A statistic is an inline comment, its rendering, and a closing comment::
+
+    <!-- stat csv: feddc/pneumonia/summary.csv, a: feddc, b: fedavg_b10, metric: accuracy -->
+    ...<!-- /stat -->
+
+It renders the difference of the means of a and b, and Welch's t from the means, standard
+deviations (ddof 1) and seed counts; with ``per_seed`` (a CSV with a ``seed`` column and the
+metric as a column) the per-seed differences and the paired t instead. The wording is fixed
+by |t|: below 2 "within noise", otherwise "a above b" or "a below b".
+
+A choice on validation data (``<!-- choose ... -->...<!-- /choose -->``, see
+:func:`render_choice`) names the setting with the best mean validation metric and reports its
+test metric, never choosing on the test columns.
+
+    python experiments/render_docs.py           # rewrite docs/*.md in place
+    python experiments/render_docs.py --check   # exit 1 and name the files that differ
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import re
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import yaml
+from scipy import stats
+
+REPOSITORY = Path(__file__).resolve().parents[1]
+DOCS = REPOSITORY / "docs"
+RESULTS = DOCS / "results"
+NOISE_T = 2.0
+"""|t| below this is reported as within noise."""
+
+_TABLE = re.compile(r"(<!-- table\n(?P<spec>.*?)-->\n)(?P<body>.*?)(<!-- /table -->)", re.S)
+_STAT = re.compile(r"(<!-- stat (?P<spec>[^>]*?) -->)(?P<body>.*?)(<!-- /stat -->)", re.S)
+_CHOOSE = re.compile(r"(<!-- choose (?P<spec>[^>]*?) -->)(?P<body>.*?)(<!-- /choose -->)", re.S)
+
+
+def _number(value: Any) -> str:
+    if isinstance(value, (float, np.floating)):
+        return "n/a" if math.isnan(value) else f"{value:.3f}"
+    return str(value)
+
+
+def _read(csv: str, where: Mapping[str, Any] | None = None) -> pd.DataFrame:
+    frame = pd.read_csv(RESULTS / csv)
+    for column, value in (where or {}).items():
+        frame = frame[frame[column].astype(str) == str(value)]
+    return frame
+
+
+def _row(frame: pd.DataFrame, key: str, value: Any, csv: str) -> pd.Series:
+    matches = frame[frame[key].astype(str) == str(value)]
+    if len(matches) != 1:
+        raise ValueError(f"{csv}: {len(matches)} rows with {key} = {value!r} (need exactly 1)")
+    return matches.iloc[0]
+
+
+def _cell(row: pd.Series, metric: str, csv: str) -> str:
+    if f"{metric}_mean" in row.index:
+        mean, std = row[f"{metric}_mean"], row.get(f"{metric}_std", float("nan"))
+        if pd.isna(mean):
+            return "-"
+        return f"{_number(mean)} (n=1)" if pd.isna(std) else f"{_number(mean)} ± {_number(std)}"
+    if metric not in row.index:
+        raise ValueError(f"{csv} has no column {metric!r} (nor {metric}_mean)")
+    return _number(row[metric])
+
+
+def _per_seed_cell(csv: str, key: str, value: Any, metric: str) -> str:
+    frame = _read(csv)
+    rows = frame[frame[key].astype(str) == str(value)].sort_values("seed")
+    if rows.empty:
+        raise ValueError(f"{csv}: no rows with {key} = {value!r}")
+    return " / ".join(_number(v) for v in rows[metric])
+
+
+def _seeds(row: pd.Series, metric: str) -> int:
+    """The number of seeds behind a summary row (``completed``, else ``<metric>_count``)."""
+    return int(row["completed"] if "completed" in row.index else row[f"{metric}_count"])
+
+
+def render_table(spec: Mapping[str, Any]) -> str:
+    """The Markdown table a spec describes (see the module docstring)."""
+    csv, key = spec["csv"], spec.get("key", "experiment")
+    columns: Mapping[str, Any] = spec["columns"]
+    lines = ["| " + " | ".join([spec.get("label", "variant"), *columns]) + " |",
+             "| " + " | ".join(["---"] * (len(columns) + 1)) + " |"]
+    for label, value in spec["rows"].items():
+        if isinstance(value, Mapping):  # a row from another CSV: {csv: ..., key: ...}
+            row_csv, value = value["csv"], value["key"]
+        else:
+            row_csv = csv
+        cells = [str(label)]
+        for column in columns.values():
+            if isinstance(column, Mapping) and "per_seed" in column:  # the seeds' values
+                cells.append(_per_seed_cell(column["per_seed"], key, value, column["metric"]))
+            elif isinstance(column, Mapping):  # a column from another CSV: {csv, metric}
+                other = _row(_read(column["csv"], spec.get("where")), key, value, column["csv"])
+                cells.append(_cell(other, column["metric"], column["csv"]))
+            else:
+                cells.append(_cell(_row(_read(row_csv, spec.get("where")), key, value, row_csv),
+                                    column, row_csv))
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def welch_t(mean_a: float, std_a: float, n_a: int, mean_b: float, std_b: float, n_b: int
+            ) -> float:
+    """Welch's t of two groups from their means, standard deviations (ddof 1) and sizes
+    (scipy's ``ttest_ind_from_stats``; +-inf when neither group varies but the means differ)."""
+    if std_a == 0 and std_b == 0:
+        difference = mean_a - mean_b
+        return 0.0 if difference == 0 else math.copysign(math.inf, difference)
+    return float(stats.ttest_ind_from_stats(mean_a, std_a, n_a, mean_b, std_b, n_b,
+                                            equal_var=False).statistic)
+
+
+def paired_t(a: np.ndarray, b: np.ndarray) -> float:
+    """The paired t of per-seed values (scipy's ``ttest_rel``; +-inf when the differences do
+    not vary but are not zero)."""
+    differences = a - b
+    if len(differences) < 2 or np.all(differences == differences[0]):
+        mean = float(np.mean(differences))
+        return 0.0 if mean == 0 else math.copysign(math.inf, mean)
+    return float(stats.ttest_rel(a, b).statistic)
+
+
+def _verdict(t: float) -> str:
+    return "within noise" if abs(t) < NOISE_T else ("a above b" if t > 0 else "a below b")
+
+
+def _t_text(t: float) -> str:
+    return ("t = ±inf (no spread)" if math.isinf(t) else f"t = {t:.2f}")
+
+
+def render_stat(spec: Mapping[str, Any]) -> str:
+    """The inline statistic a spec describes (see the module docstring)."""
+    metric, a, b = spec["metric"], spec["a"], spec["b"]
+    key = spec.get("key", "experiment")
+    if "per_seed" in spec:
+        frame = _read(spec["per_seed"], spec.get("where"))
+        pivot = frame.pivot_table(index="seed", columns=key, values=metric)
+        pairs = pivot[[a, b]].dropna()
+        differences = (pairs[a] - pairs[b]).to_numpy()
+        t = paired_t(pairs[a].to_numpy(), pairs[b].to_numpy())
+        shown = ", ".join(f"{d:+.3f}" for d in differences)
+        text = (f"{float(np.mean(differences)):+.3f} {metric} (per seed {shown}; paired "
+                f"{_t_text(t)}, {len(differences)} seeds")
+    else:
+        frame = _read(spec["csv"], spec.get("where"))
+        row_a, row_b = (_row(frame, key, v, spec["csv"]) for v in (a, b))
+        groups = [(float(r[f"{metric}_mean"]), float(r[f"{metric}_std"]), _seeds(r, metric))
+                  for r in (row_a, row_b)]
+        t = welch_t(*groups[0], *groups[1])
+        text = (f"{groups[0][0] - groups[1][0]:+.3f} {metric} ({groups[0][0]:.3f} vs "
+                f"{groups[1][0]:.3f}; Welch's {_t_text(t)}, {groups[0][2]} vs {groups[1][2]} "
+                "seeds")
+    verdict = _verdict(t).replace("a above b", "above").replace("a below b", "below")
+    return f"{text}: {verdict})"
+
+
+def render_choice(spec: Mapping[str, Any]) -> str:
+    """A setting chosen on validation data: among ``labels`` (e.g. gammas), the one whose
+    ``select`` column (a validation metric) has the highest mean, and its ``report`` column
+    (the test metric) as mean ± std; with ``compare`` ({csv, key, metric}) Welch's t of the
+    chosen setting's test metric against that row's."""
+    csv, key = spec["csv"], spec.get("key", "experiment")
+    row = _row(_read(csv), key, spec["row"], csv)
+    means = [float(row[f"{column}_mean"]) for column in spec["select"]]
+    best = int(np.argmax(means))
+    label, report = spec["labels"][best], spec["report"][best]
+    text = (f"{spec.get('name', 'setting')} {label} (the highest mean validation value, "
+            f"{means[best]:.3f}); test {_cell(row, report, csv)} at it")
+    if "compare" in spec:
+        other = spec["compare"]
+        base = _row(_read(other["csv"]), key, other["key"], other["csv"])
+        a = (float(row[f"{report}_mean"]), float(row[f"{report}_std"]), _seeds(row, report))
+        b = (float(base[f"{other['metric']}_mean"]), float(base[f"{other['metric']}_std"]),
+             _seeds(base, other["metric"]))
+        t = welch_t(*a, *b)
+        verdict = _verdict(t).replace("a above b", "above").replace("a below b", "below")
+        text += (f"; against {other['key']}: {a[0] - b[0]:+.3f} ({a[0]:.3f} vs {b[0]:.3f}; "
+                 f"Welch's {_t_text(t)}, {a[2]} vs {b[2]} seeds: {verdict})")
+    return text
+
+
+def render(text: str) -> str:
+    """``text`` with every table and statistic re-rendered from the CSVs."""
+    def table(match: re.Match[str]) -> str:
+        return match.group(1) + render_table(yaml.safe_load(match.group("spec"))) + \
+            match.group(4)
+
+    def stat(match: re.Match[str]) -> str:
+        spec = yaml.safe_load("{" + match.group("spec") + "}")
+        return match.group(1) + render_stat(spec) + match.group(4)
+
+    def choice(match: re.Match[str]) -> str:
+        spec = yaml.safe_load("{" + match.group("spec") + "}")
+        return match.group(1) + render_choice(spec) + match.group(4)
+
+    return _CHOOSE.sub(choice, _STAT.sub(stat, _TABLE.sub(table, text)))
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--check", action="store_true",
+                        help="do not write; exit 1 if a doc differs from its rendering")
+    args = parser.parse_args()
+    stale = []
+    for path in sorted(DOCS.glob("*.md")):
+        text = path.read_text()
+        rendered = render(text)
+        if rendered != text:
+            stale.append(path.name)
+            if not args.check:
+                path.write_text(rendered)
+    if stale:
+        print(("differ from their rendering: " if args.check else "re-rendered: ")
+              + ", ".join(stale))
+    return 1 if stale and args.check else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

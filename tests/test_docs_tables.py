@@ -1,0 +1,67 @@
+"""Every results table and comparison statistic in docs/ is the rendering of a committed CSV
+(experiments/render_docs.py; issue #38)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+from scipy import stats
+
+REPOSITORY = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPOSITORY / "experiments"))
+
+import render_docs  # noqa: E402
+
+
+@pytest.mark.parametrize("doc", sorted(p.name for p in (REPOSITORY / "docs").glob("*.md")))
+def test_every_table_and_statistic_in_the_doc_is_its_csv_rendering(doc):
+    text = (REPOSITORY / "docs" / doc).read_text()
+    assert render_docs.render(text) == text, (
+        f"docs/{doc} differs from its rendering: run python experiments/render_docs.py")
+
+
+def _summary(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(render_docs, "RESULTS", tmp_path)
+    pd.DataFrame({"experiment": ["a", "b", "c"], "completed": [3, 3, 1],
+                  "accuracy_mean": [0.82746, 0.80049, 0.5], "accuracy_std": [0.01, 0.02, np.nan],
+                  }).to_csv(tmp_path / "summary.csv", index=False)
+
+
+def test_cells_come_from_full_precision_with_three_decimals(tmp_path, monkeypatch):
+    _summary(tmp_path, monkeypatch)
+    doc = ("<!-- table\ncsv: summary.csv\ncolumns: {accuracy: accuracy}\n"
+           "rows: {first: a, single seed: c}\n-->\nstale\n<!-- /table -->")
+    rendered = render_docs.render(doc)
+    assert "| first | 0.827 ± 0.010 |" in rendered  # 0.82746, never 0.8275 -> 0.828
+    assert "| single seed | 0.500 (n=1) |" in rendered and "stale" not in rendered
+    with pytest.raises(ValueError, match="rows with experiment = 'missing'"):
+        render_docs.render(doc.replace("c}", "missing}"))
+
+
+def test_a_statistic_states_the_difference_welch_t_and_a_verdict_by_the_threshold(
+        tmp_path, monkeypatch):
+    _summary(tmp_path, monkeypatch)
+    rendered = render_docs.render(
+        "<!-- stat csv: summary.csv, a: a, b: b, metric: accuracy -->old<!-- /stat -->")
+    t = stats.ttest_ind_from_stats(0.82746, 0.01, 3, 0.80049, 0.02, 3, equal_var=False)
+    assert f"Welch's t = {t.statistic:.2f}" in rendered and "+0.027 accuracy" in rendered
+    assert "within noise" in rendered if abs(t.statistic) < 2 else "above" in rendered
+    assert render_docs.welch_t(0.6, 0.01, 3, 0.5, 0.01, 3) > 2
+    wide = render_docs.welch_t(0.6, 0.2, 3, 0.5, 0.2, 3)
+    assert abs(wide) < 2 and render_docs._verdict(wide) == "within noise"
+
+
+def test_a_paired_statistic_lists_the_per_seed_differences(tmp_path, monkeypatch):
+    monkeypatch.setattr(render_docs, "RESULTS", tmp_path)
+    pd.DataFrame({"experiment": ["a"] * 3 + ["b"] * 3, "seed": [0, 1, 2] * 2,
+                  "accuracy": [0.9, 0.8, 0.85, 0.7, 0.75, 0.8]}).to_csv(
+        tmp_path / "seeds.csv", index=False)
+    rendered = render_docs.render("<!-- stat per_seed: seeds.csv, a: a, b: b, "
+                                  "metric: accuracy -->x<!-- /stat -->")
+    t = stats.ttest_rel([0.9, 0.8, 0.85], [0.7, 0.75, 0.8]).statistic
+    assert "per seed +0.200, +0.050, +0.050" in rendered
+    assert f"paired t = {t:.2f}" in rendered
