@@ -13,10 +13,9 @@ from __future__ import annotations
 import os
 from typing import Any
 
-import numpy as np
 import torch
 
-from raysim.training.weights import FlatWeights
+from raysim.training.weights import FlatWeights, host_tree
 
 CAP_ENV = "RAYSIM_CLIENT_STATE_CAP_BYTES"
 """Overrides the cap (bytes) for tests: a tiny value forces the host fallback on any device."""
@@ -39,7 +38,7 @@ def state_cap_bytes(device: torch.device, gpu_cap_bytes: int | None) -> int | No
 
 
 def tensor_bytes(state: Any) -> int:
-    """Bytes of the torch tensors inside a state (what :func:`on_host` would move)."""
+    """Bytes of the torch tensors inside a state (what :func:`host_tree` moves)."""
     if isinstance(state, FlatWeights):
         vector = state.vector
         return int(vector.numel() * vector.element_size()) if isinstance(
@@ -51,22 +50,6 @@ def tensor_bytes(state: Any) -> int:
     if isinstance(state, (list, tuple)):
         return sum(tensor_bytes(v) for v in state)
     return 0
-
-
-def on_host(state: Any) -> Any:
-    """A state with its tensors in host memory: FlatWeights as numpy vectors, other tensors
-    as CPU tensors (optimizer states load those as they are)."""
-    if isinstance(state, FlatWeights):
-        if isinstance(state.vector, np.ndarray):
-            return state
-        return FlatWeights(state.host_vector, state.layout, state.extras)
-    if isinstance(state, torch.Tensor):
-        return state.detach().cpu()
-    if isinstance(state, dict):
-        return {k: on_host(v) for k, v in state.items()}
-    if isinstance(state, (list, tuple)) and not hasattr(state, "_fields"):
-        return type(state)(on_host(v) for v in state)
-    return state
 
 
 class StateResidency:
@@ -95,5 +78,5 @@ class StateResidency:
             notice = None
         for client, state in states.items():
             if tensor_bytes(state):
-                states[client] = on_host(state)
+                states[client] = host_tree(state)
         return notice

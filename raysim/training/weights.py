@@ -239,7 +239,12 @@ def flat_tensor(weights: Weights, layout: Layout, device: torch.device) -> torch
 
 def host_tree(value: Any) -> Any:
     """``value`` with every torch tensor inside (dicts, lists, tuples) moved to the CPU, for
-    client states that leave their worker (relayed, checkpointed)."""
+    client states that leave their worker (relayed, checkpointed, or kept off the device);
+    FlatWeights become numpy-backed."""
+    if isinstance(value, FlatWeights):
+        if isinstance(value.vector, np.ndarray):
+            return value
+        return FlatWeights(value.host_vector, value.layout, value.extras)
     if isinstance(value, torch.Tensor):
         return value.detach().cpu()
     if isinstance(value, dict):
