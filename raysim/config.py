@@ -21,6 +21,7 @@ from raysim.schema import (
     EvaluationConfig,
     LoggingConfig,
     PartitionConfig,
+    PrivacyConfig,
     StrictModel,
     TrainingConfig,
 )
@@ -99,6 +100,7 @@ class ExperimentConfig(StrictModel):
     clients: ClientsConfig = ClientsConfig()
     engine: EngineConfig = EngineConfig()
     logging: LoggingConfig = LoggingConfig()
+    privacy: PrivacyConfig | None = None
     output: str = "results"
 
     @model_validator(mode="after")

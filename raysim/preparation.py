@@ -15,6 +15,7 @@ from raysim.data.builtin import TABULAR_DATASETS
 from raysim.data.site_shift import apply_site_shift
 from raysim.errors import ConfigError
 from raysim.models import build_model
+from raysim.privacy.settings import resolve as resolve_privacy
 from raysim.results.live import check_available
 from raysim.seeding import torch_generator
 from raysim.training.weights import get_weights
@@ -44,6 +45,7 @@ def prepare(config: ExperimentConfig, data_root: str | None
     starts. Returns (dataset, partition) per seed; seeds share one dataset object unless a
     site shift makes the images seed-specific."""
     check_method_data(config)
+    check_privacy(config)
     check_available(config.logging)
     dataset = load_dataset(config.dataset, data_root)
     build_model(config.model, dataset.info)
@@ -96,6 +98,21 @@ def check_method_data(config: ExperimentConfig) -> None:
             f"or a method that takes tabular data ({', '.join(tabular)}).")
 
 
+def check_privacy(config: ExperimentConfig) -> None:
+    """``privacy:`` needs an algorithm with weight uploads DP can protect (one paragraph
+    naming why otherwise)."""
+    if config.privacy is None:
+        return
+    algorithm_class = ALGORITHMS[config.algorithm.name]
+    if not algorithm_class.private_uploads:
+        supported = ", ".join(sorted(n for n, c in ALGORITHMS.items() if c.private_uploads))
+        raise ConfigError(
+            f"Invalid config section `privacy`: algorithm `{config.algorithm.name}` cannot give "
+            f"a client-level DP guarantee here: {algorithm_class.privacy_refusal}. A privacy "
+            f"setting would suggest a guarantee that is not there. Remove `privacy`, or use an "
+            f"algorithm whose uploads are weight updates: {supported}.")
+
+
 def check_client_settings(config: ExperimentConfig, dataset: ArrayDataset) -> None:
     """Per-client architectures and resolutions need an algorithm that supports them, and
     every listed architecture must build for the dataset."""
@@ -130,6 +147,9 @@ def run_context(config: ExperimentConfig, dataset: ArrayDataset, seed: int,
         kept = config.partition.holdout_client
         architectures = tuple(a for c, a in enumerate(architectures) if c != kept)
         downsample = tuple(d for c, d in enumerate(downsample) if c != kept)
+    per_round = min(config.clients_per_round, training_clients)
+    privacy = None if config.privacy is None else resolve_privacy(
+        config.privacy, num_clients, per_round, config.training.rounds)
     return RunContext(seed, dataset.info, config.model, config.training, num_clients,
-                      min(config.clients_per_round, training_clients), architectures,
-                      downsample, config.engine.memory_format)
+                      per_round, architectures, downsample, config.engine.memory_format,
+                      privacy)

@@ -161,6 +161,37 @@ class LoggingConfig(StrictModel):
         "curves (`pip install -e '.[mlflow]'`)")
 
 
+class PrivacyConfig(StrictModel):
+    """Client-level differential privacy for methods that share weights (DP-FedAvg, McMahan
+    et al. 2018): each sampled client's update (its model minus the broadcast) clipped to L2
+    norm <= ``clip``, Gaussian noise of std ``noise_multiplier`` x ``clip`` added to the sum by
+    the server (``central``) or by every client to its own update (``local``); clients sampled
+    by Poisson sampling at rate clients_per_round / num_clients; the privacy budget tracked by
+    Google's dp-accounting after every round."""
+
+    clip: float = Field(1.0, gt=0, description="L2 norm bound of a client's update (.inf: none)")
+    noise_multiplier: float | None = Field(
+        None, ge=0, description="noise std over clip; unset: calibrated to target_epsilon "
+        "before the run (dp-accounting's calibrate_dp_mechanism)")
+    mode: Literal["central", "local"] = Field(
+        "central", description="central: the server adds the noise to the sum of clipped "
+        "updates; local: every client adds it to its own clipped update")
+    delta: float | None = Field(None, gt=0, lt=1,
+                                description="unset: 1 / N^1.1 for N clients")
+    target_epsilon: float | None = Field(
+        None, gt=0, description="with noise_multiplier unset: calibrate the noise to reach "
+        "it after all rounds; with noise_multiplier set: stop the run before a round that "
+        "would exceed it")
+    accountant: Literal["rdp", "pld"] = Field("rdp", description="dp-accounting's RDP or PLD")
+
+    @model_validator(mode="after")
+    def _check_noise(self) -> PrivacyConfig:
+        if self.noise_multiplier is None and self.target_epsilon is None:
+            raise ValueError("privacy needs privacy.noise_multiplier or privacy.target_epsilon "
+                             "(the noise is calibrated to it); set one of them")
+        return self
+
+
 class EngineConfig(StrictModel):
     """Ray resources of one run."""
 

@@ -98,6 +98,11 @@ class WeightedSum:
                 total[start:stop].add_(scratch[start:stop].copy_(value), alpha=float(weight))
         return cls(total, float(sum(weights)), entries)
 
+    @property
+    def float_count(self) -> int:
+        """Values of the float entries (the vector's leading block; noise goes there)."""
+        return _float_count(self.entries)
+
     def merge(self, other: WeightedSum) -> WeightedSum:
         """Add ``other`` into this partial in place (self first) and return it."""
         if other.entries != self.entries:

@@ -107,6 +107,13 @@ class Algorithm(ABC, Generic[ParamsT, StateT]):
     needs_images: ClassVar[str | None] = None
     """Why the method works on images only (None: it takes tabular data too); checked against
     the dataset before anything is loaded."""
+    private_uploads: ClassVar[tuple[str, ...]] = ()
+    """Upload types that are weights DP can protect (``privacy:``): each sampled client's
+    update over the broadcast entry of the same name is clipped (and noised in local mode)."""
+    privacy_refusal: ClassVar[str] = (
+        "it has no weight upload that client-level DP (clipping and Gaussian noise of a weight "
+        "update) could protect")
+    """Why ``privacy:`` is refused when :attr:`private_uploads` is empty (one clause)."""
     server_holds_inputs: ClassVar[bool] = False
     """True when the server works on (unlabelled) training inputs, e.g. FedDF's public set:
     the driver then calls :meth:`attach_server_inputs` once before round 0."""

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from raysim.algorithms.base import ClientResult, register_algorithm
 from raysim.algorithms.local_only import LocalOnly
@@ -25,6 +25,8 @@ class Centralized(LocalOnly):
     """
 
     params_class = CentralizedParams
+    privacy_refusal: ClassVar[str] = (
+        "it trains on the pooled data of every client (no federated upload to protect)")
     params: CentralizedParams
     pooled = True
     personalized = False

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from raysim.algorithms.aggregators import WeightedSum, mean_partial, weighted_mean
 from raysim.algorithms.base import Algorithm, ClientResult, register_algorithm
 from raysim.algorithms.params import FedAvgParams, FedProxParams
+from raysim.privacy.aggregation import private_mean
 from raysim.schema import StrictModel
 from raysim.training.weights import Weights
 
@@ -20,6 +21,7 @@ class FedAvg(Algorithm[FedAvgParams | FedProxParams, Weights]):
     """Sample-weighted model averaging of the sampled clients' models every round."""
 
     params_class: ClassVar[type[StrictModel]] = FedAvgParams
+    private_uploads: ClassVar[tuple[str, ...]] = ("model",)
 
     def broadcast(self, state: Weights, round_: int) -> dict[str, Any]:
         return {"model": state}
@@ -38,10 +40,16 @@ class FedAvg(Algorithm[FedAvgParams | FedProxParams, Weights]):
         return None
 
     def reduce(self, results: Sequence[tuple[int, ClientResult]]) -> WeightedSum:
+        weighted = self.params.weighted and self.context.privacy is None  # DP: one vote each
         return mean_partial([r.upload["model"] for _, r in results],
-                            [r.num_samples for _, r in results], self.params.weighted)
+                            [r.num_samples for _, r in results], weighted)
 
     def aggregate(self, state: Weights, partials: Sequence[WeightedSum], round_: int) -> Weights:
+        privacy = self.context.privacy
+        if privacy is not None:  # DP-FedAvg: fixed denominator, central noise on the sum
+            noise = privacy.noise_std if privacy.mode == "central" else 0.0
+            return private_mean(partials, state, privacy.expected_clients, noise,
+                                self.context.seed, round_)
         return weighted_mean(partials)
 
     def global_weights(self, state: Weights) -> Weights:

@@ -16,7 +16,7 @@ back down on daisy-chaining and aggregation rounds.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
@@ -43,6 +43,11 @@ class FedDC(Algorithm[FedDCParams, dict[str, Any]]):
     """Daisy-chaining (model permutation on the driver) plus periodic aggregation."""
 
     params_class = FedDCParams
+    privacy_refusal: ClassVar[str] = (
+        "its daisy-chaining hands every client's model to another client each d rounds and "
+        "every client trains every round, which the Poisson-sampled DP-FedAvg accounting does "
+        "not cover; its own `algorithm.dp` (the authors' mechanism: clip and noise every "
+        "outgoing model) runs without an accountant")
     personalized = True
     relayed_uploads = ("daisy_chain",)
 

@@ -21,7 +21,7 @@ model after local training (which started from its group's distilled model).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 import torch
@@ -48,6 +48,9 @@ class FedDF(Algorithm[FedDFParams, dict[str, Weights]]):
     """Per-group FedAvg, then server-side distillation of each group towards the ensemble."""
 
     params_class = FedDFParams
+    privacy_refusal: ClassVar[str] = (
+        "its clients upload logits on the public set beside their weights, and the logits are "
+        "not privatized")
     personalized = True
     heterogeneous = True
     server_holds_inputs = True

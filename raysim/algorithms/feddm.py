@@ -9,7 +9,7 @@ of the current round's synthetic sets (cross-entropy). Shared loop:
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any, ClassVar, cast
 
 import numpy as np
 import torch
@@ -31,6 +31,9 @@ class FedDM(CondensedKnowledgeAlgorithm[FedDMParams]):
     """Perturbed-model mean matching; the server trains on the current round's union."""
 
     params_class = FedDMParams
+    privacy_refusal: ClassVar[str] = (
+        "its clients upload condensed synthetic images, not weight updates, and no "
+        "accountable mechanism for them is implemented")
 
     def synthetic_sizes(self, counts: np.ndarray) -> dict[int, int]:
         return images_per_class(counts, None, self.params.images_per_class, 1)

@@ -21,7 +21,7 @@ on its own test share (and the global test set).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 import torch
@@ -45,6 +45,9 @@ class FedMD(Algorithm[FedMDParams, Weights | None]):
     """Digest the public consensus, revisit the private data, upload public logits."""
 
     params_class = FedMDParams
+    privacy_refusal: ClassVar[str] = (
+        "its clients upload logits on a public set, not weight updates, and no accountable "
+        "mechanism for them is implemented")
     personalized = True
     heterogeneous = True
 

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 import torch
@@ -68,6 +68,10 @@ class FedSM(Algorithm[FedSMParams, dict[str, Any]]):
     """Global + SoftPull-personalized + selector models; super-model inference."""
 
     params_class = FedSMParams
+    privacy_refusal: ClassVar[str] = (
+        "every client uploads its personalized model each round for the server's SoftPull, "
+        "and those models are not privatized (only the global model and the selector would "
+        "be)")
 
     def __init__(self, params: FedSMParams, context: RunContext):
         super().__init__(params, context)

@@ -27,7 +27,7 @@ and the authors' code: docs/fedvck.md.
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any, ClassVar, cast
 
 import numpy as np
 import torch
@@ -55,6 +55,9 @@ class FedVCK(CondensedKnowledgeAlgorithm[FedVCKParams]):
     """Model-guided condensation with latent constraints; relational server training."""
 
     params_class = FedVCKParams
+    privacy_refusal: ClassVar[str] = (
+        "its clients upload condensed synthetic images and logit prototypes, not weight "
+        "updates, and no accountable mechanism for them is implemented")
 
     def __init__(self, params: FedVCKParams, context: RunContext):
         super().__init__(params, context)

@@ -21,6 +21,8 @@ class LocalOnly(Algorithm[LocalOnlyParams | CentralizedParams, Weights]):
     run different architectures (``clients.architectures``)."""
 
     params_class: ClassVar[type[StrictModel]] = LocalOnlyParams
+    privacy_refusal: ClassVar[str] = (
+        "nothing leaves a client: its models are private by construction")
     personalized = True
     heterogeneous = True
 

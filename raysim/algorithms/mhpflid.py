@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any, ClassVar, cast
 
 import numpy as np
 import torch
@@ -56,6 +56,9 @@ class MHpFLID(Algorithm[MHpFLIDParams, Weights]):
     """Injection and distillation through a shared, server-averaged messenger."""
 
     params_class = MHpFLIDParams
+    privacy_refusal: ClassVar[str] = (
+        "its clients upload a messenger model trained by distillation from their private "
+        "models; privatizing it is not implemented")
     personalized = True
     heterogeneous = True
     needs_images = ("its clients' models from the heterogeneous zoo and the messenger are "

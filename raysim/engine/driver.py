@@ -25,6 +25,7 @@ from raysim.engine.round_callbacks import (
     EvaluationSchedule,
     LiveMetrics,
     MembershipAudit,
+    PrivacyAccounting,
     StateResidencyNotices,
     StopAtRoundBoundary,
     StoppedAtRoundBoundary,
@@ -289,13 +290,17 @@ class Driver:
     def _rounds(self, workers: list[Any], layout: _Layout, sink: ParquetSink) -> dict[str, Any]:
         """One pass of the round loop from the durable state to the end."""
         spec, context = self.spec, self.context
+        privacy = context.privacy  # its budget may allow fewer rounds than configured
+        rounds = spec.rounds if privacy is None else min(spec.rounds, privacy.rounds_allowed)
+        if privacy is not None:
+            update_manifest(self.run_dir, privacy=privacy.describe())
         evaluation = EvaluationSchedule(
-            spec.evaluation.every, spec.rounds,
+            spec.evaluation.every, rounds,
             lambda state, round_: self._evaluator.evaluate(workers, state, round_,
                                                            layout.clients_by_worker, sink))
         loop = RoundLoop(
             self.algorithm, seed=context.seed, num_clients=context.num_clients,
-            clients_per_round=context.clients_per_round, rounds=spec.rounds,
+            clients_per_round=context.clients_per_round, rounds=rounds,
             worker_of_client=layout.worker_of_client, workers=RayWorkers(workers), sink=sink,
             progress=self._loop_progress,
             callbacks=[_FirstDispatchStamp(self.run_dir, first=not self._recoveries), evaluation,
@@ -305,7 +310,8 @@ class Driver:
                                      context.seed, spec.engine.checkpoint_seconds),
                        StopAtRoundBoundary(self._stop.is_set, spec.rounds, self.run_dir,
                                            context.seed),
-                       *([LiveMetrics(self._streams)] if self._streams else [])],
+                       *([LiveMetrics(self._streams)] if self._streams else []),
+                       *([PrivacyAccounting(privacy, spec.rounds)] if privacy else [])],
             report=self._set_progress)
         return loop.run()
 

@@ -18,6 +18,7 @@ from raysim.engine.round_loop import (
     RoundOutcome,
 )
 from raysim.errors import DivergenceError
+from raysim.privacy.settings import DpSettings
 from raysim.results.manifest import read_manifest, update_manifest
 
 
@@ -178,3 +179,31 @@ class StateResidencyNotices(RoundCallback):
         if notices:
             known = read_manifest(self.run_dir).get("worker_states", {})
             update_manifest(self.run_dir, worker_states={**known, **notices})
+
+
+class PrivacyAccounting(RoundCallback):
+    """The privacy budget in every ``rounds`` row: ``epsilon`` at the run's delta after the
+    round (dp-accounting, :mod:`raysim.privacy.accountant`), the noise multiplier and the
+    clip; the last row of a run capped by ``privacy.target_epsilon`` says why it stopped."""
+
+    def __init__(self, settings: DpSettings, rounds: int):
+        self.settings = settings
+        self.rounds = rounds
+        """The configured rounds (the loop may run fewer: ``settings.rounds_allowed``)."""
+
+    def columns(self, loop: RoundLoop, outcome: RoundOutcome) -> dict[str, Any]:
+        done = outcome.round + 1
+        row: dict[str, Any] = {"epsilon": self.settings.epsilon_after(done),
+                               "dp_delta": self.settings.delta,
+                               "dp_noise_multiplier": self.settings.noise_multiplier,
+                               "dp_clip": self.settings.clip,
+                               "dp_accountant": self.settings.accountant,
+                               "dp_mode": self.settings.mode}
+        if done == self.settings.rounds_allowed < self.rounds:
+            following = self.settings.epsilon_after(done + 1)
+            row["stop_reason"] = (
+                f"privacy budget: epsilon after round {done} would be {following:.4g} > "
+                f"privacy.target_epsilon={self.settings.target_epsilon:g} (delta "
+                f"{self.settings.delta:.3g}); the run stopped after {done} of {self.rounds} "
+                "rounds")
+        return row

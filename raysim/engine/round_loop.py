@@ -30,6 +30,7 @@ import numpy as np
 
 from raysim.engine.memory import resident_memory_mb
 from raysim.engine.reduction_tree import Subtree, combine
+from raysim.privacy.sampling import poisson_sample
 from raysim.seeding import numpy_rng
 from raysim.training.evaluation import METRICS
 from raysim.training.weights import payload_bytes
@@ -179,6 +180,10 @@ class RoundCallback:
         """Whether :meth:`with_idle_workers` must run after this round (no round in flight)."""
         return False
 
+    def columns(self, loop: RoundLoop, outcome: RoundOutcome) -> dict[str, Any]:
+        """Extra columns of the round's ``rounds`` row (e.g. the privacy budget spent)."""
+        return {}
+
     def after_record(self, loop: RoundLoop, outcome: RoundOutcome) -> None:
         """The round's rows are recorded (not called for replayed rounds); may raise to stop."""
 
@@ -304,6 +309,8 @@ class RoundLoop:
                "seconds_evaluate": outcome.evaluated - outcome.aggregated,
                "wall_time": time.time(), "driver_memory_mb": resident_memory_mb(),
                "worker_memory_mb": max((r.memory_mb for r in replies), default=math.nan)}
+        for callback in self.callbacks:
+            row.update(callback.columns(self, outcome))
         self.sink.add("rounds", [row])
         self.sink.add_columns("clients", {"round": np.full(len(clients["client"]), round_),
                                           **clients})
@@ -326,8 +333,12 @@ class RoundLoop:
 
     # ----- helpers -----
     def sample_clients(self, round_: int) -> np.ndarray:
-        """The round's clients: all, or a seeded sample of ``clients_per_round``."""
+        """The round's clients: all, or a seeded sample of ``clients_per_round`` (with DP:
+        Poisson sampling at rate clients_per_round / num_clients, as its accountant assumes)."""
         total = self.num_clients
+        privacy = getattr(self.algorithm.context, "privacy", None)
+        if privacy is not None:
+            return poisson_sample(self.seed, round_, total, privacy.rate)
         count = min(self.clients_per_round, total)
         if count == total:
             return np.arange(total)

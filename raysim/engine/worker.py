@@ -19,6 +19,7 @@ from raysim.engine.gpu import cap_gpu_memory, gpu_memory_errors
 from raysim.engine.memory import keep_freed_memory, resident_memory_mb
 from raysim.engine.reduction_tree import subtree_roots
 from raysim.engine.round_loop import RoundReply
+from raysim.privacy.uploads import privatize_uploads
 from raysim.schema import StrictModel
 from raysim.training.context import ClientData
 from raysim.training.evaluation import classification_metrics, predict_proba
@@ -167,6 +168,11 @@ class ClientWorker:
             updates = self.algorithm.local_updates(
                 self.runtime, ids, round_, message,
                 [self.client_states.get(c) for c in ids])
+        privacy = self.run_setup.context.privacy
+        if privacy is not None:  # clip (and in local mode noise) before anything is reduced
+            privatize_uploads(list(zip(ids, updates, strict=True)),
+                              self.algorithm.private_uploads, message, privacy,
+                              self.run_setup.context.seed, round_, self.device)
         seconds = (time.perf_counter() - started) / max(len(ids), 1)
         by_client = dict(zip(ids, updates, strict=True))
         bytes_up: dict[str, int] = defaultdict(int)

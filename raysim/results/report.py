@@ -236,6 +236,22 @@ def privacy_table(clients: pd.DataFrame) -> pd.DataFrame:
     return table.reset_index()
 
 
+def guarantee_table(rounds: pd.DataFrame) -> pd.DataFrame:
+    """The formal DP guarantee of every experiment and algorithm run with ``privacy:``: epsilon
+    after its last round (at delta, with the accountant named), the rounds, the clip and the
+    noise multiplier (equal over seeds: the budget does not depend on the data)."""
+    if "epsilon" not in rounds or rounds["epsilon"].isna().all():
+        return pd.DataFrame()
+    private = rounds.dropna(subset=["epsilon"])
+    last = private.loc[private.groupby([*_KEYS, "run"])["round"].idxmax()]
+    last = last.assign(rounds=last["round"] + 1)
+    columns = ["epsilon", "dp_delta", "dp_accountant", "dp_mode", "rounds", "dp_clip",
+               "dp_noise_multiplier"]
+    return last.groupby(_KEYS)[columns].first().reset_index().rename(
+        columns={"dp_delta": "delta", "dp_accountant": "accountant", "dp_mode": "mode",
+                 "dp_clip": "clip", "dp_noise_multiplier": "noise_multiplier"})
+
+
 def report(paths: str | Path | list[str | Path], metric: str = "accuracy",
            output: str | Path | None = None, metrics: list[str] | None = None,
            selection: str | None = None, per_client: bool = False,
@@ -280,8 +296,15 @@ def report(paths: str | Path | list[str | Path], metric: str = "accuracy",
                  "receivers)\n" + (volume.round(4).to_string(index=False) if not volume.empty
                                     else "no communication recorded"))
     if privacy:
-        audit = tables["privacy"] = privacy_table(pd.concat([load(path, "clients") for path in paths],
+        audit = privacy_table(pd.concat([load(path, "clients") for path in paths],
                                         ignore_index=True))
+        guarantee = guarantee_table(rounds)
+        tables["privacy"] = (audit if guarantee.empty else guarantee if audit.empty
+                             else guarantee.merge(audit, on=_KEYS, how="outer"))
+        if not guarantee.empty:
+            text += ("\n\ndifferential privacy (client level): epsilon after the last round at "
+                     "delta, the accountant, rounds, clip, noise multiplier\n"
+                     + guarantee.to_string(index=False, float_format=lambda v: f"{v:.4g}"))
         text += ("\n\nmembership-inference audit of the last round's uploads (AUC per client; "
                  "defense_rate: share of clients at AUC <= 0.5)\n"
                  + (audit.round(3).to_string(index=False) if not audit.empty

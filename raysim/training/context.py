@@ -9,6 +9,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from raysim.data.dataset import DataInfo
+from raysim.privacy.settings import DpSettings
 from raysim.schema import StrictModel, TrainingConfig
 from raysim.training.weights import Weights
 
@@ -30,6 +31,8 @@ class RunContext:
     memory_format: str = "auto"
     """``engine.memory_format``, for the models the server trains itself (see
     :func:`raysim.training.memory_format.place`)."""
+    privacy: DpSettings | None = None
+    """Client-level DP (``privacy:``), resolved before the run; None: off."""
 
     def architecture(self, client: int) -> StrictModel:
         """The architecture of one client."""

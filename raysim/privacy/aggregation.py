@@ -1,0 +1,39 @@
+"""The server's private mean (DP-FedAvg with a fixed denominator, McMahan et al. 2018):
+
+    new = broadcast + (sum of the clipped updates + central noise) / expected
+
+where ``expected`` = rate x N is the expected number of sampled clients (Poisson sampling
+makes the actual number random; dividing by it would leak it). Computed from the sum S of the
+uploaded (clipped) models of the n sampled clients as (S + noise + (expected - n) broadcast) /
+expected, so that with no noise, no clipping and every client sampled it is FedAvg's unweighted
+mean to the bit.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from raysim.algorithms.aggregators import WeightedSum
+from raysim.privacy.mechanism import gaussian_noise
+from raysim.training.weights import Weights
+
+
+def private_mean(partials: Sequence[WeightedSum], broadcast: Weights, expected: float,
+                 noise_std: float, seed: int, round_: int) -> dict[str, np.ndarray]:
+    """The private mean of a round's uploads (see the module docstring); ``partials``: the
+    merged sums of the sampled clients' uploads, each client with weight 1 (none: no client
+    was sampled); ``noise_std``: the central noise on the sum (0 in local mode)."""
+    total = partials[0] if partials else None
+    for partial in partials[1:]:
+        total = total.merge(partial) if total is not None else partial
+    sampled = 0.0 if total is None else total.total_weight
+    rest = WeightedSum.of([broadcast], [expected - sampled])
+    total = rest if total is None else total.merge(rest)
+    if noise_std > 0:
+        floats = total.float_count
+        noise = gaussian_noise(floats, noise_std, seed, "dp-central-noise", round_)
+        total.vector[:floats] += noise.to(total.vector.device)
+    total.total_weight = expected
+    return total.mean()

@@ -1,0 +1,29 @@
+"""DP on a worker: the sampled clients' weight uploads clipped (and, in local mode, noised)
+before they are reduced, with each update's norm before clipping in the ``clients`` table
+(``dp_update_norm``)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+
+from raysim.privacy.mechanism import privatize
+from raysim.privacy.settings import DpSettings
+
+
+def privatize_uploads(results: Sequence[tuple[int, Any]], uploads: Sequence[str],
+                      message: dict[str, Any], settings: DpSettings, seed: int, round_: int,
+                      device: torch.device) -> None:
+    """Replace every (client, ClientResult)'s uploads named in ``uploads`` by the clipped
+    (local mode: and noised) update over the broadcast entry of the same name, in place."""
+    local_std = settings.noise_std if settings.mode == "local" else 0.0
+    for client, result in results:
+        for kind in uploads:
+            if kind not in result.upload:
+                continue
+            result.upload[kind], norm = privatize(result.upload[kind], message[kind],
+                                                  settings.clip, local_std, seed, round_,
+                                                  client, device)
+            result.metrics[f"dp_{kind}_update_norm"] = norm

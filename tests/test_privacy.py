@@ -1,0 +1,232 @@
+"""Client-level differential privacy (issue #34): clipping, Gaussian noise (central and
+local), Poisson sampling, the fixed-denominator private mean, dp-accounting's epsilon in the
+rounds table, calibration and the budget stop, and the refusals."""
+
+from __future__ import annotations
+
+import logging
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from test_bad_input import run_cli
+
+from raysim.algorithms.aggregators import WeightedSum
+from raysim.algorithms.base import ClientResult
+from raysim.config import parse_config
+from raysim.engine.runner import run_experiment
+from raysim.privacy.accountant import default_delta
+from raysim.privacy.aggregation import private_mean
+from raysim.privacy.sampling import poisson_sample
+from raysim.privacy.settings import DpSettings, resolve
+from raysim.privacy.uploads import privatize_uploads
+from raysim.results import load
+from raysim.schema import PrivacyConfig
+from raysim.training.weights import FlatWeights
+
+logging.getLogger("absl").setLevel(logging.ERROR)  # dp-accounting's RDP order warnings
+CPU = torch.device("cpu")
+
+
+def _raw(**privacy) -> dict:
+    return {"name": "dp", "dataset": {"name": "breast-cancer"},
+            "partition": {"scheme": "iid", "num_clients": 12},
+            "model": {"name": "mlp", "hidden": [16]},
+            "algorithm": {"name": "fedavg", "weighted": False},
+            "training": {"rounds": 4, "local_steps": 2, "batch_size": 8,
+                         "clients_per_round": 4, "optimizer": {"name": "sgd", "lr": 0.1}},
+            "evaluation": {"every": 1}, "seeds": [0],
+            "engine": {"num_workers": 2, "cpus_per_worker": 1},
+            **({"privacy": privacy} if privacy else {})}
+
+
+def _run(raw: dict, tmp_path: Path, label: str):
+    outcome = run_experiment(parse_config(raw), output=str(tmp_path / label), progress=False)[0]
+    assert outcome.error is None, outcome.error
+    return load(outcome.run_dir), load(outcome.run_dir, "clients")
+
+
+def _flat(values: np.ndarray) -> FlatWeights:
+    vector = torch.from_numpy(values.astype(np.float32))
+    return FlatWeights(vector, (("w", (len(values),)),))
+
+
+def _settings(**overrides) -> DpSettings:
+    fields = {"clip": 1.0, "noise_multiplier": 0.0, "mode": "central", "delta": 1e-5,
+              "rate": 0.5, "num_clients": 10, "accountant": "rdp", "rounds_allowed": 3}
+    return DpSettings(**{**fields, **overrides})
+
+
+# ----- the mechanism -----
+def test_every_clipped_update_is_within_the_bound_and_small_ones_are_unchanged():
+    rng = np.random.default_rng(0)
+    reference = _flat(rng.normal(size=500))
+    ref = reference.vector.numpy()
+    scales = [0.001, 0.02, 3.0, 40.0]  # update norms about 0.02, 0.45, 67, 890
+    results = [(c, ClientResult({"model": _flat(ref + rng.normal(size=500) * s)}))
+               for c, s in enumerate(scales)]
+    originals = [r.upload["model"].vector.clone() for _, r in results]
+    privatize_uploads(results, ("model",), {"model": reference}, _settings(clip=1.0), 0, 0, CPU)
+    for (_, result), original, scale in zip(results, originals, scales, strict=True):
+        upload = result.upload["model"].vector.double()
+        norm = float(torch.linalg.vector_norm(upload - reference.vector.double()))
+        assert norm <= 1.0 + 1e-5
+        before = result.metrics["dp_model_update_norm"]
+        if before <= 1.0:  # within the bound: the very same values
+            assert torch.equal(result.upload["model"].vector, original)
+        else:  # scaled onto the bound, same direction
+            assert norm == pytest.approx(1.0, rel=1e-5) and scale >= 3.0
+            direction = (original.double() - reference.vector.double()) / before
+            assert torch.allclose(upload - reference.vector.double(), direction, atol=1e-5)
+
+
+def test_local_noise_has_the_stated_std_and_is_the_same_stream_on_every_call():
+    reference = _flat(np.zeros(200_000))
+    settings = _settings(mode="local", clip=0.5, noise_multiplier=2.0)  # std 1.0
+    draws = []
+    for _ in range(2):
+        results = [(7, ClientResult({"model": _flat(np.zeros(200_000))}))]
+        privatize_uploads(results, ("model",), {"model": reference}, settings, 3, 5, CPU)
+        draws.append(results[0][1].upload["model"].vector.double().numpy())
+    assert np.array_equal(draws[0], draws[1])  # the client's stream (seed, round, client)
+    assert np.std(draws[0]) == pytest.approx(settings.noise_std, rel=0.01)
+    assert abs(np.mean(draws[0])) < 0.01
+
+
+def test_central_noise_on_the_sum_has_the_stated_std_over_the_expected_count():
+    """Clients that upload the broadcast itself: the private mean is broadcast + noise /
+    expected, the noise N(0, (z C)^2) per coordinate."""
+    broadcast = {"w": np.full(100_000, 0.25, np.float32)}
+    partials = [WeightedSum.of([broadcast] * 3, [1.0] * 3)]
+    settings = _settings(clip=0.5, noise_multiplier=4.0, rate=0.4, num_clients=10)  # std 2
+    mean = private_mean(partials, broadcast, settings.expected_clients, settings.noise_std,
+                        0, 1)["w"].astype(np.float64)
+    offsets = (mean - 0.25) * settings.expected_clients
+    assert np.std(offsets) == pytest.approx(settings.noise_std, rel=0.01)
+    assert abs(np.mean(offsets)) < 0.05
+
+
+def test_the_private_mean_divides_the_clipped_updates_by_the_expected_count():
+    broadcast = {"w": np.zeros(3, np.float32)}
+    uploads = [{"w": np.array([1.0, 0.0, 0.0], np.float32)},
+               {"w": np.array([0.0, 2.0, 0.0], np.float32)}]
+    mean = private_mean([WeightedSum.of(uploads, [1.0, 1.0])], broadcast, 4.0, 0.0, 0, 0)
+    np.testing.assert_allclose(mean["w"], [0.25, 0.5, 0.0])  # (sum of updates) / 4, not / 2
+    none_sampled = private_mean([], broadcast, 4.0, 0.0, 0, 0)
+    np.testing.assert_array_equal(none_sampled["w"], broadcast["w"])
+
+
+def test_poisson_sampling_has_the_rate_and_depends_only_on_seed_and_round():
+    counts = [len(poisson_sample(0, r, 1000, 0.1)) for r in range(50)]
+    assert np.mean(counts) == pytest.approx(100, rel=0.05) and len(set(counts)) > 5
+    assert np.array_equal(poisson_sample(3, 7, 500, 0.2), poisson_sample(3, 7, 500, 0.2))
+    assert len(poisson_sample(0, 0, 50, 1.0)) == 50
+
+
+# ----- the accountant -----
+def _direct_epsilon(rate: float, noise: float, rounds: int, delta: float) -> float:
+    import dp_accounting
+    from dp_accounting import rdp
+
+    accountant = rdp.RdpAccountant()
+    accountant.compose(dp_accounting.SelfComposedDpEvent(
+        dp_accounting.PoissonSampledDpEvent(rate, dp_accounting.GaussianDpEvent(noise)),
+        rounds))
+    return float(accountant.get_epsilon(delta))
+
+
+def test_calibration_reaches_the_target_and_the_default_delta_is_one_over_n_to_1_1():
+    settings = resolve(PrivacyConfig(target_epsilon=3.0), 100, 10, 20)
+    assert settings.calibrated and settings.delta == pytest.approx(100 ** -1.1)
+    assert settings.delta == default_delta(100)
+    achieved = _direct_epsilon(0.1, settings.noise_multiplier, 20, settings.delta)
+    assert achieved <= 3.0 and achieved == pytest.approx(3.0, rel=0.01)
+    capped = resolve(PrivacyConfig(noise_multiplier=1.0, target_epsilon=1.0), 100, 10, 50)
+    assert 0 < capped.rounds_allowed < 50
+    assert _direct_epsilon(0.1, 1.0, capped.rounds_allowed, capped.delta) <= 1.0
+    assert _direct_epsilon(0.1, 1.0, capped.rounds_allowed + 1, capped.delta) > 1.0
+
+
+# ----- runs on the engine -----
+def test_epsilon_in_the_rounds_table_is_dp_accountings(ray_session, tmp_path):
+    rounds, clients = _run(_raw(clip=0.5, noise_multiplier=1.1, delta=1e-3), tmp_path, "eps")
+    expected = [_direct_epsilon(4 / 12, 1.1, t + 1, 1e-3) for t in range(4)]
+    np.testing.assert_allclose(rounds["epsilon"].to_numpy(), expected, rtol=1e-9)
+    assert (clients.groupby("round").size().to_numpy() != 4).any()  # Poisson, not fixed size
+    assert clients["dp_model_update_norm"].notna().all()
+
+
+def test_no_noise_and_no_clip_give_fedavgs_numbers_exactly(ray_session, tmp_path):
+    raw = _raw()
+    raw["training"]["clients_per_round"] = 12  # rate 1: Poisson sampling takes everyone
+    plain, _ = _run(raw, tmp_path, "plain")
+    private, _ = _run({**raw, "privacy": {"clip": math.inf, "noise_multiplier": 0.0}},
+                      tmp_path, "private")
+    for column in ("accuracy", "loss", "train_loss"):
+        assert np.array_equal(plain[column].to_numpy(), private[column].to_numpy()), column
+    assert np.isinf(private["epsilon"]).all()  # no noise: no guarantee
+
+
+@pytest.mark.parametrize("mode", ["central", "local"])
+def test_one_and_two_workers_give_the_same_numbers_with_dp(ray_session, tmp_path, mode):
+    runs = []
+    for workers in (1, 2):
+        raw = _raw(clip=0.5, noise_multiplier=0.8, mode=mode)
+        raw["engine"]["num_workers"] = workers
+        runs.append(_run(raw, tmp_path, f"{mode}{workers}")[0])
+    for column in ("accuracy", "loss", "clients_sampled", "epsilon"):
+        assert np.array_equal(runs[0][column].to_numpy(), runs[1][column].to_numpy()), column
+
+
+def test_the_noise_changes_the_model(ray_session, tmp_path):
+    quiet, _ = _run(_raw(clip=0.5, noise_multiplier=0.0), tmp_path, "quiet")
+    noisy, _ = _run(_raw(clip=0.5, noise_multiplier=5.0), tmp_path, "noisy")
+    assert not np.array_equal(quiet["loss"].to_numpy(), noisy["loss"].to_numpy())
+
+
+def test_a_budget_stop_ends_the_run_early_and_its_last_row_says_why(ray_session, tmp_path):
+    rounds, _ = _run(_raw(clip=0.5, noise_multiplier=0.8, target_epsilon=4.0, delta=1e-3),
+                     tmp_path, "stop")
+    allowed = resolve(PrivacyConfig(clip=0.5, noise_multiplier=0.8, target_epsilon=4.0,
+                                    delta=1e-3), 12, 4, 4).rounds_allowed
+    assert 0 < allowed < 4 and len(rounds) == allowed
+    assert (rounds["epsilon"] <= 4.0).all()
+    assert "privacy budget" in rounds["stop_reason"].iloc[-1]
+
+
+# ----- refusals -----
+@pytest.mark.parametrize("algorithm", ["fedvck", "feddm", "fedmd", "feddf", "mhpflid", "fedsm",
+                                       "feddc", "local", "centralized"])
+def test_methods_without_protectable_weight_uploads_refuse_privacy(capsys, tmp_path,
+                                                                  algorithm):
+    raw = _raw(noise_multiplier=1.0)
+    raw["algorithm"] = {"name": algorithm}
+    raw["dataset"] = {"name": "digits"}
+    raw["model"] = {"name": "convnet", "width": 8, "depth": 2}
+    code, err = run_cli(capsys, tmp_path, raw)
+    assert code == 2, err
+    assert "Invalid config section `privacy`" in err and "fedavg, fedprox" in err
+    assert "Traceback" not in err
+
+
+def test_privacy_without_noise_or_target_is_a_config_error(capsys, tmp_path):
+    code, err = run_cli(capsys, tmp_path, _raw(clip=1.0))
+    assert code == 2 and "noise_multiplier" in err and "target_epsilon" in err
+
+
+def test_the_privacy_report_puts_epsilon_beside_the_membership_audit(ray_session, tmp_path):
+    from raysim.results.report import report
+
+    raw = _raw(clip=0.5, noise_multiplier=1.1, delta=1e-3)
+    raw["evaluation"]["membership_audit"] = 4
+    outcome = run_experiment(parse_config(raw), output=str(tmp_path / "r"), progress=False)[0]
+    text, _ = report(outcome.run_dir.parent, privacy=True, csv_dir=tmp_path / "csv")
+    import pandas as pd
+
+    table = pd.read_csv(tmp_path / "csv" / "privacy.csv")
+    row = table.iloc[0]
+    assert row["epsilon"] == pytest.approx(_direct_epsilon(4 / 12, 1.1, 4, 1e-3), rel=1e-9)
+    assert row["accountant"] == "rdp" and row["rounds"] == 4 and row["clip"] == 0.5
+    assert 0 <= row["max_auc_mean"] <= 1 and "differential privacy" in text
