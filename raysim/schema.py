@@ -106,6 +106,9 @@ class TrainingConfig(StrictModel):
     local_steps: int | None = Field(None, ge=1, description="minibatch steps per round")
     batch_size: int = Field(32, ge=1)
     optimizer: OptimizerConfig = OptimizerConfig()
+    loss: Literal["cross_entropy", "hinge"] = Field(
+        "cross_entropy", description="hinge: the multi-class hinge (with a binary-margin "
+        "linear model, the linear SVM's loss)")
 
     @model_validator(mode="after")
     def _check_local_work(self) -> TrainingConfig:

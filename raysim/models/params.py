@@ -33,6 +33,9 @@ class MLPParams(StrictModel):
     hidden: tuple[Annotated[int, Field(ge=1)], ...] = Field(
         (64,), description="hidden layer widths; () is a linear model"
     )
+    binary_margin: bool = Field(
+        False, description="two classes only: one output f(x), logits (0, f(x)); a linear "
+        "model then has features + 1 parameters (a linear SVM with training.loss: hinge)")
 
 
 class ResNet18Params(StrictModel):

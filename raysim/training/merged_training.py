@@ -47,6 +47,8 @@ class VectorizedJob:
     """Per step, (clients, batch) positions into each client's local data."""
     optimizer: OptimizerConfig
     prox: tuple[Weights, float] | None = None
+    loss: str = "cross_entropy"
+    """``training.loss``."""
 
     def merge_key(self) -> tuple[Any, ...] | None:
         """Jobs with equal keys can share one call; None: this job trains alone (a proximal
@@ -56,14 +58,15 @@ class VectorizedJob:
         layout = tuple((name, tuple(t.shape)) for name, t in
                        [*self.model.named_parameters(), *self.model.named_buffers()])
         return (repr(self.model), layout,
-                self.optimizer.model_dump_json(), all(m is not None for m in self.momentum),
+                self.optimizer.model_dump_json(), self.loss,
+                all(m is not None for m in self.momentum),
                 tuple(self.inputs.shape[1:]), str(self.inputs.dtype), str(self.inputs.device),
                 tuple(step.shape[1] for step in self.plan))
 
     def train(self) -> JobResult:
         """Train this job's clients alone."""
         return train_vectorized(self.model, self.weights, self.momentum, self.inputs,
-                                self.targets, self.plan, self.optimizer, self.prox)
+                                self.targets, self.plan, self.optimizer, self.prox, self.loss)
 
 
 def train_jobs(jobs: Sequence[VectorizedJob]) -> list[JobResult]:
@@ -93,7 +96,7 @@ def train_merged(jobs: Sequence[VectorizedJob], keys: Sequence[Any] | None = Non
             [m for job in merged for m in job.momentum],
             torch.cat([job.inputs for job in merged]), torch.cat([job.targets for job in merged]),
             [np.concatenate([job.plan[step] for job in merged]) for step in range(steps)],
-            merged[0].optimizer)
+            merged[0].optimizer, loss=merged[0].loss)
         start = 0
         for i in members:
             stop = start + len(jobs[i].weights)

@@ -16,6 +16,7 @@ from raysim.models import build_model
 from raysim.schema import OptimizerConfig, StrictModel
 from raysim.seeding import client_keys, seed_sequence, torch_generator
 from raysim.training.context import ClientData, RunContext
+from raysim.training.losses import loss_function
 from raysim.training.memory_format import M, place
 from raysim.training.merged_training import JobResult, VectorizedJob, train_jobs
 from raysim.training.resident_data import ResidentData
@@ -275,7 +276,7 @@ class ClientRuntime:
             groups.append((members.tolist(), int(size), len(plan)))
             jobs.append(VectorizedJob(self.model, [weights[i] for i in members.tolist()],
                                       momentum, inputs, targets, plan, self.training.optimizer,
-                                      prox))
+                                      prox, self.training.loss))
         results: dict[int, tuple[Weights, TrainOutcome]] = {}
         for (positions, size, taken), (new_weights, new_momentum, losses) in zip(
                 groups, self.job_trainer(jobs), strict=True):
@@ -294,7 +295,7 @@ class ClientRuntime:
         optimizer = make_optimizer(model.parameters(), self.training.optimizer)
         if optimizer_state is not None:
             optimizer.load_state_dict(optimizer_state)
-        loss_fn = nn.CrossEntropyLoss()
+        loss_fn = loss_function(self.training.loss)
         model.train()
         mean_loss, samples, taken = self.fit(
             client, round_, optimizer, lambda inputs, targets: loss_fn(model(inputs), targets),

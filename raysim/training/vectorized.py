@@ -16,6 +16,7 @@ from torch import nn
 from torch.func import functional_call, grad_and_value, vmap
 
 from raysim.schema import OptimizerConfig
+from raysim.training.losses import loss_function
 from raysim.training.weights import (
     FlatWeights,
     Layout,
@@ -68,6 +69,7 @@ def train_vectorized(
     plan: Sequence[np.ndarray],
     optimizer: OptimizerConfig,
     prox: tuple[Weights, float] | None = None,
+    loss: str = "cross_entropy",
 ) -> tuple[list[FlatWeights], list[torch.Tensor | None], np.ndarray]:
     """Run the SGD steps of ``plan`` for all clients at once.
 
@@ -101,7 +103,7 @@ def train_vectorized(
     if prox is not None and prox[1] > 0:
         anchor = {n: as_tensor(prox[0][n]).to(device) for n in param_names}
     mu = prox[1] if prox is not None else 0.0
-    loss_fn = nn.CrossEntropyLoss()
+    loss_fn = loss_function(loss)
 
     def client_loss(p: dict, b: dict, x: torch.Tensor, y: torch.Tensor) -> tuple:
         data_loss = loss_fn(functional_call(model, (p, b), (x,)), y)
