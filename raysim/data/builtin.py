@@ -6,8 +6,8 @@ import numpy as np
 
 from raysim.data.dataset import ArrayDataset, DataInfo
 
-BUILTIN_DATASETS = ("breast-cancer", "digits", "synthetic", "synthetic-susy")
-TABULAR_DATASETS = ("breast-cancer", "synthetic", "synthetic-susy")
+BUILTIN_DATASETS = ("breast-cancer", "digits", "synthetic", "synthetic-susy", "synthetic-100")
+TABULAR_DATASETS = ("breast-cancer", "synthetic", "synthetic-susy", "synthetic-100")
 """The built-in datasets of feature vectors; every other dataset holds images."""
 SYNTHETIC_SAMPLES = 50_000
 _TEST_FRACTION = 0.2
@@ -20,7 +20,9 @@ def load_builtin(name: str) -> ArrayDataset:
     breast-cancer-shaped data for scale tests and benchmarks, not real data) or
     ``synthetic-susy`` (make_classification in the shape of the SUSY benchmark that FedDC's
     Radon experiment uses: 18 features, 2 classes, noisy labels, so that a linear model reaches
-    about the 0.77-0.80 accuracy of linear models on SUSY; not real data)."""
+    about the 0.77-0.80 accuracy of linear models on SUSY; not real data) or ``synthetic-100``
+    (make_classification with 100 features and its other defaults, as FedDC's synthetic
+    small-data experiment describes its data)."""
     # imported here: worker processes import this module but never load data (seconds saved
     # at every worker's start)
     from sklearn.datasets import load_breast_cancer, load_digits, make_classification
@@ -34,6 +36,9 @@ def load_builtin(name: str) -> ArrayDataset:
             features, target = make_classification(
                 SYNTHETIC_SAMPLES, n_features=18, n_informative=8, n_redundant=4,
                 class_sep=0.55, flip_y=0.15, random_state=_SPLIT_SEED)
+        elif name == "synthetic-100":
+            features, target = make_classification(SYNTHETIC_SAMPLES, n_features=100,
+                                                   random_state=_SPLIT_SEED)
         else:
             features, target = make_classification(
                 SYNTHETIC_SAMPLES, n_features=30, n_informative=10, n_redundant=5,
