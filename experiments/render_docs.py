@@ -20,8 +20,9 @@ A metric with ``<metric>_mean`` and ``<metric>_std`` columns renders as ``mean Â
 (n=1)`` without a std), any other column as its value; numbers with 3 decimals from the CSV's
 full precision (never a re-rounded figure). ``key`` names the key column (default
 ``experiment``); ``where`` ({column: value}) keeps matching rows only; a row given as ``{csv:
-..., key: ...}`` comes from another CSV, and so does a column given as ``{csv: ..., metric:
-...}`` (the row's key looked up there); a column ``{per_seed: <csv>, metric: ...}`` lists the
+..., key: ...}`` comes from another CSV (its other columns from the files of the same names
+in that CSV's directory), and so does a column given as ``{csv: ..., metric: ...}`` (the row's
+key looked up there); a column ``{per_seed: <csv>, metric: ...}`` lists the
 row's per-seed values (a CSV with a ``seed`` column) as ``s0 / s1 / s2``.
 
 A statistic is an inline comment, its rendering, and a closing comment::
@@ -29,9 +30,10 @@ A statistic is an inline comment, its rendering, and a closing comment::
     <!-- stat csv: feddc/pneumonia/summary.csv, a: feddc, b: fedavg_b10, metric: accuracy -->
     ...<!-- /stat -->
 
-It renders the difference of the means of a and b, and Welch's t from the means, standard
-deviations (ddof 1) and seed counts; with ``per_seed`` (a CSV with a ``seed`` column and the
-metric as a column) the per-seed differences and the paired t instead. The wording is fixed
+It renders the difference of the means of a and b (``csv_b``: b's row from another CSV), and
+Welch's t from the means, standard deviations (ddof 1) and seed counts; with ``per_seed`` (a
+CSV with a ``seed`` column and the metric as a column) the per-seed differences and the paired
+t instead. The wording is fixed
 by |t|: below 2 "within noise", otherwise "a above b" or "a below b".
 
 A choice on validation data (``<!-- choose ... -->...<!-- /choose -->``, see
@@ -128,8 +130,11 @@ def render_table(spec: Mapping[str, Any]) -> str:
             if isinstance(column, Mapping) and "per_seed" in column:  # the seeds' values
                 cells.append(_per_seed_cell(column["per_seed"], key, value, column["metric"]))
             elif isinstance(column, Mapping):  # a column from another CSV: {csv, metric}
-                other = _row(_read(column["csv"], spec.get("where")), key, value, column["csv"])
-                cells.append(_cell(other, column["metric"], column["csv"]))
+                # a row from another directory takes that directory's file of the same name
+                column_csv = column["csv"] if row_csv == csv else str(
+                    Path(row_csv).parent / Path(column["csv"]).name)
+                other = _row(_read(column_csv, spec.get("where")), key, value, column_csv)
+                cells.append(_cell(other, column["metric"], column_csv))
             else:
                 cells.append(_cell(_row(_read(row_csv, spec.get("where")), key, value, row_csv),
                                     column, row_csv))
@@ -180,8 +185,9 @@ def render_stat(spec: Mapping[str, Any]) -> str:
         text = (f"{float(np.mean(differences)):+.3f} {metric} (per seed {shown}; paired "
                 f"{_t_text(t)}, {len(differences)} seeds")
     else:
-        frame = _read(spec["csv"], spec.get("where"))
-        row_a, row_b = (_row(frame, key, v, spec["csv"]) for v in (a, b))
+        csv_b = spec.get("csv_b", spec["csv"])  # b may come from another CSV
+        row_a = _row(_read(spec["csv"], spec.get("where")), key, a, spec["csv"])
+        row_b = _row(_read(csv_b, spec.get("where")), key, b, csv_b)
         groups = [(float(r[f"{metric}_mean"]), float(r[f"{metric}_std"]), _seeds(r, metric))
                   for r in (row_a, row_b)]
         t = welch_t(*groups[0], *groups[1])

@@ -1,5 +1,5 @@
 """The package's layers only point down: cli -> sweep/engine (Ray) -> config/preparation ->
-algorithms -> training/condensation (Ray-free) -> models -> data/results -> schema/errors/
+algorithms -> training/condensation/privacy (Ray-free) -> models -> data/results -> schema/errors/
 seeding. An import running back up (type-only imports included) fails here."""
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ LAYERS = {  # higher imports lower or equal, never the other way
     "sweep": 7, "engine": 7,
     "config": 6, "preparation": 6, "config_reference": 6,
     "algorithms": 5,
-    "training": 4, "condensation": 4,
+    "training": 4, "condensation": 4, "privacy": 4,
     "models": 3,
     "data": 2, "results": 2,
     "schema": 1, "errors": 1, "seeding": 1, "lazy": 1,

@@ -15,10 +15,10 @@ from test_bad_input import run_cli
 
 from raysim.algorithms.aggregators import WeightedSum
 from raysim.algorithms.base import ClientResult
+from raysim.algorithms.private_mean import private_mean
 from raysim.config import parse_config
 from raysim.engine.runner import run_experiment
 from raysim.privacy.accountant import default_delta
-from raysim.privacy.aggregation import private_mean
 from raysim.privacy.sampling import poisson_sample
 from raysim.privacy.settings import DpSettings, resolve
 from raysim.privacy.uploads import privatize_uploads

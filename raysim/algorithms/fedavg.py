@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from raysim.algorithms.aggregators import WeightedSum, mean_partial, weighted_mean
 from raysim.algorithms.base import Algorithm, ClientResult, register_algorithm
 from raysim.algorithms.params import FedAvgParams, FedProxParams
-from raysim.privacy.aggregation import private_mean
+from raysim.algorithms.private_mean import private_mean
 from raysim.schema import StrictModel
 from raysim.training.weights import Weights
 
