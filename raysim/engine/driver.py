@@ -312,7 +312,7 @@ class Driver:
                                            context.seed),
                        *([LiveMetrics(self._streams)] if self._streams else []),
                        *([PrivacyAccounting(privacy, spec.rounds)] if privacy else [])],
-            report=self._set_progress)
+            report=self._set_progress, poisson_rate=None if privacy is None else privacy.rate)
         return loop.run()
 
     def _send_groups(self, workers: list[Any], group_of_client: np.ndarray,

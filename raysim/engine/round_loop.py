@@ -197,11 +197,14 @@ class RoundLoop:
     def __init__(self, algorithm: Any, *, seed: int, num_clients: int, clients_per_round: int,
                  rounds: int, worker_of_client: np.ndarray, workers: Workers, sink: Sink,
                  progress: LoopProgress, callbacks: Sequence[RoundCallback] = (),
-                 report: Callable[..., None] = lambda **fields: None):
+                 report: Callable[..., None] = lambda **fields: None,
+                 poisson_rate: float | None = None):
         self.algorithm = algorithm
         self.seed = seed
         self.num_clients = num_clients
         self.clients_per_round = clients_per_round
+        self.poisson_rate = poisson_rate
+        """With DP: every client takes part independently at this rate (Poisson sampling)."""
         self.rounds = rounds
         self.worker_of_client = worker_of_client
         self.workers = workers
@@ -336,9 +339,8 @@ class RoundLoop:
         """The round's clients: all, or a seeded sample of ``clients_per_round`` (with DP:
         Poisson sampling at rate clients_per_round / num_clients, as its accountant assumes)."""
         total = self.num_clients
-        privacy = getattr(self.algorithm.context, "privacy", None)
-        if privacy is not None:
-            return poisson_sample(self.seed, round_, total, privacy.rate)
+        if self.poisson_rate is not None:
+            return poisson_sample(self.seed, round_, total, self.poisson_rate)
         count = min(self.clients_per_round, total)
         if count == total:
             return np.arange(total)
