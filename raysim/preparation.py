@@ -98,6 +98,11 @@ def check_method_data(config: ExperimentConfig) -> None:
             f"or a method that takes tabular data ({', '.join(tabular)}).")
 
 
+def _supporting(attribute: str) -> str:
+    """The registered algorithms whose class attribute ``attribute`` is truthy, listed."""
+    return ", ".join(sorted(n for n, c in ALGORITHMS.items() if getattr(c, attribute)))
+
+
 def check_privacy(config: ExperimentConfig) -> None:
     """``privacy:`` needs an algorithm with weight uploads DP can protect (one paragraph
     naming why otherwise)."""
@@ -105,12 +110,11 @@ def check_privacy(config: ExperimentConfig) -> None:
         return
     algorithm_class = ALGORITHMS[config.algorithm.name]
     if not algorithm_class.private_uploads:
-        supported = ", ".join(sorted(n for n, c in ALGORITHMS.items() if c.private_uploads))
         raise ConfigError(
             f"Invalid config section `privacy`: algorithm `{config.algorithm.name}` cannot give "
             f"a client-level DP guarantee here: {algorithm_class.privacy_refusal}. A privacy "
             f"setting would suggest a guarantee that is not there. Remove `privacy`, or use an "
-            f"algorithm whose uploads are weight updates: {supported}.")
+            f"algorithm whose uploads are weight updates: {_supporting('private_uploads')}.")
 
 
 def check_client_settings(config: ExperimentConfig, dataset: ArrayDataset) -> None:
@@ -120,12 +124,11 @@ def check_client_settings(config: ExperimentConfig, dataset: ArrayDataset) -> No
     algorithm_class = ALGORITHMS[config.algorithm.name]
     for key in ("architectures", "downsample"):
         if getattr(per_client, key) is not None and not algorithm_class.heterogeneous:
-            supported = ", ".join(sorted(n for n, c in ALGORITHMS.items() if c.heterogeneous))
             raise ConfigError(
                 f"Invalid config field `clients.{key}`: algorithm {config.algorithm.name!r} "
                 f"trains one shared model, so every client must use the same architecture and "
                 f"input. Set `model` (and remove clients.{key}), or use an algorithm for "
-                f"heterogeneous clients: {supported}.")
+                f"heterogeneous clients: {_supporting('heterogeneous')}.")
     for architecture in per_client.architectures or ():
         build_model(architecture, dataset.info)
     if per_client.downsample and dataset.info.kind != "image":
