@@ -72,7 +72,7 @@ _CHOOSE = re.compile(r"(<!-- choose (?P<spec>[^>]*?) -->)(?P<body>.*?)(<!-- /cho
 
 def _number(value: Any) -> str:
     if isinstance(value, (float, np.floating)):
-        return "n/a" if math.isnan(value) else f"{value:.3f}"
+        return "-" if math.isnan(value) else f"{value:.3f}"
     return str(value)
 
 
@@ -110,8 +110,12 @@ def _per_seed_cell(csv: str, key: str, value: Any, metric: str) -> str:
 
 
 def _seeds(row: pd.Series, metric: str) -> int:
-    """The number of seeds behind a summary row (``completed``, else ``<metric>_count``)."""
-    return int(row["completed"] if "completed" in row.index else row[f"{metric}_count"])
+    """The number of seeds behind a summary row (``completed``, else ``seeds``, else
+    ``<metric>_count``)."""
+    for column in ("completed", "seeds", f"{metric}_count"):
+        if column in row.index:
+            return int(row[column])
+    raise ValueError(f"no seed count for {metric!r} (completed, seeds or {metric}_count)")
 
 
 def render_table(spec: Mapping[str, Any]) -> str:
