@@ -33,13 +33,19 @@ class StopRequest:
     @contextmanager
     def handling_signals(self) -> Iterator[None]:
         """While inside: the first SIGINT/SIGTERM requests a stop (with a line on stderr), the
-        next raises KeyboardInterrupt. Only in the main thread (elsewhere: nothing changes)."""
+        next raises KeyboardInterrupt; after a signal, leaving ignores both signals for the
+        rest of the process (it only exits from there). Only in the main thread (elsewhere:
+        nothing changes)."""
         if threading.current_thread() is not threading.main_thread():
             yield
             return
         self.clear()
 
+        signalled = False
+
         def handler(signum: int, frame: FrameType | None) -> None:
+            nonlocal signalled
+            signalled = True
             if self.requested:
                 raise KeyboardInterrupt
             self.request()
@@ -53,7 +59,9 @@ class StopRequest:
             yield
         finally:
             for number, old in previous.items():
-                signal.signal(number, old)
+                # once a stop was asked for, the invocation is on its way out with everything
+                # written: a late second signal must not turn its exit into a traceback
+                signal.signal(number, signal.SIG_IGN if signalled else old)
 
 
 STOP = StopRequest()
