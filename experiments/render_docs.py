@@ -206,8 +206,17 @@ def render_choice(spec: Mapping[str, Any]) -> str:
     """A setting chosen on validation data: among ``labels`` (e.g. gammas), the one whose
     ``select`` column (a validation metric) has the highest mean, and its ``report`` column
     (the test metric) as mean ± std; with ``compare`` ({csv, key, metric}) Welch's t of the
-    chosen setting's test metric against that row's."""
+    chosen setting's test metric against that row's. With ``rows`` ({label: key}) the
+    settings are rows of the CSV and ``select``/``report`` one metric each."""
     csv, key = spec["csv"], spec.get("key", "experiment")
+    if "rows" in spec:  # settings as rows: {label: key}, one validation and one test metric
+        frame = _read(csv)
+        candidates = {label: _row(frame, key, value, csv) for label, value in spec["rows"].items()}
+        means = [float(r[f"{spec['select']}_mean"]) for r in candidates.values()]
+        best = int(np.argmax(means))
+        label = list(candidates)[best]
+        return (f"{spec.get('name', 'setting')} {label} (the highest validation value, "
+                f"{means[best]:.3f}); test {_cell(candidates[label], spec['report'], csv)} at it")
     row = _row(_read(csv), key, spec["row"], csv)
     means = [float(row[f"{column}_mean"]) for column in spec["select"]]
     best = int(np.argmax(means))

@@ -65,3 +65,15 @@ def test_a_paired_statistic_lists_the_per_seed_differences(tmp_path, monkeypatch
     t = stats.ttest_rel([0.9, 0.8, 0.85], [0.7, 0.75, 0.8]).statistic
     assert "per seed +0.200, +0.050, +0.050" in rendered
     assert f"paired t = {t:.2f}" in rendered
+
+
+def test_a_choice_is_made_on_the_validation_column_never_on_the_test_one(tmp_path, monkeypatch):
+    monkeypatch.setattr(render_docs, "RESULTS", tmp_path)
+    pd.DataFrame({"experiment": ["lr=0.1", "lr=0.01"], "completed": [1, 1],
+                  "val_accuracy_mean": [0.70, 0.80], "val_accuracy_std": [np.nan, np.nan],
+                  "accuracy_mean": [0.90, 0.60], "accuracy_std": [np.nan, np.nan]}).to_csv(
+        tmp_path / "study.csv", index=False)
+    rendered = render_docs.render(
+        "<!-- choose csv: study.csv, name: lr, rows: {'0.1': 'lr=0.1', '0.01': 'lr=0.01'}, "
+        "select: val_accuracy, report: accuracy -->x<!-- /choose -->")
+    assert "lr 0.01 (the highest validation value, 0.800); test 0.600 (n=1)" in rendered
