@@ -15,7 +15,6 @@ from raysim.algorithms.aggregators import (
     iterated_radon_point,
     radon_point,
 )
-from raysim.algorithms.privacy import privatize
 from raysim.config import parse_config
 from raysim.data import load_dataset
 from raysim.engine.runner import run_experiment
@@ -65,12 +64,16 @@ def test_coordinate_median():
 
 
 def test_privatize_clips_updates_and_adds_sigma_times_s_noise():
+    from raysim.privacy.mechanism import privatize
+
+    cpu = torch.device("cpu")
     reference = {"w": np.zeros(200_000, np.float32)}
     model = {"w": np.full(200_000, 0.1, np.float32)}
-    clipped = privatize(model, reference, clip=1.0, sigma=0.0, rng=np.random.default_rng(0))
+    clipped, _ = privatize(model, reference, 1.0, 0.0, 0, 0, 0, cpu)
     assert np.linalg.norm(clipped["w"].astype(np.float64)) == pytest.approx(1.0, rel=1e-5)
-    noisy = privatize(reference, reference, clip=2.0, sigma=0.5, rng=np.random.default_rng(0))
-    assert noisy["w"].std() == pytest.approx(1.0, rel=0.01)  # sigma * S, not sigma^2 * S^2
+    sigma, clip = 0.5, 2.0  # FedDC's algorithm.dp: noise std sigma * S, not sigma^2 * S^2
+    noisy, _ = privatize(reference, reference, clip, sigma * clip, 0, 0, 0, cpu)
+    assert noisy["w"].std() == pytest.approx(1.0, rel=0.01)
 
 
 @pytest.mark.parametrize("model_name, options", [("mlp", {"hidden": (16,)}),
@@ -320,3 +323,25 @@ def test_radon_sample_random_draws_other_models_per_aggregation_first_keeps_the_
     round1 = sampled.aggregate({}, [models], 1)["aggregate"]["net.1.bias"]
     assert not np.allclose(round0, first["net.1.bias"]) and not np.allclose(round0, round1)
     np.testing.assert_array_equal(round0, sampled.aggregate({}, [models], 0)["aggregate"]["net.1.bias"])
+
+
+def test_feddc_dp_privatizes_every_hand_over(tmp_path):
+    """algorithm.dp: the models FedDC hands over (and aggregates) carry clipped, noised updates;
+    with an unreachable clip and no noise they are the plain run's models to the bit."""
+    from algorithm_configs import contract_raw
+    from fixtures import write_medmnist_npz
+    from inprocess import flatten, simulate
+
+    write_medmnist_npz(tmp_path, n_train=90, n_test=30)
+
+    def states(dp: dict | None) -> list[np.ndarray]:
+        raw = contract_raw(tmp_path, "feddc")
+        if dp is not None:
+            raw["algorithm"] = {**raw["algorithm"], "dp": dp}
+        return flatten(simulate(parse_config(raw)).client_states)
+
+    plain = states(None)
+    for a, b in zip(plain, states({"clip": 1e9, "sigma": 0.0}), strict=True):
+        assert np.array_equal(a, b)
+    noisy = states({"clip": 0.5, "sigma": 0.5})
+    assert any(not np.allclose(a, b) for a, b in zip(plain, noisy, strict=True))

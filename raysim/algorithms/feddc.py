@@ -29,8 +29,8 @@ from raysim.algorithms.aggregators import (
 )
 from raysim.algorithms.base import Algorithm, ClientResult, RunContext, register_algorithm
 from raysim.algorithms.params import FedDCParams
-from raysim.algorithms.privacy import privatize
 from raysim.errors import ConfigError
+from raysim.privacy.mechanism import privatize
 from raysim.seeding import numpy_rng
 from raysim.training.weights import Weights
 
@@ -155,10 +155,10 @@ class FedDC(Algorithm[FedDCParams, dict[str, Any]]):
         for client, (weights, outcome), reference, anchor in zip(clients, trained, references,
                                                                  anchors, strict=True):
             if kind is not None:
-                if self.params.dp is not None:
-                    weights = privatize(weights, reference, self.params.dp.clip,
-                                        self.params.dp.sigma,
-                                        numpy_rng(self.context.seed, "dp_noise", round_, client))
+                if self.params.dp is not None:  # the Gaussian mechanism on every hand-over
+                    dp = self.params.dp
+                    weights, _ = privatize(weights, reference, dp.clip, dp.sigma * dp.clip,
+                                           self.context.seed, round_, client, runtime.device)
                 reference = weights
             upload = {kind: weights} if kind else {}
             state = (weights, outcome.optimizer_state, reference, anchor)

@@ -11,6 +11,7 @@ mean to the bit.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 
 import numpy as np
@@ -25,12 +26,9 @@ def private_mean(partials: Sequence[WeightedSum], broadcast: Weights, expected: 
     """The private mean of a round's uploads (see the module docstring); ``partials``: the
     merged sums of the sampled clients' uploads, each client with weight 1 (none: no client
     was sampled); ``noise_std``: the central noise on the sum (0 in local mode)."""
-    total = partials[0] if partials else None
-    for partial in partials[1:]:
-        total = total.merge(partial) if total is not None else partial
-    sampled = 0.0 if total is None else total.total_weight
-    rest = WeightedSum.of([broadcast], [expected - sampled])
-    total = rest if total is None else total.merge(rest)
+    sampled = sum(partial.total_weight for partial in partials)
+    rest = WeightedSum.of([broadcast], [expected - sampled])  # (expected - n) broadcast
+    total = functools.reduce(WeightedSum.merge, [*partials, rest])  # S first, in order
     if noise_std > 0:
         floats = total.float_count
         noise = gaussian_noise(floats, noise_std, seed, "dp-central-noise", round_)
