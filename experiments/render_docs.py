@@ -22,7 +22,8 @@ full precision (never a re-rounded figure). ``key`` names the key column (defaul
 ``experiment``); ``where`` ({column: value}) keeps matching rows only; a row given as ``{csv:
 ..., key: ...}`` comes from another CSV (its other columns from the files of the same names
 in that CSV's directory), and so does a column given as ``{csv: ..., metric: ...}`` (the row's
-key looked up there); a column ``{per_seed: <csv>, metric: ...}`` lists the
+key looked up there); a row given as ``{where: {column: value, ...}}`` is the one row
+matching all of them; a column ``{per_seed: <csv>, metric: ...}`` lists the
 row's per-seed values (a CSV with a ``seed`` column) as ``s0 / s1 / s2``.
 
 A statistic is an inline comment, its rendering, and a closing comment::
@@ -47,6 +48,7 @@ test metric, never choosing on the test columns.
 from __future__ import annotations
 
 import argparse
+import functools
 import math
 import re
 import sys
@@ -72,22 +74,36 @@ _CHOOSE = re.compile(r"(<!-- choose (?P<spec>[^>]*?) -->)(?P<body>.*?)(<!-- /cho
 
 def _number(value: Any) -> str:
     if isinstance(value, (float, np.floating)):
-        return "-" if math.isnan(value) else f"{value:.3f}"
+        if math.isnan(value):
+            return "-"
+        # 3 decimals; values below 0.001 with 3 significant digits (else they would read 0.000)
+        return f"{value:.3g}" if 0 < abs(value) < 0.001 else f"{value:.3f}"
     return str(value)
 
 
+@functools.lru_cache(maxsize=256)
+def _load(path: Path) -> pd.DataFrame:
+    """A CSV, read once per rendering process (never modified)."""
+    return pd.read_csv(path)
+
+
 def _read(csv: str, where: Mapping[str, Any] | None = None) -> pd.DataFrame:
-    frame = pd.read_csv(RESULTS / csv)
-    for column, value in (where or {}).items():
-        frame = frame[frame[column].astype(str) == str(value)]
-    return frame
+    return _read_frame(_load(RESULTS / csv), where or {})
 
 
 def _row(frame: pd.DataFrame, key: str, value: Any, csv: str) -> pd.Series:
-    matches = frame[frame[key].astype(str) == str(value)]
+    conditions = value["where"] if isinstance(value, Mapping) else {key: value}
+    matches = _read_frame(frame, conditions)
     if len(matches) != 1:
-        raise ValueError(f"{csv}: {len(matches)} rows with {key} = {value!r} (need exactly 1)")
+        what = (", ".join(f"{c} = {v!r}" for c, v in conditions.items()))
+        raise ValueError(f"{csv}: {len(matches)} rows with {what} (need exactly 1)")
     return matches.iloc[0]
+
+
+def _read_frame(frame: pd.DataFrame, where: Mapping[str, Any]) -> pd.DataFrame:
+    for column, value in where.items():
+        frame = frame[frame[column].astype(str) == str(value)]
+    return frame
 
 
 def _cell(row: pd.Series, metric: str, csv: str) -> str:
@@ -95,7 +111,8 @@ def _cell(row: pd.Series, metric: str, csv: str) -> str:
         mean, std = row[f"{metric}_mean"], row.get(f"{metric}_std", float("nan"))
         if pd.isna(mean):
             return "-"
-        return f"{_number(mean)} (n=1)" if pd.isna(std) else f"{_number(mean)} ± {_number(std)}"
+        # mean ± std: always 3 decimals (the issue's convention for summary cells)
+        return f"{mean:.3f} (n=1)" if pd.isna(std) else f"{mean:.3f} ± {std:.3f}"
     if metric not in row.index:
         raise ValueError(f"{csv} has no column {metric!r} (nor {metric}_mean)")
     return _number(row[metric])
@@ -125,10 +142,9 @@ def render_table(spec: Mapping[str, Any]) -> str:
     lines = ["| " + " | ".join([spec.get("label", "variant"), *columns]) + " |",
              "| " + " | ".join(["---"] * (len(columns) + 1)) + " |"]
     for label, value in spec["rows"].items():
-        if isinstance(value, Mapping):  # a row from another CSV: {csv: ..., key: ...}
+        row_csv = csv
+        if isinstance(value, Mapping) and "csv" in value:  # from another CSV: {csv, key}
             row_csv, value = value["csv"], value["key"]
-        else:
-            row_csv = csv
         cells = [str(label)]
         for column in columns.values():
             if isinstance(column, Mapping) and "per_seed" in column:  # the seeds' values

@@ -78,6 +78,8 @@ def _parser() -> argparse.ArgumentParser:
                        metavar="KEY=VALUE", help="override a config field, e.g. "
                        "clients.downsample=[1,2,4,8] (repeatable)")
     costs.add_argument("--data-root", help="directory holding the MedMNIST npz files")
+    costs.add_argument("--csv", help="also write the tables to this CSV file (column "
+                       "`experiment`: the variant)")
     report = commands.add_parser("report", help="summary table and learning curves of results")
     report.add_argument("paths", nargs="+", metavar="PATH",
                         help="results directories (runs, experiments or trees); several are "
@@ -326,6 +328,7 @@ def _costs(args: argparse.Namespace) -> int:
     from raysim.config import load_experiments
     from raysim.preparation import prepare, run_context
 
+    tables = []
     for label, config in load_experiments(args.config, args.overrides).items():
         seed = config.seeds[0]
         dataset, partition = prepare(config, args.data_root)[seed]
@@ -337,6 +340,12 @@ def _costs(args: argparse.Namespace) -> int:
         title = f"{args.config}{' [' + label + ']' if label else ''}"
         print(f"{title}: parameters and MFLOPs per forward pass of one sample (seed {seed})")
         print(table.to_string(index=False, float_format=lambda v: f"{v:.2f}"))
+        tables.append(table.assign(experiment=label or config.name))
+    if args.csv:
+        import pandas as pd
+
+        pd.concat(tables, ignore_index=True).to_csv(args.csv, index=False)
+        print(f"tables as CSV: {args.csv}")
     return 0
 
 

@@ -77,3 +77,15 @@ def test_a_choice_is_made_on_the_validation_column_never_on_the_test_one(tmp_pat
         "<!-- choose csv: study.csv, name: lr, rows: {'0.1': 'lr=0.1', '0.01': 'lr=0.01'}, "
         "select: val_accuracy, report: accuracy -->x<!-- /choose -->")
     assert "lr 0.01 (the highest validation value, 0.800); test 0.600 (n=1)" in rendered
+
+
+def test_a_row_can_be_chosen_by_several_columns_and_tiny_values_keep_their_digits(
+        tmp_path, monkeypatch):
+    monkeypatch.setattr(render_docs, "RESULTS", tmp_path)
+    pd.DataFrame({"arch": ["a", "a", "b"], "tokens": ["x", "y", "x"],
+                  "change": [5.52e-05, 6.4, 0.5]}).to_csv(tmp_path / "probe.csv", index=False)
+    rendered = render_docs.render(
+        "<!-- table\ncsv: probe.csv\ncolumns: {change: change}\nrows:\n"
+        "  a x: {where: {arch: a, tokens: x}}\n  a y: {where: {arch: a, tokens: y}}\n"
+        "-->\n<!-- /table -->")
+    assert "| a x | 5.52e-05 |" in rendered and "| a y | 6.400 |" in rendered

@@ -182,3 +182,26 @@ def test_a_wait_for_another_invocations_cpus_is_its_own_start_up_phase():
     assert phases is not None
     assert phases["cpu_wait"] == 119.0 and phases["ray"] == 5.0  # not "Ray 124 s"
     assert phases["first_round"] == 128.0
+
+
+def test_costs_writes_its_table_as_csv(tmp_path):
+    import pandas as pd
+    import yaml
+    from conftest import quickstart_raw
+
+    from raysim.cli import main
+    from raysim.data import load_dataset
+    from raysim.models import build_model
+    from raysim.schema import DatasetConfig
+
+    raw = quickstart_raw(seeds=[0])
+    config = tmp_path / "c.yaml"
+    config.write_text(yaml.safe_dump(raw))
+    assert main(["costs", str(config), "--csv", str(tmp_path / "costs.csv")]) == 0
+    table = pd.read_csv(tmp_path / "costs.csv")
+    from raysim.config import parse_config
+
+    info = load_dataset(DatasetConfig(name=raw["dataset"]["name"])).info
+    model = build_model(parse_config(raw).model, info)
+    assert set(table["experiment"]) == {raw["name"]}
+    assert table["params"].iloc[0] == sum(p.numel() for p in model.parameters())
