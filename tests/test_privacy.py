@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import logging
 import math
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -230,3 +231,21 @@ def test_the_privacy_report_puts_epsilon_beside_the_membership_audit(ray_session
     assert row["epsilon"] == pytest.approx(_direct_epsilon(4 / 12, 1.1, 4, 1e-3), rel=1e-9)
     assert row["accountant"] == "rdp" and row["rounds"] == 4 and row["clip"] == 0.5
     assert 0 <= row["max_auc_mean"] <= 1 and "differential privacy" in text
+
+
+def test_under_dp_every_client_weighs_one_in_the_sum(tmp_path):
+    """DP bounds each client's contribution by the clip: sample-weighted FedAvg turns into one
+    vote per client (a client with many samples would otherwise weigh more than its clip)."""
+    from raysim.algorithms.fedavg import FedAvg
+    from raysim.algorithms.params import FedAvgParams
+    from raysim.preparation import prepare, run_context
+
+    config = parse_config(_raw(clip=1.0, noise_multiplier=1.0))
+    dataset, partition = prepare(config, None)[0]
+    context = run_context(config, dataset, 0, partition.num_clients)
+    model = {"w": np.ones(3, np.float32)}
+    results = [(c, ClientResult({"model": model}, num_samples=n)) for c, n in ((0, 5), (1, 50))]
+    private = FedAvg(FedAvgParams(weighted=True), context).reduce(results)
+    assert private.total_weight == 2.0
+    plain = FedAvg(FedAvgParams(weighted=True), replace(context, privacy=None)).reduce(results)
+    assert plain.total_weight == 55.0
