@@ -1,6 +1,6 @@
 """DP on a worker: the sampled clients' weight uploads clipped (and, in local mode, noised)
 before they are reduced, with each update's norm before clipping in the ``clients`` table
-(``dp_update_norm``)."""
+(``dp_<upload>_update_norm``, e.g. ``dp_model_update_norm``)."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ import torch
 
 from raysim.privacy.mechanism import privatize
 from raysim.privacy.settings import DpSettings
+from raysim.training.weights import on_device
 
 
 def privatize_uploads(results: Sequence[tuple[int, Any]], uploads: Sequence[str],
@@ -19,11 +20,12 @@ def privatize_uploads(results: Sequence[tuple[int, Any]], uploads: Sequence[str]
     """Replace every (client, ClientResult)'s uploads named in ``uploads`` by the clipped
     (local mode: and noised) update over the broadcast entry of the same name, in place."""
     local_std = settings.noise_std if settings.mode == "local" else 0.0
-    for client, result in results:
-        for kind in uploads:
+    for kind in uploads:
+        reference = on_device(message[kind], device)  # the broadcast on the device once
+        for client, result in results:
             if kind not in result.upload:
                 continue
-            result.upload[kind], norm = privatize(result.upload[kind], message[kind],
+            result.upload[kind], norm = privatize(result.upload[kind], reference,
                                                   settings.clip, local_std, seed, round_,
                                                   client, device)
             result.metrics[f"dp_{kind}_update_norm"] = norm
