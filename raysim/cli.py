@@ -8,11 +8,18 @@ import sys
 import time
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 from raysim.errors import RaysimError
 
 _IMPORTED_AT = time.time()  # the console script's start (its first import)
 _STARTED_AT = _IMPORTED_AT  # the running command's start, for the start-up phases
+
+
+def _directory(path: str) -> str:
+    """An absolute path: the driver and workers of a run do not share the caller's working
+    directory, so a relative ``--data-root`` is resolved where the user typed it."""
+    return str(Path(path).expanduser().absolute())
 
 
 def _version() -> str:
@@ -34,7 +41,8 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--set", dest="overrides", action="append", default=[],
                      metavar="KEY=VALUE", help="override a config field, e.g. training.rounds=5")
     run.add_argument("--output", help="parent directory of the results (default: config output)")
-    run.add_argument("--data-root", help="directory holding the MedMNIST npz files")
+    run.add_argument("--data-root", type=_directory,
+                     help="directory holding the MedMNIST npz files")
     run.add_argument("--variant", dest="variants", action="append", default=[],
                      metavar="LABEL", help="run only this variant of the config (repeatable)")
     run.add_argument("--no-progress", action="store_true", help="hide the progress bars")
@@ -51,7 +59,8 @@ def _parser() -> argparse.ArgumentParser:
     sweep.add_argument("--set", dest="overrides", action="append", default=[],
                        metavar="KEY=VALUE", help="override a config field for every point")
     sweep.add_argument("--output", help="parent directory of the results")
-    sweep.add_argument("--data-root", help="directory holding the MedMNIST npz files")
+    sweep.add_argument("--data-root", type=_directory,
+                     help="directory holding the MedMNIST npz files")
     sweep.add_argument("--no-progress", action="store_true", help="hide the progress bars")
     sweep.add_argument("--resume", nargs="?", const="latest", metavar="SWEEP_ROOT",
                        help="continue an interrupted sweep (default: the latest one)")
@@ -70,14 +79,16 @@ def _parser() -> argparse.ArgumentParser:
     validate.add_argument("--set", dest="overrides", action="append", default=[],
                           metavar="KEY=VALUE", help="override a config field, e.g. "
                           "training.rounds=5 (repeatable)")
-    validate.add_argument("--data-root", help="directory holding the MedMNIST npz files")
+    validate.add_argument("--data-root", type=_directory,
+                     help="directory holding the MedMNIST npz files")
     costs = commands.add_parser("costs", help="parameters and FLOPs of every client's model "
                                 "and of shared models (e.g. MH-pFLID's messenger)")
     costs.add_argument("config", help="experiment YAML file")
     costs.add_argument("--set", dest="overrides", action="append", default=[],
                        metavar="KEY=VALUE", help="override a config field, e.g. "
                        "clients.downsample=[1,2,4,8] (repeatable)")
-    costs.add_argument("--data-root", help="directory holding the MedMNIST npz files")
+    costs.add_argument("--data-root", type=_directory,
+                     help="directory holding the MedMNIST npz files")
     costs.add_argument("--csv", help="also write the tables to this CSV file (column "
                        "`experiment`: the variant)")
     report = commands.add_parser("report", help="summary table and learning curves of results")

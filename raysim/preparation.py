@@ -4,6 +4,8 @@ its algorithm. Every input error is raised here, before Ray starts."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import torch
 
@@ -11,7 +13,9 @@ from raysim.algorithms import ALGORITHMS
 from raysim.algorithms.base import RunContext
 from raysim.config import ExperimentConfig
 from raysim.data import ArrayDataset, Partition, load_dataset, make_partition
-from raysim.data.builtin import TABULAR_DATASETS
+from raysim.data.builtin import BUILTIN_DATASETS, TABULAR_DATASETS
+from raysim.data.medmnist_io import is_volumetric, task_of
+from raysim.data.partition import share_like_training
 from raysim.data.site_shift import apply_site_shift
 from raysim.errors import ConfigError
 from raysim.models import build_model
@@ -51,15 +55,23 @@ def prepare(config: ExperimentConfig, data_root: str | None
     build_model(config.model, dataset.info)
     check_client_settings(config, dataset)
     settings = config.partition
+    validation = config.evaluation.validation
+    official = validation == "official"
+    runs_on = with_official_validation(dataset) if official else dataset
     prepared = {}
     for seed in config.seeds:
         partition = make_partition(dataset.train_y, dataset.test_y, settings,
                                    dataset.info.num_classes, seed)
-        shifted = dataset
+        if official:
+            assert dataset.val_y is not None
+            partition = replace(partition, validation=share_like_training(
+                partition, dataset.train_y, dataset.val_y, dataset.info.num_classes,
+                len(dataset.train_y), seed))
+        shifted = runs_on
         if settings.site_shift is not None:
-            shifted = apply_site_shift(dataset, partition, settings.site_shift, seed)
-        if config.evaluation.validation > 0:
-            partition = _split_validation(partition, config.evaluation.validation, seed)
+            shifted = apply_site_shift(runs_on, partition, settings.site_shift, seed)
+        if not isinstance(validation, str) and validation > 0:
+            partition = _split_validation(partition, validation, seed)
         if settings.holdout_client is not None:
             partition = partition.hold_out(settings.holdout_client)
         prepared[seed] = (shifted, partition)
@@ -69,6 +81,21 @@ def prepare(config: ExperimentConfig, data_root: str | None
     algorithm_class(config.algorithm, run_context(config, first_dataset, config.seeds[0],
                                                   num_clients))
     return prepared
+
+
+def with_official_validation(dataset: ArrayDataset) -> ArrayDataset:
+    """The dataset with its official validation split appended to the training arrays (rows
+    ``len(train_y)`` on), where clients' validation shares index it; never trained on, as
+    only the partition's training shares are."""
+    if dataset.val_x is None or dataset.val_y is None or not len(dataset.val_y):
+        raise ConfigError(
+            f"Invalid config field `evaluation.validation` = 'official': dataset "
+            f"{dataset.info.name!r} has no official validation split (MedMNIST subsets have "
+            "one; the built-in datasets do not). Use a fraction instead, e.g. "
+            "evaluation.validation: 0.1, which holds out that share of each client's data.")
+    return replace(dataset, train_x=np.concatenate([dataset.train_x, dataset.val_x]),
+                   train_y=np.concatenate([dataset.train_y, dataset.val_y]),
+                   val_x=None, val_y=None)
 
 
 def _split_validation(partition: Partition, fraction: float, seed: int) -> Partition:
@@ -93,9 +120,35 @@ def check_method_data(config: ExperimentConfig) -> None:
         raise ConfigError(
             f"Invalid combination: algorithm `{config.algorithm.name}` works on images only "
             f"({reason}), and dataset `{config.dataset.name}` holds tabular feature vectors. "
-            f"It accepts digits and every MedMNIST 2D subset (pneumoniamnist, bloodmnist, ...). "
+            f"It accepts digits and the MedMNIST subsets (pneumoniamnist, bloodmnist, ...). "
             f"Pick one with `--set dataset.name=digits` (and an image model such as convnet), "
             f"or a method that takes tabular data ({', '.join(tabular)}).")
+    name = config.dataset.name.lower()
+    task = task_of(name) if name not in BUILTIN_DATASETS else None
+    if task == "multi-label":
+        if algorithm_class.multi_label_refusal is not None:
+            raise ConfigError(
+                f"Invalid combination: algorithm `{config.algorithm.name}` does not support "
+                f"multi-label data, and dataset `{name}` gives each image a 0/1 vector of "
+                f"labels: {algorithm_class.multi_label_refusal}. Use a single-label dataset, "
+                f"or a method that supports multi-label data: "
+                f"{_supporting_none('multi_label_refusal')}.")
+        if config.training.loss == "hinge":
+            raise ConfigError(
+                f"Invalid config field `training.loss` = 'hinge': dataset `{name}` is "
+                "multi-label, and its loss is the binary cross-entropy of each label. Set "
+                "training.loss: cross_entropy (multi-label runs use its per-label form).")
+    if task is not None and is_volumetric(name) and algorithm_class.volume_refusal is not None:
+        raise ConfigError(
+            f"Invalid combination: algorithm `{config.algorithm.name}` does not support 3D "
+            f"volumes, and dataset `{name}` is a MedMNIST 3D subset: "
+            f"{algorithm_class.volume_refusal}. Use a 2D dataset, or a method that supports "
+            f"3D data: {_supporting_none('volume_refusal')}.")
+
+
+def _supporting_none(attribute: str) -> str:
+    """The registered algorithms whose class attribute ``attribute`` is None, listed."""
+    return ", ".join(sorted(n for n, c in ALGORITHMS.items() if getattr(c, attribute) is None))
 
 
 def _supporting(attribute: str) -> str:

@@ -6,7 +6,7 @@ themselves; :mod:`raysim.config` assembles the whole experiment configuration.
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -142,12 +142,14 @@ class EvaluationConfig(StrictModel):
         description="membership-inference audit of every client's upload in the last round: "
         "this many of its training samples against as many test samples (0: off); per-client "
         "AUC in the clients table (mia_auc), summary with `raysim report --privacy`")
-    validation: float = Field(
-        0.0, ge=0, lt=1,
+    validation: Annotated[float, Field(ge=0, lt=1)] | Literal["official"] = Field(
+        0.0,
         description="share of each client's training samples held out as its validation set "
-        "and never trained on (0: none); evaluated models also report val_* metrics on the "
-        "pooled validation set, and `raysim report --checkpoint best` reports every run at its "
-        "round of best validation accuracy")
+        "and never trained on (0: none), or `official`: the dataset's own validation split "
+        "(MedMNIST's val), split among the clients like the test set (by their training "
+        "mix); evaluated models also report val_* metrics on the pooled validation set, and "
+        "`raysim report --checkpoint best` reports every run at its round of best validation "
+        "accuracy")
 
 
 class LoggingConfig(StrictModel):

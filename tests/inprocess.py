@@ -27,6 +27,11 @@ class Trace:
     metrics: list[dict[int, dict[str, float]]] = field(default_factory=list)
     server_state: Any = None
     client_states: dict[int, Any] = field(default_factory=dict)
+    algorithm: Any = None
+    """The server-side algorithm object (its evaluation models and predictions)."""
+    runtime: Any = None
+    """The ClientRuntime every client trained in."""
+    dataset: Any = None
 
 
 def simulate(config: ExperimentConfig, *, fresh_objects: bool = False,
@@ -77,9 +82,11 @@ def simulate(config: ExperimentConfig, *, fresh_objects: bool = False,
         client_states = {c: r.state for c, r in results.items() if r.state is not None}
         if destination is not None:
             client_states = {int(destination[c]): s for c, s in client_states.items()}
-        trace.metrics.append({c: {k: v for k, v in r.metrics.items() if "seconds" not in k}
+        trace.metrics.append({c: {**{k: v for k, v in r.metrics.items() if "seconds" not in k},
+                                  **({} if r.train_loss is None else {"train_loss": r.train_loss})}
                               for c, r in results.items()})  # timings differ run to run
     trace.server_state, trace.client_states = state, client_states
+    trace.algorithm, trace.runtime, trace.dataset = server, runtime, dataset
     return trace
 
 

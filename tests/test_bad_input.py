@@ -97,10 +97,51 @@ def test_truncated_npz_is_reported(capsys, tmp_path):
     assert code == 2 and "corrupt or truncated" in err
 
 
-def test_unknown_and_3d_datasets_are_rejected(capsys, tmp_path):
-    for name in ("cifar10", "adrenalmnist3d"):
-        code, err = _run_with(capsys, tmp_path, {"name": name})
-        assert code == 2 and "dataset.name" in err and "breast-cancer" in err
+def test_unknown_datasets_are_rejected(capsys, tmp_path):
+    code, err = _run_with(capsys, tmp_path, {"name": "cifar10"})
+    assert code == 2 and "dataset.name" in err and "breast-cancer" in err
+    assert "adrenalmnist3d" in err and "chestmnist" in err  # the whole family is allowed
+
+
+FAMILY_CASES = [
+    ("3D volumes of the wrong shape", "adrenalmnist3d", 28,
+     lambda a: {"train_images": a["train_images"][:, :20]}, None, "(N, 28, 28, 28)"),
+    ("2D images in a 3D subset", "adrenalmnist3d", 28,
+     lambda a: {"test_images": a["test_images"][:, 0]}, None, "3D subset"),
+    ("ChestMNIST labels not 14 wide", "chestmnist", 28,
+     lambda a: {"train_labels": a["train_labels"][:, :13]}, None, "14 binary labels"),
+    ("ChestMNIST labels that are not 0/1", "chestmnist", 28,
+     lambda a: {"val_labels": a["val_labels"] * 2}, None, "other than 0 and 1"),
+    ("a 2D model on 3D volumes", "adrenalmnist3d", 28, None, {"name": "convnet"},
+     "convnet3d"),
+    ("a 3D model on 2D images", "chestmnist", 28, None, {"name": "convnet3d"},
+     "2D images"),
+    ("a 3D subset at an unreleased size", "adrenalmnist3d", 128, None, None, "28 or 64"),
+]
+
+
+@pytest.mark.parametrize("label, flag, size, change, model, needle", FAMILY_CASES,
+                         ids=[c[0] for c in FAMILY_CASES])
+def test_medmnist_family_bad_input_exit_2_with_one_paragraph(capsys, tmp_path, label, flag,
+                                                             size, change, model, needle):
+    import numpy as np
+    from fixtures import write_multilabel_npz, write_volume_npz
+
+    if flag == "chestmnist":
+        path = write_multilabel_npz(tmp_path, n_train=40, n_test=20)
+    else:
+        path = write_volume_npz(tmp_path, n_train=16, n_test=8, size=min(size, 64))
+    if change is not None:
+        arrays = dict(np.load(path))
+        arrays.update(change(arrays))
+        np.savez(path, **arrays)
+    code, err = _run_with(capsys, tmp_path, {"name": flag, "root": str(tmp_path), "size": size,
+                                             "verify_checksum": False},
+                          model=model or {"name": "convnet3d" if flag.endswith("3d")
+                                          else "convnet", "width": 4})
+    assert code == 2 and needle in err, err
+    assert "Traceback" not in err and err.startswith("error: ") and err.count("\n") == 1
+    assert not list(tmp_path.glob("results*"))
 
 
 def test_convnet_on_tabular_data_is_rejected(capsys, tmp_path):

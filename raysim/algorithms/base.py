@@ -107,6 +107,12 @@ class Algorithm(ABC, Generic[ParamsT, StateT]):
     needs_images: ClassVar[str | None] = None
     """Why the method works on images only (None: it takes tabular data too); checked against
     the dataset before anything is loaded."""
+    multi_label_refusal: ClassVar[str | None] = None
+    """Why the method cannot train on multi-label data (ChestMNIST), one clause; None: it
+    can (its losses and predictions follow the task: per-label BCE, sigmoid scores)."""
+    volume_refusal: ClassVar[str | None] = None
+    """Why the method cannot train on 3D volumes (the MedMNIST 3D subsets), one clause; None:
+    it can, with a 3D model."""
     private_uploads: ClassVar[tuple[str, ...]] = ()
     """Upload types that are weights DP can protect (``privacy:``): each sampled client's
     update over the broadcast entry of the same name is clipped (and noised in local mode)."""

@@ -43,6 +43,12 @@ CondensedParamsT = TypeVar("CondensedParamsT", bound=CondensationParams)
 class CondensedKnowledgeAlgorithm(Algorithm[CondensedParamsT, dict[str, Any]]):
     """Base class: subclasses define the synthetic set sizes, the matching loss and extras."""
 
+    multi_label_refusal = (
+        "it condenses each class of a client's data into its own synthetic images (per-class "
+        "distribution matching), and a multi-label image belongs to several classes at once")
+    volume_refusal = (
+        "its condensation augments synthetic images with 2D differentiable siamese "
+        "augmentation (crop, flip, rotate, scale) that is not defined for volumes")
     needs_images = ("it condenses each client's data into synthetic images matched in a "
                     "ConvNet's embedding space")
 

@@ -51,6 +51,9 @@ class FedDF(Algorithm[FedDFParams, dict[str, Weights]]):
     privacy_refusal: ClassVar[str] = (
         "its clients upload logits on the public set beside their weights, and the logits are "
         "not privatized")
+    multi_label_refusal = (
+        "its server distils the ensemble's softmax class scores (KL between class "
+        "distributions), which has no per-label counterpart here")
     personalized = True
     heterogeneous = True
     server_holds_inputs = True

@@ -48,6 +48,9 @@ class FedMD(Algorithm[FedMDParams, Weights | None]):
     privacy_refusal: ClassVar[str] = (
         "its clients upload logits on a public set, not weight updates, and no accountable "
         "mechanism for them is implemented")
+    multi_label_refusal = (
+        "its clients distil toward the consensus of softmax class scores on the public set, "
+        "which has no per-label counterpart here")
     personalized = True
     heterogeneous = True
 

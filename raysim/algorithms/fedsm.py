@@ -35,10 +35,12 @@ from torch import nn
 from raysim.algorithms.aggregators import WeightedSum, mean_partial, weighted_mean
 from raysim.algorithms.base import Algorithm, ClientResult, RunContext, register_algorithm
 from raysim.algorithms.params import FedSMParams
+from raysim.data.dataset import DataInfo
 from raysim.errors import field_error
 from raysim.models import MODELS, build_model
 from raysim.seeding import torch_generator
 from raysim.training.evaluation import predict_proba
+from raysim.training.losses import sample_losses
 from raysim.training.weights import Weights, get_weights, set_weights
 
 if TYPE_CHECKING:
@@ -202,7 +204,7 @@ class FedSM(Algorithm[FedSMParams, dict[str, Any]]):
             set_weights(module, weights)
             with torch.no_grad():
                 module.eval()
-                losses.append(nn.functional.cross_entropy(module(x), y, reduction="none"))
+                losses.append(sample_losses(module(x), y, runtime.info.multi_label))
         labels = torch.stack(losses).argmin(dim=0).cpu().numpy()
         selector, moments, loss = self._train_selector(runtime, x, message, labels)
         return ClientResult({"selector": selector, "selector_adam": moments}, None,
@@ -234,8 +236,12 @@ class FedSM(Algorithm[FedSMParams, dict[str, Any]]):
         return get_weights(module), _adam_moments(optimizer), loss_value
 
     def _build_selector(self) -> nn.Module:
-        info = replace(self.context.info, num_classes=self.outputs)
-        return build_model(self.selector_params, info)
+        return build_model(self.selector_params, self._selector_info())
+
+    def _selector_info(self) -> DataInfo:
+        """The selector's task: one class per candidate model (whatever the data's task)."""
+        return replace(self.context.info, num_classes=self.outputs, task="multi-class",
+                       label_names=())
 
     def _selector_module(self, runtime: ClientRuntime) -> nn.Module:
         if self._selector is None:
@@ -266,7 +272,8 @@ class FedSM(Algorithm[FedSMParams, dict[str, Any]]):
             if isinstance(model, dict) and model.get("kind") == "super" and scores is None:
                 selector = self._selector_module(runtime)
                 set_weights(selector, model["selector"])  # the same selector for every gamma
-                scores = predict_proba(selector, x, runtime.info, batch_size, runtime.device)
+                scores = predict_proba(selector, x, self._selector_info(), batch_size,
+                                       runtime.device)
             outputs[name] = self._predict(runtime, model, x, sources, batch_size, scores)
         return outputs
 

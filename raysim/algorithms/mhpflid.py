@@ -61,6 +61,12 @@ class MHpFLID(Algorithm[MHpFLIDParams, Weights]):
         "models; privatizing it is not implemented")
     personalized = True
     heterogeneous = True
+    multi_label_refusal = (
+        "its messenger is trained by softmax distillation (KL between class distributions), "
+        "which has no per-label counterpart here")
+    volume_refusal = (
+        "its messenger (cross-attention receiver/transmitter over 2D feature maps) and its "
+        "heterogeneous zoo are 2D models")
     needs_images = ("its clients' models from the heterogeneous zoo and the messenger are "
                     "convolutional networks")
 

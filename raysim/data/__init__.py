@@ -9,7 +9,7 @@ import numpy as np
 from raysim.data.builtin import BUILTIN_DATASETS, load_builtin
 from raysim.data.dataset import ArrayDataset, DataInfo, to_tensor
 from raysim.data.medmnist_io import load_medmnist
-from raysim.data.partition import Partition, make_partition
+from raysim.data.partition import Partition, label_keys, make_partition
 from raysim.schema import DatasetConfig
 from raysim.seeding import numpy_rng
 
@@ -19,7 +19,7 @@ __all__ = ["ArrayDataset", "DataInfo", "Partition", "load_dataset", "make_partit
 def load_dataset(config: DatasetConfig, data_root: str | None = None) -> ArrayDataset:
     """Load the dataset a config names; ``data_root`` overrides ``config.root``. With
     ``train_subset`` only that many training samples are kept (a fixed, seed-independent,
-    class-stratified draw)."""
+    class-stratified draw; by dominant finding for multi-label data)."""
     name = config.name.lower()
     if name in BUILTIN_DATASETS:
         dataset = load_builtin(name)
@@ -29,7 +29,7 @@ def load_dataset(config: DatasetConfig, data_root: str | None = None) -> ArrayDa
         )
     if config.train_subset is None or config.train_subset >= len(dataset.train_y):
         return dataset
-    keep = stratified_subset(dataset.train_y, config.train_subset)
+    keep = stratified_subset(label_keys(dataset.train_y, dataset.train_y), config.train_subset)
     return replace(dataset, train_x=dataset.train_x[keep], train_y=dataset.train_y[keep])
 
 

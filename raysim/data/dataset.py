@@ -8,6 +8,9 @@ from typing import Literal
 import numpy as np
 import torch
 
+Task = Literal["multi-class", "binary-class", "ordinal-regression", "multi-label"]
+"""MedMNIST's task types (``multi-label`` is INFO's "multi-label, binary-class")."""
+
 
 @dataclass(frozen=True)
 class DataInfo:
@@ -16,18 +19,36 @@ class DataInfo:
     name: str
     kind: Literal["image", "tabular"]
     num_classes: int
+    """Classes, or for a multi-label task the number of binary labels per sample."""
     input_shape: tuple[int, ...]
-    """(channels, height, width) for images, (features,) for tabular data."""
+    """(channels, height, width) for images, (channels, depth, height, width) for volumes,
+    (features,) for tabular data."""
     mean: tuple[float, ...] = ()
     """Per-channel normalisation applied to images scaled to [0, 1]."""
     std: tuple[float, ...] = ()
+    task: Task = "multi-class"
+    """A multi-label task stores a 0/1 vector of ``num_classes`` labels per sample, trains with
+    binary cross-entropy on logits and predicts one sigmoid probability per label."""
+    label_names: tuple[str, ...] = ()
+    """The names of the classes (or labels), where the dataset has them."""
+
+    @property
+    def multi_label(self) -> bool:
+        """True for a multi-label task (labels are (N, num_classes) 0/1 arrays)."""
+        return self.task == "multi-label"
+
+    @property
+    def volumetric(self) -> bool:
+        """True for 3D volumes (inputs (C, D, H, W))."""
+        return self.kind == "image" and len(self.input_shape) == 4
 
 
 @dataclass(frozen=True)
 class ArrayDataset:
     """Train and test arrays of one dataset.
 
-    Images are kept as uint8 (N, H, W) or (N, H, W, C) and normalised per batch
+    Images are kept as uint8 (N, H, W) or (N, H, W, C), volumes as uint8 (N, D, H, W), and
+    normalised per batch
     (:func:`to_tensor`), so large MedMNIST sizes stay small in memory; tabular features are
     float32, already standardised.
     """
@@ -37,9 +58,15 @@ class ArrayDataset:
     train_y: np.ndarray
     test_x: np.ndarray
     test_y: np.ndarray
+    val_x: np.ndarray | None = None
+    """The dataset's own validation split (MedMNIST's ``val``), where it has one."""
+    val_y: np.ndarray | None = None
 
     def __post_init__(self) -> None:
-        for split, x, y in (("train", self.train_x, self.train_y), ("test", self.test_x, self.test_y)):
+        splits = [("train", self.train_x, self.train_y), ("test", self.test_x, self.test_y)]
+        if self.val_x is not None and self.val_y is not None:
+            splits.append(("val", self.val_x, self.val_y))
+        for split, x, y in splits:
             if len(x) != len(y):
                 raise ValueError(f"{split}: {len(x)} inputs but {len(y)} labels")
 
@@ -53,11 +80,13 @@ def to_tensor(x: np.ndarray, info: DataInfo) -> torch.Tensor:
 
 def normalise(batch: torch.Tensor, info: DataInfo) -> torch.Tensor:
     """Stored image inputs (uint8, NHW or NHWC, on any device) as a normalised float32 NCHW
-    tensor on the same device; tabular inputs as float32."""
+    tensor on the same device, volumes (NDHW) as NCDHW; tabular inputs as float32."""
     if info.kind == "tabular":
         return batch.to(torch.float32)
     batch = batch.to(torch.float32).div_(255.0)
-    batch = batch.unsqueeze(1) if batch.ndim == 3 else batch.permute(0, 3, 1, 2).contiguous()
-    mean = torch.tensor(info.mean, dtype=torch.float32, device=batch.device).view(1, -1, 1, 1)
-    std = torch.tensor(info.std, dtype=torch.float32, device=batch.device).view(1, -1, 1, 1)
+    grey = batch.ndim == len(info.input_shape)  # no channel axis stored: one channel
+    batch = batch.unsqueeze(1) if grey else batch.movedim(-1, 1).contiguous()
+    shape = (1, -1) + (1,) * (batch.ndim - 2)
+    mean = torch.tensor(info.mean, dtype=torch.float32, device=batch.device).view(shape)
+    std = torch.tensor(info.std, dtype=torch.float32, device=batch.device).view(shape)
     return batch.sub_(mean).div_(std)

@@ -1,4 +1,5 @@
-"""MedMNIST 2D files: located, checked and downloaded through the medmnist package's metadata."""
+"""MedMNIST files (2D and 3D): located, checked and downloaded through the medmnist package's
+metadata."""
 
 from __future__ import annotations
 
@@ -14,15 +15,21 @@ import tempfile
 import urllib.error
 import urllib.request
 import zipfile
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from raysim.data.dataset import ArrayDataset, DataInfo
+from raysim.data.dataset import ArrayDataset, DataInfo, Task
 from raysim.errors import ConfigError, DataError, MissingDataError
 
-_SUPPORTED_TASKS = ("multi-class", "binary-class", "ordinal-regression")
+_TASKS: dict[str, Task] = {"multi-class": "multi-class", "binary-class": "binary-class",
+                           "ordinal-regression": "ordinal-regression",
+                           "multi-label, binary-class": "multi-label"}
+"""INFO's task names -> raysim's."""
+SIZES_3D = (28, 64)
+"""The sizes MedMNIST releases its 3D subsets at."""
 
 
 @functools.cache
@@ -47,8 +54,19 @@ def _info_module() -> Any:
 
 
 def medmnist_info() -> dict[str, dict]:
-    """The medmnist package's INFO table restricted to the 2D subsets."""
-    return {flag: meta for flag, meta in _info_module().INFO.items() if not flag.endswith("3d")}
+    """The medmnist package's INFO table: every 2D and 3D subset (3D flags end in ``3d``)."""
+    return dict(_info_module().INFO)
+
+
+def is_volumetric(flag: str) -> bool:
+    """True for a MedMNIST 3D subset (its flag ends in ``3d``)."""
+    return flag.endswith("3d")
+
+
+def task_of(flag: str) -> Task | None:
+    """raysim's task type of a MedMNIST subset (None for a name that is not one)."""
+    meta = medmnist_info().get(flag)
+    return None if meta is None else _TASKS[meta["task"]]
 
 
 def default_root() -> str:
@@ -64,24 +82,26 @@ def file_name(flag: str, size: int) -> str:
 def load_medmnist(
     flag: str, size: int, root: str | None, download: bool, verify_checksum: bool
 ) -> ArrayDataset:
-    """Load the train and test splits of a MedMNIST 2D subset.
+    """Load the train, validation and test splits of a MedMNIST subset (2D or 3D).
 
     The file is read from ``root`` (default: medmnist's root), its MD5 is checked against the
-    medmnist metadata, and it is downloaded when missing and ``download`` is true.
+    medmnist metadata, and it is downloaded when missing and ``download`` is true. Labels are
+    int64: one class per sample, or a 0/1 row of every label for a multi-label task.
     """
     info_table = medmnist_info()
     if flag not in info_table:
         raise ConfigError(
-            f"Invalid config field `dataset.name` = {flag!r}: not a MedMNIST 2D subset or built-in "
+            f"Invalid config field `dataset.name` = {flag!r}: not a MedMNIST subset or built-in "
             f"dataset. Allowed: breast-cancer, digits, {', '.join(sorted(info_table))}. "
             "Fix the name in the YAML file or with `--set dataset.name=...`."
         )
     meta = info_table[flag]
-    if meta["task"] not in _SUPPORTED_TASKS:
+    volumetric = is_volumetric(flag)
+    if volumetric and size not in SIZES_3D:
         raise ConfigError(
-            f"Invalid config field `dataset.name` = {flag!r}: its task is {meta['task']!r}, and "
-            f"raysim supports {', '.join(_SUPPORTED_TASKS)} tasks (one label per image). "
-            "Choose another MedMNIST subset."
+            f"Invalid config field `dataset.size` = {size}: MedMNIST releases the 3D subset "
+            f"{flag} at {' and '.join(map(str, SIZES_3D))} px (volumes of size^3) only. Set "
+            "dataset.size to 28 or 64."
         )
     suffix = "" if size == 28 else f"_{size}"
     url, md5 = meta[f"url{suffix}"], meta[f"MD5{suffix}"]
@@ -92,21 +112,26 @@ def load_medmnist(
         _check_md5(path, md5)
     arrays = _read_npz(path)
     channels = int(meta["n_channels"])
-    _check_layout(path, arrays, size, channels, len(meta["label"]))
+    task = _TASKS[meta["task"]]
+    layout = _Layout(size, channels, len(meta["label"]), volumetric, task == "multi-label")
+    layout.check(path, arrays)
+    spatial = (size,) * (3 if volumetric else 2)
     info = DataInfo(
         name=flag if size == 28 else f"{flag}_{size}",
         kind="image",
         num_classes=len(meta["label"]),
-        input_shape=(channels, size, size),
+        input_shape=(channels, *spatial),
         mean=(0.5,) * channels,
         std=(0.5,) * channels,
+        task=task,
+        label_names=tuple(meta["label"][str(k)] for k in range(len(meta["label"]))),
     )
+    labels = {split: layout.labels(arrays[f"{split}_labels"]) for split in _SPLITS}
     return ArrayDataset(
         info,
-        arrays["train_images"],
-        arrays["train_labels"].reshape(-1).astype(np.int64),
-        arrays["test_images"],
-        arrays["test_labels"].reshape(-1).astype(np.int64),
+        arrays["train_images"], labels["train"],
+        arrays["test_images"], labels["test"],
+        arrays.get("val_images"), labels.get("val"),
     )
 
 
@@ -175,7 +200,11 @@ def _check_md5(path: Path, expected: str) -> None:
         )
 
 
+_SPLITS = ("train", "test", "val")
+
+
 def _read_npz(path: Path) -> dict[str, np.ndarray]:
+    """The npz's arrays: train and test are required, val is read where present."""
     keys = ("train_images", "train_labels", "test_images", "test_labels")
     try:
         with np.load(path) as npz:
@@ -185,7 +214,8 @@ def _read_npz(path: Path) -> dict[str, np.ndarray]:
                     f"{path} is not in the MedMNIST layout: it lacks {', '.join(missing)} "
                     f"(has {', '.join(npz.files)}). Use an official MedMNIST npz file."
                 )
-            return {key: npz[key] for key in keys}
+            present = keys + tuple(k for k in ("val_images", "val_labels") if k in npz.files)
+            return {key: npz[key] for key in present}
     except (zipfile.BadZipFile, ValueError, OSError, EOFError) as exc:
         raise DataError(
             f"{path} cannot be read as an npz file ({exc}): it is corrupt or truncated. "
@@ -193,27 +223,65 @@ def _read_npz(path: Path) -> dict[str, np.ndarray]:
         ) from None
 
 
-def _check_layout(path: Path, arrays: dict[str, np.ndarray], size: int, channels: int,
-                  num_classes: int) -> None:
-    """The arrays must be what the subset promises: (N, size, size) grey or (N, size, size, 3)
-    RGB uint8 images, one label per image, labels in [0, classes). Checked here so that a file
-    made by hand (dataset.verify_checksum=false) fails with a clear message, not inside a run."""
-    image_shape = (size, size) if channels == 1 else (size, size, channels)
-    layout = "grey (N, H, W)" if channels == 1 else f"RGB (N, H, W, {channels})"
-    for split in ("train", "test"):
-        images, labels = arrays[f"{split}_images"], arrays[f"{split}_labels"]
-        problem = None
-        if images.shape[1:] != image_shape:
-            problem = (f"{split}_images has shape {images.shape}, but this subset at {size} px "
-                       f"is {layout} with H = W = {size}, i.e. (N, {', '.join(map(str, image_shape))})")
-        elif labels.size != len(images):
-            problem = (f"{split}_labels holds {labels.size} labels for {len(images)} "
-                       f"{split}_images; there must be one label per image")
-        elif labels.size and (labels.min() < 0 or labels.max() >= num_classes):
-            problem = (f"{split}_labels holds values from {labels.min()} to {labels.max()}, but "
-                       f"this subset has {num_classes} classes (labels 0-{num_classes - 1})")
-        if problem:
-            raise DataError(
-                f"{path} does not fit its MedMNIST subset: {problem}. Use the official file, "
-                "or fix the file you made (dataset.size must match its image size)."
-            )
+@dataclass(frozen=True)
+class _Layout:
+    """What a subset's arrays must be: (N, size, size) grey or (N, size, size, 3) RGB uint8
+    images, or (N, size, size, size) volumes; one label per sample in [0, classes), or a 0/1
+    row of ``classes`` labels for a multi-label task. Checked so that a file made by hand
+    (dataset.verify_checksum=false) fails with a clear message, not inside a run."""
+
+    size: int
+    channels: int
+    classes: int
+    volumetric: bool
+    multi_label: bool
+
+    def image_shape(self) -> tuple[int, ...]:
+        spatial = (self.size,) * (3 if self.volumetric else 2)
+        return spatial if self.channels == 1 else (*spatial, self.channels)
+
+    def describe(self) -> str:
+        if self.volumetric:
+            return f"a 3D subset: volumes (N, D, H, W) with D = H = W = {self.size}"
+        if self.channels == 1:
+            return f"grey (N, H, W) with H = W = {self.size}"
+        return f"RGB (N, H, W, {self.channels}) with H = W = {self.size}"
+
+    def labels(self, raw: np.ndarray) -> np.ndarray:
+        """The stored labels as raysim holds them (int64 (N,) or (N, classes))."""
+        if self.multi_label:
+            return raw.reshape(len(raw), -1).astype(np.int64)
+        return raw.reshape(-1).astype(np.int64)
+
+    def check(self, path: Path, arrays: dict[str, np.ndarray]) -> None:
+        for split in _SPLITS:
+            if f"{split}_images" not in arrays or f"{split}_labels" not in arrays:
+                continue
+            problem = self._problem(split, arrays[f"{split}_images"], arrays[f"{split}_labels"])
+            if problem:
+                raise DataError(
+                    f"{path} does not fit its MedMNIST subset: {problem}. Use the official "
+                    "file, or fix the file you made (dataset.size must match its image size)."
+                )
+
+    def _problem(self, split: str, images: np.ndarray, labels: np.ndarray) -> str | None:
+        shape = self.image_shape()
+        if images.shape[1:] != shape:
+            return (f"{split}_images has shape {images.shape}, but this subset at {self.size} "
+                    f"px is {self.describe()}, i.e. (N, {', '.join(map(str, shape))})")
+        if self.multi_label:
+            if labels.ndim != 2 or labels.shape != (len(images), self.classes):
+                return (f"{split}_labels has shape {labels.shape}, but this multi-label subset "
+                        f"has {self.classes} binary labels per image, i.e. shape "
+                        f"({len(images)}, {self.classes})")
+            if labels.size and not np.isin(labels, (0, 1)).all():
+                return (f"{split}_labels holds values other than 0 and 1; each of the "
+                        f"{self.classes} labels of an image is 0 or 1")
+            return None
+        if labels.size != len(images):
+            return (f"{split}_labels holds {labels.size} labels for {len(images)} "
+                    f"{split}_images; there must be one label per image")
+        if labels.size and (labels.min() < 0 or labels.max() >= self.classes):
+            return (f"{split}_labels holds values from {labels.min()} to {labels.max()}, but "
+                    f"this subset has {self.classes} classes (labels 0-{self.classes - 1})")
+        return None

@@ -96,6 +96,27 @@ class Partition:
         self.to_frame().to_parquet(path, index=False)
 
 
+def label_keys(train_labels: np.ndarray, labels: np.ndarray) -> np.ndarray:
+    """One class per sample for label-aware splits: the labels themselves, or for multi-label
+    rows (N, L) the sample's dominant finding: 0 when it has no positive label, else 1 + the
+    one of its positive labels that is most frequent in ``train_labels`` (ties: the lower
+    label). So there are L + 1 keys, and a Dirichlet label skew over them gives each client
+    its own mix of findings (and of images without one)."""
+    if labels.ndim == 1:
+        return labels
+    frequency = train_labels.sum(axis=0)
+    rank = np.empty(len(frequency), dtype=np.int64)  # 0 = the most frequent label
+    rank[np.argsort(-frequency, kind="stable")] = np.arange(len(frequency))
+    ranked = np.where(labels > 0, rank[None, :], len(frequency))
+    best = ranked.argmin(axis=1)
+    return np.where(labels.any(axis=1), best + 1, 0).astype(np.int64)
+
+
+def key_count(labels: np.ndarray, num_classes: int) -> int:
+    """How many keys :func:`label_keys` gives (``num_classes``, or L + 1 for multi-label)."""
+    return num_classes + 1 if labels.ndim == 2 else num_classes
+
+
 def make_partition(
     train_labels: np.ndarray,
     test_labels: np.ndarray,
@@ -105,7 +126,11 @@ def make_partition(
 ) -> Partition:
     """Split the training set by ``config.scheme`` and give each client a test share drawn
     from its own label distribution (the test set split class by class in proportion to the
-    clients' training counts of that class)."""
+    clients' training counts of that class). Multi-label data is split by each sample's
+    dominant finding (:func:`label_keys`)."""
+    num_classes = key_count(train_labels, num_classes)
+    train_labels, test_labels = (label_keys(train_labels, train_labels),
+                                 label_keys(train_labels, test_labels))
     rng = numpy_rng(seed, "partition")
     num_samples, num_clients = len(train_labels), config.num_clients
     if num_clients > num_samples:
@@ -138,6 +163,19 @@ def make_partition(
         )
     test = _test_shares(train, train_labels, test_labels, num_classes, rng)
     return Partition(train, test)
+
+
+def share_like_training(partition: Partition, train_labels: np.ndarray,
+                        labels: np.ndarray, num_classes: int, offset: int, seed: int
+                        ) -> list[np.ndarray]:
+    """Each client's share of another split (e.g. MedMNIST's official validation split, with
+    ``labels``), drawn class by class in proportion to the clients' training counts, as the
+    test shares are; indices shifted by ``offset``. From the stream (seed, "official-val")."""
+    keys = label_keys(train_labels, labels)
+    shares = _test_shares(partition.train, label_keys(train_labels, train_labels), keys,
+                          key_count(train_labels, num_classes),
+                          numpy_rng(seed, "official-val"))
+    return [share + offset for share in shares]
 
 
 def _check_min_size(config: PartitionConfig, num_samples: int) -> None:

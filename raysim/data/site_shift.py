@@ -3,7 +3,8 @@
 Each client stands for a hospital with its own scanner: its training images and its test share
 get the same transform, drawn once from the stream (seed, "site-shift", client): contrast,
 brightness, gamma, Gaussian blur, additive noise and, for RGB images, per-channel colour gains.
-Combined with any partition scheme (e.g. Dirichlet label skew).
+Volumes (MedMNIST 3D) get the same effects in 3D (an isotropic 3D blur). Combined with any
+partition scheme (e.g. Dirichlet label skew).
 """
 
 from __future__ import annotations
@@ -30,8 +31,11 @@ class SiteAppearance:
     noise_std: float
     channel_gains: tuple[float, ...]
 
-    def apply(self, images: np.ndarray, rng: np.random.Generator) -> np.ndarray:
-        """Transform uint8 images (N, H, W) or (N, H, W, C); returns uint8."""
+    def apply(self, images: np.ndarray, rng: np.random.Generator, volumetric: bool = False
+              ) -> np.ndarray:
+        """Transform uint8 images (N, H, W) or (N, H, W, C), or volumes (N, D, H, W) with
+        ``volumetric``; returns uint8."""
+        rgb = images.ndim == 4 and not volumetric
         x = images.astype(np.float32) / 255.0
         mean = x.mean(axis=tuple(range(1, x.ndim)), keepdims=True)
         x = np.clip((x - mean) * self.contrast + mean + self.brightness, 0.0, 1.0)
@@ -39,11 +43,12 @@ class SiteAppearance:
         if self.blur_sigma > 0:
             from scipy.ndimage import gaussian_filter  # (0.3 s of import: only for a blur)
 
-            sigma = (0, self.blur_sigma, self.blur_sigma) + ((0,) if x.ndim == 4 else ())
+            spatial = (self.blur_sigma,) * (3 if volumetric else 2)
+            sigma = (0, *spatial) + ((0,) if rgb else ())
             x = gaussian_filter(x, sigma=sigma, mode="nearest")
         if self.noise_std > 0:
             x = x + rng.normal(0.0, self.noise_std, size=x.shape).astype(np.float32)
-        if x.ndim == 4:
+        if rgb:
             x = x * np.asarray(self.channel_gains, dtype=np.float32)
         return np.round(np.clip(x, 0.0, 1.0) * 255.0).astype(np.uint8)
 
@@ -65,8 +70,9 @@ def site_appearance(config: SiteShiftConfig, seed: int, client: int, channels: i
 
 def apply_site_shift(dataset: ArrayDataset, partition: Partition, config: SiteShiftConfig,
                      seed: int) -> ArrayDataset:
-    """A copy of the dataset in which every client's training samples and test share carry
-    that client's site appearance (test samples in no share keep their original look)."""
+    """A copy of the dataset in which every client's training samples, validation share (the
+    official split's rows appended to the training arrays) and test share carry that client's
+    site appearance (test samples in no share keep their original look)."""
     if dataset.info.kind != "image":
         raise ConfigError(
             f"Invalid config field `partition.site_shift`: dataset {dataset.info.name!r} is "
@@ -77,9 +83,12 @@ def apply_site_shift(dataset: ArrayDataset, partition: Partition, config: SiteSh
     train_x, test_x = dataset.train_x.copy(), dataset.test_x.copy()
     for client in range(partition.num_clients):
         site = site_appearance(config, seed, client, channels, height)
-        for array, indices, split in ((train_x, partition.train[client], "train"),
-                                      (test_x, partition.test[client], "test")):
+        shares = [(train_x, partition.train[client], "train"),
+                  (test_x, partition.test[client], "test")]
+        if partition.validation is not None:
+            shares.append((train_x, partition.validation[client], "validation"))
+        for array, indices, split in shares:
             if len(indices):
                 noise_rng = numpy_rng(seed, f"site-noise-{split}", client=client)
-                array[indices] = site.apply(array[indices], noise_rng)
+                array[indices] = site.apply(array[indices], noise_rng, dataset.info.volumetric)
     return replace(dataset, train_x=train_x, test_x=test_x)

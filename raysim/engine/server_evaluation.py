@@ -18,6 +18,7 @@ from raysim.schema import EvaluationConfig
 from raysim.training.evaluation import (
     METRICS,
     classification_metrics,
+    label_aucs,
     route_counts,
     share_metrics,
 )
@@ -61,6 +62,8 @@ class Evaluator:
             if not np.isfinite(probabilities).all():
                 return Evaluation(row, model_diverged=True)
             row.update(_prefixed(classification_metrics(self.test_y, probabilities), name))
+            if self.test_y.ndim == 2:  # multi-label: every label's AUC beside their mean
+                row.update(_prefixed(self._label_aucs(probabilities), name))
             if unseen is not None and len(unseen):
                 row.update(_prefixed(classification_metrics(self.test_y[unseen],
                                                             probabilities[unseen]),
@@ -95,6 +98,13 @@ class Evaluator:
             personal_rows = [by_client[c] for c in sorted(by_client)]
         sink.add("client_eval", personal_rows)
         return Evaluation(row)
+
+    def _label_aucs(self, probabilities: np.ndarray) -> dict[str, float]:
+        """``auc_<label name>`` (``auc_label_<k>`` without names) on the pooled test set."""
+        names = self.algorithm.context.info.label_names
+        values = label_aucs(self.test_y, probabilities)
+        return {f"auc_{names[k] if k < len(names) else f'label_{k}'}": float(value)
+                for k, value in enumerate(values)}
 
     def _predict(self, workers: list[Any], models: dict[str, Any], split: str, size: int
                  ) -> dict[str, tuple[np.ndarray, np.ndarray | None]]:

@@ -8,7 +8,7 @@ from torch import Tensor, nn
 
 from raysim.data.dataset import DataInfo
 from raysim.models.params import SimpleCNNParams
-from raysim.models.registry import register_model, require_images
+from raysim.models.registry import register_model, require_planar
 
 
 class SimpleCNN(nn.Module):
@@ -32,6 +32,6 @@ class SimpleCNN(nn.Module):
 
 @register_model(SimpleCNNParams)
 def build_simple_cnn(params: SimpleCNNParams, info: DataInfo) -> nn.Module:
-    require_images("cnn", info)
-    channels, size, _ = info.input_shape
+    require_planar("cnn", info)
+    channels, size = info.input_shape[:2]
     return SimpleCNN(channels, size, info.num_classes, params)

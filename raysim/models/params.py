@@ -44,6 +44,27 @@ class ResNet18Params(StrictModel):
     stem: Literal["auto", "small", "imagenet"] = "auto"
     """auto: 3x3 stride-1 stem without max-pool up to 64 px, the 7x7 ImageNet stem above."""
 
+class ConvNet3DParams(StrictModel):
+    """The ConvNet for 3D volumes: ``depth`` x [conv3x3x3(width) - norm - ReLU - pool2x2x2],
+    then one linear classifier. norm instance (GroupNorm, one group per channel) or none
+    keeps it free of BatchNorm, so the vectorised path can train it (``engine.vectorize``)."""
+
+    name: Literal["convnet3d"] = "convnet3d"
+    width: int = Field(16, ge=1)
+    depth: int = Field(3, ge=1)
+    norm: Literal["instance", "batch", "none"] = "instance"
+    pooling: Literal["avg", "max"] = "max"
+
+
+class ResNet18_3DParams(StrictModel):
+    """ResNet-18 with every layer in 3D, MedMNIST v2's "ResNet-18 (3D)" baseline: the small
+    3x3x3 stride-1 stem up to 64 px, 64-512 channels."""
+
+    name: Literal["resnet18_3d"] = "resnet18_3d"
+    norm: Literal["batch", "group"] = "batch"
+    stem: Literal["auto", "small", "imagenet"] = "auto"
+
+
 ZOO_MODELS: dict[str, str] = {
     "densenet": "DenseNet-BC, 3 blocks x 6 layers, growth 12.",
     "mobilenetv2": "MobileNetV2, 5 inverted-residual stages.",
@@ -72,5 +93,6 @@ ZOO_PARAMS: dict[str, type[StrictModel]] = {name: _zoo_params(name, doc)
                                             for name, doc in ZOO_MODELS.items()}
 
 MODEL_PARAMS: tuple[type[StrictModel], ...] = (
-    SimpleCNNParams, ConvNetParams, MLPParams, ResNet18Params, *ZOO_PARAMS.values())
+    SimpleCNNParams, ConvNetParams, ConvNet3DParams, MLPParams, ResNet18Params,
+    ResNet18_3DParams, *ZOO_PARAMS.values())
 """The params class of every registered model (a test checks it against the registry)."""

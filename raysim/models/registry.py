@@ -51,6 +51,30 @@ def require_images(model_name: str, info: DataInfo) -> None:
         )
 
 
+def require_planar(model_name: str, info: DataInfo) -> None:
+    """Raise a config error unless the dataset holds 2D images (a 2D model on volumes)."""
+    require_images(model_name, info)
+    if info.volumetric:
+        raise ConfigError(
+            f"Invalid config field `model.name` = {model_name!r}: it is a 2D model, and dataset "
+            f"{info.name!r} holds 3D volumes ({'x'.join(map(str, info.input_shape[1:]))}). Use "
+            "a 3D model: model.name=convnet3d (small, vectorisable with norm instance or none) "
+            "or resnet18_3d (MedMNIST v2's 3D baseline)."
+        )
+
+
+def require_volumes(model_name: str, info: DataInfo) -> None:
+    """Raise a config error unless the dataset holds 3D volumes (a 3D model on 2D images)."""
+    require_images(model_name, info)
+    if not info.volumetric:
+        raise ConfigError(
+            f"Invalid config field `model.name` = {model_name!r}: it is a 3D model for "
+            f"volumes, and dataset {info.name!r} holds 2D images "
+            f"({'x'.join(map(str, info.input_shape[1:]))}). Use a 2D model (convnet, cnn, "
+            "resnet18, ...), or a MedMNIST 3D dataset (e.g. adrenalmnist3d)."
+        )
+
+
 def build_model(params: StrictModel, info: DataInfo) -> nn.Module:
     """Construct the model a config section describes for a dataset."""
     name = params.name  # type: ignore[attr-defined]

@@ -10,7 +10,7 @@ from torch import Tensor, nn
 
 from raysim.data.dataset import DataInfo
 from raysim.models.params import ZOO_PARAMS
-from raysim.models.registry import register_model, require_images
+from raysim.models.registry import register_model, require_planar
 from raysim.schema import StrictModel
 
 
@@ -51,7 +51,7 @@ def register_zoo_model(name: str, build: Callable[[int, int], SplitModel]) -> No
     params = ZOO_PARAMS[name]
 
     def builder(_: StrictModel, info: DataInfo) -> nn.Module:
-        require_images(name, info)
+        require_planar(name, info)
         return build(info.input_shape[0], info.num_classes)
 
     register_model(params)(builder)

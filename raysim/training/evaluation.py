@@ -1,9 +1,12 @@
-"""Prediction and the MedMNIST metrics: accuracy, macro-F1, macro one-vs-rest AUC, loss."""
+"""Prediction and the MedMNIST metrics: accuracy and AUC as the ``medmnist`` package's evaluator
+computes them for every task type (its own ``getACC``/``getAUC``), macro-F1 and loss."""
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 import torch
@@ -18,48 +21,112 @@ METRICS = ("accuracy", "macro_f1", "auc", "loss")
 def predict_proba(model: nn.Module, x: np.ndarray, info: DataInfo, batch_size: int,
                   device: torch.device,
                   transform: Callable[[torch.Tensor], torch.Tensor] | None = None) -> np.ndarray:
-    """Class probabilities (float64) of ``model`` in eval mode for stored inputs ``x``
-    (``transform``: applied to each normalised batch, e.g. a client's downsampling)."""
+    """Class probabilities (float64) of ``model`` in eval mode for stored inputs ``x``; for a
+    multi-label task, each label's sigmoid probability (``transform``: applied to each
+    normalised batch, e.g. a client's downsampling)."""
     model.eval()
     outputs = []
     for start in range(0, len(x), batch_size):
         batch = to_tensor(x[start:start + batch_size], info).to(device)
         if transform is not None:
             batch = transform(batch)
-        outputs.append(torch.softmax(model(batch).double(), dim=1).cpu().numpy())
+        logits = model(batch).double()
+        scores = torch.sigmoid(logits) if info.multi_label else torch.softmax(logits, dim=1)
+        outputs.append(scores.cpu().numpy())
     if not outputs:
         return np.zeros((0, info.num_classes))
     return np.concatenate(outputs)
 
 
-def classification_metrics(labels: np.ndarray, probs: np.ndarray) -> dict[str, float]:
-    """Accuracy, macro-F1, macro one-vs-rest AUC and cross-entropy of predictions.
+def medmnist_task(labels: np.ndarray, probs: np.ndarray) -> str:
+    """The task name of MedMNIST's evaluator for predictions of this shape (ordinal regression
+    is scored as multi-class, as the evaluator does)."""
+    if labels.ndim == 2:
+        return "multi-label, binary-class"
+    return "binary-class" if probs.shape[1] == 2 else "multi-class"
 
-    AUC averages the per-class one-vs-rest AUCs over the classes that have both positives and
-    negatives in ``labels`` (NaN when none has), as MedMNIST's evaluator does for its test set.
+
+def classification_metrics(labels: np.ndarray, probs: np.ndarray) -> dict[str, float]:
+    """Accuracy, macro-F1, AUC and cross-entropy of predictions.
+
+    Accuracy and AUC are the ``medmnist`` package's ``getACC``/``getAUC`` for the task (for
+    multi-label data: per-label accuracy at threshold 0.5 and per-label AUC, each averaged over
+    the labels; the loss is then the binary cross-entropy averaged over labels). Where a class
+    (or label) has no positives or no negatives among ``labels`` (a small client share),
+    medmnist's AUC is undefined and the AUC averages the classes where it is defined (NaN when
+    none is).
     """
     if len(labels) == 0:
         return dict.fromkeys(METRICS, math.nan)
     # imported at the first evaluation, not when a worker starts (scikit-learn takes seconds)
-    from sklearn.metrics import accuracy_score, f1_score, log_loss, roc_auc_score
+    from sklearn.metrics import f1_score, log_loss
 
-    num_classes = probs.shape[1]
-    predicted = probs.argmax(axis=1)
-    aucs = [
-        roc_auc_score(labels == cls, probs[:, cls])
-        for cls in range(num_classes)
-        if 0 < (labels == cls).sum() < len(labels)
-    ]
-    if num_classes == 2 and aucs:
-        aucs = aucs[1:]  # binary: the AUC of the positive class (both entries are equal)
-    return {
-        "accuracy": float(accuracy_score(labels, predicted)),
-        "macro_f1": float(f1_score(labels, predicted, average="macro",
-                                   labels=np.unique(np.concatenate([labels, predicted])),
-                                   zero_division=0)),
-        "auc": float(np.mean(aucs)) if aucs else math.nan,
-        "loss": float(log_loss(labels, probs, labels=list(range(num_classes)))),
-    }
+    evaluator = medmnist_evaluator()
+    task = medmnist_task(labels, probs)
+    if labels.ndim == 2:
+        predicted = probs > 0.5
+        macro_f1 = f1_score(labels, predicted, average="macro", zero_division=np.nan)
+        clipped = np.clip(probs, 1e-15, 1 - 1e-15)
+        loss = -np.mean(labels * np.log(clipped) + (1 - labels) * np.log1p(-clipped))
+    else:
+        predicted = probs.argmax(axis=1)
+        macro_f1 = f1_score(labels, predicted, average="macro",
+                            labels=np.unique(np.concatenate([labels, predicted])),
+                            zero_division=0)
+        loss = log_loss(labels, probs, labels=list(range(probs.shape[1])))
+    defined = label_aucs(labels, probs)
+    if np.isfinite(defined).all():
+        auc = float(evaluator.getAUC(labels, probs, task))
+    else:  # a class without positives or negatives: medmnist's AUC is undefined
+        auc = float(np.nanmean(defined)) if np.isfinite(defined).any() else math.nan
+    if len(labels) > 1:
+        accuracy = float(evaluator.getACC(labels, probs, task))
+    else:  # the evaluator squeezes its inputs, which breaks on one sample: the same rule
+        accuracy = float(np.mean(predicted == labels))
+    return {"accuracy": accuracy, "macro_f1": float(macro_f1), "auc": auc, "loss": float(loss)}
+
+
+def label_aucs(labels: np.ndarray, probs: np.ndarray) -> np.ndarray:
+    """Each class's one-vs-rest AUC (each label's AUC for multi-label data; the positive
+    class's alone for binary data), NaN where the class has no positives or no negatives."""
+    from sklearn.metrics import roc_auc_score
+
+    truth = labels if labels.ndim == 2 else (labels[:, None] == np.arange(probs.shape[1]))
+    columns = [probs.shape[1] - 1] if labels.ndim == 1 and probs.shape[1] == 2 else range(
+        probs.shape[1])
+    return np.array([roc_auc_score(truth[:, k], probs[:, k])
+                     if 0 < truth[:, k].sum() < len(truth) else math.nan for k in columns])
+
+
+@functools.cache
+def medmnist_evaluator() -> Any:
+    """The ``medmnist`` package's ``evaluator`` module (``getAUC``, ``getACC``), loaded from the
+    installed package without running the package's ``__init__`` (which imports torchvision
+    for its dataset classes; its ``info`` module is the one raysim already loaded)."""
+    import importlib.util
+    import sys
+    from pathlib import Path
+
+    from raysim.data.medmnist_io import _info_module
+
+    if "medmnist.evaluator" in sys.modules:
+        return sys.modules["medmnist.evaluator"]
+    package = importlib.util.find_spec("medmnist")
+    if package is None or not package.submodule_search_locations:
+        raise ModuleNotFoundError("No module named 'medmnist' (pip install medmnist)")
+    location = Path(next(iter(package.submodule_search_locations))) / "evaluator.py"
+    spec = importlib.util.spec_from_file_location("raysim._medmnist_evaluator", location)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    added = "medmnist.info" not in sys.modules
+    if added:  # its `from medmnist.info import ...` then finds the loaded table
+        sys.modules["medmnist.info"] = _info_module()
+    try:
+        spec.loader.exec_module(module)
+    finally:
+        if added:
+            sys.modules.pop("medmnist.info", None)
+    return module
 
 
 def share_metrics(probabilities: np.ndarray, labels: np.ndarray, shares: list[np.ndarray]
@@ -67,6 +134,8 @@ def share_metrics(probabilities: np.ndarray, labels: np.ndarray, shares: list[np
     """Accuracy, macro-F1 (over the classes among a share's labels and predictions, as
     :func:`classification_metrics`) and loss of pooled predictions on each client's test share
     (vectorised; NaN for an empty share)."""
+    if labels.ndim == 2:
+        return _multi_label_share_metrics(probabilities, labels, shares)
     sizes = np.array([len(s) for s in shares])
     order = np.concatenate(shares) if shares else np.zeros(0, dtype=np.int64)
     predicted, truth = probabilities[order].argmax(axis=1), labels[order]
@@ -86,6 +155,34 @@ def share_metrics(probabilities: np.ndarray, labels: np.ndarray, shares: list[np
         f1 = np.where(denominator > 0, 2 * true_positives / np.maximum(denominator, 1), 0.0)
         present = (denominator > 0).reshape(len(shares), classes)
         macro_f1 = (f1.reshape(len(shares), classes) * present).sum(1) / present.sum(1)
+    return {"accuracy": accuracy, "macro_f1": macro_f1, "loss": loss}
+
+
+def _multi_label_share_metrics(probabilities: np.ndarray, labels: np.ndarray,
+                               shares: list[np.ndarray]) -> dict[str, np.ndarray]:
+    """:func:`share_metrics` for multi-label data: per-label accuracy at 0.5 and binary
+    cross-entropy averaged over labels, macro-F1 over the labels among a share's truths and
+    predictions."""
+    sizes = np.array([len(s) for s in shares])
+    order = np.concatenate(shares) if shares else np.zeros(0, dtype=np.int64)
+    owner = np.repeat(np.arange(len(shares)), sizes)
+    truth, scores = labels[order].astype(bool), probabilities[order]
+    predicted = scores > 0.5
+    clipped = np.clip(scores, 1e-15, 1 - 1e-15)
+    losses = -np.where(truth, np.log(clipped), np.log1p(-clipped)).mean(axis=1)
+
+    def per_client(values: np.ndarray) -> np.ndarray:  # (samples, labels) -> (clients, labels)
+        return np.stack([np.bincount(owner, values[:, k], len(shares))
+                         for k in range(values.shape[1])], axis=1)
+
+    true_positives = per_client((truth & predicted).astype(float))
+    denominator = per_client(truth.astype(float)) + per_client(predicted.astype(float))
+    with np.errstate(invalid="ignore", divide="ignore"):
+        accuracy = np.bincount(owner, (truth == predicted).mean(axis=1), len(shares)) / sizes
+        loss = np.bincount(owner, losses, len(shares)) / sizes
+        f1 = np.where(denominator > 0, 2 * true_positives / np.maximum(denominator, 1), 0.0)
+        present = denominator > 0
+        macro_f1 = (f1 * present).sum(1) / present.sum(1)
     return {"accuracy": accuracy, "macro_f1": macro_f1, "loss": loss}
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 LOSSES = ("cross_entropy", "hinge")
@@ -21,6 +22,37 @@ class MultiClassHinge(nn.Module):
         return ((margins.sum(1) - 1) / logits.shape[1]).mean()
 
 
+class MultiLabelBCE(nn.Module):
+    """Binary cross-entropy on logits, averaged over labels and samples (torch's
+    BCEWithLogitsLoss), for 0/1 label rows stored as integers."""
+
+    def forward(self, logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        return F.binary_cross_entropy_with_logits(logits, targets.to(logits.dtype))
+
+
+MULTI_LABEL_LOSS = "multi_label_bce"
+"""The loss every multi-label run trains with (``training.loss`` cross_entropy on such data)."""
+
+
+def training_loss(configured: str, multi_label: bool) -> str:
+    """The loss a run trains with: ``training.loss``, or for a multi-label task its per-label
+    binary cross-entropy."""
+    return MULTI_LABEL_LOSS if multi_label else configured
+
+
 def loss_function(name: str) -> nn.Module:
-    """``cross_entropy`` or ``hinge`` (:class:`MultiClassHinge`)."""
+    """``cross_entropy``, ``hinge`` (:class:`MultiClassHinge`) or ``multi_label_bce``
+    (:class:`MultiLabelBCE`)."""
+    if name == MULTI_LABEL_LOSS:
+        return MultiLabelBCE()
     return MultiClassHinge() if name == "hinge" else nn.CrossEntropyLoss()
+
+
+def sample_losses(logits: torch.Tensor, targets: torch.Tensor, multi_label: bool = False
+                  ) -> torch.Tensor:
+    """Each sample's cross-entropy (for a multi-label task: its binary cross-entropy summed
+    over the labels)."""
+    if multi_label:
+        return F.binary_cross_entropy_with_logits(
+            logits, targets.to(logits.dtype), reduction="none").sum(dim=1)
+    return F.cross_entropy(logits, targets, reduction="none")

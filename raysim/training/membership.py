@@ -25,10 +25,10 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 
 from raysim.data.dataset import to_tensor
 from raysim.seeding import numpy_rng
+from raysim.training.losses import sample_losses
 from raysim.training.weights import Weights, set_weights
 
 if TYPE_CHECKING:
@@ -39,7 +39,12 @@ def audit_sets(train_indices: np.ndarray, train_labels: np.ndarray, test_labels:
                size: int, seed: int, client: int) -> tuple[np.ndarray, np.ndarray]:
     """Balanced (members, non-members) with the same number of samples of every class: up to
     ``size`` training indices of the client, then per class as many test indices of that class
-    (members of a class with fewer test samples are dropped to that count)."""
+    (members of a class with fewer test samples are dropped to that count). Multi-label
+    samples are matched by their dominant finding (:func:`raysim.data.partition.label_keys`)."""
+    from raysim.data.partition import label_keys
+
+    train_labels, test_labels = (label_keys(train_labels, train_labels),
+                                 label_keys(train_labels, test_labels))
     rng = numpy_rng(seed, "membership", client=client)
     members = rng.choice(train_indices, min(size, len(train_indices)), replace=False)
     kept, nonmembers = [], []
@@ -62,13 +67,14 @@ the upload holds nothing attackable."""
 @torch.no_grad()
 def loss_attack_scores(runtime: ClientRuntime, client: int, weights: Weights, x: np.ndarray,
                        y: np.ndarray) -> np.ndarray:
-    """-CE of the client's architecture with ``weights`` on (x, y) seen at its resolution."""
+    """-CE (summed binary CE for multi-label data) of the client's architecture with
+    ``weights`` on (x, y) seen at its resolution."""
     model = runtime.client_model(client)
     set_weights(model, weights)
     model.eval()
     inputs = runtime.client_inputs(client, to_tensor(x, runtime.info).to(runtime.device))
     labels = torch.from_numpy(np.asarray(y, dtype=np.int64)).to(runtime.device)
-    return -F.cross_entropy(model(inputs), labels, reduction="none").cpu().numpy()
+    return -sample_losses(model(inputs), labels, runtime.info.multi_label).cpu().numpy()
 
 
 @torch.no_grad()

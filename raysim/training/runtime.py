@@ -16,7 +16,7 @@ from raysim.models import build_model
 from raysim.schema import OptimizerConfig, StrictModel
 from raysim.seeding import client_keys, seed_sequence, torch_generator
 from raysim.training.context import ClientData, RunContext
-from raysim.training.losses import loss_function
+from raysim.training.losses import loss_function, training_loss
 from raysim.training.memory_format import M, place
 from raysim.training.merged_training import JobResult, VectorizedJob, train_jobs
 from raysim.training.resident_data import ResidentData
@@ -268,7 +268,7 @@ class ClientRuntime:
             index = np.stack([self.client_indices[c] for c in ids])
             inputs, targets = self.gather(index.reshape(-1))
             inputs = inputs.reshape(len(ids), int(size), *inputs.shape[1:])
-            targets = targets.reshape(len(ids), int(size))
+            targets = targets.reshape(len(ids), int(size), *targets.shape[1:])
             plan = batch_plans(int(size), self.training.batch_size, self.training.epochs, steps,
                                self.seed, round_, ids)
             momentum = [None if optimizer_states[i] is None else optimizer_states[i]["momentum"]
@@ -276,7 +276,8 @@ class ClientRuntime:
             groups.append((members.tolist(), int(size), len(plan)))
             jobs.append(VectorizedJob(self.model, [weights[i] for i in members.tolist()],
                                       momentum, inputs, targets, plan, self.training.optimizer,
-                                      prox, self.training.loss))
+                                      prox, training_loss(self.training.loss,
+                                                                self.info.multi_label)))
         results: dict[int, tuple[Weights, TrainOutcome]] = {}
         for (positions, size, taken), (new_weights, new_momentum, losses) in zip(
                 groups, self.job_trainer(jobs), strict=True):
@@ -295,7 +296,7 @@ class ClientRuntime:
         optimizer = make_optimizer(model.parameters(), self.training.optimizer)
         if optimizer_state is not None:
             optimizer.load_state_dict(optimizer_state)
-        loss_fn = loss_function(self.training.loss)
+        loss_fn = loss_function(training_loss(self.training.loss, self.info.multi_label))
         model.train()
         mean_loss, samples, taken = self.fit(
             client, round_, optimizer, lambda inputs, targets: loss_fn(model(inputs), targets),
