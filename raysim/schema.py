@@ -22,8 +22,10 @@ class StrictModel(BaseModel):
 class DatasetConfig(StrictModel):
     """Which dataset to load and from where."""
 
-    name: str = Field(description="MedMNIST 2D flag (e.g. pneumoniamnist) or breast-cancer/digits")
-    size: Literal[28, 64, 128, 224] = Field(28, description="MedMNIST image size")
+    name: str = Field(description="a MedMNIST flag: 2D (pneumoniamnist, chestmnist, ...) or 3D "
+                      "(adrenalmnist3d, organmnist3d, ...); or breast-cancer, digits, synthetic")
+    size: Literal[28, 64, 128, 224] = Field(
+        28, description="MedMNIST image size (3D subsets: 28 or 64, volumes of size^3)")
     root: str | None = Field(None, description="directory of MedMNIST npz files")
     download: bool = Field(True, description="download a missing MedMNIST file")
     verify_checksum: bool = Field(True, description="check the MD5 of MedMNIST files")

@@ -135,6 +135,10 @@ def test_fedsm_routes_evaluates_and_matches_across_worker_counts(ray_session, tm
     summary = pd.read_csv(tmp_path / "csv" / "summary.csv")  # the tables as CSV too
     assert summary["gm_accuracy_mean"].iloc[0] == pytest.approx(rounds["gm_accuracy"].iloc[-1])
     assert (tmp_path / "csv" / "selection.csv").is_file()
+    per_seed = pd.read_csv(tmp_path / "csv" / "per_seed.csv")  # each run's own row
+    for experiment, rows in per_seed.groupby("experiment"):
+        mean = summary.set_index("experiment").loc[experiment, "accuracy_mean"]
+        assert rows["accuracy"].mean() == pytest.approx(mean)
     # personalized models on their own shares: one row per client per evaluated round
     assert sorted(client_eval["client"].unique()) == [0, 1, 2]
     assert client_eval[["main_own_accuracy", "gm_own_accuracy", "pm_own_accuracy"]].notna().all().all()

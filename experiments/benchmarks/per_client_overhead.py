@@ -59,7 +59,7 @@ def w4() -> dict:
 class Worker:
     """One worker's round of a config, two ways."""
 
-    def __init__(self, raw: dict[str, Any]):
+    def __init__(self, raw: dict[str, Any], vectorize: str = "auto"):
         config = parse_config(raw)
         dataset, partition = prepare(config, None)[0]
         self.context = run_context(config, dataset, 0, partition.num_clients)
@@ -68,7 +68,7 @@ class Worker:
             RunContext(0, dataset.info, config.model, config.training, partition.num_clients,
                        self.context.clients_per_round),
             ClientData(dataset.train_x, dataset.train_y, partition.train, self.start),
-            torch.device("cpu"))
+            torch.device("cpu"), vectorize=vectorize)
         self.algorithm = ALGORITHMS["fedavg"](config.algorithm, self.context)
         per_round = self.context.clients_per_round
         self.clients = list(range(0, per_round, 2))  # one of two workers' share
@@ -113,9 +113,11 @@ class Worker:
                 total[k].add_(v)
 
 
-def measure(name: str, raw: dict[str, Any], rounds: int) -> dict[str, Any]:
-    """Median ms per client of raysim's worker round and the plain loop, alternating."""
-    worker = Worker(raw)
+def measure(name: str, raw: dict[str, Any], rounds: int, vectorize: str = "auto"
+            ) -> dict[str, Any]:
+    """Median ms per client of raysim's worker round and the plain loop, alternating
+    (``vectorize``: the runtime's path setting, auto/always/never)."""
+    worker = Worker(raw, vectorize)
     timings: dict[str, list[float]] = {"raysim": [], "plain": []}
     for round_ in range(rounds + 1):
         for label in ("raysim", "plain"):

@@ -265,7 +265,8 @@ def report(paths: str | Path | list[str | Path], metric: str = "accuracy",
     by message type) and the
     learning-curve PNG, written to ``output`` (default: the first path). ``csv_dir``: also write
     every table shown as CSV there (summary.csv, per_client_<metric>.csv, communication.csv,
-    privacy.csv, selection.csv), the form committed under docs/results/. ``checkpoint``:
+    privacy.csv, selection.csv) and per_seed.csv (each run's row of the summarised metrics,
+    with its seed and chosen round), the form committed under docs/results/. ``checkpoint``:
     "last" (each run's last evaluated round) or "best" (its round of highest ``select_by``,
     a validation metric)."""
     paths = [paths] if isinstance(paths, str | Path) else list(paths)
@@ -315,7 +316,10 @@ def report(paths: str | Path | list[str | Path], metric: str = "accuracy",
         text += ("\n\nselection frequencies (" + selection + "; source_client -1: unseen "
                  "client)\n" + (routes.round(3).to_string(index=False) if not routes.empty
                                  else "no routes recorded"))
-    if csv_dir is not None:
+    if csv_dir is not None:  # with every run's own row, for paired per-seed comparisons
+        summarised = [c[:-len("_mean")] for c in tables["summary"].columns if c.endswith("_mean")]
+        final = final_metrics(rounds, checkpoint, select_by)
+        tables["per_seed"] = final[[*_KEYS, "seed", "round", *summarised]]
         Path(csv_dir).mkdir(parents=True, exist_ok=True)
         for name, table in tables.items():
             table.to_csv(Path(csv_dir) / f"{name}.csv", index=False)
