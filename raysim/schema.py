@@ -168,6 +168,21 @@ class LoggingConfig(StrictModel):
         "curves (`pip install -e '.[mlflow]'`)")
 
 
+class AdaptiveClipConfig(StrictModel):
+    """Adaptive clipping (Andrew et al. 2021): the clip follows a quantile of the clients'
+    update norms. Every round the server learns the (noised) share b of sampled clients whose
+    update was within the clip and sets clip <- clip x exp(-learning_rate x (b - quantile)); the
+    noise on that count is part of the privacy budget, so the updates get the noise multiplier
+    (z^-2 - (2 count_noise_std)^-2)^-1/2 for the configured (or calibrated) z."""
+
+    target_quantile: float = Field(0.5, gt=0, lt=1,
+                                   description="share of updates the clip should keep whole")
+    learning_rate: float = Field(0.2, gt=0, description="step of the geometric clip update")
+    count_noise_std: float | None = Field(
+        None, ge=0, description="std of the Gaussian noise on the count of clients within the "
+        "clip; unset: expected clients per round / 20 (the paper's choice)")
+
+
 class PrivacyConfig(StrictModel):
     """Client-level differential privacy for methods that share weights (DP-FedAvg, McMahan
     et al. 2018): each sampled client's update (its model minus the broadcast) clipped to L2
@@ -190,6 +205,10 @@ class PrivacyConfig(StrictModel):
         "it after all rounds; with noise_multiplier set: stop the run before a round that "
         "would exceed it")
     accountant: Literal["rdp", "pld"] = Field("rdp", description="dp-accounting's RDP or PLD")
+    adaptive_clip: AdaptiveClipConfig | None = Field(
+        None, description="central mode: the clip follows a quantile of the update norms "
+        "(Andrew et al. 2021), starting from `clip`; or {target_quantile: 0.5, "
+        "learning_rate: 0.2, count_noise_std: null}")
 
     @model_validator(mode="after")
     def _check_noise(self) -> PrivacyConfig:

@@ -249,3 +249,44 @@ def test_under_dp_every_client_weighs_one_in_the_sum(tmp_path):
     assert private.total_weight == 2.0
     plain = FedAvg(FedAvgParams(weighted=True), replace(context, privacy=None)).reduce(results)
     assert plain.total_weight == 55.0
+
+
+# ----- adaptive clipping (Andrew et al. 2021) -----
+def test_adaptive_clip_splits_the_noise_multiplier_and_refuses_too_little_count_noise():
+    settings = resolve(PrivacyConfig(clip=1.0, noise_multiplier=1.0,
+                                     adaptive_clip={"count_noise_std": 2.0}), 100, 40, 10)
+    assert settings.adaptive is not None
+    z_delta = settings.adaptive.update_noise_multiplier
+    assert z_delta ** -2 + (2 * 2.0) ** -2 == pytest.approx(1.0)  # composes to z = 1
+    assert settings.noise_std_at(0.3) == pytest.approx(z_delta * 0.3)
+    assert settings.epsilon_after(10) == pytest.approx(_direct_epsilon(0.4, 1.0, 10,
+                                                                       settings.delta))
+    assert resolve(PrivacyConfig(clip=1.0, noise_multiplier=1.0, adaptive_clip={}),
+                   100, 40, 10).adaptive.count_noise_std == pytest.approx(40 / 20)
+    from raysim.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="count_noise_std"):
+        resolve(PrivacyConfig(clip=1.0, noise_multiplier=1.0,
+                              adaptive_clip={"count_noise_std": 0.4}), 100, 40, 10)
+    with pytest.raises(ConfigError, match="central"):
+        resolve(PrivacyConfig(clip=1.0, noise_multiplier=1.0, mode="local",
+                              adaptive_clip={}), 100, 40, 10)
+
+
+def test_adaptive_clip_follows_the_target_quantile_of_the_update_norms(ray_session, tmp_path):
+    """Without noise the clip moves geometrically by exp(-lr (share within - quantile)): from
+    far above every update norm it shrinks by exp(-lr (1 - q)) per round (every update within)
+    until it reaches the norms, then settles where about q of them are within."""
+    raw = _raw(clip=20.0, noise_multiplier=0.0,
+               adaptive_clip={"target_quantile": 0.5, "learning_rate": 0.5,
+                              "count_noise_std": 0.0})
+    raw["training"].update(rounds=30, clients_per_round=12)  # rate 1: every client each round
+    rounds, clients = _run(raw, tmp_path, "adaptive")
+    clip = rounds["dp_clip"].to_numpy()
+    within = clients.groupby("round")["dp_model_within_clip"].mean().to_numpy()
+    norms = clients.groupby("round")["dp_model_update_norm"].median().to_numpy()
+    for t in range(len(clip) - 1):  # the recorded clips obey the update rule exactly
+        assert clip[t + 1] == pytest.approx(clip[t] * math.exp(-0.5 * (within[t] - 0.5)))
+    assert clip[0] == 20.0 and clip[1] == pytest.approx(20 * math.exp(-0.25))
+    assert within[:5].min() == 1.0 and clip[-1] < 2 * norms[-1]  # it came down to the norms
+    assert 0.2 <= within[-8:].mean() <= 0.8  # and keeps about half of them whole

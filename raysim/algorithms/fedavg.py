@@ -5,10 +5,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from raysim.algorithms.aggregators import WeightedSum, mean_partial, weighted_mean
+import numpy as np
+
+from raysim.algorithms.aggregators import mean_partial, weighted_mean
 from raysim.algorithms.base import Algorithm, ClientResult, register_algorithm
 from raysim.algorithms.params import FedAvgParams, FedProxParams
-from raysim.algorithms.private_mean import private_mean
+from raysim.algorithms.private_mean import AdaptivelyClipped, count_noise, private_mean
 from raysim.schema import StrictModel
 from raysim.training.weights import Weights
 
@@ -16,14 +18,26 @@ if TYPE_CHECKING:
     from raysim.training.runtime import ClientRuntime
 
 
+State = Weights | AdaptivelyClipped
+"""The global model, or under adaptive clipping the model and the next clip."""
+
+
 @register_algorithm
-class FedAvg(Algorithm[FedAvgParams | FedProxParams, Weights]):
+class FedAvg(Algorithm[FedAvgParams | FedProxParams, State]):
     """Sample-weighted model averaging of the sampled clients' models every round."""
 
     params_class: ClassVar[type[StrictModel]] = FedAvgParams
     private_uploads: ClassVar[tuple[str, ...]] = ("model",)
 
-    def broadcast(self, state: Weights, round_: int) -> dict[str, Any]:
+    def init_server_state(self, initial_weights: Weights) -> State:
+        privacy = self.context.privacy
+        if privacy is not None and privacy.adaptive is not None:
+            return AdaptivelyClipped(initial_weights, privacy.clip)
+        return initial_weights
+
+    def broadcast(self, state: State, round_: int) -> dict[str, Any]:
+        if isinstance(state, AdaptivelyClipped):  # the clients clip at the round's clip
+            return {"model": state.model, "dp_clip": np.float64(state.clip)}
         return {"model": state}
 
     def local_updates(self, runtime: ClientRuntime, clients: Sequence[int], round_: int,
@@ -39,18 +53,34 @@ class FedAvg(Algorithm[FedAvgParams | FedProxParams, Weights]):
         (none for FedAvg)."""
         return None
 
-    def reduce(self, results: Sequence[tuple[int, ClientResult]]) -> WeightedSum:
-        weighted = self.params.weighted and self.context.privacy is None  # DP: one vote each
-        return mean_partial([r.upload["model"] for _, r in results],
-                            [r.num_samples for _, r in results], weighted)
-
-    def aggregate(self, state: Weights, partials: Sequence[WeightedSum], round_: int) -> Weights:
+    def reduce(self, results: Sequence[tuple[int, ClientResult]]) -> Any:
         privacy = self.context.privacy
-        if privacy is not None:  # DP-FedAvg: fixed denominator, central noise on the sum
-            noise = privacy.noise_std if privacy.mode == "central" else 0.0
-            return private_mean(partials, state, privacy.expected_clients, noise,
-                                self.context.seed, round_)
-        return weighted_mean(partials)
+        weighted = self.params.weighted and privacy is None  # DP: one vote each
+        partial = mean_partial([r.upload["model"] for _, r in results],
+                               [r.num_samples for _, r in results], weighted)
+        if privacy is not None and privacy.adaptive is not None:  # and the within-clip bits
+            return {"model": partial, "within_clip": sum(
+                r.metrics["dp_model_within_clip"] for _, r in results)}
+        return partial
 
-    def global_weights(self, state: Weights) -> Weights:
-        return state
+    def aggregate(self, state: State, partials: Sequence[Any], round_: int) -> State:
+        privacy = self.context.privacy
+        if privacy is None:
+            return weighted_mean(partials)
+        seed = self.context.seed
+        if isinstance(state, AdaptivelyClipped):  # Andrew et al. 2021: the clip moves too
+            assert privacy.adaptive is not None
+            sums = [p["model"] for p in partials]
+            within = sum(p["within_clip"] for p in partials)
+            model = private_mean(sums, state.model, privacy.expected_clients,
+                                 privacy.noise_std_at(state.clip), seed, round_)
+            clip = privacy.adaptive.next_clip(
+                state.clip, within, privacy.expected_clients,
+                count_noise(privacy.adaptive.count_noise_std, seed, round_))
+            return AdaptivelyClipped(model, clip)
+        # DP-FedAvg: fixed denominator, central noise on the sum
+        noise = privacy.noise_std if privacy.mode == "central" else 0.0
+        return private_mean(partials, state, privacy.expected_clients, noise, seed, round_)
+
+    def global_weights(self, state: State) -> Weights:
+        return state.model if isinstance(state, AdaptivelyClipped) else state

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -35,3 +36,17 @@ def private_mean(partials: Sequence[WeightedSum], broadcast: Weights, expected: 
         total.vector[:floats] += noise.to(total.vector.device)
     total.total_weight = expected
     return total.mean()
+
+
+@dataclass(frozen=True)
+class AdaptivelyClipped:
+    """A server state under adaptive clipping: the global model and the next round's clip."""
+
+    model: Weights
+    clip: float
+
+
+def count_noise(std: float, seed: int, round_: int) -> float:
+    """The Gaussian noise on a round's count of clients within the clip, from the stream
+    (seed, "dp-count-noise", round)."""
+    return float(gaussian_noise(1, std, seed, "dp-count-noise", round_)[0]) if std > 0 else 0.0

@@ -196,7 +196,8 @@ class PrivacyAccounting(RoundCallback):
         row: dict[str, Any] = {"epsilon": self.settings.epsilon_after(done),
                                "dp_delta": self.settings.delta,
                                "dp_noise_multiplier": self.settings.noise_multiplier,
-                               "dp_clip": self.settings.clip,
+                               "dp_clip": float(outcome.dispatch.message.get(
+                                   "dp_clip", self.settings.clip)),  # the round's clip
                                "dp_accountant": self.settings.accountant,
                                "dp_mode": self.settings.mode}
         if done == self.settings.rounds_allowed < self.rounds:

@@ -1,6 +1,7 @@
 """DP on a worker: the sampled clients' weight uploads clipped (and, in local mode, noised)
 before they are reduced, with each update's norm before clipping in the ``clients`` table
-(``dp_<upload>_update_norm``, e.g. ``dp_model_update_norm``)."""
+(``dp_<upload>_update_norm``, e.g. ``dp_model_update_norm``) and whether it was within the
+clip (``dp_<upload>_within_clip``, 0 or 1: adaptive clipping's bit)."""
 
 from __future__ import annotations
 
@@ -20,12 +21,13 @@ def privatize_uploads(results: Sequence[tuple[int, Any]], uploads: Sequence[str]
     """Replace every (client, ClientResult)'s uploads named in ``uploads`` by the clipped
     (local mode: and noised) update over the broadcast entry of the same name, in place."""
     local_std = settings.noise_std if settings.mode == "local" else 0.0
+    clip = float(message["dp_clip"]) if "dp_clip" in message else settings.clip  # adaptive
     for kind in uploads:
         reference = on_device(message[kind], device)  # the broadcast on the device once
         for client, result in results:
             if kind not in result.upload:
                 continue
-            result.upload[kind], norm = privatize(result.upload[kind], reference,
-                                                  settings.clip, local_std, seed, round_,
-                                                  client, device)
+            result.upload[kind], norm = privatize(result.upload[kind], reference, clip,
+                                                  local_std, seed, round_, client, device)
             result.metrics[f"dp_{kind}_update_norm"] = norm
+            result.metrics[f"dp_{kind}_within_clip"] = float(norm <= clip)
