@@ -157,17 +157,38 @@ def _supporting(attribute: str) -> str:
 
 
 def check_privacy(config: ExperimentConfig) -> None:
-    """``privacy:`` needs an algorithm with weight uploads DP can protect (one paragraph
-    naming why otherwise)."""
+    """``privacy:`` needs an algorithm with weight uploads DP can protect, or one that
+    privatizes its own releases in local mode (one paragraph naming why otherwise)."""
     if config.privacy is None:
         return
     algorithm_class = ALGORITHMS[config.algorithm.name]
+    releases = algorithm_class.private_releases
+    if releases is not None:
+        if config.privacy.mode != "local":
+            raise ConfigError(
+                f"Invalid config field `privacy.mode` = 'central': with algorithm "
+                f"`{config.algorithm.name}`, {releases}, so there is no sum for the server to "
+                "noise. Set privacy.mode: local (every released model clipped and noised by its "
+                "client; epsilon composes one Gaussian mechanism per release).")
+        if config.privacy.adaptive_clip is not None:
+            raise ConfigError(
+                f"Invalid config field `privacy.adaptive_clip`: algorithm "
+                f"`{config.algorithm.name}` releases its clients' models in local mode, and "
+                "adaptive clipping needs central noise on a count. Remove "
+                "privacy.adaptive_clip.")
+        if getattr(config.algorithm, "dp", None) is not None:
+            raise ConfigError(
+                f"Invalid combination: `algorithm.dp` and `privacy` both ask "
+                f"`{config.algorithm.name}` to clip and noise its released models. Keep "
+                "`privacy` (the same mechanism, with an accountant) and remove algorithm.dp.")
+        return
     if not algorithm_class.private_uploads:
         raise ConfigError(
             f"Invalid config section `privacy`: algorithm `{config.algorithm.name}` cannot give "
             f"a client-level DP guarantee here: {algorithm_class.privacy_refusal}. A privacy "
             f"setting would suggest a guarantee that is not there. Remove `privacy`, or use an "
-            f"algorithm whose uploads are weight updates: {_supporting('private_uploads')}.")
+            f"algorithm whose uploads are weight updates: {_supporting('private_uploads')} "
+            f"(or {_supporting('private_releases')} in local mode).")
 
 
 def check_client_settings(config: ExperimentConfig, dataset: ArrayDataset) -> None:

@@ -199,7 +199,7 @@ def test_a_budget_stop_ends_the_run_early_and_its_last_row_says_why(ray_session,
 
 # ----- refusals -----
 @pytest.mark.parametrize("algorithm", ["fedvck", "feddm", "fedmd", "feddf", "mhpflid", "fedsm",
-                                       "feddc", "local", "centralized"])
+                                       "local", "centralized"])
 def test_methods_without_protectable_weight_uploads_refuse_privacy(capsys, tmp_path,
                                                                   algorithm):
     raw = _raw(noise_multiplier=1.0)
@@ -290,3 +290,39 @@ def test_adaptive_clip_follows_the_target_quantile_of_the_update_norms(ray_sessi
     assert clip[0] == 20.0 and clip[1] == pytest.approx(20 * math.exp(-0.25))
     assert within[:5].min() == 1.0 and clip[-1] < 2 * norms[-1]  # it came down to the norms
     assert 0.2 <= within[-8:].mean() <= 0.8  # and keeps about half of them whole
+
+
+# ----- FedDC: every released model privatized by its client, accounted per release -----
+def _feddc_raw(**privacy) -> dict:
+    raw = _raw(**privacy)
+    raw["algorithm"] = {"name": "feddc", "daisy_period": 2, "aggregation_period": 4}
+    raw["training"]["clients_per_round"] = 12  # FedDC: every client every round
+    return raw
+
+
+def test_feddc_under_privacy_composes_one_gaussian_mechanism_per_release(ray_session, tmp_path):
+    rounds, clients = _run(_feddc_raw(clip=0.5, noise_multiplier=2.0, mode="local",
+                                      delta=1e-3), tmp_path, "feddc")
+    # d = 2, b = 4: round 1 hands over, round 3 aggregates; no sampling (rate 1)
+    releases = [0, 1, 1, 2]
+    expected = [0.0 if n == 0 else _direct_epsilon(1.0, 2.0, n, 1e-3) for n in releases]
+    np.testing.assert_allclose(rounds["epsilon"].to_numpy(), expected, rtol=1e-9)
+    assert (clients.groupby("round").size() == 12).all()
+    quiet, _ = _run(_feddc_raw(clip=0.5, noise_multiplier=0.0, mode="local"), tmp_path, "q")
+    assert not np.array_equal(quiet["loss"].to_numpy(), rounds["loss"].to_numpy())
+
+
+@pytest.mark.parametrize("change, needle", [
+    ({"mode": "central"}, "privacy.mode: local"),
+    ({"mode": "local", "adaptive_clip": {}}, "adaptive_clip"),
+])
+def test_feddc_refuses_central_noise_and_adaptive_clipping(capsys, tmp_path, change, needle):
+    code, err = run_cli(capsys, tmp_path, _feddc_raw(clip=0.5, noise_multiplier=1.0, **change))
+    assert code == 2 and needle in err and "Traceback" not in err
+
+
+def test_feddc_refuses_its_own_dp_beside_privacy(capsys, tmp_path):
+    raw = _feddc_raw(clip=0.5, noise_multiplier=1.0, mode="local")
+    raw["algorithm"]["dp"] = {"clip": 0.5, "sigma": 1.0}
+    code, err = run_cli(capsys, tmp_path, raw)
+    assert code == 2 and "remove algorithm.dp" in err

@@ -116,6 +116,10 @@ class Algorithm(ABC, Generic[ParamsT, StateT]):
     private_uploads: ClassVar[tuple[str, ...]] = ()
     """Upload types that are weights DP can protect (``privacy:``): each sampled client's
     update over the broadcast entry of the same name is clipped (and noised in local mode)."""
+    private_releases: ClassVar[str | None] = None
+    """Set (one clause: what it releases) when the algorithm clips and noises its own releases
+    with ``context.privacy`` in local mode, instead of weight uploads over the broadcast
+    (FedDC's hand-overs); :meth:`dp_releases` counts them for the accountant."""
     privacy_refusal: ClassVar[str] = (
         "it has no weight upload that client-level DP (clipping and Gaussian noise of a weight "
         "update) could protect")
@@ -211,6 +215,12 @@ class Algorithm(ABC, Generic[ParamsT, StateT]):
     def reduce(self, results: Sequence[tuple[int, ClientResult]]) -> Any:
         """Pre-aggregate the results of one client group, given in client order."""
         return None
+
+    def dp_releases(self, rounds_done: int) -> int:
+        """How many differentially private releases a client has made after ``rounds_done``
+        rounds (the accountant composes that many sampled Gaussian mechanisms; default: one
+        per round)."""
+        return rounds_done
 
     def merge(self, left: Any, right: Any) -> Any:
         """Merge the partials of two adjacent ranges of client groups (``left`` first), along

@@ -43,11 +43,9 @@ class FedDC(Algorithm[FedDCParams, dict[str, Any]]):
     """Daisy-chaining (model permutation on the driver) plus periodic aggregation."""
 
     params_class = FedDCParams
-    privacy_refusal: ClassVar[str] = (
-        "its daisy-chaining hands every client's model to another client each d rounds and "
-        "every client trains every round, which the Poisson-sampled DP-FedAvg accounting does "
-        "not cover; its own `algorithm.dp` (the authors' mechanism: clip and noise every "
-        "outgoing model) runs without an accountant")
+    private_releases: ClassVar[str | None] = (
+        "every model a client hands over (daisy-chaining) or uploads (aggregation) is released "
+        "to the server and another client, never summed first")
     personalized = True
     relayed_uploads = ("daisy_chain",)
 
@@ -82,6 +80,11 @@ class FedDC(Algorithm[FedDCParams, dict[str, Any]]):
                 )
 
     # ----- schedule -----
+    def dp_releases(self, rounds_done: int) -> int:
+        """The rounds among the first ``rounds_done`` in which every client released its model
+        (a hand-over or an aggregation)."""
+        return sum(self.aggregates_in(t) or self.daisy_chains_in(t) for t in range(rounds_done))
+
     def aggregates_in(self, round_: int) -> bool:
         b = self.params.aggregation_period
         return b is not None and round_ % b == b - 1
@@ -155,15 +158,24 @@ class FedDC(Algorithm[FedDCParams, dict[str, Any]]):
         for client, (weights, outcome), reference, anchor in zip(clients, trained, references,
                                                                  anchors, strict=True):
             if kind is not None:
-                if self.params.dp is not None:  # the Gaussian mechanism on every hand-over
-                    dp = self.params.dp
-                    weights, _ = privatize(weights, reference, dp.clip, dp.sigma * dp.clip,
-                                           self.context.seed, round_, client, runtime.device)
+                mechanism = self._release_mechanism()
+                if mechanism is not None:  # the Gaussian mechanism on every hand-over
+                    weights, _ = privatize(weights, reference, *mechanism, self.context.seed,
+                                           round_, client, runtime.device)
                 reference = weights
             upload = {kind: weights} if kind else {}
             state = (weights, outcome.optimizer_state, reference, anchor)
             results.append(ClientResult.trained(upload, state, outcome))
         return results
+
+    def _release_mechanism(self) -> tuple[float, float] | None:
+        """(clip, noise std) of every released model: ``privacy:`` (local mode, accounted) or
+        the authors' ``algorithm.dp`` (the same mechanism, without an accountant)."""
+        if self.context.privacy is not None:
+            return self.context.privacy.clip, self.context.privacy.noise_std
+        if self.params.dp is not None:
+            return self.params.dp.clip, self.params.dp.sigma * self.params.dp.clip
+        return None
 
     def reduce(self, results: Sequence[tuple[int, ClientResult]]) -> Any:
         uploads = [(client, r) for client, r in results if "model" in r.upload]

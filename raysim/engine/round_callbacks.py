@@ -193,7 +193,8 @@ class PrivacyAccounting(RoundCallback):
 
     def columns(self, loop: RoundLoop, outcome: RoundOutcome) -> dict[str, Any]:
         done = outcome.round + 1
-        row: dict[str, Any] = {"epsilon": self.settings.epsilon_after(done),
+        releases = loop.algorithm.dp_releases(done)  # FedDC: only hand-over rounds release
+        row: dict[str, Any] = {"epsilon": self.settings.epsilon_after(releases),
                                "dp_delta": self.settings.delta,
                                "dp_noise_multiplier": self.settings.noise_multiplier,
                                "dp_clip": float(outcome.dispatch.message.get(
