@@ -112,6 +112,9 @@ def _parser() -> argparse.ArgumentParser:
                         "clients, share of clients at AUC <= 0.5)")
     report.add_argument("--per-client", action="store_true",
                         help="also print each client's accuracy and macro-F1 on its own test share")
+    report.add_argument("--time", nargs="?", const=-1.0, type=float, metavar="TARGET",
+                        help="also tabulate and plot the metric against simulated hours (runs "
+                        "with `system:`), with the hours until it reaches TARGET if given")
     report.add_argument("--checkpoint", choices=("last", "best"), default="last",
                         help="report each run at its last evaluated round (default) or at its "
                         "best validation round (needs evaluation.validation)")
@@ -391,7 +394,9 @@ def _report(args: argparse.Namespace) -> int:
     metrics = args.metrics.split(",") if args.metrics else None
     text, png = report(args.paths, args.metric, args.output, metrics, args.selection,
                        args.per_client, args.privacy, args.communication, args.csv,
-                       args.checkpoint, args.select_by)
+                       args.checkpoint, args.select_by, time=args.time is not None,
+                       time_target=args.time if args.time is not None and args.time >= 0
+                       else None)
     print(text)
     if png is not None:
         print(f"learning curves: {png}")

@@ -23,6 +23,7 @@ from raysim.schema import (
     PartitionConfig,
     PrivacyConfig,
     StrictModel,
+    SystemConfig,
     TrainingConfig,
 )
 from raysim.seeding import numpy_rng
@@ -101,6 +102,7 @@ class ExperimentConfig(StrictModel):
     engine: EngineConfig = EngineConfig()
     logging: LoggingConfig = LoggingConfig()
     privacy: PrivacyConfig | None = None
+    system: SystemConfig | None = None
     output: str = "results"
 
     @model_validator(mode="after")

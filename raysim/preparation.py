@@ -50,6 +50,7 @@ def prepare(config: ExperimentConfig, data_root: str | None
     site shift makes the images seed-specific."""
     check_method_data(config)
     check_privacy(config)
+    check_system(config)
     check_available(config.logging)
     dataset = load_dataset(config.dataset, data_root)
     build_model(config.model, dataset.info)
@@ -191,6 +192,39 @@ def check_privacy(config: ExperimentConfig) -> None:
             f"(or {_supporting('private_releases')} in local mode).")
 
 
+def check_system(config: ExperimentConfig) -> None:
+    """``system:`` needs sites to simulate and, for fedbuff, a method that takes asynchronous
+    updates (one paragraph naming why otherwise)."""
+    system = config.system
+    if system is None:
+        return
+    algorithm_class = ALGORITHMS[config.algorithm.name]
+    if algorithm_class.pooled:
+        raise ConfigError(
+            f"Invalid config section `system`: algorithm `{config.algorithm.name}` trains one "
+            "model on the pooled data, so there are no sites whose speed, bandwidth or "
+            "availability could differ. Remove `system`.")
+    if config.privacy is not None:
+        raise ConfigError(
+            "Invalid combination: `system` and `privacy`. DP's accountant assumes Poisson "
+            "sampling of the clients, and the simulated clock selects by availability and "
+            "finishing time, which that accountant does not cover. Remove one of them.")
+    if system.policy == "fedbuff":
+        if algorithm_class.asynchronous_refusal is not None:
+            raise ConfigError(
+                f"Invalid config field `system.policy` = 'fedbuff': algorithm "
+                f"`{config.algorithm.name}` needs synchronous rounds: "
+                f"{algorithm_class.asynchronous_refusal}. Use system.policy sync, deadline or "
+                f"overselect, or an algorithm that takes asynchronous updates: "
+                f"{_supporting_none('asynchronous_refusal')}.")
+        buffer = system.buffer_size or config.clients_per_round
+        if buffer > config.partition.num_clients:
+            raise ConfigError(
+                f"Invalid config field `system.buffer_size` = {buffer}: a buffer holds one "
+                f"update per site, and there are {config.partition.num_clients} sites. Lower "
+                "system.buffer_size.")
+
+
 def check_client_settings(config: ExperimentConfig, dataset: ArrayDataset) -> None:
     """Per-client architectures and resolutions need an algorithm that supports them, and
     every listed architecture must build for the dataset."""
@@ -227,6 +261,8 @@ def run_context(config: ExperimentConfig, dataset: ArrayDataset, seed: int,
     per_round = min(config.clients_per_round, training_clients)
     privacy = None if config.privacy is None else resolve_privacy(
         config.privacy, num_clients, per_round, config.training.rounds)
+    fedbuff = (config.system.server_lr if config.system is not None
+               and config.system.policy == "fedbuff" else None)
     return RunContext(seed, dataset.info, config.model, config.training, num_clients,
                       per_round, architectures, downsample, config.engine.memory_format,
-                      privacy)
+                      privacy, fedbuff)

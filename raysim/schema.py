@@ -218,6 +218,78 @@ class PrivacyConfig(StrictModel):
         return self
 
 
+class LogNormalConfig(StrictModel):
+    """A seeded log-normal draw per client: median x exp(sigma x N(0, 1))."""
+
+    median: float = Field(gt=0)
+    sigma: float = Field(0.5, ge=0)
+
+
+class SiteDistributionConfig(StrictModel):
+    """System profiles drawn per client from log-normal distributions."""
+
+    speed_gflops: LogNormalConfig = Field(description="sustained training GFLOP/s")
+    down_mbps: LogNormalConfig = Field(description="downlink Mbit/s")
+    up_mbps: LogNormalConfig = Field(description="uplink Mbit/s")
+
+
+class AvailabilityConfig(StrictModel):
+    """When a site can train: always, or a window of ``window_h`` hours in every ``period_h``
+    hours, at a seeded offset per site (e.g. nightly: 8 of every 24)."""
+
+    period_h: float | None = Field(None, gt=0, description="unset: always available")
+    window_h: float = Field(8.0, gt=0)
+
+    @model_validator(mode="after")
+    def _check_window(self) -> AvailabilityConfig:
+        if self.period_h is not None and self.window_h > self.period_h:
+            raise ValueError(f"window_h={self.window_h} exceeds period_h={self.period_h}; a "
+                             "window lasts at most one period")
+        return self
+
+
+class SystemConfig(StrictModel):
+    """Sites that differ in speed, bandwidth and availability, on a simulated clock (never
+    wall time): a client's round time is download (broadcast bytes / downlink) + compute (3 x
+    its model's forward FLOPs x samples / speed) + upload (the model's bytes / uplink). Profiles
+    from built-in tiers (``tiers``: tier -> share of the sites), log-normal distributions
+    (``distribution``) or a CSV/Parquet trace (``trace``: columns client, speed_gflops,
+    down_mbps, up_mbps, optional available_from_h, available_to_h: one row per window)."""
+
+    tiers: dict[str, float] | None = Field(
+        None, description="share of the sites per built-in tier (workstation_gpu, cpu_server, "
+        "constrained_site), e.g. {cpu_server: 0.5, constrained_site: 0.5}")
+    distribution: SiteDistributionConfig | None = None
+    trace: str | None = Field(None, description="CSV or Parquet file of site profiles")
+    availability: AvailabilityConfig | None = Field(
+        None, description="with `distribution`: when its sites can train (tiers have their "
+        "own; a trace lists windows)")
+    policy: Literal["sync", "deadline", "overselect", "fedbuff"] = Field(
+        "sync", description="sync: wait for every selected client; deadline: drop clients "
+        "past deadline_s; overselect: select clients_per_round x (1 + over_selection), keep "
+        "the first clients_per_round to finish; fedbuff: asynchronous buffered aggregation "
+        "(FedAvg/FedProx)")
+    deadline_s: float | None = Field(None, gt=0, description="deadline: seconds per round")
+    over_selection: float = Field(0.3, ge=0, description="overselect: extra share selected")
+    buffer_size: int | None = Field(
+        None, ge=1, description="fedbuff: arrivals per server update (default clients_per_round)")
+    concurrency: int | None = Field(
+        None, ge=1, description="fedbuff: clients training at once (default 2 x buffer_size)")
+    staleness_exponent: float = Field(
+        0.5, ge=0, description="fedbuff: an update of staleness s weighs (1 + s)^-exponent")
+    server_lr: float = Field(1.0, gt=0, description="fedbuff: the server's step on the update")
+
+    @model_validator(mode="after")
+    def _check_source(self) -> SystemConfig:
+        sources = [k for k in ("tiers", "distribution", "trace") if getattr(self, k) is not None]
+        if len(sources) != 1:
+            raise ValueError("system needs exactly one source of site profiles: tiers, "
+                             f"distribution or trace (got {', '.join(sources) or 'none'})")
+        if self.policy == "deadline" and self.deadline_s is None:
+            raise ValueError("system.policy deadline needs system.deadline_s")
+        return self
+
+
 class EngineConfig(StrictModel):
     """Ray resources of one run."""
 

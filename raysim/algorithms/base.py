@@ -116,6 +116,10 @@ class Algorithm(ABC, Generic[ParamsT, StateT]):
     private_uploads: ClassVar[tuple[str, ...]] = ()
     """Upload types that are weights DP can protect (``privacy:``): each sampled client's
     update over the broadcast entry of the same name is clipped (and noised in local mode)."""
+    asynchronous_refusal: ClassVar[str | None] = (
+        "its server step combines the uploads of one synchronous round, all from one "
+        "broadcast")
+    """Why the method cannot run ``system.policy: fedbuff`` (one clause); None: it can."""
     private_releases: ClassVar[str | None] = None
     """Set (one clause: what it releases) when the algorithm clips and noises its own releases
     with ``context.privacy`` in local mode, instead of weight uploads over the broadcast

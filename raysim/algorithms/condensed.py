@@ -43,6 +43,9 @@ CondensedParamsT = TypeVar("CondensedParamsT", bound=CondensationParams)
 class CondensedKnowledgeAlgorithm(Algorithm[CondensedParamsT, dict[str, Any]]):
     """Base class: subclasses define the synthetic set sizes, the matching loss and extras."""
 
+    asynchronous_refusal = (
+        "its server trains on the synthetic sets of one synchronous round, each condensed "
+        "against the same broadcast model")
     multi_label_refusal = (
         "it condenses each class of a client's data into its own synthetic images (per-class "
         "distribution matching), and a multi-label image belongs to several classes at once")

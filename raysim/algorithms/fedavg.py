@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
+from raysim.algorithms import buffered
 from raysim.algorithms.aggregators import mean_partial, weighted_mean
 from raysim.algorithms.base import Algorithm, ClientResult, register_algorithm
 from raysim.algorithms.params import FedAvgParams, FedProxParams
@@ -28,6 +29,7 @@ class FedAvg(Algorithm[FedAvgParams | FedProxParams, State]):
 
     params_class: ClassVar[type[StrictModel]] = FedAvgParams
     private_uploads: ClassVar[tuple[str, ...]] = ("model",)
+    asynchronous_refusal: ClassVar[str | None] = None
 
     def init_server_state(self, initial_weights: Weights) -> State:
         privacy = self.context.privacy
@@ -42,6 +44,11 @@ class FedAvg(Algorithm[FedAvgParams | FedProxParams, State]):
 
     def local_updates(self, runtime: ClientRuntime, clients: Sequence[int], round_: int,
                       message: dict[str, Any], states: Sequence[Any]) -> list[ClientResult]:
+        if "fedbuff" in message:  # asynchronous: each client from its own start version
+            return [ClientResult.trained({"model": weights}, None, outcome,
+                                         **{buffered.WEIGHT: weight})
+                    for weights, outcome, weight in buffered.train_buffered(
+                        runtime, clients, round_, message, self.proximal)]
         start = message["model"]
         trained = runtime.train_many(clients, round_, [start] * len(clients),
                                      [None] * len(clients), prox=self.proximal(start))
@@ -56,6 +63,11 @@ class FedAvg(Algorithm[FedAvgParams | FedProxParams, State]):
     def reduce(self, results: Sequence[tuple[int, ClientResult]]) -> Any:
         privacy = self.context.privacy
         weighted = self.params.weighted and privacy is None  # DP: one vote each
+        if self.context.fedbuff_server_lr is not None:
+            return buffered.buffered_partial(
+                [r.upload["model"] for _, r in results],
+                [float(r.num_samples) if weighted else 1.0 for _, r in results],
+                [r.metrics[buffered.WEIGHT] for _, r in results])
         partial = mean_partial([r.upload["model"] for _, r in results],
                                [r.num_samples for _, r in results], weighted)
         if privacy is not None and privacy.adaptive is not None:  # and the within-clip bits
@@ -65,6 +77,9 @@ class FedAvg(Algorithm[FedAvgParams | FedProxParams, State]):
 
     def aggregate(self, state: State, partials: Sequence[Any], round_: int) -> State:
         privacy = self.context.privacy
+        if self.context.fedbuff_server_lr is not None:
+            assert not isinstance(state, AdaptivelyClipped)  # (privacy and system exclude)
+            return buffered.buffered_update(state, partials, self.context.fedbuff_server_lr)
         if privacy is None:
             return weighted_mean(partials)
         seed = self.context.seed

@@ -46,6 +46,9 @@ class FedDC(Algorithm[FedDCParams, dict[str, Any]]):
     private_releases: ClassVar[str | None] = (
         "every model a client hands over (daisy-chaining) or uploads (aggregation) is released "
         "to the server and another client, never summed first")
+    asynchronous_refusal: ClassVar[str | None] = (
+        "its permutation hands every client's model to another client between synchronous "
+        "rounds, and its aggregation averages all clients' models of one round")
     personalized = True
     relayed_uploads = ("daisy_chain",)
 

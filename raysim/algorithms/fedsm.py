@@ -70,6 +70,9 @@ class FedSM(Algorithm[FedSMParams, dict[str, Any]]):
     """Global + SoftPull-personalized + selector models; super-model inference."""
 
     params_class = FedSMParams
+    asynchronous_refusal: ClassVar[str | None] = (
+        "its SoftPull mixes the personalized models of one synchronous round, and its "
+        "selector is trained on all of them")
     privacy_refusal: ClassVar[str] = (
         "every client uploads its personalized model each round for the server's SoftPull, "
         "and those models are not privatized (only the global model and the selector would "

@@ -56,6 +56,8 @@ class MHpFLID(Algorithm[MHpFLIDParams, Weights]):
     """Injection and distillation through a shared, server-averaged messenger."""
 
     params_class = MHpFLIDParams
+    asynchronous_refusal: ClassVar[str | None] = (
+        "its messenger is averaged over the clients of one synchronous round")
     privacy_refusal: ClassVar[str] = (
         "its clients upload a messenger model trained by distillation from their private "
         "models; privatizing it is not implemented")

@@ -38,6 +38,7 @@ from raysim.results.live import MetricStreams
 from raysim.results.manifest import update_manifest
 from raysim.results.sink import ParquetSink
 from raysim.schema import EngineConfig, EvaluationConfig, LoggingConfig
+from raysim.system.plan import SystemPlan
 
 _RESTART_TIMEOUT = 300.0  # seconds to wait for Ray to restart a dead worker
 
@@ -62,6 +63,8 @@ class RunSpec:
     """(results root, experiment name, run name) for the live metrics."""
     params: dict[str, Any] = field(default_factory=dict)
     """The run's config (MLflow parameters)."""
+    system: SystemPlan | None = None
+    """``system:``: the simulated clock's plan of every round."""
 
 
 @dataclass(frozen=True)
@@ -312,7 +315,8 @@ class Driver:
                                            context.seed),
                        *([LiveMetrics(self._streams)] if self._streams else []),
                        *([PrivacyAccounting(privacy, spec.rounds)] if privacy else [])],
-            report=self._set_progress, poisson_rate=None if privacy is None else privacy.rate)
+            report=self._set_progress, poisson_rate=None if privacy is None else privacy.rate,
+            system=spec.system)
         return loop.run()
 
     def _send_groups(self, workers: list[Any], group_of_client: np.ndarray,

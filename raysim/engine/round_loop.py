@@ -24,7 +24,7 @@ import time
 from collections import defaultdict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
@@ -32,8 +32,12 @@ from raysim.engine.memory import resident_memory_mb
 from raysim.engine.reduction_tree import Subtree, combine
 from raysim.privacy.sampling import poisson_sample
 from raysim.seeding import numpy_rng
+from raysim.system.records import client_clock_columns, plan_columns, plan_rows
 from raysim.training.evaluation import METRICS
 from raysim.training.weights import payload_bytes
+
+if TYPE_CHECKING:
+    from raysim.system.plan import SystemPlan
 
 
 @dataclass
@@ -198,7 +202,7 @@ class RoundLoop:
                  rounds: int, worker_of_client: np.ndarray, workers: Workers, sink: Sink,
                  progress: LoopProgress, callbacks: Sequence[RoundCallback] = (),
                  report: Callable[..., None] = lambda **fields: None,
-                 poisson_rate: float | None = None):
+                 poisson_rate: float | None = None, system: SystemPlan | None = None):
         self.algorithm = algorithm
         self.seed = seed
         self.num_clients = num_clients
@@ -215,6 +219,10 @@ class RoundLoop:
         """Receives progress fields (round, accuracy) as keyword arguments."""
         self.in_flight: dict[int, list[Any]] = defaultdict(list)
         """Relayed client states per destination worker, not yet delivered."""
+        self.system = system
+        """With ``system:``: the simulated clock's plan of every round (who trains, when)."""
+        self.history: dict[int, Any] = {}
+        """FedBuff: server states of earlier versions that later rounds' clients start from."""
 
     def run(self) -> dict[str, Any]:
         """Every round from the durable state on; returns the last recorded rounds row."""
@@ -252,6 +260,8 @@ class RoundLoop:
         started = time.perf_counter()
         sampled = self.sample_clients(round_)
         message = self.algorithm.broadcast(state, round_)
+        if self.system is not None and self.system.asynchronous:
+            message["fedbuff"] = self._fedbuff_message(round_, state)
         owners = self.worker_of_client[sampled]
         work = {int(w): sampled[owners == w] for w in np.unique(owners)}
         moves = self._moves(round_)
@@ -281,8 +291,11 @@ class RoundLoop:
         """The new server state from the workers' subtrees, merged up the reduction tree."""
         root = combine([s for reply in outcome.replies for s in reply.groups],
                        self.algorithm.merge)
-        outcome.state = self.algorithm.aggregate(state, [] if root is None else [root],
-                                                 outcome.round)
+        if root is None and self.system is not None and not outcome.dispatch.receivers:
+            outcome.state = state  # the clock left this round without a finished client
+        else:
+            outcome.state = self.algorithm.aggregate(state, [] if root is None else [root],
+                                                     outcome.round)
         outcome.aggregated = time.perf_counter()
         return outcome.state
 
@@ -314,6 +327,11 @@ class RoundLoop:
                "worker_memory_mb": max((r.memory_mb for r in replies), default=math.nan)}
         for callback in self.callbacks:
             row.update(callback.columns(self, outcome))
+        if self.system is not None:  # the simulated clock
+            plan = self.system.rounds[round_]
+            row.update(plan_columns(plan))
+            self.sink.add("system", plan_rows(plan))
+            clients.update(client_clock_columns(plan, clients["client"]))
         self.sink.add("rounds", [row])
         self.sink.add_columns("clients", {"round": np.full(len(clients["client"]), round_),
                                           **clients})
@@ -339,6 +357,8 @@ class RoundLoop:
         """The round's clients: all, or a seeded sample of ``clients_per_round`` (with DP:
         Poisson sampling at rate clients_per_round / num_clients, as its accountant assumes)."""
         total = self.num_clients
+        if self.system is not None:  # the clock decided who trains (and finishes) this round
+            return self.system.rounds[round_].trained
         if self.poisson_rate is not None:
             return poisson_sample(self.seed, round_, total, self.poisson_rate)
         count = min(self.clients_per_round, total)
@@ -346,6 +366,22 @@ class RoundLoop:
             return np.arange(total)
         return np.sort(numpy_rng(self.seed, "sample", round_).choice(total, count,
                                                                      replace=False))
+
+    def _fedbuff_message(self, round_: int, state: Any) -> dict[str, Any]:
+        """FedBuff: each client's start version and staleness weight, and the global models of
+        the earlier versions they start from (kept only while a later round needs them)."""
+        assert self.system is not None
+        plans = self.system.rounds
+        self.history[round_] = state
+        needed = {t.start_version for plan in plans[round_:] for t in plan.timings}
+        for version in [v for v in self.history if v not in needed]:
+            del self.history[version]
+        plan = plans[round_]
+        trained = {t.client: t.start_version for t in plan.timings if t.status == "trained"}
+        bases = {v: self.algorithm.global_weights(self.history[v])
+                 for v in set(trained.values()) if v != round_}
+        return {"start_version": trained, "weights": dict(plan.staleness_weights),
+                "bases": bases, "version": round_, "server_lr": self.system.server_lr}
 
     def _moves(self, round_: int) -> dict[int, np.ndarray]:
         """Per source worker: rows (client, destination client, destination worker)."""
@@ -393,7 +429,8 @@ def _communication(round_: int, message: dict[str, Any], receivers: int,
                    replies: list[RoundReply], relayed: tuple[str, ...]) -> list[dict[str, Any]]:
     """Bytes by direction and message type (relayed uploads also travel down)."""
     rows = [{"round": round_, "direction": "down", "message_type": kind,
-             "bytes": payload_bytes(payload) * receivers} for kind, payload in message.items()]
+             "bytes": payload_bytes(payload) * receivers} for kind, payload in message.items()
+            if kind != "fedbuff"]  # (FedBuff's bookkeeping; each client downloads one model)
     up: dict[str, int] = defaultdict(int)
     for reply in replies:
         for kind, count in reply.bytes_up.items():

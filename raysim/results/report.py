@@ -97,7 +97,8 @@ def pyplot() -> Any:
     return plt
 
 
-def plot_learning_curves(rounds: pd.DataFrame, path: Path, metric: str = "accuracy") -> Path:
+def plot_learning_curves(rounds: pd.DataFrame, path: Path, metric: str = "accuracy",
+                         x_axis: str = "round") -> Path:
     """Mean (line) and ± one standard deviation over seeds (band; none for one seed) of
     ``metric`` after each completed round (Parquet ``round`` r is the state after r + 1
     rounds), one line per experiment, variant or grid point, in distinct colours and line
@@ -113,7 +114,8 @@ def plot_learning_curves(rounds: pd.DataFrame, path: Path, metric: str = "accura
     for index, ((experiment, algorithm), frame) in enumerate(
             evaluated.groupby(_KEYS, sort=True)):
         curve = frame.groupby("round")[metric].agg(["mean", "std", "count"])
-        x = curve.index.to_numpy() + 1
+        x = (curve.index.to_numpy() + 1 if x_axis == "round"
+             else frame.groupby("round")[x_axis].mean().to_numpy())
         colour, style = colours[index % len(colours)], styles[(index // len(colours)) % 4]
         seeds = int(curve["count"].max())
         seeds_seen.add(seeds)
@@ -122,7 +124,8 @@ def plot_learning_curves(rounds: pd.DataFrame, path: Path, metric: str = "accura
         if seeds > 1:
             axis.fill_between(x, curve["mean"] - curve["std"], curve["mean"] + curve["std"],
                               color=colour, alpha=0.15, linewidth=0)
-    axis.set_xlabel("rounds completed (Parquet round + 1)")
+    axis.set_xlabel("rounds completed (Parquet round + 1)" if x_axis == "round" else
+                    "simulated hours (mean over seeds at each round's end)")
     axis.set_ylabel(f"test {metric}")
     axis.xaxis.set_major_locator(MaxNLocator(integer=True))
     axis.grid(alpha=0.3)
@@ -135,6 +138,39 @@ def plot_learning_curves(rounds: pd.DataFrame, path: Path, metric: str = "accura
     figure.savefig(path, dpi=120, bbox_inches="tight")
     plt.close(figure)
     return path
+
+
+def time_table(rounds: pd.DataFrame, metric: str = "accuracy", target: float | None = None
+               ) -> pd.DataFrame:
+    """Per method/variant, over seeds (mean, std): the simulated hours of the whole run, the
+    final ``metric``, the share of selected clients dropped (late, offline or surplus) and,
+    with ``target``, the simulated hours until ``metric`` first reached it (``reached``: how
+    many seeds did; a seed that never did counts as missing)."""
+    if "sim_hours" not in rounds:
+        raise RaysimError("These results have no simulated clock: time-to-accuracy needs runs "
+                          "with a `system:` section.")
+    rows = []
+    for (experiment, algorithm), frame in rounds.groupby(_KEYS, sort=True):
+        per_seed = []
+        for _, run in frame.sort_values("round").groupby("run"):
+            evaluated = run.dropna(subset=[metric])
+            entry = {"hours": run["sim_hours"].iloc[-1],
+                     metric: evaluated[metric].iloc[-1] if len(evaluated) else float("nan"),
+                     "dropped": run["clients_dropped"].sum() / max(run["clients_selected"].sum(), 1)}
+            if target is not None:
+                hit = evaluated[evaluated[metric] >= target]
+                entry["hours_to_target"] = hit["sim_hours"].iloc[0] if len(hit) else float("nan")
+                entry["rounds_to_target"] = hit["round"].iloc[0] + 1 if len(hit) else float("nan")
+            per_seed.append(entry)
+        table = pd.DataFrame(per_seed)
+        row = {"experiment": experiment, "algorithm": algorithm, "seeds": len(table)}
+        for column in table.columns:
+            row[f"{column}_mean"] = table[column].mean()
+            row[f"{column}_std"] = table[column].std()
+        if target is not None:
+            row["reached"] = int(table["hours_to_target"].notna().sum())
+        rows.append(row)
+    return pd.DataFrame(rows)
 
 
 def _held_out_client(run: str) -> int | None:
@@ -257,7 +293,8 @@ def report(paths: str | Path | list[str | Path], metric: str = "accuracy",
            selection: str | None = None, per_client: bool = False,
            privacy: bool = False, communication: bool = False,
            csv_dir: str | Path | None = None, checkpoint: str = "last",
-           select_by: str = "val_accuracy") -> tuple[str, Path | None]:
+           select_by: str = "val_accuracy", time: bool = False,
+           time_target: float | None = None) -> tuple[str, Path | None]:
     """The summary text of every run under ``paths`` (``metrics``: the columns to summarise,
     default the usual ones; ``selection``: also the route frequencies of that routing model,
     e.g. "main"; ``per_client``: also each client's accuracy and macro-F1 on its own test
@@ -282,6 +319,15 @@ def report(paths: str | Path | list[str | Path], metric: str = "accuracy",
     if checkpoint == "best":
         text = (f"each run at its round of best {select_by} (the best validation checkpoint); "
                 "rounds: the latest round chosen\n" + text)
+    if time:
+        clock = tables["time"] = time_table(rounds, metric, time_target)
+        plot_learning_curves(rounds, target / f"learning_curves_{metric}_hours.png", metric,
+                             "sim_hours")
+        text += ("\n\nsimulated clock (mean ± std over seeds): hours of the run, final "
+                 f"{metric}, share of selected clients dropped"
+                 + (f", hours and rounds until {metric} >= {time_target:g} (reached: "
+                    "seeds)" if time_target is not None else "") + "\n"
+                 + clock.round(4).to_string(index=False))
     if per_client:
         client_eval = pd.concat([load(path, "client_eval") for path in paths], ignore_index=True)
         for name in ("accuracy", "macro_f1"):

@@ -33,6 +33,9 @@ class RunContext:
     :func:`raysim.training.memory_format.place`)."""
     privacy: DpSettings | None = None
     """Client-level DP (``privacy:``), resolved before the run; None: off."""
+    fedbuff_server_lr: float | None = None
+    """Asynchronous buffered aggregation (``system.policy: fedbuff``): the server's step on
+    the buffered update; None: synchronous rounds."""
 
     def architecture(self, client: int) -> StrictModel:
         """The architecture of one client."""

@@ -1,0 +1,71 @@
+"""A run's system plan: the sites' profiles, each client's work and message sizes, and the
+clock's decision for every round (computed before the run, in the process that starts it)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from raysim.data.dataset import DataInfo
+from raysim.schema import StrictModel, SystemConfig, TrainingConfig
+from raysim.system.clock import RoundPlan, Workload, synchronous_plan
+from raysim.system.fedbuff_clock import fedbuff_plan
+from raysim.system.profiles import SiteProfile, site_profiles
+
+TRAINING_FLOPS_PER_FORWARD = 3.0
+"""A training step of a sample costs about three forward passes (forward, and a backward of
+about twice the forward's FLOPs), the usual estimate (e.g. Kaplan et al. 2020)."""
+
+
+@dataclass(frozen=True)
+class SystemPlan:
+    """What the round loop needs from ``system:``."""
+
+    policy: str
+    rounds: tuple[RoundPlan, ...]
+    profiles: tuple[SiteProfile, ...]
+    server_lr: float = 1.0
+
+    @property
+    def asynchronous(self) -> bool:
+        return self.policy == "fedbuff"
+
+
+def client_work(info: DataInfo, architectures: Sequence[StrictModel],
+                downsample: Sequence[int], sizes: np.ndarray, training: TrainingConfig
+                ) -> np.ndarray:
+    """Each client's training GFLOPs per round: 3 x its model's forward FLOPs at its input
+    size x the samples it trains on (epochs x its data, or steps x batch)."""
+    from raysim.models.costs import client_input_shape, forward_flops
+    from raysim.models.registry import build_model
+
+    flops: dict[tuple[str, tuple[int, ...]], float] = {}
+    work = np.zeros(len(sizes))
+    for client, size in enumerate(sizes):
+        architecture = architectures[client % len(architectures)]
+        factor = downsample[client] if downsample else 1
+        shape = client_input_shape(info.input_shape, factor)
+        key = (architecture.model_dump_json(), shape)
+        if key not in flops:
+            flops[key] = float(forward_flops(build_model(architecture, info), shape))
+        samples = (training.local_steps * training.batch_size if training.local_steps
+                   else (training.epochs or 1) * int(size))
+        work[client] = TRAINING_FLOPS_PER_FORWARD * flops[key] * samples / 1e9
+    return work
+
+
+def system_plan(config: SystemConfig, workload: Workload, rounds: int,
+                clients_per_round: int, seed: int) -> SystemPlan:
+    """The clock's plan of every round for a run's seed."""
+    profiles = site_profiles(config, len(workload.train_gflop), seed)
+    if config.policy == "fedbuff":
+        buffer = config.buffer_size or clients_per_round
+        concurrency = config.concurrency or 2 * buffer
+        plans = fedbuff_plan(profiles, workload, rounds, buffer, max(concurrency, buffer),
+                             config.staleness_exponent, seed)
+    else:
+        plans = synchronous_plan(profiles, workload, rounds, clients_per_round, config.policy,
+                                 seed, config.deadline_s, config.over_selection)
+    return SystemPlan(config.policy, tuple(plans), tuple(profiles), config.server_lr)

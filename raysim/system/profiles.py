@@ -1,0 +1,177 @@
+"""Sites' system profiles: training speed, bandwidth and availability, from built-in tiers,
+seeded log-normal distributions or a trace file (``system:``)."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from raysim.errors import ConfigError
+from raysim.schema import AvailabilityConfig, SystemConfig
+from raysim.seeding import numpy_rng
+
+HOUR = 3600.0
+
+
+@dataclass(frozen=True)
+class Availability:
+    """When a site can train: ``windows`` of (start, end) seconds, repeated every ``period``
+    seconds (None: the windows are absolute; no windows at all: always available)."""
+
+    windows: tuple[tuple[float, float], ...] = ()
+    period: float | None = None
+
+    @property
+    def always(self) -> bool:
+        return not self.windows
+
+    def window_at(self, time: float) -> tuple[float, float] | None:
+        """The (start, end) of the window holding ``time``, or None when unavailable."""
+        if self.always:
+            return (time, math.inf)
+        cycles: tuple[float, ...] = (0.0,)
+        if self.period is not None:  # windows of the last period may reach into this one
+            shift = math.floor(time / self.period) * self.period
+            cycles = (shift - self.period, shift)
+        for cycle in cycles:
+            for start, end in self.windows:
+                if start + cycle <= time < end + cycle:
+                    return (start + cycle, end + cycle)
+        return None
+
+    def next_start(self, time: float) -> float:
+        """The first moment at or after ``time`` when the site is available (inf: never)."""
+        if self.window_at(time) is not None:
+            return time
+        starts = []
+        for start, _ in self.windows:
+            if self.period is None:
+                if start >= time:
+                    starts.append(start)
+            else:
+                cycles = math.ceil((time - start) / self.period)
+                starts.append(start + cycles * self.period)
+        return min(starts, default=math.inf)
+
+
+@dataclass(frozen=True)
+class SiteProfile:
+    """One site's system: sustained training GFLOP/s, downlink and uplink Mbit/s, and when it
+    can train."""
+
+    speed_gflops: float
+    down_mbps: float
+    up_mbps: float
+    availability: Availability = Availability()
+    tier: str = ""
+
+
+@dataclass(frozen=True)
+class Tier:
+    """A built-in kind of site (numbers and their derivation in docs/system-heterogeneity.md)."""
+
+    speed_gflops: float
+    down_mbps: float
+    up_mbps: float
+    availability: AvailabilityConfig
+
+
+TIERS: dict[str, Tier] = {
+    # NVIDIA RTX A4000 (19.2 TFLOP/s FP32 peak, spec sheet) at about a quarter of peak for
+    # small-batch training; a hospital's 1 Gbit/s link
+    "workstation_gpu": Tier(5000.0, 1000.0, 1000.0, AvailabilityConfig()),
+    # a two-socket CPU server (about 2 TFLOP/s FP32 peak with AVX-512) at 15 % for training
+    # small convolutional models; 100 Mbit/s both ways
+    "cpu_server": Tier(300.0, 100.0, 100.0, AvailabilityConfig()),
+    # a desktop-class CPU (about 300 GFLOP/s peak) at 10 %, behind a 20/5 Mbit/s line, free for
+    # training 8 hours a night
+    "constrained_site": Tier(30.0, 20.0, 5.0, AvailabilityConfig(period_h=24.0, window_h=8.0)),
+}
+
+
+def periodic(config: AvailabilityConfig | None, seed: int, client: int) -> Availability:
+    """A site's availability: always, or one window of ``window_h`` hours every ``period_h``
+    hours at an offset drawn from the stream (seed, "system-availability", client)."""
+    if config is None or config.period_h is None:
+        return Availability()
+    period, window = config.period_h * HOUR, config.window_h * HOUR
+    offset = float(numpy_rng(seed, "system-availability", client=client).uniform(0, period))
+    return Availability(((offset, offset + window),), period)
+
+
+def site_profiles(config: SystemConfig, num_clients: int, seed: int) -> list[SiteProfile]:
+    """Every client's profile (tiers assigned by a seeded draw with the configured shares)."""
+    if config.tiers is not None:
+        return _from_tiers(config.tiers, num_clients, seed)
+    if config.distribution is not None:
+        rng = numpy_rng(seed, "system-profiles")
+        draws = {}
+        for name in ("speed_gflops", "down_mbps", "up_mbps"):
+            law = getattr(config.distribution, name)
+            draws[name] = law.median * np.exp(law.sigma * rng.standard_normal(num_clients))
+        return [SiteProfile(float(draws["speed_gflops"][c]), float(draws["down_mbps"][c]),
+                            float(draws["up_mbps"][c]), periodic(config.availability, seed, c))
+                for c in range(num_clients)]
+    assert config.trace is not None
+    return read_trace(Path(config.trace), num_clients)
+
+
+def _from_tiers(shares: dict[str, float], num_clients: int, seed: int) -> list[SiteProfile]:
+    unknown = sorted(set(shares) - set(TIERS))
+    if unknown or not shares or min(shares.values()) < 0 or sum(shares.values()) <= 0:
+        raise ConfigError(
+            f"Invalid config field `system.tiers` = {shares}: give each tier's share of the "
+            f"sites (non-negative, not all zero); the tiers are {', '.join(TIERS)}"
+            + (f", not {', '.join(unknown)}" if unknown else "") + ".")
+    names = sorted(shares)
+    weights = np.array([shares[n] for n in names], dtype=float)
+    counts = np.floor(weights / weights.sum() * num_clients).astype(int)
+    remainders = weights / weights.sum() * num_clients - counts
+    counts[np.argsort(-remainders, kind="stable")[:num_clients - counts.sum()]] += 1
+    labels = np.repeat(np.arange(len(names)), counts)
+    labels = labels[numpy_rng(seed, "system-tiers").permutation(num_clients)]
+    profiles = []
+    for client, index in enumerate(labels):
+        tier = TIERS[names[index]]
+        profiles.append(SiteProfile(tier.speed_gflops, tier.down_mbps, tier.up_mbps,
+                                    periodic(tier.availability, seed, client), names[index]))
+    return profiles
+
+
+TRACE_COLUMNS = ("client", "speed_gflops", "down_mbps", "up_mbps")
+
+
+def read_trace(path: Path, num_clients: int) -> list[SiteProfile]:
+    """Profiles from a CSV or Parquet trace: one row per client, or one row per availability
+    window (``available_from_h``, ``available_to_h``, absolute hours from the start)."""
+    import pandas as pd
+
+    if not path.is_file():
+        raise ConfigError(f"Invalid config field `system.trace` = {str(path)!r}: no such file. "
+                          "Give a CSV or Parquet file with columns "
+                          f"{', '.join(TRACE_COLUMNS)} (and optionally available_from_h, "
+                          "available_to_h).")
+    frame = pd.read_parquet(path) if path.suffix == ".parquet" else pd.read_csv(path)
+    missing = [c for c in TRACE_COLUMNS if c not in frame.columns]
+    clients = set(frame["client"].tolist()) if "client" in frame.columns else set()
+    if missing or clients != set(range(num_clients)):
+        problem = (f"it lacks the columns {', '.join(missing)}" if missing else
+                   f"its clients are not exactly 0-{num_clients - 1}")
+        raise ConfigError(f"Invalid system trace {path}: {problem}. A trace has one row per "
+                          f"client (or per availability window) with columns "
+                          f"{', '.join(TRACE_COLUMNS)}, for partition.num_clients = "
+                          f"{num_clients} clients.")
+    profiles = []
+    for client in range(num_clients):
+        rows = frame[frame["client"] == client]
+        first = rows.iloc[0]
+        windows: tuple[tuple[float, float], ...] = ()
+        if "available_from_h" in rows.columns and rows["available_from_h"].notna().any():
+            windows = tuple(sorted((float(a) * HOUR, float(b) * HOUR) for a, b in zip(
+                rows["available_from_h"], rows["available_to_h"], strict=True)))
+        profiles.append(SiteProfile(float(first["speed_gflops"]), float(first["down_mbps"]),
+                                    float(first["up_mbps"]), Availability(windows)))
+    return profiles
