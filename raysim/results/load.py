@@ -29,9 +29,11 @@ def load(path: str | Path, table: str = "rounds") -> pd.DataFrame:
     Tables: ``rounds`` (one row per round: global metrics, bytes, phase seconds), ``clients``
     (per client and round: train_loss, num_samples, ...), ``client_eval`` (personal models on
     their own test shares and the global test set), ``communication`` (bytes by direction and
-    message type). Columns ``experiment``, ``name``, ``algorithm``, ``seed`` and ``run`` say
-    which run a row belongs to, ``status`` whether it is running, completed, failed or
-    diverged; runs of a sweep also get one column per swept key (e.g. ``training.optimizer.lr``).
+    message type), ``selection`` (routing counts), ``system`` (with ``system:``: every selected
+    client's simulated times and outcome). Columns ``experiment``, ``name``, ``algorithm``,
+    ``seed`` and ``run`` say which run a row belongs to, ``status`` whether it is running,
+    completed, failed or diverged; runs of a sweep also get one column per swept key (e.g.
+    ``training.optimizer.lr``).
     Works while runs are still writing.
     """
     import pandas as pd

@@ -13,7 +13,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-TABLES = ("rounds", "clients", "client_eval", "communication", "selection")
+TABLES = ("rounds", "clients", "client_eval", "communication", "selection", "system")
 
 
 class ParquetSink:

@@ -21,7 +21,7 @@ def plan_columns(plan: RoundPlan) -> dict[str, Any]:
 
 def plan_rows(plan: RoundPlan) -> list[dict[str, Any]]:
     """One row per selected client: its times, outcome and (FedBuff) staleness."""
-    return [{"round": plan.round, "client": t.client, "status": t.status,
+    return [{"round": plan.round, "client": t.client, "outcome": t.status,
              "start_s": t.start, "download_s": t.download_s, "compute_s": t.compute_s,
              "upload_s": t.upload_s, "finish_s": t.finish,
              "start_version": t.start_version,

@@ -1,0 +1,234 @@
+"""Sites that differ in speed, bandwidth and availability (issue #35): the simulated clock, its
+policies (sync, deadline, over-selection, FedBuff), the results it writes and the refusals."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+from test_bad_input import run_cli
+
+from raysim.config import parse_config
+from raysim.engine.runner import run_experiment
+from raysim.results import load
+from raysim.system.clock import LATE, OFFLINE, SURPLUS, TRAINED, Workload, synchronous_plan
+from raysim.system.fedbuff_clock import fedbuff_plan, staleness_weight
+from raysim.system.profiles import HOUR, Availability, SiteProfile, read_trace
+
+MB = 1e6
+
+
+def _profiles(*speeds_down_up, availability=None) -> list[SiteProfile]:
+    return [SiteProfile(speed, down, up, (availability or {}).get(c, Availability()))
+            for c, (speed, down, up) in enumerate(speeds_down_up)]
+
+
+def test_a_hand_computed_clock_for_three_sites():
+    # 2 MB of model each way; training 30, 60 and 90 GFLOPs at 10, 20 and 30 GFLOP/s
+    profiles = _profiles((10.0, 16.0, 8.0), (20.0, 8.0, 16.0), (30.0, 32.0, 32.0))
+    workload = Workload(np.array([30.0, 60.0, 90.0]), 2 * MB, 2 * MB)
+    # site 0: 1 s down + 3 s compute + 2 s up = 6 s; site 1: 2 + 3 + 1 = 6 s; site 2: 0.5 + 3
+    # + 0.5 = 4 s; a synchronous round waits for the slowest
+    plans = synchronous_plan(profiles, workload, 2, 3, "sync", seed=0)
+    first = {t.client: t for t in plans[0].timings}
+    assert (first[0].download_s, first[0].compute_s, first[0].upload_s) == (1.0, 3.0, 2.0)
+    assert (first[1].download_s, first[1].compute_s, first[1].upload_s) == (2.0, 3.0, 1.0)
+    assert first[2].finish == pytest.approx(4.0)
+    assert (plans[0].start, plans[0].end, plans[1].start, plans[1].end) == (0.0, 6.0, 6.0, 12.0)
+
+
+def test_a_site_outside_its_window_never_trains_in_it():
+    night = Availability(((0.0, 2 * HOUR),), 24 * HOUR)  # 2 hours of every 24
+    profiles = _profiles((1.0, 100.0, 100.0), (1.0, 100.0, 100.0),
+                         availability={1: night})
+    workload = Workload(np.array([3600.0, 3600.0]), 1e3, 1e3)  # one hour of compute each
+    plans = synchronous_plan(profiles, workload, 30, 2, "sync", seed=0)
+    for plan in plans:
+        for timing in plan.timings:
+            if timing.client == 1:
+                assert night.window_at(timing.start) is not None
+                if timing.status == TRAINED:  # and finished inside the same window
+                    window = night.window_at(timing.start)
+                    assert window is not None and timing.finish <= window[1]
+    statuses = {t.status for plan in plans for t in plan.timings if t.client == 1}
+    assert TRAINED in statuses and OFFLINE in statuses  # it starts late in a window sometimes
+    assert any(1 not in {t.client for t in plan.timings} for plan in plans)
+
+
+def test_the_deadline_drops_exactly_the_late_sites():
+    profiles = _profiles(*[(speed, 100.0, 100.0) for speed in (1.0, 2.0, 4.0, 8.0)])
+    workload = Workload(np.full(4, 16.0), 1e3, 1e3)  # 16, 8, 4 and 2 s of compute
+    plan = synchronous_plan(profiles, workload, 1, 4, "deadline", seed=0, deadline_s=5.0)[0]
+    status = {t.client: t.status for t in plan.timings}
+    assert status == {0: LATE, 1: LATE, 2: TRAINED, 3: TRAINED}
+    assert plan.trained.tolist() == [2, 3] and plan.end == 5.0
+
+
+def test_over_selection_keeps_the_first_to_finish():
+    speeds = (3.0, 1.0, 5.0, 2.0, 8.0, 4.0)
+    profiles = _profiles(*[(speed, 100.0, 100.0) for speed in speeds])
+    workload = Workload(np.full(6, 24.0), 1e3, 1e3)
+    plan = synchronous_plan(profiles, workload, 1, 4, "overselect", seed=0,
+                            over_selection=0.5)[0]  # 4 x 1.5 = 6 selected, 4 kept
+    status = {t.client: t.status for t in plan.timings}
+    assert sorted(c for c, s in status.items() if s == TRAINED) == [0, 2, 4, 5]
+    assert sorted(c for c, s in status.items() if s == SURPLUS) == [1, 3]
+    assert plan.end == pytest.approx(max(t.finish for t in plan.timings if t.client == 0))
+
+
+def test_fedbuff_weighs_each_arrival_by_its_staleness():
+    profiles = _profiles(*[(speed, 100.0, 100.0) for speed in (1.0, 1.0, 4.0, 4.0)])
+    workload = Workload(np.full(4, 8.0), 1e3, 1e3)
+    plans = fedbuff_plan(profiles, workload, 6, buffer_size=2, concurrency=4, exponent=0.5,
+                         seed=0)
+    stale = [(plan.round - t.start_version, plan.staleness_weights[t.client])
+             for plan in plans for t in plan.timings if t.status == TRAINED]
+    assert any(s > 0 for s, _ in stale)  # slow sites arrive after faster ones updated
+    for staleness, weight in stale:
+        assert weight == pytest.approx((1 + staleness) ** -0.5)
+    assert staleness_weight(3, 0.5) == 0.5 and staleness_weight(0, 2.0) == 1.0
+
+
+def test_the_buffered_update_applies_stale_updates_to_the_current_model():
+    from raysim.algorithms.buffered import buffered_partial, buffered_update, rebase
+    from raysim.training.weights import FlatWeights
+
+    def flat(values):
+        return FlatWeights(__import__("torch").tensor(values, dtype=__import__("torch").float32),
+                           (("w", (len(values),)),))
+
+    current, base = flat([1.0, 1.0]), flat([0.0, 0.0])
+    fresh, stale = flat([2.0, 3.0]), flat([0.5, 0.0])  # fresh from current, stale from base
+    rebased = rebase(stale, base, current, __import__("torch").device("cpu"))
+    weight = staleness_weight(1, 0.5)
+    partial = buffered_partial([fresh, rebased], [1.0, 1.0], [1.0, weight])
+    new = buffered_update(current, [partial], server_lr=1.0)["w"]
+    # g + (1 x (fresh - g) + w x (stale - base)) / 2
+    expected = np.array([1 + (1 + weight * 0.5) / 2, 1 + (2 + 0.0) / 2])
+    np.testing.assert_allclose(new, expected, rtol=1e-6)
+
+
+def test_a_trace_file_gives_profiles_and_windows(tmp_path):
+    path = tmp_path / "sites.csv"
+    pd.DataFrame({"client": [0, 1, 1], "speed_gflops": [5.0, 1.0, 1.0],
+                  "down_mbps": [10.0, 2.0, 2.0], "up_mbps": [5.0, 1.0, 1.0],
+                  "available_from_h": [None, 0.0, 10.0],
+                  "available_to_h": [None, 2.0, 12.0]}).to_csv(path, index=False)
+    profiles = read_trace(path, 2)
+    assert profiles[0].availability.always and profiles[0].speed_gflops == 5.0
+    assert profiles[1].availability.window_at(11 * HOUR) == (10 * HOUR, 12 * HOUR)
+    assert profiles[1].availability.window_at(5 * HOUR) is None
+    assert profiles[1].availability.next_start(5 * HOUR) == 10 * HOUR
+
+
+# ----- runs on the engine -----
+def _raw(**system) -> dict:
+    return {"name": "sites", "dataset": {"name": "breast-cancer"},
+            "partition": {"scheme": "iid", "num_clients": 12},
+            "model": {"name": "mlp", "hidden": [16]}, "algorithm": {"name": "fedavg"},
+            "training": {"rounds": 4, "local_epochs": 1, "batch_size": 8,
+                         "clients_per_round": 6, "optimizer": {"name": "sgd", "lr": 0.1}},
+            "evaluation": {"every": 1}, "seeds": [0],
+            "engine": {"num_workers": 2, "cpus_per_worker": 1},
+            **({"system": system} if system else {})}
+
+
+def _run(raw: dict, tmp_path: Path, label: str):
+    outcome = run_experiment(parse_config(raw), output=str(tmp_path / label), progress=False)[0]
+    assert outcome.error is None, outcome.error
+    return (load(outcome.run_dir), load(outcome.run_dir, "clients"),
+            load(outcome.run_dir, "system"))
+
+
+def test_fedbuff_with_the_whole_cohort_and_no_staleness_is_fedavg_exactly(ray_session,
+                                                                          tmp_path):
+    raw = _raw(tiers={"cpu_server": 1.0}, policy="sync")
+    raw["training"]["clients_per_round"] = 12
+    synchronous, _, _ = _run(raw, tmp_path, "sync")
+    buffered, _, system = _run(_raw(tiers={"cpu_server": 1.0}, policy="fedbuff",
+                                    buffer_size=12, concurrency=12), tmp_path, "fedbuff")
+    assert (system["staleness"] == 0).all() and (system["outcome"] == TRAINED).all()
+    for column in ("accuracy", "loss", "train_loss"):
+        assert np.array_equal(synchronous[column].to_numpy(), buffered[column].to_numpy())
+
+
+def test_stale_updates_change_the_model_and_the_clock_is_worker_independent(ray_session,
+                                                                           tmp_path):
+    settings = {"tiers": {"workstation_gpu": 0.5, "constrained_site": 0.5},
+                "policy": "fedbuff", "buffer_size": 3, "concurrency": 6}
+    runs = []
+    for workers in (1, 2):
+        raw = _raw(**settings)
+        raw["engine"]["num_workers"] = workers
+        runs.append(_run(raw, tmp_path, f"w{workers}"))
+    (rounds, clients, system), (rounds2, _, system2) = runs
+    clock = ["round", "client", "outcome", "start_s", "finish_s", "start_version", "staleness"]
+    pd.testing.assert_frame_equal(system[clock], system2[clock])
+    for column in ("sim_end_s", "accuracy"):
+        assert np.array_equal(rounds[column].to_numpy(), rounds2[column].to_numpy())
+    assert (system["staleness"] > 0).any()
+    trained = system[system["outcome"] == TRAINED]
+    np.testing.assert_allclose(trained["staleness_weight"],
+                               (1 + trained["staleness"]) ** -0.5)
+    assert {"sim_compute_s", "sim_finish_s"} <= set(clients.columns)
+
+
+def test_deadline_runs_record_dropped_sites_and_end_rounds_at_the_deadline(ray_session,
+                                                                           tmp_path):
+    rounds, clients, system = _run(_raw(tiers={"cpu_server": 0.5, "constrained_site": 0.5},
+                                        policy="deadline", deadline_s=0.0005), tmp_path, "dl")
+    late = system[system["outcome"] == LATE]
+    assert len(late) and (late["finish_s"] > late["start_s"] + 0.0005).all()
+    for round_, frame in clients.groupby("round"):  # only the punctual sites trained
+        kept = system[(system["round"] == round_) & (system["outcome"] == TRAINED)]
+        assert sorted(frame["client"]) == sorted(kept["client"])
+    ends = rounds["sim_end_s"] - rounds["sim_start_s"]
+    assert np.allclose(ends[rounds["clients_dropped"] > 0], 0.0005)
+
+
+def test_report_time_gives_hours_to_a_target(ray_session, tmp_path):
+    from raysim.results.report import report
+
+    rounds, _, _ = _run(_raw(tiers={"cpu_server": 1.0}), tmp_path, "time")
+    text, _ = report(str(tmp_path / "time"), time=True, time_target=0.5,
+                     csv_dir=tmp_path / "csv")
+    table = pd.read_csv(tmp_path / "csv" / "time.csv")
+    evaluated = rounds.dropna(subset=["accuracy"])
+    first = evaluated[evaluated["accuracy"] >= 0.5].iloc[0]
+    assert table["hours_to_target_mean"].iloc[0] == pytest.approx(first["sim_hours"])
+    assert table["hours_mean"].iloc[0] == pytest.approx(rounds["sim_hours"].iloc[-1])
+    assert "simulated clock" in text
+    assert (tmp_path / "time").glob("**/learning_curves_accuracy_hours.png")
+
+
+# ----- refusals -----
+@pytest.mark.parametrize("change, needle", [
+    ({"algorithm": {"name": "feddc"}, "system": {"tiers": {"cpu_server": 1}, "policy": "fedbuff"}},
+     "needs synchronous rounds"),
+    ({"algorithm": {"name": "centralized"}, "system": {"tiers": {"cpu_server": 1}}},
+     "no sites"),
+    ({"system": {"tiers": {"cpu_server": 1}}, "privacy": {"clip": 1.0, "noise_multiplier": 1.0}},
+     "Poisson sampling"),
+    ({"system": {"tiers": {"mainframe": 1}}}, "workstation_gpu"),
+    ({"system": {"policy": "deadline", "tiers": {"cpu_server": 1}}}, "deadline_s"),
+    ({"system": {"tiers": {"cpu_server": 1}, "policy": "fedbuff", "buffer_size": 40}},
+     "buffer_size"),
+])
+def test_system_settings_that_cannot_work_exit_2(capsys, tmp_path, change, needle):
+    raw = _raw()
+    raw.update(change)
+    code, err = run_cli(capsys, tmp_path, raw)
+    assert code == 2 and needle in err and "Traceback" not in err, err
+
+
+def test_feddc_accepts_a_deadline(ray_session, tmp_path):
+    raw = _raw(tiers={"cpu_server": 0.5, "constrained_site": 0.5}, policy="deadline",
+               deadline_s=0.0005)
+    raw["algorithm"] = {"name": "feddc", "daisy_period": 1, "aggregation_period": 2}
+    raw["training"]["clients_per_round"] = 12
+    rounds, _, system = _run(raw, tmp_path, "feddc")
+    assert len(rounds) == 4 and (system["outcome"] == LATE).any()
+    assert math.isfinite(rounds["accuracy"].iloc[-1])
