@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from raysim.seeding import numpy_rng
-from raysim.system.profiles import SiteProfile
+from raysim.system.profiles import OnlineMask, SiteProfile
 
 TRAINED, LATE, OFFLINE, SURPLUS = "trained", "late", "offline", "surplus"
 """A selected client's outcome: its update is used; it missed the deadline; its availability
@@ -98,13 +98,14 @@ def synchronous_plan(profiles: list[SiteProfile], workload: Workload, rounds: in
     """Every round's selected clients, their times and outcomes, and the round's start and end
     under ``policy`` (sync, deadline or overselect)."""
     plans, now = [], 0.0
+    mask = OnlineMask(profiles)
     for round_ in range(rounds):
-        online = [c for c, p in enumerate(profiles) if p.availability.window_at(now)]
+        online = np.flatnonzero(mask.at(now)).tolist()
         if not online:  # nobody can train: the clock jumps to the next window
             now = next_online(profiles, now)
             if math.isinf(now):
                 raise ValueError("no site is ever available again")
-            online = [c for c, p in enumerate(profiles) if p.availability.window_at(now)]
+            online = np.flatnonzero(mask.at(now)).tolist()
         wanted = min(clients_per_round, len(profiles))
         if policy == "overselect":
             wanted = math.ceil(wanted * (1 + over_selection))

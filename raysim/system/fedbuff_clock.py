@@ -31,7 +31,7 @@ from raysim.system.clock import (
     finishes_online,
     next_online,
 )
-from raysim.system.profiles import SiteProfile
+from raysim.system.profiles import OnlineMask, SiteProfile
 
 
 def staleness_weight(staleness: int, exponent: float) -> float:
@@ -55,13 +55,12 @@ def fedbuff_plan(profiles: list[SiteProfile], workload: Workload, rounds: int,
 
     def fill(time: float) -> None:
         nonlocal starts
-        while len(training) < concurrency:
-            waiting = {t.client for t in buffer}  # one update per site and buffer
-            idle = [c for c, p in enumerate(profiles) if c not in training
-                    and c not in waiting and p.availability.window_at(time)]
-            if not idle:
-                return
-            client = int(numpy_rng(seed, "system-fedbuff", starts).choice(np.array(idle)))
+        if len(training) >= concurrency:
+            return
+        idle = np.flatnonzero(online.at(time) & ~busy)  # one update per site and buffer
+        picks = rng.permutation(idle)[:concurrency - len(training)]
+        for client in picks.tolist():
+            busy[client] = True
             starts += 1
             timing = client_timing(profiles[client], workload, client, time,
                                    start_version=version)
@@ -72,6 +71,9 @@ def fedbuff_plan(profiles: list[SiteProfile], workload: Workload, rounds: int,
             timings[(client, starts)] = timing
             heapq.heappush(events, (timing.finish, client, starts))
 
+    rng = numpy_rng(seed, "system-fedbuff")  # one stream: the plan is computed in order
+    online = OnlineMask(profiles)
+    busy = np.zeros(len(profiles), dtype=bool)  # training, or waiting in the buffer
     fill(now)
     while len(plans) < rounds:
         if not events:  # nobody training: wait for the next window
@@ -85,12 +87,14 @@ def fedbuff_plan(profiles: list[SiteProfile], workload: Workload, rounds: int,
         training.discard(client)
         if timing.status == OFFLINE:
             dropped.append(timing)
+            busy[client] = False
         else:
-            buffer.append(timing)
+            buffer.append(timing)  # busy until the server's next update
         if len(buffer) == buffer_size:
             weights = {t.client: staleness_weight(version - t.start_version, exponent)
                        for t in buffer}
             plans.append(RoundPlan(version, previous, now, tuple(buffer + dropped), weights))
+            busy[[t.client for t in buffer]] = False
             buffer, dropped, previous = [], [], now
             version += 1
         fill(now)

@@ -69,6 +69,36 @@ class SiteProfile:
     tier: str = ""
 
 
+class OnlineMask:
+    """Which sites are available at a time, for all of them at once (vectorised for sites
+    that are always available or have one periodic window; others are asked one by one)."""
+
+    def __init__(self, profiles: list[SiteProfile]):
+        count = len(profiles)
+        self.always = np.array([p.availability.always for p in profiles])
+        simple = [not p.availability.always and p.availability.period is not None
+                  and len(p.availability.windows) == 1 for p in profiles]
+        self.periodic = np.array(simple, dtype=bool)
+        self.start = np.zeros(count)
+        self.length = np.zeros(count)
+        self.period = np.ones(count)
+        for client in np.flatnonzero(self.periodic):
+            availability = profiles[client].availability
+            (start, end), = availability.windows
+            self.start[client], self.length[client] = start, end - start
+            self.period[client] = float(availability.period)  # type: ignore[arg-type]
+        self.others = [c for c in range(count) if not self.always[c] and not simple[c]]
+        self.profiles = profiles
+
+    def at(self, time: float) -> np.ndarray:
+        """A boolean array: True for the sites available at ``time``."""
+        online = self.always.copy()
+        online |= self.periodic & (np.mod(time - self.start, self.period) < self.length)
+        for client in self.others:
+            online[client] = self.profiles[client].availability.window_at(time) is not None
+        return online
+
+
 @dataclass(frozen=True)
 class Tier:
     """A built-in kind of site (numbers and their derivation in docs/system-heterogeneity.md)."""

@@ -1,0 +1,93 @@
+"""What the simulated clock costs (issue #35's target: <= 5 % of a W3-like run's wall time):
+the W3 workload of ``vs_flower.py`` (1,000 clients x 4 samples of the synthetic set, 100 per
+round, an MLP, one local step, 50 rounds, FedAvg on 2 workers of 1 CPU) run without
+``system:`` and with it under each policy (sync, deadline, overselect, fedbuff; the three
+built-in tiers), alternating, in one Ray session. One JSON line per configuration: the median
+over repeats of the steady rounds' seconds (rounds 5 on, from the ``rounds`` table's
+wall_time) and the planning time of the clock alone; ``overhead`` = with / without - 1.
+
+    python experiments/benchmarks/system_overhead.py [--repeats 3] [--policies sync fedbuff]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from vs_flower import workloads
+
+from raysim.config import parse_config
+from raysim.engine.runner import run_experiment
+from raysim.preparation import initial_weights, prepare, run_context
+from raysim.results import load
+
+TIERS = {"workstation_gpu": 0.2, "cpu_server": 0.4, "constrained_site": 0.4}
+
+
+def with_system(raw: dict[str, Any], policy: str | None) -> dict[str, Any]:
+    """The W3 config with (or, for None, without) a ``system:`` section of ``policy``."""
+    raw = {**raw, "name": f"w3-{policy or 'none'}"}
+    if policy is not None:
+        raw["system"] = {"tiers": TIERS, "policy": policy,
+                         **({"deadline_s": 0.002} if policy == "deadline" else {})}
+    return raw
+
+
+def steady_seconds(raw: dict[str, Any], scratch: str) -> float:
+    """Median seconds per round from round 5 on (the rounds table's wall clock)."""
+    outcome = run_experiment(parse_config(raw), output=scratch, progress=False)[0]
+    assert outcome.error is None, outcome.error
+    stamps = load(outcome.run_dir)["wall_time"].to_numpy()
+    return float(np.median(np.diff(stamps[4:])))
+
+
+def planning_seconds(raw: dict[str, Any]) -> float:
+    """Seconds to compute the clock's plan of the whole run (in the starting process)."""
+    from raysim.system.run_plan import plan_for_run
+
+    config = parse_config(raw)
+    dataset, partition = prepare(config, None)[0]
+    context = run_context(config, dataset, 0, partition.num_clients)
+    weights = initial_weights(config, dataset, 0)
+    started = time.perf_counter()
+    plan_for_run(config, context, partition, weights)
+    return time.perf_counter() - started
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--policies", nargs="+",
+                        default=["sync", "deadline", "overselect", "fedbuff"])
+    args = parser.parse_args()
+    base = workloads(".", False)["W3"]
+    labels = [None, *args.policies]
+    timings: dict[str | None, list[float]] = {label: [] for label in labels}
+    with tempfile.TemporaryDirectory() as scratch:
+        for _ in range(args.repeats):
+            for label in labels:
+                timings[label].append(steady_seconds(with_system(base, label), scratch))
+    plain = float(np.median(timings[None]))
+    for label in labels:
+        seconds = float(np.median(timings[label]))
+        row = {"policy": label or "none", "seconds_per_round": round(seconds, 4),
+               "repeats": timings[label], "overhead": round(seconds / plain - 1, 3)}
+        if label is not None:
+            raw = with_system(base, label)
+            row["planning_seconds_whole_run"] = round(planning_seconds(raw), 4)
+            row["planning_seconds_per_round"] = round(row["planning_seconds_whole_run"]
+                                                      / raw["training"]["rounds"], 5)
+        print(json.dumps(row), flush=True)
+
+
+if __name__ == "__main__":
+    main()
