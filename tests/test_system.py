@@ -198,8 +198,9 @@ def test_report_time_gives_hours_to_a_target(ray_session, tmp_path):
     table = pd.read_csv(tmp_path / "csv" / "time.csv")
     evaluated = rounds.dropna(subset=["accuracy"])
     first = evaluated[evaluated["accuracy"] >= 0.5].iloc[0]
-    assert table["hours_to_target_mean"].iloc[0] == pytest.approx(first["sim_hours"])
-    assert table["hours_mean"].iloc[0] == pytest.approx(rounds["sim_hours"].iloc[-1])
+    assert table["seconds_to_target_mean"].iloc[0] == pytest.approx(first["sim_end_s"])
+    assert table["rounds_to_target_mean"].iloc[0] == first["round"] + 1
+    assert table["seconds_mean"].iloc[0] == pytest.approx(rounds["sim_end_s"].iloc[-1])
     assert "simulated clock" in text
     assert (tmp_path / "time").glob("**/learning_curves_accuracy_hours.png")
 

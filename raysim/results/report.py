@@ -142,10 +142,10 @@ def plot_learning_curves(rounds: pd.DataFrame, path: Path, metric: str = "accura
 
 def time_table(rounds: pd.DataFrame, metric: str = "accuracy", target: float | None = None
                ) -> pd.DataFrame:
-    """Per method/variant, over seeds (mean, std): the simulated hours of the whole run, the
+    """Per method/variant, over seeds (mean, std): the simulated seconds of the whole run, the
     final ``metric``, the share of selected clients dropped (late, offline or surplus) and,
-    with ``target``, the simulated hours until ``metric`` first reached it (``reached``: how
-    many seeds did; a seed that never did counts as missing)."""
+    with ``target``, the simulated seconds and rounds until ``metric`` first reached it
+    (``reached``: how many seeds did; a seed that never did counts as missing)."""
     if "sim_hours" not in rounds:
         raise RaysimError("These results have no simulated clock: time-to-accuracy needs runs "
                           "with a `system:` section.")
@@ -154,12 +154,13 @@ def time_table(rounds: pd.DataFrame, metric: str = "accuracy", target: float | N
         per_seed = []
         for _, run in frame.sort_values("round").groupby("run"):
             evaluated = run.dropna(subset=[metric])
-            entry = {"hours": run["sim_hours"].iloc[-1],
+            entry = {"seconds": run["sim_end_s"].iloc[-1],
                      metric: evaluated[metric].iloc[-1] if len(evaluated) else float("nan"),
                      "dropped": run["clients_dropped"].sum() / max(run["clients_selected"].sum(), 1)}
             if target is not None:
                 hit = evaluated[evaluated[metric] >= target]
-                entry["hours_to_target"] = hit["sim_hours"].iloc[0] if len(hit) else float("nan")
+                entry["seconds_to_target"] = (hit["sim_end_s"].iloc[0] if len(hit)
+                                              else float("nan"))
                 entry["rounds_to_target"] = hit["round"].iloc[0] + 1 if len(hit) else float("nan")
             per_seed.append(entry)
         table = pd.DataFrame(per_seed)
@@ -168,7 +169,7 @@ def time_table(rounds: pd.DataFrame, metric: str = "accuracy", target: float | N
             row[f"{column}_mean"] = table[column].mean()
             row[f"{column}_std"] = table[column].std()
         if target is not None:
-            row["reached"] = int(table["hours_to_target"].notna().sum())
+            row["reached"] = int(table["seconds_to_target"].notna().sum())
         rows.append(row)
     return pd.DataFrame(rows)
 
@@ -323,9 +324,9 @@ def report(paths: str | Path | list[str | Path], metric: str = "accuracy",
         clock = tables["time"] = time_table(rounds, metric, time_target)
         plot_learning_curves(rounds, target / f"learning_curves_{metric}_hours.png", metric,
                              "sim_hours")
-        text += ("\n\nsimulated clock (mean ± std over seeds): hours of the run, final "
+        text += ("\n\nsimulated clock (mean ± std over seeds): seconds of the run, final "
                  f"{metric}, share of selected clients dropped"
-                 + (f", hours and rounds until {metric} >= {time_target:g} (reached: "
+                 + (f", seconds and rounds until {metric} >= {time_target:g} (reached: "
                     "seeds)" if time_target is not None else "") + "\n"
                  + clock.round(4).to_string(index=False))
     if per_client:
