@@ -202,6 +202,8 @@ def test_report_time_gives_hours_to_a_target(ray_session, tmp_path):
     assert table["rounds_to_target_mean"].iloc[0] == first["round"] + 1
     assert table["seconds_mean"].iloc[0] == pytest.approx(rounds["sim_end_s"].iloc[-1])
     assert "simulated clock" in text
+    participation = pd.read_csv(tmp_path / "csv" / "participation.csv")
+    assert participation["cpu_server"].iloc[0] == 4 * 6  # every selected site trained
     assert (tmp_path / "time").glob("**/learning_curves_accuracy_hours.png")
 
 

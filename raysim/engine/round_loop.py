@@ -330,7 +330,7 @@ class RoundLoop:
         if self.system is not None:  # the simulated clock
             plan = self.system.rounds[round_]
             row.update(plan_columns(plan))
-            self.sink.add("system", plan_rows(plan))
+            self.sink.add("system", plan_rows(plan, [p.tier for p in self.system.profiles]))
             clients.update(client_clock_columns(plan, clients["client"]))
         self.sink.add("rounds", [row])
         self.sink.add_columns("clients", {"round": np.full(len(clients["client"]), round_),

@@ -174,6 +174,19 @@ def time_table(rounds: pd.DataFrame, metric: str = "accuracy", target: float | N
     return pd.DataFrame(rows)
 
 
+def participation_table(system: pd.DataFrame) -> pd.DataFrame:
+    """Trained updates per tier (or per client without tiers) over a run, mean over seeds,
+    per method/variant: which sites the policy let take part."""
+    if system.empty:
+        return pd.DataFrame()
+    trained = system[system["outcome"] == "trained"]
+    column = "tier" if (trained["tier"] != "").any() else "client"
+    counts = trained.groupby([*_KEYS, "seed", column]).size().unstack(column, fill_value=0)
+    table = counts.groupby(level=list(range(len(_KEYS)))).mean()
+    table.columns = [str(c) for c in table.columns]
+    return table.reset_index()
+
+
 def _held_out_client(run: str) -> int | None:
     """The client a run held out (its personalized models are numbered without it)."""
     return read_manifest(Path(run))["config"]["partition"].get("holdout_client")
@@ -322,6 +335,8 @@ def report(paths: str | Path | list[str | Path], metric: str = "accuracy",
                 "rounds: the latest round chosen\n" + text)
     if time:
         clock = tables["time"] = time_table(rounds, metric, time_target)
+        tables["participation"] = participation_table(pd.concat(
+            [load(path, "system") for path in paths], ignore_index=True))
         plot_learning_curves(rounds, target / f"learning_curves_{metric}_hours.png", metric,
                              "sim_hours")
         text += ("\n\nsimulated clock (mean ± std over seeds): seconds of the run, final "

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -19,9 +20,11 @@ def plan_columns(plan: RoundPlan) -> dict[str, Any]:
             "clients_dropped": sum(s != TRAINED for s in statuses)}
 
 
-def plan_rows(plan: RoundPlan) -> list[dict[str, Any]]:
-    """One row per selected client: its times, outcome and (FedBuff) staleness."""
-    return [{"round": plan.round, "client": t.client, "outcome": t.status,
+def plan_rows(plan: RoundPlan, tiers: Sequence[str] = ()) -> list[dict[str, Any]]:
+    """One row per selected client: its tier (where profiles come from tiers), times, outcome
+    and (FedBuff) staleness."""
+    return [{"round": plan.round, "client": t.client,
+             "tier": tiers[t.client] if tiers else "", "outcome": t.status,
              "start_s": t.start, "download_s": t.download_s, "compute_s": t.compute_s,
              "upload_s": t.upload_s, "finish_s": t.finish,
              "start_version": t.start_version,
