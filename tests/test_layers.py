@@ -1,4 +1,4 @@
-"""The package's layers only point down: cli -> sweep/engine (Ray) -> config/preparation ->
+"""The package's layers only point down: cli -> sweep/engine (Ray) -> config/preparation/system ->
 algorithms -> training/condensation/privacy (Ray-free) -> models -> data/results -> schema/errors/
 seeding. An import running back up (type-only imports included) fails here."""
 
@@ -14,7 +14,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "raysim"
 LAYERS = {  # higher imports lower or equal, never the other way
     "cli": 8, "__main__": 8,
     "sweep": 7, "engine": 7,
-    "config": 6, "preparation": 6, "config_reference": 6,
+    "config": 6, "preparation": 6, "config_reference": 6, "system": 6,
     "algorithms": 5,
     "training": 4, "condensation": 4, "privacy": 4,
     "models": 3,
