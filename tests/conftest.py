@@ -45,3 +45,26 @@ def quickstart_raw(**sections: Any) -> dict[str, Any]:
         else:
             raw[key] = value
     return raw
+
+
+def small_federation(**sections: Any) -> dict[str, Any]:
+    """12 clients of breast-cancer with an MLP, FedAvg, 4 rounds, 2 workers: the runs of the
+    privacy and system tests (``sections`` replace or add top-level sections)."""
+    return {"name": "small", "dataset": {"name": "breast-cancer"},
+            "partition": {"scheme": "iid", "num_clients": 12},
+            "model": {"name": "mlp", "hidden": [16]}, "algorithm": {"name": "fedavg"},
+            "training": {"rounds": 4, "local_epochs": 1, "batch_size": 8,
+                         "clients_per_round": 6, "optimizer": {"name": "sgd", "lr": 0.1}},
+            "evaluation": {"every": 1}, "seeds": [0],
+            "engine": {"num_workers": 2, "cpus_per_worker": 1}, **sections}
+
+
+def run_tables(raw: dict[str, Any], output: Path, *tables: str) -> tuple[Any, ...]:
+    """Run ``raw`` (its first seed) into ``output`` and load the named results tables."""
+    from raysim.config import parse_config
+    from raysim.engine.runner import run_experiment
+    from raysim.results import load
+
+    outcome = run_experiment(parse_config(raw), output=str(output), progress=False)[0]
+    assert outcome.error is None, outcome.error
+    return tuple(load(outcome.run_dir, table) for table in tables)

@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from conftest import run_tables, small_federation
 from test_bad_input import run_cli
 
 from raysim.algorithms.aggregators import WeightedSum
@@ -23,7 +24,6 @@ from raysim.privacy.accountant import default_delta
 from raysim.privacy.sampling import poisson_sample
 from raysim.privacy.settings import DpSettings, resolve
 from raysim.privacy.uploads import privatize_uploads
-from raysim.results import load
 from raysim.schema import PrivacyConfig
 from raysim.training.weights import FlatWeights
 
@@ -32,21 +32,15 @@ CPU = torch.device("cpu")
 
 
 def _raw(**privacy) -> dict:
-    return {"name": "dp", "dataset": {"name": "breast-cancer"},
-            "partition": {"scheme": "iid", "num_clients": 12},
-            "model": {"name": "mlp", "hidden": [16]},
-            "algorithm": {"name": "fedavg", "weighted": False},
-            "training": {"rounds": 4, "local_steps": 2, "batch_size": 8,
-                         "clients_per_round": 4, "optimizer": {"name": "sgd", "lr": 0.1}},
-            "evaluation": {"every": 1}, "seeds": [0],
-            "engine": {"num_workers": 2, "cpus_per_worker": 1},
-            **({"privacy": privacy} if privacy else {})}
+    raw = small_federation(name="dp", algorithm={"name": "fedavg", "weighted": False},
+                           **({"privacy": privacy} if privacy else {}))
+    raw["training"] = {"rounds": 4, "local_steps": 2, "batch_size": 8, "clients_per_round": 4,
+                       "optimizer": {"name": "sgd", "lr": 0.1}}
+    return raw
 
 
 def _run(raw: dict, tmp_path: Path, label: str):
-    outcome = run_experiment(parse_config(raw), output=str(tmp_path / label), progress=False)[0]
-    assert outcome.error is None, outcome.error
-    return load(outcome.run_dir), load(outcome.run_dir, "clients")
+    return run_tables(raw, tmp_path / label, "rounds", "clients")
 
 
 def _flat(values: np.ndarray) -> FlatWeights:

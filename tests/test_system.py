@@ -9,11 +9,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+from conftest import run_tables, small_federation
 from test_bad_input import run_cli
 
-from raysim.config import parse_config
-from raysim.engine.runner import run_experiment
-from raysim.results import load
 from raysim.system.clock import LATE, OFFLINE, SURPLUS, TRAINED, Workload, synchronous_plan
 from raysim.system.fedbuff_clock import fedbuff_plan, staleness_weight
 from raysim.system.profiles import HOUR, Availability, SiteProfile, read_trace
@@ -126,21 +124,11 @@ def test_a_trace_file_gives_profiles_and_windows(tmp_path):
 
 # ----- runs on the engine -----
 def _raw(**system) -> dict:
-    return {"name": "sites", "dataset": {"name": "breast-cancer"},
-            "partition": {"scheme": "iid", "num_clients": 12},
-            "model": {"name": "mlp", "hidden": [16]}, "algorithm": {"name": "fedavg"},
-            "training": {"rounds": 4, "local_epochs": 1, "batch_size": 8,
-                         "clients_per_round": 6, "optimizer": {"name": "sgd", "lr": 0.1}},
-            "evaluation": {"every": 1}, "seeds": [0],
-            "engine": {"num_workers": 2, "cpus_per_worker": 1},
-            **({"system": system} if system else {})}
+    return small_federation(name="sites", **({"system": system} if system else {}))
 
 
 def _run(raw: dict, tmp_path: Path, label: str):
-    outcome = run_experiment(parse_config(raw), output=str(tmp_path / label), progress=False)[0]
-    assert outcome.error is None, outcome.error
-    return (load(outcome.run_dir), load(outcome.run_dir, "clients"),
-            load(outcome.run_dir, "system"))
+    return run_tables(raw, tmp_path / label, "rounds", "clients", "system")
 
 
 def test_fedbuff_with_the_whole_cohort_and_no_staleness_is_fedavg_exactly(ray_session,

@@ -20,10 +20,12 @@ workload with the median ms per client of each, and ``overhead`` = raysim / plai
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import sys
 import tempfile
 import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -132,19 +134,30 @@ def measure(name: str, raw: dict[str, Any], rounds: int, vectorize: str = "auto"
             "overhead": round(raysim / plain - 1, 3)}
 
 
+@contextlib.contextmanager
+def benchmark_data(requested: str, file: str, write: Callable[[Path], Any], threads: int
+                   ) -> Iterator[tuple[str, bool]]:
+    """(data root, real): ``requested`` where it holds ``file``, else a scratch directory
+    where ``write`` generated a file of the same layout; the process set up as a client worker
+    (``threads`` torch threads, freed memory kept)."""
+    torch.set_num_threads(threads)
+    keep_freed_memory()
+    real = (Path(requested) / file).exists()
+    with tempfile.TemporaryDirectory() as scratch:
+        if not real:
+            write(Path(scratch))
+        yield (requested if real else scratch), real
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--workloads", nargs="+", default=["W2", "W3", "W4"])
     parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--data-root", default="../shared/data/medmnist")
     args = parser.parse_args()
-    torch.set_num_threads(1)
-    keep_freed_memory()  # as in a client worker
-    real = (Path(args.data_root) / "pneumoniamnist.npz").exists()
-    with tempfile.TemporaryDirectory() as scratch:
-        root = args.data_root if real else scratch
-        if not real:
-            write_medmnist_npz(Path(scratch), n_train=1200, n_test=50)
+    with benchmark_data(args.data_root, "pneumoniamnist.npz",
+                        lambda d: write_medmnist_npz(d, n_train=1200, n_test=50), 1
+                        ) as (root, real):
         configs = {**workloads(root, real), "W4": w4()}
         for name in args.workloads:
             print(json.dumps({**measure(name, configs[name], args.rounds), "real_data": real}),

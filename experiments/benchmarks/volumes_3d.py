@@ -25,19 +25,14 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import tempfile
 from pathlib import Path
 from typing import Any
-
-import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tests"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from fixtures import write_volume_npz
-from per_client_overhead import measure
-
-from raysim.engine.memory import keep_freed_memory
+from per_client_overhead import benchmark_data, measure
 
 MODELS: dict[str, tuple[dict[str, Any], str]] = {
     "convnet3d": ({"name": "convnet3d", "width": 16, "depth": 3, "norm": "instance"}, "auto"),
@@ -66,13 +61,9 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--data-root", default="../shared/data/medmnist")
     args = parser.parse_args()
-    torch.set_num_threads(args.threads)
-    keep_freed_memory()  # as in a client worker
-    real = (Path(args.data_root) / "adrenalmnist3d.npz").exists()
-    with tempfile.TemporaryDirectory() as scratch:
-        root = args.data_root if real else scratch
-        if not real:
-            write_volume_npz(Path(scratch), n_train=1188, n_test=50)
+    with benchmark_data(args.data_root, "adrenalmnist3d.npz",
+                        lambda d: write_volume_npz(d, n_train=1188, n_test=50), args.threads
+                        ) as (root, real):
         for name in args.workloads:
             model, vectorize = MODELS[name]
             result = measure(name, config(root, real, model), args.rounds, vectorize)

@@ -32,25 +32,47 @@ SIZES_3D = (28, 64)
 """The sizes MedMNIST releases its 3D subsets at."""
 
 
-@functools.cache
-def _info_module() -> Any:
-    """medmnist's ``info`` module (its metadata: file names, MD5s, URLs, labels).
-
-    Read from the installed package without running the package's ``__init__``, which imports
-    its datasets and evaluator (scikit-learn, pandas, torchvision): about 1.3 s of an
-    invocation's start-up for a table of constants. The metadata is the package's own file.
-    """
-    if "medmnist.info" in sys.modules:
-        return sys.modules["medmnist.info"]
+def _package_module(name: str, alias: str) -> Any:
+    """The medmnist package's module file ``<name>.py``, executed as module ``alias`` without
+    running the package's ``__init__`` (which imports its datasets and evaluator: scikit-learn,
+    pandas, torchvision)."""
     package = importlib.util.find_spec("medmnist")
     if package is None or not package.submodule_search_locations:
         raise ModuleNotFoundError("No module named 'medmnist' (pip install medmnist)")
-    location = Path(next(iter(package.submodule_search_locations))) / "info.py"
-    spec = importlib.util.spec_from_file_location("raysim._medmnist_info", location)
+    location = Path(next(iter(package.submodule_search_locations))) / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(alias, location)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+@functools.cache
+def _info_module() -> Any:
+    """medmnist's ``info`` module (its metadata: file names, MD5s, URLs, labels).
+
+    Read from the installed package without running the package's ``__init__``: about 1.3 s of
+    an invocation's start-up for a table of constants. The metadata is the package's own file.
+    """
+    if "medmnist.info" in sys.modules:
+        return sys.modules["medmnist.info"]
+    return _package_module("info", "raysim._medmnist_info")
+
+
+@functools.cache
+def medmnist_evaluator() -> Any:
+    """The ``medmnist`` package's ``evaluator`` module (``getAUC``, ``getACC``), loaded the same
+    way (its ``from medmnist.info import ...`` finds the table loaded above)."""
+    if "medmnist.evaluator" in sys.modules:
+        return sys.modules["medmnist.evaluator"]
+    added = "medmnist.info" not in sys.modules
+    if added:
+        sys.modules["medmnist.info"] = _info_module()
+    try:
+        return _package_module("evaluator", "raysim._medmnist_evaluator")
+    finally:
+        if added:
+            sys.modules.pop("medmnist.info", None)
 
 
 def medmnist_info() -> dict[str, dict]:

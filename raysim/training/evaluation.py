@@ -3,16 +3,15 @@ computes them for every task type (its own ``getACC``/``getAUC``), macro-F1 and 
 
 from __future__ import annotations
 
-import functools
 import math
 from collections.abc import Callable
-from typing import Any
 
 import numpy as np
 import torch
 from torch import nn
 
 from raysim.data.dataset import DataInfo, to_tensor
+from raysim.data.medmnist_io import medmnist_evaluator
 
 METRICS = ("accuracy", "macro_f1", "auc", "loss")
 
@@ -96,37 +95,6 @@ def label_aucs(labels: np.ndarray, probs: np.ndarray) -> np.ndarray:
         probs.shape[1])
     return np.array([roc_auc_score(truth[:, k], probs[:, k])
                      if 0 < truth[:, k].sum() < len(truth) else math.nan for k in columns])
-
-
-@functools.cache
-def medmnist_evaluator() -> Any:
-    """The ``medmnist`` package's ``evaluator`` module (``getAUC``, ``getACC``), loaded from the
-    installed package without running the package's ``__init__`` (which imports torchvision
-    for its dataset classes; its ``info`` module is the one raysim already loaded)."""
-    import importlib.util
-    import sys
-    from pathlib import Path
-
-    from raysim.data.medmnist_io import _info_module
-
-    if "medmnist.evaluator" in sys.modules:
-        return sys.modules["medmnist.evaluator"]
-    package = importlib.util.find_spec("medmnist")
-    if package is None or not package.submodule_search_locations:
-        raise ModuleNotFoundError("No module named 'medmnist' (pip install medmnist)")
-    location = Path(next(iter(package.submodule_search_locations))) / "evaluator.py"
-    spec = importlib.util.spec_from_file_location("raysim._medmnist_evaluator", location)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    added = "medmnist.info" not in sys.modules
-    if added:  # its `from medmnist.info import ...` then finds the loaded table
-        sys.modules["medmnist.info"] = _info_module()
-    try:
-        spec.loader.exec_module(module)
-    finally:
-        if added:
-            sys.modules.pop("medmnist.info", None)
-    return module
 
 
 def share_metrics(probabilities: np.ndarray, labels: np.ndarray, shares: list[np.ndarray]
