@@ -122,6 +122,29 @@ def test_a_trace_file_gives_profiles_and_windows(tmp_path):
     assert profiles[1].availability.next_start(5 * HOUR) == 10 * HOUR
 
 
+def test_fedscale_device_traces_convert_to_a_site_trace(tmp_path):
+    import pickle
+
+    from raysim.system.fedscale import main
+
+    capacity = {7: {"computation": 50.0, "communication": 2000.0},
+                3: {"computation": 200.0, "communication": 500.0}}
+    behaviour = {3: {"active": [0.0, 7200.0], "inactive": [3600.0, 10800.0],
+                     "finish_time": 14400.0, "duration": 14400.0}}
+    (tmp_path / "capacity").write_bytes(pickle.dumps(capacity))
+    (tmp_path / "behave").write_bytes(pickle.dumps(behaviour))
+    main([str(tmp_path / "capacity"), str(tmp_path / "behave"), "--clients", "2",
+          "--reference-gflop", "0.5", "--out", str(tmp_path / "sites.csv")])
+    first, second = read_trace(tmp_path / "sites.csv", 2)  # ids in order: 3, then 7
+    assert second.speed_gflops == pytest.approx(0.5 / 0.05) and second.up_mbps == 2.0
+    assert second.availability.always
+    assert first.speed_gflops == pytest.approx(0.5 / 0.2) and first.down_mbps == 0.5
+    windows = first.availability  # 0-1 h and 2-3 h of every 4 hours
+    assert windows.window_at(4.5 * HOUR) == (4 * HOUR, 5 * HOUR)
+    assert windows.window_at(5.5 * HOUR) is None
+    assert windows.next_start(5.5 * HOUR) == 6 * HOUR
+
+
 # ----- runs on the engine -----
 def _raw(**system) -> dict:
     return small_federation(name="sites", **({"system": system} if system else {}))

@@ -176,7 +176,9 @@ TRACE_COLUMNS = ("client", "speed_gflops", "down_mbps", "up_mbps")
 
 def read_trace(path: Path, num_clients: int) -> list[SiteProfile]:
     """Profiles from a CSV or Parquet trace: one row per client, or one row per availability
-    window (``available_from_h``, ``available_to_h``, absolute hours from the start)."""
+    window (``available_from_h``, ``available_to_h``: hours from the start, repeating every
+    ``period_h`` hours where that column is set; ``python -m raysim.system.fedscale`` writes
+    one from FedScale's device traces)."""
     import pandas as pd
 
     if not path.is_file():
@@ -202,6 +204,9 @@ def read_trace(path: Path, num_clients: int) -> list[SiteProfile]:
         if "available_from_h" in rows.columns and rows["available_from_h"].notna().any():
             windows = tuple(sorted((float(a) * HOUR, float(b) * HOUR) for a, b in zip(
                 rows["available_from_h"], rows["available_to_h"], strict=True)))
+        period = None  # windows repeating every period_h hours (FedScale's behaviour traces)
+        if "period_h" in rows.columns and rows["period_h"].notna().any():
+            period = float(rows["period_h"].iloc[0]) * HOUR
         profiles.append(SiteProfile(float(first["speed_gflops"]), float(first["down_mbps"]),
-                                    float(first["up_mbps"]), Availability(windows)))
+                                    float(first["up_mbps"]), Availability(windows, period)))
     return profiles
