@@ -33,37 +33,51 @@ WEIGHT = "fedbuff_weight"
 """The ``clients`` column of each buffered client's staleness weight."""
 
 
-def rebase(trained: Weights, base: Weights, current: Weights, device: torch.device
-           ) -> FlatWeights:
-    """``trained`` + (``current`` - ``base``) in float64, cast back: a stale client's update
-    applied to the current model."""
-    model, start, now = (on_device(w, device) for w in (trained, base, current))
+def version_shift(base: Weights, current: Weights, device: torch.device) -> torch.Tensor:
+    """``current`` - ``base`` as one float64 vector on the device (once per start version)."""
+    start, now = on_device(base, device), on_device(current, device)
+    return torch.as_tensor(now.vector).double() - torch.as_tensor(start.vector).double()
+
+
+def rebase(trained: Weights, shift: torch.Tensor, device: torch.device) -> FlatWeights:
+    """``trained`` + ``shift`` (:func:`version_shift`) in float64, cast back: a stale
+    client's update applied to the current model."""
+    model = on_device(trained, device)
     vector = torch.as_tensor(model.vector)
-    shifted = (vector.double() + torch.as_tensor(now.vector).double()
-               - torch.as_tensor(start.vector).double())
-    return FlatWeights(shifted.to(vector.dtype), model.layout, model.extras)
+    return FlatWeights((vector.double() + shift).to(vector.dtype), model.layout, model.extras)
 
 
 def train_buffered(runtime: ClientRuntime, clients: Sequence[int], round_: int,
                    message: dict[str, Any], proximal: Any) -> list[tuple[Weights, Any, float]]:
-    """Train each client from its start version (one call per version) and rebase stale ones;
-    returns (upload, outcome, staleness weight) per client in order. ``proximal(start)``: the
-    proximal term for clients that start from ``start`` (FedProx)."""
+    """Train each client from its start version and rebase stale ones; returns (upload,
+    outcome, staleness weight) per client in order. ``proximal(start)``: the proximal term for
+    clients that start from ``start`` (FedProx: one training call per start version; without
+    one, every client in one call)."""
     buffered = message["fedbuff"]
+    current = message["model"]
+
+    def start_of(client: int) -> Weights:
+        version = buffered["start_version"][client]
+        return current if version == buffered["version"] else buffered["bases"][version]
+
     groups: dict[int, list[int]] = defaultdict(list)
     for position, client in enumerate(clients):
-        groups[buffered["start_version"][client]].append(position)
-    current = message["model"]
+        key = buffered["start_version"][client] if proximal(current) is not None else 0
+        groups[key].append(position)
+    shifts = {version: version_shift(base, current, runtime.device)
+              for version, base in buffered["bases"].items()}
     results: list[Any] = [None] * len(clients)
-    for version, positions in sorted(groups.items()):
-        start = current if version == buffered["version"] else buffered["bases"][version]
+    for positions in groups.values():
         members = [clients[i] for i in positions]
-        trained = runtime.train_many(members, round_, [start] * len(members),
-                                     [None] * len(members), prox=proximal(start))
+        starts = [start_of(c) for c in members]
+        trained = runtime.train_many(members, round_, starts, [None] * len(members),
+                                     prox=proximal(starts[0]))
         for position, (weights, outcome) in zip(positions, trained, strict=True):
-            if version != buffered["version"]:
-                weights = rebase(weights, start, current, runtime.device)
-            results[position] = (weights, outcome, buffered["weights"][clients[position]])
+            client = clients[position]
+            version = buffered["start_version"][client]
+            if version != buffered["version"]:  # stale: its update onto the current model
+                weights = rebase(weights, shifts[version], runtime.device)
+            results[position] = (weights, outcome, buffered["weights"][client])
     return results
 
 
