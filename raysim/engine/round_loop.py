@@ -223,6 +223,7 @@ class RoundLoop:
         """With ``system:``: the simulated clock's plan of every round (who trains, when)."""
         self.history: dict[int, Any] = {}
         """FedBuff: server states of earlier versions that later rounds' clients start from."""
+        self._last_use: dict[int, int] = {}
 
     def run(self) -> dict[str, Any]:
         """Every round from the durable state on; returns the last recorded rounds row."""
@@ -372,9 +373,12 @@ class RoundLoop:
         the earlier versions they start from (kept only while a later round needs them)."""
         assert self.system is not None
         plans = self.system.rounds
+        if not self._last_use:  # the last round that starts a client from each version
+            for plan in plans:
+                for timing in plan.timings:
+                    self._last_use[timing.start_version] = plan.round
         self.history[round_] = state
-        needed = {t.start_version for plan in plans[round_:] for t in plan.timings}
-        for version in [v for v in self.history if v not in needed]:
+        for version in [v for v in self.history if self._last_use.get(v, -1) < round_]:
             del self.history[version]
         plan = plans[round_]
         trained = {t.client: t.start_version for t in plan.timings if t.status == "trained"}
