@@ -171,7 +171,8 @@ class LoggingConfig(StrictModel):
 class AdaptiveClipConfig(StrictModel):
     """Adaptive clipping (Andrew et al. 2021): the clip follows a quantile of the clients'
     update norms. Every round the server learns the (noised) share b of sampled clients whose
-    update was within the clip and sets clip <- clip x exp(-learning_rate x (b - quantile)); the
+    update was within the clip (from the bits centred at 1/2, sensitivity 1/2) and sets
+    clip <- clip x exp(-learning_rate x (b - quantile)); the
     noise on that count is part of the privacy budget, so the updates get the noise multiplier
     (z^-2 - (2 count_noise_std)^-2)^-1/2 for the configured (or calibrated) z."""
 

@@ -255,6 +255,10 @@ def test_adaptive_clip_splits_the_noise_multiplier_and_refuses_too_little_count_
     assert settings.noise_std_at(0.3) == pytest.approx(z_delta * 0.3)
     assert settings.epsilon_after(10) == pytest.approx(_direct_epsilon(0.4, 1.0, 10,
                                                                        settings.delta))
+    # the server sees the bits centred at 1/2 (sensitivity 1/2, as the split assumes): with 30
+    # of 50 sampled clients within the clip and 40 expected, the share is 1/2 + (30 - 25) / 40
+    assert settings.adaptive.next_clip(1.0, 30, 50, 40, noise=0.0) == pytest.approx(
+        math.exp(-settings.adaptive.learning_rate * (0.5 + 5 / 40 - 0.5)))
     assert resolve(PrivacyConfig(clip=1.0, noise_multiplier=1.0, adaptive_clip={}),
                    100, 40, 10).adaptive.count_noise_std == pytest.approx(40 / 20)
     from raysim.errors import ConfigError

@@ -60,10 +60,10 @@ def train_buffered(runtime: ClientRuntime, clients: Sequence[int], round_: int,
         version = buffered["start_version"][client]
         return current if version == buffered["version"] else buffered["bases"][version]
 
+    by_version = proximal(current) is not None  # FedProx: each version its own anchor
     groups: dict[int, list[int]] = defaultdict(list)
     for position, client in enumerate(clients):
-        key = buffered["start_version"][client] if proximal(current) is not None else 0
-        groups[key].append(position)
+        groups[buffered["start_version"][client] if by_version else 0].append(position)
     shifts = {version: version_shift(base, current, runtime.device)
               for version, base in buffered["bases"].items()}
     results: list[Any] = [None] * len(clients)

@@ -87,10 +87,11 @@ class FedAvg(Algorithm[FedAvgParams | FedProxParams, State]):
             assert privacy.adaptive is not None
             sums = [p["model"] for p in partials]
             within = sum(p["within_clip"] for p in partials)
+            sampled = sum(s.total_weight for s in sums)  # (before private_mean merges them)
             model = private_mean(sums, state.model, privacy.expected_clients,
                                  privacy.noise_std_at(state.clip), seed, round_)
             clip = privacy.adaptive.next_clip(
-                state.clip, within, privacy.expected_clients,
+                state.clip, within, sampled, privacy.expected_clients,
                 count_noise(privacy.adaptive.count_noise_std, seed, round_))
             return AdaptivelyClipped(model, clip)
         # DP-FedAvg: fixed denominator, central noise on the sum

@@ -32,6 +32,7 @@ from raysim.engine.memory import resident_memory_mb
 from raysim.engine.reduction_tree import Subtree, combine
 from raysim.privacy.sampling import poisson_sample
 from raysim.seeding import numpy_rng
+from raysim.system.clock import TRAINED
 from raysim.system.records import client_clock_columns, plan_columns, plan_rows
 from raysim.training.evaluation import METRICS
 from raysim.training.weights import payload_bytes
@@ -223,7 +224,6 @@ class RoundLoop:
         """With ``system:``: the simulated clock's plan of every round (who trains, when)."""
         self.history: dict[int, Any] = {}
         """FedBuff: server states of earlier versions that later rounds' clients start from."""
-        self._last_use: dict[int, int] = {}
 
     def run(self) -> dict[str, Any]:
         """Every round from the durable state on; returns the last recorded rounds row."""
@@ -331,7 +331,7 @@ class RoundLoop:
         if self.system is not None:  # the simulated clock
             plan = self.system.rounds[round_]
             row.update(plan_columns(plan))
-            self.sink.add("system", plan_rows(plan, [p.tier for p in self.system.profiles]))
+            self.sink.add("system", plan_rows(plan, self.system.tiers))
             clients.update(client_clock_columns(plan, clients["client"]))
         self.sink.add("rounds", [row])
         self.sink.add_columns("clients", {"round": np.full(len(clients["client"]), round_),
@@ -372,20 +372,16 @@ class RoundLoop:
         """FedBuff: each client's start version and staleness weight, and the global models of
         the earlier versions they start from (kept only while a later round needs them)."""
         assert self.system is not None
-        plans = self.system.rounds
-        if not self._last_use:  # the last round that starts a client from each version
-            for plan in plans:
-                for timing in plan.timings:
-                    self._last_use[timing.start_version] = plan.round
+        last_use = self.system.last_use
         self.history[round_] = state
-        for version in [v for v in self.history if self._last_use.get(v, -1) < round_]:
+        for version in [v for v in self.history if last_use.get(v, -1) < round_]:
             del self.history[version]
-        plan = plans[round_]
-        trained = {t.client: t.start_version for t in plan.timings if t.status == "trained"}
+        plan = self.system.rounds[round_]
+        trained = {t.client: t.start_version for t in plan.timings if t.status == TRAINED}
         bases = {v: self.algorithm.global_weights(self.history[v])
                  for v in set(trained.values()) if v != round_}
         return {"start_version": trained, "weights": dict(plan.staleness_weights),
-                "bases": bases, "version": round_, "server_lr": self.system.server_lr}
+                "bases": bases, "version": round_}
 
     def _moves(self, round_: int) -> dict[int, np.ndarray]:
         """Per source worker: rows (client, destination client, destination worker)."""

@@ -25,11 +25,14 @@ class AdaptiveClip:
     Gaussian mechanisms (updates with sensitivity clip, bits centred at 1/2 with sensitivity
     1/2) compose to one of noise multiplier z, which the accountant tracks."""
 
-    def next_clip(self, clip: float, within: float, expected: float, noise: float) -> float:
-        """The clip after a round in which ``within`` of the sampled clients' updates were
-        within ``clip``, with ``noise`` drawn at std ``count_noise_std``; the share is taken
+    def next_clip(self, clip: float, within: float, sampled: float, expected: float,
+                  noise: float) -> float:
+        """The clip after a round in which ``within`` of the ``sampled`` clients' updates were
+        within ``clip``. The server sees the sum of the bits centred at 1/2 (b - 1/2: one
+        client changes it by at most 1/2, the sensitivity the noise split assumes) plus
+        ``noise`` drawn at std ``count_noise_std``, and estimates the share as 1/2 + that sum
         over the expected number of sampled clients (a fixed denominator, as for the mean)."""
-        share = (within + noise) / expected
+        share = 0.5 + (within - sampled / 2 + noise) / expected
         return clip * math.exp(-self.learning_rate * (share - self.target_quantile))
 
 

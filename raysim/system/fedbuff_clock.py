@@ -23,7 +23,6 @@ import numpy as np
 from raysim.seeding import numpy_rng
 from raysim.system.clock import (
     OFFLINE,
-    TRAINED,
     ClientTiming,
     RoundPlan,
     Workload,
@@ -101,9 +100,4 @@ def fedbuff_plan(profiles: list[SiteProfile], workload: Workload, rounds: int,
     return plans
 
 
-def versions_needed(plans: list[RoundPlan]) -> list[set[int]]:
-    """Per round, the server versions its clients start from (older ones can be dropped)."""
-    return [{t.start_version for t in plan.timings if t.status == TRAINED} for plan in plans]
-
-
-__all__ = ["fedbuff_plan", "staleness_weight", "versions_needed"]
+__all__ = ["fedbuff_plan", "staleness_weight"]

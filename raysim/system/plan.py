@@ -3,6 +3,7 @@ clock's decision for every round (computed before the run, in the process that s
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -26,11 +27,21 @@ class SystemPlan:
     policy: str
     rounds: tuple[RoundPlan, ...]
     profiles: tuple[SiteProfile, ...]
-    server_lr: float = 1.0
 
     @property
     def asynchronous(self) -> bool:
         return self.policy == "fedbuff"
+
+    @functools.cached_property
+    def tiers(self) -> tuple[str, ...]:
+        """Each site's tier ("" for profiles not drawn from tiers)."""
+        return tuple(profile.tier for profile in self.profiles)
+
+    @functools.cached_property
+    def last_use(self) -> dict[int, int]:
+        """FedBuff: the last round whose clients start from each server version."""
+        return {timing.start_version: plan.round
+                for plan in self.rounds for timing in plan.timings}
 
 
 def client_work(info: DataInfo, architectures: Sequence[StrictModel],
@@ -63,9 +74,9 @@ def system_plan(config: SystemConfig, workload: Workload, rounds: int,
     if config.policy == "fedbuff":
         buffer = config.buffer_size or clients_per_round
         concurrency = config.concurrency or 2 * buffer
-        plans = fedbuff_plan(profiles, workload, rounds, buffer, max(concurrency, buffer),
+        plans = fedbuff_plan(profiles, workload, rounds, buffer, concurrency,
                              config.staleness_exponent, seed)
     else:
         plans = synchronous_plan(profiles, workload, rounds, clients_per_round, config.policy,
                                  seed, config.deadline_s, config.over_selection)
-    return SystemPlan(config.policy, tuple(plans), tuple(profiles), config.server_lr)
+    return SystemPlan(config.policy, tuple(plans), tuple(profiles))

@@ -65,18 +65,17 @@ def classification_metrics(labels: np.ndarray, probs: np.ndarray) -> dict[str, f
     if labels.ndim == 2:
         predicted = probs > 0.5
         macro_f1 = f1_score(labels, predicted, average="macro", zero_division=np.nan)
-        clipped = np.clip(probs, 1e-15, 1 - 1e-15)
-        loss = -np.mean(labels * np.log(clipped) + (1 - labels) * np.log1p(-clipped))
+        loss = np.mean(_label_cross_entropy(labels, probs))
     else:
         predicted = probs.argmax(axis=1)
         macro_f1 = f1_score(labels, predicted, average="macro",
                             labels=np.unique(np.concatenate([labels, predicted])),
                             zero_division=0)
         loss = log_loss(labels, probs, labels=list(range(probs.shape[1])))
-    defined = label_aucs(labels, probs)
-    if np.isfinite(defined).all():
+    if _classes_with_both(labels, probs).all():
         auc = float(evaluator.getAUC(labels, probs, task))
     else:  # a class without positives or negatives: medmnist's AUC is undefined
+        defined = label_aucs(labels, probs)
         auc = float(np.nanmean(defined)) if np.isfinite(defined).any() else math.nan
     if len(labels) > 1:
         accuracy = float(evaluator.getACC(labels, probs, task))
@@ -90,11 +89,32 @@ def label_aucs(labels: np.ndarray, probs: np.ndarray) -> np.ndarray:
     class's alone for binary data), NaN where the class has no positives or no negatives."""
     from sklearn.metrics import roc_auc_score
 
+    truth, columns = _one_vs_rest(labels, probs)
+    both = _classes_with_both(labels, probs)
+    return np.array([roc_auc_score(truth[:, k], probs[:, k]) if defined else math.nan
+                     for k, defined in zip(columns, both, strict=True)])
+
+
+def _one_vs_rest(labels: np.ndarray, probs: np.ndarray) -> tuple[np.ndarray, list[int]]:
+    """(0/1 truth per class or label, the score columns that have an AUC: every one, or the
+    positive class's alone for binary data)."""
     truth = labels if labels.ndim == 2 else (labels[:, None] == np.arange(probs.shape[1]))
-    columns = [probs.shape[1] - 1] if labels.ndim == 1 and probs.shape[1] == 2 else range(
-        probs.shape[1])
-    return np.array([roc_auc_score(truth[:, k], probs[:, k])
-                     if 0 < truth[:, k].sum() < len(truth) else math.nan for k in columns])
+    binary = labels.ndim == 1 and probs.shape[1] == 2
+    return truth, [probs.shape[1] - 1] if binary else list(range(probs.shape[1]))
+
+
+def _classes_with_both(labels: np.ndarray, probs: np.ndarray) -> np.ndarray:
+    """Per AUC column of :func:`_one_vs_rest`: whether ``labels`` hold both positives and
+    negatives of it (else its AUC is undefined)."""
+    truth, columns = _one_vs_rest(labels, probs)
+    positives = truth[:, columns].sum(axis=0)
+    return (positives > 0) & (positives < len(truth))
+
+
+def _label_cross_entropy(labels: np.ndarray, probs: np.ndarray) -> np.ndarray:
+    """Each sample's binary cross-entropy averaged over its labels (multi-label data)."""
+    clipped = np.clip(probs, 1e-15, 1 - 1e-15)
+    return -np.where(labels.astype(bool), np.log(clipped), np.log1p(-clipped)).mean(axis=1)
 
 
 def share_metrics(probabilities: np.ndarray, labels: np.ndarray, shares: list[np.ndarray]
@@ -136,8 +156,7 @@ def _multi_label_share_metrics(probabilities: np.ndarray, labels: np.ndarray,
     owner = np.repeat(np.arange(len(shares)), sizes)
     truth, scores = labels[order].astype(bool), probabilities[order]
     predicted = scores > 0.5
-    clipped = np.clip(scores, 1e-15, 1 - 1e-15)
-    losses = -np.where(truth, np.log(clipped), np.log1p(-clipped)).mean(axis=1)
+    losses = _label_cross_entropy(truth, scores)
 
     def per_client(values: np.ndarray) -> np.ndarray:  # (samples, labels) -> (clients, labels)
         return np.stack([np.bincount(owner, values[:, k], len(shares))

@@ -6,8 +6,6 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-LOSSES = ("cross_entropy", "hinge")
-
 
 class MultiClassHinge(nn.Module):
     """torch's MultiMarginLoss (p=1, margin 1, mean over the batch), written with ops that
