@@ -324,3 +324,26 @@ def test_feddc_refuses_its_own_dp_beside_privacy(capsys, tmp_path):
     raw["algorithm"]["dp"] = {"clip": 0.5, "sigma": 1.0}
     code, err = run_cli(capsys, tmp_path, raw)
     assert code == 2 and "remove algorithm.dp" in err
+
+
+def test_adaptive_clipping_noises_the_sum_at_the_rounds_clip_with_the_updates_multiplier():
+    from raysim.algorithms.aggregators import WeightedSum
+    from raysim.algorithms.fedavg import FedAvg
+    from raysim.algorithms.params import FedAvgParams
+    from raysim.algorithms.private_mean import AdaptivelyClipped
+    from raysim.preparation import prepare, run_context
+
+    config = parse_config(_raw(clip=1.0, noise_multiplier=1.0,
+                               adaptive_clip={"count_noise_std": 2.0}))
+    dataset, partition = prepare(config, None)[0]
+    context = run_context(config, dataset, 0, partition.num_clients)
+    settings = context.privacy
+    zeros = {"w": np.zeros(40_000, np.float32)}
+    expected = settings.expected_clients
+    partial = {"model": WeightedSum.of([zeros], [expected]), "within_clip": expected}
+    state = FedAvg(FedAvgParams(weighted=False), context).aggregate(
+        AdaptivelyClipped(zeros, 0.3), [partial], round_=0)
+    noise_std = float(np.std(state.model["w"])) * expected  # the mean divides the sum's noise
+    z_delta = settings.adaptive.update_noise_multiplier
+    assert noise_std == pytest.approx(z_delta * 0.3, rel=0.03)  # not z x the first clip 1.0
+    assert state.clip == pytest.approx(0.3 * math.exp(-0.2 * (1.0 - 0.5)), rel=0.2)

@@ -115,6 +115,31 @@ def test_the_buffered_update_applies_stale_updates_to_the_current_model():
     np.testing.assert_allclose(new, expected, rtol=1e-6)
 
 
+def test_stale_clients_train_from_their_start_version_and_upload_onto_the_current_model():
+    import torch
+
+    from raysim.algorithms.buffered import train_buffered
+    from raysim.training.weights import FlatWeights
+
+    def flat(values):
+        return FlatWeights(torch.tensor(values, dtype=torch.float32), (("w", (2,)),))
+
+    class OneStepRuntime:  # training adds 1 to every weight of the model it starts from
+        device = torch.device("cpu")
+
+        def train_many(self, clients, round_, starts, states, prox=None):
+            return [(flat((start.vector + 1).tolist()), None) for start in starts]
+
+    current, base = flat([5.0, 5.0]), flat([2.0, 3.0])
+    message = {"model": current, "fedbuff": {"start_version": {0: 4, 1: 3}, "version": 4,
+                                             "bases": {3: base}, "weights": {0: 1.0, 1: 0.7}}}
+    uploads = train_buffered(OneStepRuntime(), [0, 1], 4, message, lambda start: None)
+    # the fresh client: current + 1; the stale one: (base + 1) + (current - base) = current + 1
+    for upload, _, _ in uploads:
+        np.testing.assert_allclose(upload.vector.numpy(), [6.0, 6.0])
+    assert [weight for _, _, weight in uploads] == [1.0, 0.7]
+
+
 def test_a_trace_file_gives_profiles_and_windows(tmp_path):
     path = tmp_path / "sites.csv"
     pd.DataFrame({"client": [0, 1, 1], "speed_gflops": [5.0, 1.0, 1.0],
