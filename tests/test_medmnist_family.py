@@ -289,6 +289,18 @@ def test_official_validation_split_is_medmnists_val_split_among_the_clients(root
         assert np.corrcoef(mix, val_mix)[0, 1] > 0.7
 
 
+def test_a_medmnist_file_without_a_val_split_loads_and_refuses_the_official_one(tmp_path):
+    path = write_multilabel_npz(tmp_path, n_train=40, n_test=20)
+    arrays = {k: v for k, v in np.load(path).items() if not k.startswith("val_")}
+    np.savez(path, **arrays)
+    dataset = load_dataset(DatasetConfig(name="chestmnist", root=str(tmp_path), download=False,
+                                         verify_checksum=False))
+    assert dataset.val_x is None and dataset.train_y.shape == (40, 14)
+    with pytest.raises(ConfigError, match="no official validation split"):
+        prepare(parse_config(_raw(tmp_path, "chestmnist",
+                                  evaluation={"validation": "official"})), None)
+
+
 def test_official_validation_without_a_val_split_is_refused():
     raw = _raw(None, "chestmnist", evaluation={"validation": "official"})
     raw["dataset"] = {"name": "breast-cancer"}

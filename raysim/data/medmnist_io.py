@@ -148,7 +148,8 @@ def load_medmnist(
         task=task,
         label_names=tuple(meta["label"][str(k)] for k in range(len(meta["label"]))),
     )
-    labels = {split: layout.labels(arrays[f"{split}_labels"]) for split in _SPLITS}
+    labels = {split: layout.labels(arrays[f"{split}_labels"]) for split in _SPLITS
+              if f"{split}_labels" in arrays}  # (a hand-made file may lack the val split)
     return ArrayDataset(
         info,
         arrays["train_images"], labels["train"],
