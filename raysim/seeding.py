@@ -6,6 +6,7 @@ run do not depend on how many workers there are or in which order they finish.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 from typing import TYPE_CHECKING
 
@@ -18,6 +19,7 @@ _NO_ROUND = -1
 _NO_CLIENT = -1
 
 
+@functools.lru_cache(maxsize=256)
 def _purpose_key(purpose: str) -> int:
     digest = hashlib.blake2b(purpose.encode(), digest_size=8).digest()
     return int.from_bytes(digest, "little")
@@ -65,13 +67,20 @@ def _splitmix64(values: np.ndarray) -> np.ndarray:
         return z ^ (z >> np.uint64(31))
 
 
+@functools.lru_cache(maxsize=64)
+def _stream_base(seed: int, purpose: str, round_: int) -> int:
+    """The 64-bit base of the per-client keys of (seed, purpose, round) (cached: every client
+    of a round shares it)."""
+    return int(seed_sequence(seed, purpose, round_).generate_state(1, dtype=np.uint64)[0])
+
+
 def client_keys(seed: int, purpose: str, round_: int, clients: np.ndarray, count: int) -> np.ndarray:
     """``count`` pseudo-random uint64 keys per client, shape (len(clients), count).
 
     Row ``i`` depends only on (seed, purpose, round, clients[i]): each client has its own
     stream, and the keys of thousands of clients come from one vectorised computation.
     """
-    base = seed_sequence(seed, purpose, round_).generate_state(1, dtype=np.uint64)[0]
+    base = _stream_base(seed, purpose, round_)
     per_client = _splitmix64(np.uint64(base) ^ _splitmix64(np.asarray(clients, dtype=np.uint64)))
     counters = np.arange(count, dtype=np.uint64)
     with np.errstate(over="ignore"):

@@ -298,3 +298,93 @@ def _model_vectors(state: Any) -> list[Any]:
     if isinstance(state, (list, tuple)):
         return [v for value in state for v in _model_vectors(value)]
     return []
+
+
+LARGE = [512, 512]  # an MLP of 280 K values: past weights.RELEASE_MIN_VALUES
+
+
+def test_a_trained_client_takes_over_the_models_vector_and_the_next_client_starts_clean(
+        monkeypatch):
+    """On the per-client loop a large model's trained state is handed over without a copy
+    (the result is the storage the model trained in), each client's result is its own
+    vector, and the numbers equal training each client alone, in any order (the resident model is re-set,
+    never aliased with an earlier client's result)."""
+    config = _config(4, "never", model={"name": "mlp", "hidden": LARGE})
+    workers, _, _ = _workers(config, 1, monkeypatch)
+    runtime = workers[0].runtime
+    start = runtime.initial_weights
+    alone = {c: runtime.train_many([c], 0, [start], [None])[0][0].vector.clone()
+             for c in range(4)}
+
+    used = []  # the storage of the model's first parameter while each client trains
+    runtime.model.register_forward_pre_hook(
+        lambda module, _: used.append(next(module.parameters()).data_ptr()))
+    for order in ([0, 1, 2, 3], [3, 1, 2, 0]):
+        used.clear()
+        trained = runtime.train_many(order, 0, [start] * 4, [None] * 4)
+        vectors = [weights.vector for weights, _ in trained]
+        assert len({v.data_ptr() for v in vectors}) == 4
+        assert [v.data_ptr() for v in vectors] == used[::2]  # two steps each; no copy
+        for client, vector in zip(order, vectors, strict=True):
+            assert torch.equal(vector, alone[client])
+
+
+@pytest.mark.parametrize("name", ["convnet", "shufflenetv2"])
+def test_binding_a_model_to_a_flat_vector_changes_no_number(name):
+    """A model whose state is bound to one flat vector trains to the same bits as the same
+    model left alone: a BatchNorm ConvNet (bound; its running statistics update the vector)
+    and a channels-last ShuffleNet (its one-channel weights look contiguous but steer the
+    convolutions' memory format: never bound)."""
+    from raysim.data.dataset import DataInfo
+    from raysim.models import build_model
+    from raysim.training.memory_format import place
+    from raysim.training.weights import flat_state, get_weights, set_weights
+
+    info = DataInfo("p", "image", 3, (1, 28, 28), (0.5,), (0.25,))
+    params = parse_config({"name": "m", "dataset": {"name": "synthetic"},
+                           "model": {"name": name, **({"norm": "batch"} if name == "convnet"
+                                                      else {})},
+                           "algorithm": {"name": "fedavg"}}).model
+    models = []
+    for _ in range(2):
+        torch.manual_seed(0)
+        models.append(place(build_model(params, info), torch.device("cpu"), "auto"))
+    bound, alone = models
+    set_weights(bound, flat_state(bound))  # binds where it can
+    generator = torch.Generator().manual_seed(1)
+    x = torch.randn(8, 1, 28, 28, generator=generator)
+    y = torch.randint(0, 3, (8,), generator=generator)
+    for model in models:
+        model.train()
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+        for _ in range(3):
+            optimizer.zero_grad()
+            torch.nn.functional.cross_entropy(model(x), y).backward()
+            optimizer.step()
+    bound_state, alone_state = get_weights(bound), get_weights(alone)
+    assert all(np.array_equal(bound_state[k], alone_state[k]) for k in alone_state)
+    assert not np.array_equal(bound_state["body.0.1.running_mean" if name == "shufflenetv2"
+                                          else next(k for k in bound_state if "running_mean"
+                                                    in k)], np.zeros(1))
+
+
+def test_a_rounds_batch_plans_are_each_clients_own_draw(monkeypatch):
+    """The batch positions the loop draws for all clients of a round at once equal each
+    client's own draw (clients of two sizes, two epochs)."""
+    from raysim.training.runtime import batch_plans
+
+    config = parse_config({
+        "name": "plane", "dataset": {"name": "breast-cancer"},
+        "partition": {"scheme": "iid", "num_clients": 6},
+        "model": {"name": "mlp", "hidden": [8]}, "algorithm": {"name": "fedavg"},
+        "training": {"rounds": 1, "local_epochs": 2, "batch_size": 5}, "seeds": [0]})
+    workers, _, _ = _workers(config, 1, monkeypatch)
+    runtime = workers[0].runtime
+    clients = [5, 0, 3, 1, 4]
+    sizes = [len(runtime.client_indices[c]) for c in clients]
+    assert len(set(sizes)) > 1
+    plans = runtime.round_plans(clients, 2)
+    for client, size, plan in zip(clients, sizes, plans, strict=True):
+        own = batch_plans(size, 5, 2, None, 0, 2, np.array([client]))
+        assert len(plan) == len(own) and all(
+            np.array_equal(a, b[0]) for a, b in zip(plan, own, strict=True))

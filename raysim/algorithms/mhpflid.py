@@ -40,7 +40,7 @@ from raysim.models import build_model
 from raysim.models.messenger import InformationExchange, Messenger
 from raysim.models.split import ZOO, SplitModel
 from raysim.seeding import torch_generator
-from raysim.training.weights import Weights, flat_state, get_weights, set_weights
+from raysim.training.weights import Weights, get_weights, release_state, set_weights
 
 if TYPE_CHECKING:
     from raysim.training.runtime import ClientRuntime
@@ -172,8 +172,8 @@ class MHpFLID(Algorithm[MHpFLIDParams, Weights]):
             runtime, client, round_, local, messenger, transmitter, state)
         trained = get_weights(messenger)
         change = _relative_change(shared_messenger, trained)
-        state.update(local=flat_state(local), receiver=flat_state(receiver),
-                     transmitter=flat_state(transmitter),  # stay on the device
+        state.update(local=release_state(local), receiver=release_state(receiver),
+                     transmitter=release_state(transmitter),  # stay on the device
                      private_messenger={k: v for k, v in trained.items() if not self._shared(k)})
         upload = {"messenger": {k: v for k, v in trained.items() if self._shared(k)}}
         metrics = {"distillation_loss": distillation_loss, "messenger_change": change,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import Literal
 
@@ -86,7 +87,14 @@ def normalise(batch: torch.Tensor, info: DataInfo) -> torch.Tensor:
     batch = batch.to(torch.float32).div_(255.0)
     grey = batch.ndim == len(info.input_shape)  # no channel axis stored: one channel
     batch = batch.unsqueeze(1) if grey else batch.movedim(-1, 1).contiguous()
-    shape = (1, -1) + (1,) * (batch.ndim - 2)
-    mean = torch.tensor(info.mean, dtype=torch.float32, device=batch.device).view(shape)
-    std = torch.tensor(info.std, dtype=torch.float32, device=batch.device).view(shape)
+    mean, std = _moments(tuple(info.mean), tuple(info.std), batch.device, batch.ndim)
     return batch.sub_(mean).div_(std)
+
+
+@functools.lru_cache(maxsize=32)
+def _moments(mean: tuple[float, ...], std: tuple[float, ...], device: torch.device, ndim: int
+             ) -> tuple[torch.Tensor, torch.Tensor]:
+    """The per-channel mean and std as broadcastable tensors on ``device`` (made once)."""
+    shape = (1, -1) + (1,) * (ndim - 2)
+    return (torch.tensor(mean, dtype=torch.float32, device=device).view(shape),
+            torch.tensor(std, dtype=torch.float32, device=device).view(shape))

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -38,9 +40,10 @@ def training_loss(configured: str, multi_label: bool) -> str:
     return MULTI_LABEL_LOSS if multi_label else configured
 
 
+@functools.cache
 def loss_function(name: str) -> nn.Module:
     """``cross_entropy``, ``hinge`` (:class:`MultiClassHinge`) or ``multi_label_bce``
-    (:class:`MultiLabelBCE`)."""
+    (:class:`MultiLabelBCE`); one stateless module per name, shared."""
     if name == MULTI_LABEL_LOSS:
         return MultiLabelBCE()
     return MultiClassHinge() if name == "hinge" else nn.CrossEntropyLoss()

@@ -45,9 +45,12 @@ class ResidentData:
             "host and is copied to the device per client and round (slower, same numbers)")
         self._position = np.full(len(train_y), -1, dtype=np.int64)
         self._position[rows] = np.arange(len(rows))
+        self._client_rows: dict[int, torch.Tensor] = {}
         if self.resident:
             self.x = torch.from_numpy(np.ascontiguousarray(train_x[rows])).to(device)
             self.y = torch.from_numpy(np.ascontiguousarray(train_y[rows])).to(device)
+            self._client_rows = {int(c): torch.from_numpy(self._position[client_indices[c]]).to(
+                device) for c in clients}
 
     def holds(self, indices: np.ndarray) -> bool:
         """Whether every row of ``indices`` is on the device."""
@@ -57,6 +60,14 @@ class ResidentData:
         """The rows ``indices`` (training-set positions) as normalised inputs and labels on
         the device (call :meth:`holds` first)."""
         local = torch.from_numpy(self._position[indices]).to(self.device)
+        return normalise(self.x[local], self.info), self.y[local]
+
+    def client(self, client: int) -> tuple[torch.Tensor, torch.Tensor] | None:
+        """A held client's whole training set as normalised inputs and labels on the device
+        (its row positions there computed once), or None for a client not held."""
+        local = self._client_rows.get(client)
+        if local is None:
+            return None
         return normalise(self.x[local], self.info), self.y[local]
 
     def describe(self) -> dict[str, object]:

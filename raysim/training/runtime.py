@@ -24,9 +24,9 @@ from raysim.training.vectorized import LOOP, VECTORIZED, choose_path, plan_on_de
 from raysim.training.weights import (
     Weights,
     convert_once,
-    flat_state,
     get_weights,
     on_device,
+    release_state,
     set_weights,
 )
 
@@ -221,7 +221,8 @@ class ClientRuntime:
 
     def client_data(self, client: int) -> tuple[torch.Tensor, torch.Tensor]:
         """A client's whole training set as normalised tensors on the worker's device."""
-        x, y = self.gather(self.client_indices[client])
+        held = self.resident.client(client) if self.resident is not None else None
+        x, y = held if held is not None else self.gather(self.client_indices[client])
         return self.client_inputs(client, x), y
 
     def train_many(self, clients: Sequence[int], round_: int, weights: Sequence[Weights],
@@ -239,15 +240,33 @@ class ClientRuntime:
                                           steps_scale)
         starts = self.on_device(weights)
         anchor = (on_device(prox[0], self.device), prox[1]) if prox and prox[1] > 0 else None
+        plans = self.round_plans(clients, round_, steps_scale)
         results: list[tuple[Weights, TrainOutcome]] = []
-        for client, start, optimizer_state in zip(clients, starts, optimizer_states, strict=True):
+        for client, start, optimizer_state, plan in zip(clients, starts, optimizer_states,
+                                                        plans, strict=True):
             model = self.client_model(client)
             set_weights(model, start)
             regularizer = proximal_term(model, *anchor) if anchor else None
             outcome = self.train(model, client, round_, regularizer=regularizer,
-                                 optimizer_state=optimizer_state, steps_scale=steps_scale)
-            results.append((flat_state(model), outcome))
+                                 optimizer_state=optimizer_state, steps_scale=steps_scale,
+                                 plan=plan)
+            results.append((release_state(model), outcome))  # no copy
         return results
+
+    def round_plans(self, clients: Sequence[int], round_: int, steps_scale: int = 1
+                    ) -> list[list[np.ndarray]]:
+        """Each client's minibatch positions for the round's local work on its own data (what
+        :meth:`fit` would draw for it), computed for all clients of equal size at once."""
+        steps = None if self.training.local_steps is None else self.training.local_steps * steps_scale
+        sizes = np.array([len(self.client_indices[c]) for c in clients])
+        plans: list[list[np.ndarray]] = [[] for _ in clients]
+        for size in np.unique(sizes):
+            members = np.flatnonzero(sizes == size)
+            steps_of = batch_plans(int(size), self.training.batch_size, self.training.epochs,
+                                   steps, self.seed, round_, np.asarray(clients)[members])
+            for row, position in enumerate(members.tolist()):
+                plans[position] = [step[row] for step in steps_of]
+        return plans
 
     def on_device(self, weights: Sequence[Weights]) -> list[Weights]:
         """Each start on the worker's device as FlatWeights, a start shared by several clients
@@ -289,9 +308,10 @@ class ClientRuntime:
     def train(self, model: nn.Module, client: int, round_: int, *,
               regularizer: Callable[[], torch.Tensor] | None = None,
               optimizer_state: dict[str, Any] | None = None,
-              steps_scale: int = 1) -> TrainOutcome:
+              steps_scale: int = 1, plan: list[np.ndarray] | None = None) -> TrainOutcome:
         """Train ``model`` in place with cross-entropy on the client's data for the round's
-        local work (the configured optimizer, epochs or steps, batch size)."""
+        local work (the configured optimizer, epochs or steps, batch size; ``plan``: its
+        minibatch positions from :meth:`round_plans`, else drawn here)."""
         steps = None if self.training.local_steps is None else self.training.local_steps * steps_scale
         optimizer = make_optimizer(model.parameters(), self.training.optimizer)
         if optimizer_state is not None:
@@ -300,7 +320,7 @@ class ClientRuntime:
         model.train()
         mean_loss, samples, taken = self.fit(
             client, round_, optimizer, lambda inputs, targets: loss_fn(model(inputs), targets),
-            epochs=self.training.epochs, steps=steps, regularizer=regularizer)
+            epochs=self.training.epochs, steps=steps, regularizer=regularizer, plan=plan)
         return TrainOutcome(mean_loss, samples, taken, optimizer.state_dict())
 
     def fit(self, client: int, round_: int, optimizer: torch.optim.Optimizer,
@@ -308,12 +328,14 @@ class ClientRuntime:
             epochs: int | None, steps: int | None = None, batch_size: int | None = None,
             stream: str = "batches",
             regularizer: Callable[[], torch.Tensor] | None = None,
-            data: tuple[torch.Tensor, torch.Tensor] | None = None) -> tuple[float, int, int]:
+            data: tuple[torch.Tensor, torch.Tensor] | None = None,
+            plan: list[np.ndarray] | None = None) -> tuple[float, int, int]:
         """The local training loop every algorithm shares: minibatches of the client's data,
         ``batch_loss(inputs, targets)`` (+ ``regularizer()``, not reported), one optimizer step
         each. Returns (mean reported loss, samples, steps); modules' train/eval modes are the
         caller's. ``data``: (inputs, targets) to train on instead of the client's own data
-        (e.g. a public set).
+        (e.g. a public set). ``plan``: the batch positions when the caller drew them already
+        (:meth:`round_plans`; the same as drawn here).
 
         Batch order comes from the stream (seed, ``stream``, round, client) and global-RNG
         ops (dropout) from (seed, "torch"/"torch-<stream>", round, client), so the result is
@@ -327,9 +349,10 @@ class ClientRuntime:
         torch.default_generator.manual_seed(torch_seed)
         if self.device.type == "cuda":
             torch.cuda.manual_seed(torch_seed)
-        plan = [step[0] for step in batch_plans(len(y), batch_size or self.training.batch_size,
-                                                 epochs, steps, self.seed, round_,
-                                                 np.array([client]), stream)]
+        if plan is None:
+            plan = [step[0] for step in batch_plans(
+                len(y), batch_size or self.training.batch_size, epochs, steps, self.seed,
+                round_, np.array([client]), stream)]
         total_loss = torch.zeros((), device=self.device)
         seen = 0
         for positions, index in zip(plan, plan_on_device(plan, self.device), strict=True):

@@ -140,6 +140,8 @@ def plan_on_device(plan: Sequence[np.ndarray], device: torch.device) -> list[tor
     would make every step wait for the previous one's kernels on a GPU)."""
     if not plan:
         return []
+    if device.type == "cpu":  # no transfer to batch: views of the plan's arrays
+        return [torch.from_numpy(np.asarray(positions)) for positions in plan]
     flat = torch.from_numpy(np.concatenate([np.asarray(p).reshape(-1) for p in plan])).to(device)
     steps, start = [], 0
     for positions in plan:

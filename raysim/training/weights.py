@@ -102,16 +102,115 @@ def convert_once(weights: Sequence[Weights], convert: Callable[[Weights], T]) ->
 
 
 def flat_state(model: nn.Module) -> FlatWeights:
-    """A copy of a model's state as :class:`FlatWeights` on the model's device (one
-    concatenation; entries that are not float32, such as BatchNorm's batch counter, are
-    copied to ``extras``)."""
+    """A copy of a model's state as :class:`FlatWeights` on the model's device (one copy of
+    its flat vector where it has one, else one concatenation; entries that are not float32,
+    such as BatchNorm's batch counter, are copied to ``extras``)."""
     tensors = state_tensors(model)
     layout = model_layout(model)
+    bound = _bound_vector(model)
     with torch.no_grad():
-        vector = torch.cat([tensors[name].detach().reshape(-1) for name, _ in layout])
-    extras = {name: tensor.detach().cpu().numpy().copy() for name, tensor in tensors.items()
-              if not is_flat_dtype(tensor.dtype)}
-    return FlatWeights(vector, layout, extras)
+        vector = bound.clone() if bound is not None else torch.cat(
+            [tensors[name].detach().reshape(-1) for name, _ in layout])
+    return FlatWeights(vector, layout, _extras(tensors))
+
+
+RELEASE_MIN_VALUES = 1 << 18
+"""Below this many values (1 MiB of float32) copying a model's vector costs less than binding
+the model to a fresh one, and :func:`release_state` copies."""
+
+
+def release_state(model: nn.Module) -> FlatWeights:
+    """The model's state as :class:`FlatWeights` without a copy: the flat vector its float32
+    state is a view of is handed over, and the model is bound to a fresh **uninitialised**
+    vector; call :func:`set_weights` before the model is used again. For a model whose state
+    cannot be bound to a flat vector, or a small one (:data:`RELEASE_MIN_VALUES`), a copy
+    (:func:`flat_state`)."""
+    vector = _bound_vector(model)
+    if vector is None or vector.numel() < RELEASE_MIN_VALUES:
+        return flat_state(model)
+    state = FlatWeights(vector, model_layout(model), _extras(state_tensors(model)))
+    _bind(model, torch.empty_like(vector))
+    return state
+
+
+def _extras(tensors: Mapping[str, torch.Tensor]) -> dict[str, np.ndarray]:
+    """Copies of the state entries that are not float32 (kept beside the flat vector)."""
+    return {name: tensor.detach().cpu().numpy().copy() for name, tensor in tensors.items()
+            if not is_flat_dtype(tensor.dtype)}
+
+
+BindPlan = tuple[tuple[nn.Module, str, bool], ...]
+"""(module, attribute, is a parameter) of every float32 state entry, in layout order."""
+
+
+def _bind_plan(model: nn.Module) -> BindPlan | None:
+    """Where each float32 state entry lives, when the entries can be views of one flat vector
+    (distinct tensors with contiguous strides; not channels-last weights), else None. Cached
+    on the model."""
+    if "_raysim_bind_plan" in model.__dict__:
+        return model.__dict__["_raysim_bind_plan"]  # type: ignore[no-any-return]
+    tensors = state_tensors(model)
+    plan: list[tuple[nn.Module, str, bool]] = []
+    storages = set()
+    for name, _ in model_layout(model):
+        tensor = tensors[name]
+        module_name, _, attribute = name.rpartition(".")
+        module = model.get_submodule(module_name)
+        if tensor.stride() != _contiguous_strides(tensor.shape) \
+                or (tensor.numel() and tensor.data_ptr() in storages) \
+                or getattr(module, attribute, None) is None:
+            plan = []
+            break
+        storages.add(tensor.data_ptr())
+        plan.append((module, attribute, attribute in module._parameters))
+    bind_plan = tuple(plan) if plan else None
+    model.__dict__["_raysim_bind_plan"] = bind_plan
+    return bind_plan
+
+
+def _contiguous_strides(shape: torch.Size) -> tuple[int, ...]:
+    """The strides of a contiguous tensor of ``shape`` (a channels-last weight with one
+    channel counts as contiguous to ``is_contiguous`` but not here: its strides steer the
+    convolution's memory format)."""
+    strides, step = [], 1
+    for size in reversed(shape):
+        strides.append(step)
+        step *= size
+    return tuple(reversed(strides))
+
+
+def _bound_vector(model: nn.Module) -> torch.Tensor | None:
+    """The flat vector the model's float32 state is a view of (bound on first use, holding the
+    model's current values), or None for a model whose state cannot be bound."""
+    plan = _bind_plan(model)
+    if plan is None:
+        return None
+    vector: torch.Tensor | None = model.__dict__.get("_raysim_flat")
+    module, attribute, _ = plan[0]
+    if vector is None or getattr(module, attribute).data_ptr() != vector.data_ptr():
+        with torch.no_grad():  # (re)bind: first use, or the model was moved or copied
+            vector = torch.cat([getattr(m, a).detach().reshape(-1) for m, a, _ in plan])
+        _bind(model, vector)
+    return vector
+
+
+def _bind(model: nn.Module, vector: torch.Tensor) -> None:
+    """Make the model's float32 parameters and buffers views of ``vector`` (layout order);
+    the state-tensor cache follows."""
+    plan = _bind_plan(model)
+    assert plan is not None
+    layout = model_layout(model)
+    tensors = dict(state_tensors(model))
+    for (name, (start, stop, shape)), (module, attribute, is_parameter) in zip(
+            _offsets(layout).items(), plan, strict=True):
+        view = vector[start:stop].view(shape)
+        if is_parameter:
+            module._parameters[attribute].data = view  # type: ignore[union-attr]
+        else:
+            module._buffers[attribute] = view
+        tensors[name] = view
+    model.__dict__["_raysim_state_tensors"] = tensors
+    model.__dict__["_raysim_flat"] = vector
 
 
 def on_device(weights: Weights, device: torch.device) -> FlatWeights:
@@ -134,7 +233,17 @@ def on_device(weights: Weights, device: torch.device) -> FlatWeights:
 
 def set_weights(model: nn.Module, weights: Weights) -> None:
     """Load weights into a model in place (copied onto the model's device; from a device
-    FlatWeights without passing through the host)."""
+    FlatWeights without passing through the host, in one copy into the model's flat vector
+    where the layouts agree)."""
+    vector = _bound_vector(model)
+    if vector is not None and isinstance(weights, FlatWeights) \
+            and weights.layout == model_layout(model):
+        tensors = state_tensors(model)
+        with torch.no_grad():
+            vector.copy_(as_tensor(weights.vector))
+            for name, value in weights.extras.items():
+                tensors[name].copy_(as_tensor(value))
+        return
     source = weights.tensors() if isinstance(weights, FlatWeights) else weights
     with torch.no_grad():
         for name, tensor in state_tensors(model).items():
