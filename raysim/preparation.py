@@ -183,13 +183,33 @@ def check_privacy(config: ExperimentConfig) -> None:
                 f"`{config.algorithm.name}` to clip and noise its released models. Keep "
                 "`privacy` (the same mechanism, with an accountant) and remove algorithm.dp.")
         return
+    central = algorithm_class.central_privacy_refusal
+    if algorithm_class.private_uploads and central is not None \
+            and config.privacy.mode == "central":
+        raise ConfigError(
+            f"Invalid config field `privacy.mode` = 'central': with algorithm "
+            f"`{config.algorithm.name}`, {central}. Set privacy.mode: local (every client "
+            "clips and noises its own weight upload; what the server computes from the noised "
+            "uploads is post-processing).")
     if not algorithm_class.private_uploads:
         raise ConfigError(
             f"Invalid config section `privacy`: algorithm `{config.algorithm.name}` cannot give "
             f"a client-level DP guarantee here: {algorithm_class.privacy_refusal}. A privacy "
             f"setting would suggest a guarantee that is not there. Remove `privacy`, or use an "
-            f"algorithm whose uploads are weight updates: {_supporting('private_uploads')} "
-            f"(or {_supporting('private_releases')} in local mode).")
+            f"algorithm whose uploads are weight updates: {_private_anywhere()} (or "
+            f"{_private_locally()} in local mode).")
+
+
+def _private_anywhere() -> str:
+    """The algorithms that take ``privacy`` in central and local mode, listed."""
+    return ", ".join(sorted(n for n, c in ALGORITHMS.items()
+                            if c.private_uploads and c.central_privacy_refusal is None))
+
+
+def _private_locally() -> str:
+    """The algorithms that take ``privacy`` in local mode only, listed."""
+    return ", ".join(sorted(n for n, c in ALGORITHMS.items() if c.private_releases or (
+        c.private_uploads and c.central_privacy_refusal is not None)))
 
 
 def check_system(config: ExperimentConfig) -> None:

@@ -63,7 +63,8 @@ def test_every_clipped_update_is_within_the_bound_and_small_ones_are_unchanged()
     results = [(c, ClientResult({"model": _flat(ref + rng.normal(size=500) * s)}))
                for c, s in enumerate(scales)]
     originals = [r.upload["model"].vector.clone() for _, r in results]
-    privatize_uploads(results, ("model",), {"model": reference}, _settings(clip=1.0), 0, 0, CPU)
+    privatize_uploads(results, ("model",), lambda kind, client: reference,
+                      {"model": reference}, _settings(clip=1.0), 0, 0, CPU)
     for (_, result), original, scale in zip(results, originals, scales, strict=True):
         upload = result.upload["model"].vector.double()
         norm = float(torch.linalg.vector_norm(upload - reference.vector.double()))
@@ -83,7 +84,8 @@ def test_local_noise_has_the_stated_std_and_is_the_same_stream_on_every_call():
     draws = []
     for _ in range(2):
         results = [(7, ClientResult({"model": _flat(np.zeros(200_000))}))]
-        privatize_uploads(results, ("model",), {"model": reference}, settings, 3, 5, CPU)
+        privatize_uploads(results, ("model",), lambda kind, client: reference,
+                          {"model": reference}, settings, 3, 5, CPU)
         draws.append(results[0][1].upload["model"].vector.double().numpy())
     assert np.array_equal(draws[0], draws[1])  # the client's stream (seed, round, client)
     assert np.std(draws[0]) == pytest.approx(settings.noise_std, rel=0.01)
@@ -192,7 +194,7 @@ def test_a_budget_stop_ends_the_run_early_and_its_last_row_says_why(ray_session,
 
 
 # ----- refusals -----
-@pytest.mark.parametrize("algorithm", ["fedvck", "feddm", "fedmd", "feddf", "mhpflid", "fedsm",
+@pytest.mark.parametrize("algorithm", ["fedvck", "feddm", "fedmd", "mhpflid", "fedsm",
                                        "local", "centralized"])
 def test_methods_without_protectable_weight_uploads_refuse_privacy(capsys, tmp_path,
                                                                   algorithm):
@@ -202,7 +204,8 @@ def test_methods_without_protectable_weight_uploads_refuse_privacy(capsys, tmp_p
     raw["model"] = {"name": "convnet", "width": 8, "depth": 2}
     code, err = run_cli(capsys, tmp_path, raw)
     assert code == 2, err
-    assert "Invalid config section `privacy`" in err and "fedavg, fedprox" in err
+    assert "Invalid config section `privacy`" in err and "fedavg, fedprox (or feddc, feddf " \
+        "in local mode)" in err
     assert "Traceback" not in err
 
 
@@ -347,3 +350,60 @@ def test_adaptive_clipping_noises_the_sum_at_the_rounds_clip_with_the_updates_mu
     z_delta = settings.adaptive.update_noise_multiplier
     assert noise_std == pytest.approx(z_delta * 0.3, rel=0.03)  # not z x the first clip 1.0
     assert state.clip == pytest.approx(0.3 * math.exp(-0.2 * (1.0 - 0.5)), rel=0.2)
+
+
+# ----- FedDF: its clients' weights privatized locally, the teacher computed by the server -----
+def _feddf_raw(**privacy) -> dict:
+    raw = _raw(**privacy)
+    raw["algorithm"] = {"name": "feddf", "weighted": False, "public_per_client": 4,
+                        "distillation_steps": 3, "distillation_batch_size": 8}
+    raw["training"]["clients_per_round"] = 12  # rate 1: Poisson sampling takes everyone
+    return raw
+
+
+def test_feddf_under_local_dp_uploads_no_logits_and_equals_feddf_without_noise_or_clip(
+        ray_session, tmp_path):
+    """With DP on, FedDF's clients upload only their (clipped, noised) weights and the server
+    computes each upload's logits on the public set: with no clip and no noise that is
+    FedDF's own run to the bit; the noise reaches the distilled models."""
+    from raysim.results import load
+
+    runs = {}
+    for label, privacy in (("plain", None), ("open", {"clip": math.inf,
+                                                       "noise_multiplier": 0.0}),
+                           ("noisy", {"clip": 0.5, "noise_multiplier": 2.0})):
+        raw = _feddf_raw(**({**privacy, "mode": "local"} if privacy else {}))
+        outcome = run_experiment(parse_config(raw), output=str(tmp_path / label),
+                                 progress=False)[0]
+        assert outcome.error is None, outcome.error
+        runs[label] = (load(outcome.run_dir), load(outcome.run_dir, "communication"))
+    (plain, plain_bytes), (open_, open_bytes), (noisy, _) = (runs[k] for k in
+                                                             ("plain", "open", "noisy"))
+    assert "logits" in set(plain_bytes["message_type"])
+    assert "logits" not in set(open_bytes["message_type"])
+    for column in ("accuracy", "loss", "personal_accuracy"):
+        assert np.array_equal(plain[column].to_numpy(), open_[column].to_numpy()), column
+    assert not np.array_equal(open_["loss"].to_numpy(), noisy["loss"].to_numpy())
+    assert np.isfinite(noisy["epsilon"]).all()
+
+
+def test_feddf_refuses_central_noise(capsys, tmp_path):
+    code, err = run_cli(capsys, tmp_path, _feddf_raw(clip=0.5, noise_multiplier=1.0,
+                                                     mode="central"))
+    assert code == 2 and "privacy.mode: local" in err and "Traceback" not in err
+
+
+def test_feddf_privatizes_each_upload_against_the_model_its_client_started_from():
+    from types import SimpleNamespace
+
+    from raysim.algorithms import ALGORITHMS
+    from raysim.preparation import prepare, run_context
+
+    config = parse_config(_feddf_raw(clip=0.5, noise_multiplier=1.0, mode="local"))
+    dataset, partition = prepare(config, None)[0]
+    feddf = ALGORITHMS["feddf"](config.algorithm,
+                                run_context(config, dataset, 0, partition.num_clients))
+    runtime = SimpleNamespace(client_initial_weights=lambda client: f"initial {client}")
+    group = {"models": {"0": "group 0's distilled model"}}
+    assert feddf.dp_reference(runtime, group, "model", 3) == "group 0's distilled model"
+    assert feddf.dp_reference(runtime, {}, "model", 3) == "initial 3"  # its first round

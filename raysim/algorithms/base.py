@@ -124,6 +124,10 @@ class Algorithm(ABC, Generic[ParamsT, StateT]):
     """Set (one clause: what it releases) when the algorithm clips and noises its own releases
     with ``context.privacy`` in local mode, instead of weight uploads over the broadcast
     (FedDC's hand-overs); :meth:`dp_releases` counts them for the accountant."""
+    central_privacy_refusal: ClassVar[str | None] = None
+    """Why ``privacy.mode: central`` is refused although the weight uploads can be clipped and
+    noised by their clients (one clause); None: central noise on the sum protects what the
+    server releases."""
     privacy_refusal: ClassVar[str] = (
         "it has no weight upload that client-level DP (clipping and Gaussian noise of a weight "
         "update) could protect")
@@ -219,6 +223,13 @@ class Algorithm(ABC, Generic[ParamsT, StateT]):
     def reduce(self, results: Sequence[tuple[int, ClientResult]]) -> Any:
         """Pre-aggregate the results of one client group, given in client order."""
         return None
+
+    def dp_reference(self, runtime: ClientRuntime, message: dict[str, Any], kind: str,
+                     client: int) -> Weights:
+        """The model a client's ``kind`` upload is privatized against (its update is the
+        upload minus this; it must be known to the server): by default the broadcast entry of
+        the same name."""
+        return message[kind]  # type: ignore[no-any-return]
 
     def dp_releases(self, rounds_done: int) -> int:
         """How many differentially private releases a client has made after ``rounds_done``

@@ -13,6 +13,11 @@ Clients that share an architecture and input resolution form a *prototype group*
    ``distillation_steps`` Adam steps (``distillation_lr``) on batches of
    ``distillation_batch_size``, loss KL(softmax(teacher / T) || softmax(student / T)) * T^2.
 
+Under ``privacy`` (local mode only) a client uploads only its weights, clipped and noised
+against the model it started from (:meth:`FedDF.dp_reference`); the server computes every
+upload's logits itself (post-processing of the noised weights) and averages with one vote
+each. Each client's personal model never leaves it.
+
 The public set is carved from the clients' training data (:mod:`raysim.algorithms.public_set`)
 and used without labels. Each client's personal model, evaluated on its own test share, is its
 model after local training (which started from its group's distilled model).
@@ -26,6 +31,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import numpy as np
 import torch
 import torch.nn.functional as F
+from torch import nn
 
 from raysim.algorithms.aggregators import mean_partial, weighted_mean
 from raysim.algorithms.base import Algorithm, ClientResult, RunContext, register_algorithm
@@ -48,9 +54,10 @@ class FedDF(Algorithm[FedDFParams, dict[str, Weights]]):
     """Per-group FedAvg, then server-side distillation of each group towards the ensemble."""
 
     params_class = FedDFParams
-    privacy_refusal: ClassVar[str] = (
-        "its clients upload logits on the public set beside their weights, and the logits are "
-        "not privatized")
+    private_uploads: ClassVar[tuple[str, ...]] = ("model",)
+    central_privacy_refusal: ClassVar[str | None] = (
+        "the server distils towards the ensemble of every client's own model (their logits on "
+        "the public set), and central noise protects only a sum of models")
     multi_label_refusal = (
         "its server distils the ensemble's softmax class scores (KL between class "
         "distributions), which has no per-label counterpart here")
@@ -69,6 +76,7 @@ class FedDF(Algorithm[FedDFParams, dict[str, Weights]]):
         order = list(dict.fromkeys(keys))
         self.group_of_client = [order.index(key) for key in keys]
         self._public: torch.Tensor | None = None  # the public inputs, normalised
+        self._server_models: dict[str, nn.Module] = {}  # per group, for _server_logits
 
     def _group_key(self, client: int) -> str:
         return str(self.group_of_client[client])
@@ -96,16 +104,38 @@ class FedDF(Algorithm[FedDFParams, dict[str, Weights]]):
         uploads = [u for partial in partials for u in partial]
         if not uploads:
             return state
-        teacher = torch.from_numpy(np.mean([u["logits"] for u in uploads], axis=0))
+        logits = [u["logits"] if "logits" in u else self._server_logits(u["client"], u["model"])
+                  for u in uploads]
+        teacher = torch.from_numpy(np.mean(logits, axis=0))
+        weighted = self.params.weighted and self.context.privacy is None  # DP: one vote each
         models = dict(state)
         for group in sorted({self.group_of_client[u["client"]] for u in uploads}):
             members = [u for u in uploads if self.group_of_client[u["client"]] == group]
             average = weighted_mean([mean_partial([u["model"] for u in members],
                                                   [u["samples"] for u in members],
-                                                  self.params.weighted)])
+                                                  weighted)])
             models[str(group)] = self._distill(members[0]["client"], average, teacher, round_,
                                                group)
         return models
+
+    def _server_logits(self, client: int, model: Weights) -> np.ndarray:
+        """A client's uploaded model's logits on the public set, computed by the server (under
+        ``privacy``: the upload is the client's noised model, so its logits are
+        post-processing of a private release)."""
+        if self._public is None:
+            raise RuntimeError("FedDF's server has no public set: attach_server_inputs was "
+                               "not called")
+        key = self._group_key(client)
+        if key not in self._server_models:
+            self._server_models[key] = place(
+                build_model(self.context.architecture(client), self.context.info),
+                torch.device("cpu"), self.context.memory_format)
+        module = self._server_models[key]
+        set_weights(module, model)
+        return _public_logits(module, downsample_images(self._public, self._factor(client)))
+
+    def _factor(self, client: int) -> int:
+        return self.context.downsample[client] if self.context.downsample else 1
 
     def _distill(self, client: int, start: Weights, teacher: torch.Tensor, round_: int,
                  group: int) -> Weights:
@@ -119,8 +149,7 @@ class FedDF(Algorithm[FedDFParams, dict[str, Weights]]):
         set_weights(student, start)
         if p.distillation_steps == 0:
             return start
-        factor = self.context.downsample[client] if self.context.downsample else 1
-        inputs = downsample_images(self._public, factor)
+        inputs = downsample_images(self._public, self._factor(client))
         optimizer = torch.optim.Adam(student.parameters(), lr=p.distillation_lr)
         generator = torch_generator(self.context.seed, "feddf-distill", round_, group)
         t = p.temperature
@@ -149,13 +178,26 @@ class FedDF(Algorithm[FedDFParams, dict[str, Weights]]):
             start = message.get("models", {}).get(self._group_key(client))
             set_weights(model, runtime.client_initial_weights(client) if start is None else start)
             outcome = runtime.train(model, client, round_)
-            model.eval()
-            with torch.no_grad():
-                logits = model(runtime.client_inputs(client, public)).float().cpu().numpy()
             weights = get_weights(model)
-            results.append(ClientResult.trained({"model": weights, "logits": logits}, weights,
-                                                outcome))
+            upload: dict[str, Any] = {"model": weights}
+            if self.context.privacy is None:  # under DP the server computes the logits
+                upload["logits"] = _public_logits(model, runtime.client_inputs(client, public))
+            results.append(ClientResult.trained(upload, weights, outcome))
         return results
+
+    def dp_reference(self, runtime: ClientRuntime, message: dict[str, Any], kind: str,
+                     client: int) -> Weights:
+        """The model the client started from: its group's distilled model, or in the group's
+        first round its architecture's initial weights (both known to the server)."""
+        start = message.get("models", {}).get(self._group_key(client))
+        return runtime.client_initial_weights(client) if start is None else start
 
     def personal_weights(self, state: Any) -> Weights | None:
         return state
+
+
+def _public_logits(model: nn.Module, inputs: torch.Tensor) -> np.ndarray:
+    """A model's float32 logits on the public inputs, in eval mode (the model stays so)."""
+    model.eval()
+    with torch.no_grad():
+        return model(inputs).float().cpu().numpy()  # type: ignore[no-any-return]

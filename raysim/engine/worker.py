@@ -171,8 +171,11 @@ class ClientWorker:
         privacy = self.run_setup.context.privacy
         if privacy is not None:  # clip (and in local mode noise) before anything is reduced
             privatize_uploads(list(zip(ids, updates, strict=True)),
-                              self.algorithm.private_uploads, message, privacy,
-                              self.run_setup.context.seed, round_, self.device)
+                              self.algorithm.private_uploads,
+                              lambda kind, client: self.algorithm.dp_reference(
+                                  self.runtime, message, kind, client),
+                              message, privacy, self.run_setup.context.seed, round_,
+                              self.device)
         seconds = (time.perf_counter() - started) / max(len(ids), 1)
         by_client = dict(zip(ids, updates, strict=True))
         bytes_up: dict[str, int] = defaultdict(int)

@@ -72,7 +72,7 @@ class DpSettings:
         the updates' share of the noise multiplier)."""
         multiplier = (self.noise_multiplier if self.adaptive is None
                       else self.adaptive.update_noise_multiplier)
-        return multiplier * clip
+        return multiplier * clip if multiplier > 0 else 0.0  # (no noise at an infinite clip)
 
     def epsilon_after(self, rounds: int) -> float:
         """epsilon at ``delta`` after ``rounds`` rounds."""

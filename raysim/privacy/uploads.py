@@ -5,29 +5,35 @@ clip (``dp_<upload>_within_clip``, 0 or 1: adaptive clipping's bit)."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
 
 from raysim.privacy.mechanism import privatize
 from raysim.privacy.settings import DpSettings
-from raysim.training.weights import on_device
+from raysim.training.weights import FlatWeights, Weights, on_device
 
 
 def privatize_uploads(results: Sequence[tuple[int, Any]], uploads: Sequence[str],
-                      message: dict[str, Any], settings: DpSettings, seed: int, round_: int,
-                      device: torch.device) -> None:
+                      reference: Callable[[str, int], Weights], message: dict[str, Any],
+                      settings: DpSettings, seed: int, round_: int, device: torch.device
+                      ) -> None:
     """Replace every (client, ClientResult)'s uploads named in ``uploads`` by the clipped
-    (local mode: and noised) update over the broadcast entry of the same name, in place."""
+    (local mode: and noised) update over ``reference(kind, client)`` (the algorithm's
+    :meth:`~raysim.algorithms.base.Algorithm.dp_reference`: by default the broadcast entry of
+    the same name), in place; a reference shared by several clients goes to the device once."""
     local_std = settings.noise_std if settings.mode == "local" else 0.0
     clip = float(message["dp_clip"]) if "dp_clip" in message else settings.clip  # adaptive
+    on_device_once: dict[int, FlatWeights] = {}
     for kind in uploads:
-        reference = on_device(message[kind], device)  # the broadcast on the device once
         for client, result in results:
             if kind not in result.upload:
                 continue
-            result.upload[kind], norm = privatize(result.upload[kind], reference, clip,
-                                                  local_std, seed, round_, client, device)
+            start = reference(kind, client)
+            if id(start) not in on_device_once:
+                on_device_once[id(start)] = on_device(start, device)
+            result.upload[kind], norm = privatize(result.upload[kind], on_device_once[id(start)],
+                                                  clip, local_std, seed, round_, client, device)
             result.metrics[f"dp_{kind}_update_norm"] = norm
             result.metrics[f"dp_{kind}_within_clip"] = float(norm <= clip)
