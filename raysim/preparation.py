@@ -283,7 +283,8 @@ def run_context(config: ExperimentConfig, dataset: ArrayDataset, seed: int,
         downsample = tuple(d for c, d in enumerate(downsample) if c != kept)
     per_round = min(config.clients_per_round, training_clients)
     privacy = None if config.privacy is None else resolve_privacy(
-        config.privacy, num_clients, per_round, config.training.rounds)
+        config.privacy, num_clients, per_round, config.training.rounds,
+        ALGORITHMS[config.algorithm.name].dp_releases_per_round(config.algorithm))
     fedbuff = (config.system.server_lr if config.system is not None
                and config.system.policy == "fedbuff" else None)
     return RunContext(seed, dataset.info, config.model, config.training, num_clients,

@@ -194,7 +194,7 @@ def test_a_budget_stop_ends_the_run_early_and_its_last_row_says_why(ray_session,
 
 
 # ----- refusals -----
-@pytest.mark.parametrize("algorithm", ["fedvck", "feddm", "fedmd", "mhpflid", "fedsm",
+@pytest.mark.parametrize("algorithm", ["fedvck", "feddm", "fedmd", "mhpflid",
                                        "local", "centralized"])
 def test_methods_without_protectable_weight_uploads_refuse_privacy(capsys, tmp_path,
                                                                   algorithm):
@@ -204,7 +204,7 @@ def test_methods_without_protectable_weight_uploads_refuse_privacy(capsys, tmp_p
     raw["model"] = {"name": "convnet", "width": 8, "depth": 2}
     code, err = run_cli(capsys, tmp_path, raw)
     assert code == 2, err
-    assert "Invalid config section `privacy`" in err and "fedavg, fedprox (or feddc, feddf " \
+    assert "Invalid config section `privacy`" in err and "fedavg, fedprox (or feddc, feddf, fedsm " \
         "in local mode)" in err
     assert "Traceback" not in err
 
@@ -407,3 +407,79 @@ def test_feddf_privatizes_each_upload_against_the_model_its_client_started_from(
     group = {"models": {"0": "group 0's distilled model"}}
     assert feddf.dp_reference(runtime, group, "model", 3) == "group 0's distilled model"
     assert feddf.dp_reference(runtime, {}, "model", 3) == "initial 3"  # its first round
+
+
+# ----- FedSM: global model, selector and personalized models, each privatized locally -----
+def _fedsm_raw(variant: str = "fedsm", **privacy) -> dict:
+    raw = _raw(**privacy)
+    raw["algorithm"] = {"name": "fedsm", "variant": variant,
+                        **({"extra_rounds": 1} if variant == "extra" else {})}
+    raw["training"]["clients_per_round"] = 12  # FedSM: every client every round
+    return raw
+
+
+@pytest.mark.parametrize("variant, releases", [("fedsm", [3, 6, 9, 12]),
+                                                ("extra", [2, 4, 6, 7])])
+def test_fedsm_under_privacy_composes_one_gaussian_mechanism_per_upload(
+        ray_session, tmp_path, variant, releases):
+    rounds, clients = _run(_fedsm_raw(variant, clip=0.5, noise_multiplier=3.0, mode="local",
+                                      delta=1e-3), tmp_path, variant)
+    expected = [_direct_epsilon(1.0, 3.0, n, 1e-3) for n in releases]
+    np.testing.assert_allclose(rounds["epsilon"].to_numpy(), expected, rtol=1e-9)
+    main = clients[clients["round"] < (4 if variant == "fedsm" else 3)]
+    assert main["dp_model_update_norm"].notna().all()
+    assert main["dp_personal_update_norm"].notna().all()
+
+
+def test_fedsm_clips_and_noises_the_personalized_model_the_client_keeps(monkeypatch):
+    """A client's personalized upload is its SoftPull start plus the clipped update (norm <=
+    clip without noise) plus Gaussian noise of std multiplier x clip per weight, from its own
+    stream; the client keeps exactly that release (its next start is public), and the
+    selector's Adam moments are not uploaded."""
+    from test_data_plane import _workers
+
+    from raysim.algorithms import ALGORITHMS
+
+    measured = {}
+    for noise in (0.0, 1.0):
+        config = parse_config(_fedsm_raw(clip=0.01, noise_multiplier=noise, mode="local"))
+        workers, _, _ = _workers(config, 1, monkeypatch)
+        worker = workers[0]
+        server = ALGORITHMS["fedsm"](config.algorithm, worker.setup.context)
+        message = server.broadcast(server.init_server_state(worker.runtime.initial_weights), 0)
+        clients = list(range(12))
+        results = worker.algorithm.local_updates(worker.runtime, clients, 0, message,
+                                                 [None] * 12)
+        start = torch.from_numpy(np.concatenate([np.ravel(v) for v in
+                                                 worker.runtime.initial_weights.values()]))
+        distances = []
+        for result in results:
+            personal = result.upload["personal"]
+            assert result.state[0] is personal and "selector_adam" not in result.upload
+            vector = torch.as_tensor(personal.vector).double()
+            distances.append(float(torch.linalg.vector_norm(vector - start.double())))
+            assert result.metrics["dp_personal_update_norm"] > 0.01  # (so it was clipped)
+        measured[noise] = (np.array(distances), start.numel())
+    quiet, _ = measured[0.0]
+    assert (quiet <= 0.01 + 1e-6).all() and (quiet > 0.0099).all()
+    noisy, size = measured[1.0]
+    np.testing.assert_allclose(noisy / (0.01 * np.sqrt(size)), 1.0, rtol=0.05)
+
+
+def test_fedsm_refuses_central_noise(capsys, tmp_path):
+    code, err = run_cli(capsys, tmp_path, _fedsm_raw(clip=0.5, noise_multiplier=1.0,
+                                                     mode="central"))
+    assert code == 2 and "privacy.mode: local" in err and "super model" in err
+
+
+def test_fedsm_calibrates_its_noise_for_every_upload_of_every_round():
+    from raysim.algorithms import ALGORITHMS
+    from raysim.preparation import prepare, run_context
+
+    config = parse_config(_fedsm_raw(clip=0.5, target_epsilon=4.0, delta=1e-3, mode="local"))
+    dataset, partition = prepare(config, None)[0]
+    context = run_context(config, dataset, 0, partition.num_clients)
+    fedsm = ALGORITHMS["fedsm"](config.algorithm, context)
+    settings = context.privacy
+    assert settings is not None and settings.calibrated
+    assert settings.epsilon_after(fedsm.dp_releases(4)) == pytest.approx(4.0, rel=1e-3)

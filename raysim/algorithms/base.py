@@ -231,6 +231,12 @@ class Algorithm(ABC, Generic[ParamsT, StateT]):
         the same name."""
         return message[kind]  # type: ignore[no-any-return]
 
+    @classmethod
+    def dp_releases_per_round(cls, params: Any) -> int:
+        """The most DP releases a client makes in one round (separately clipped and noised
+        uploads; default one), which calibration and the budget cap count for every round."""
+        return 1
+
     def dp_releases(self, rounds_done: int) -> int:
         """How many differentially private releases a client has made after ``rounds_done``
         rounds (the accountant composes that many sampled Gaussian mechanisms; default: one

@@ -17,6 +17,14 @@ global and personalized models for ``rounds - extra_rounds`` rounds, then only t
 ``extra_rounds`` rounds, with labels argmin_k CE(model_k) over {global, personalized 1..K} of
 the frozen models, and routes every sample to the selector's arg max.
 
+Under ``privacy`` (local mode only; every client takes part every round, so the sampling rate
+is 1) each client clips and noises three uploads separately, each against a model the server
+knows: the global model and the selector against the broadcast, the personalized model against
+its SoftPull start; the client keeps its noised personalized model and starts the next round
+from it (so every start is public), the selector's Adam moments are not uploaded, and the
+server averages with one vote each. The accountant composes one Gaussian mechanism per upload
+(:meth:`FedSM.dp_releases`).
+
 Evaluation models: the super model (columns ``accuracy``, ``own_accuracy``, ...), the global
 model (``gm_``), each client's personalized model on its own test share (``pm_``), and the super
 model at every gamma of ``gamma_sweep`` (``g<gamma>_``); routes go to the ``selection`` table.
@@ -38,6 +46,7 @@ from raysim.algorithms.params import FedSMParams
 from raysim.data.dataset import DataInfo
 from raysim.errors import field_error
 from raysim.models import MODELS, build_model
+from raysim.privacy.mechanism import privatize
 from raysim.seeding import torch_generator
 from raysim.training.evaluation import predict_proba
 from raysim.training.losses import sample_losses
@@ -73,10 +82,10 @@ class FedSM(Algorithm[FedSMParams, dict[str, Any]]):
     asynchronous_refusal: ClassVar[str | None] = (
         "its SoftPull mixes the personalized models of one synchronous round, and its "
         "selector is trained on all of them")
-    privacy_refusal: ClassVar[str] = (
-        "every client uploads its personalized model each round for the server's SoftPull, "
-        "and those models are not privatized (only the global model and the selector would "
-        "be)")
+    private_uploads: ClassVar[tuple[str, ...]] = ("model", "selector")
+    central_privacy_refusal: ClassVar[str | None] = (
+        "its super model routes each sample to an individual client's personalized model, and "
+        "central noise protects only sums of models")
 
     def __init__(self, params: FedSMParams, context: RunContext):
         super().__init__(params, context)
@@ -111,6 +120,20 @@ class FedSM(Algorithm[FedSMParams, dict[str, Any]]):
                 raise field_error("algorithm.selector_model", params.selector_model,
                                   f"a valid {name} section ({error})") from None
         self._selector: nn.Module | None = None
+
+    # ----- privacy -----
+    @classmethod
+    def dp_releases_per_round(cls, params: Any) -> int:
+        """FedSM: global and personalized models, and the selector in its rounds."""
+        return 3 if params.variant == "fedsm" else 2
+
+    def dp_releases(self, rounds_done: int) -> int:
+        """Every main round releases the global and the personalized model (and with variant
+        fedsm the selector), every FedSM-extra round the selector: each one Gaussian
+        mechanism (separately clipped and noised), composed at rate 1 (every client, every
+        round)."""
+        main = min(rounds_done, self._main_rounds())
+        return main * self.dp_releases_per_round(self.params) + (rounds_done - main)
 
     # ----- server -----
     def _main_rounds(self) -> int:
@@ -180,16 +203,22 @@ class FedSM(Algorithm[FedSMParams, dict[str, Any]]):
                              self.context.num_clients) for w in own]
         trained_personal = runtime.train_many(clients, round_, own,
                                               [None if s is None else s[1] for s in states])
+        privacy = self.context.privacy
         results = []
-        for client, (g, g_out), (p, p_out) in zip(clients, trained_global, trained_personal,
-                                                   strict=True):
-            upload = {"model": g, "personal": p}
+        for client, (g, g_out), (p, p_out), start in zip(clients, trained_global,
+                                                          trained_personal, own, strict=True):
             metrics = {"personal_train_loss": p_out.mean_loss}
+            if privacy is not None:  # the client keeps (and next starts from) its release
+                p, norm = privatize(p, start, privacy.clip, privacy.noise_std, self.context.seed,
+                                    round_, client, runtime.device, "personal")
+                metrics |= {"dp_personal_update_norm": norm,
+                            "dp_personal_within_clip": float(norm <= privacy.clip)}
+            upload = {"model": g, "personal": p}
             if "selector" in message:
                 x, _ = runtime.client_data(client)
                 selector, moments, loss = self._train_selector(runtime, x, message,
                                                                np.full(len(x), client))
-                upload |= {"selector": selector, "selector_adam": moments}
+                upload |= {"selector": selector, **self._moments_upload(moments)}
                 metrics["selector_loss"] = loss
             results.append(ClientResult.trained(upload, (p, p_out.optimizer_state), g_out,
                                                 **metrics))
@@ -210,8 +239,13 @@ class FedSM(Algorithm[FedSMParams, dict[str, Any]]):
                 losses.append(sample_losses(module(x), y, runtime.info.multi_label))
         labels = torch.stack(losses).argmin(dim=0).cpu().numpy()
         selector, moments, loss = self._train_selector(runtime, x, message, labels)
-        return ClientResult({"selector": selector, "selector_adam": moments}, None,
+        return ClientResult({"selector": selector, **self._moments_upload(moments)}, None,
                             {"selector_loss": loss}, len(y))
+
+    def _moments_upload(self, moments: Weights) -> dict[str, Weights]:
+        """The selector's Adam moments as an upload; under ``privacy`` none (they are not
+        privatized: every round's selector steps start from fresh moments)."""
+        return {} if self.context.privacy is not None else {"selector_adam": moments}
 
     def _train_selector(self, runtime: ClientRuntime, x: torch.Tensor, message: dict[str, Any],
                         labels: np.ndarray) -> tuple[Weights, Weights, float]:
@@ -254,11 +288,12 @@ class FedSM(Algorithm[FedSMParams, dict[str, Any]]):
     def reduce(self, results: Sequence[tuple[int, ClientResult]]) -> dict[str, Any]:
         partial: dict[str, Any] = {}
         counts = [r.num_samples for _, r in results]
+        weighted = self.params.weighted and self.context.privacy is None  # DP: one vote each
         for key, out in (("model", "global"), ("selector", "selector"),
                          ("selector_adam", "selector_adam")):
             uploads = [r.upload[key] for _, r in results if key in r.upload]
             if uploads:
-                partial[out] = mean_partial(uploads, counts, self.params.weighted)
+                partial[out] = mean_partial(uploads, counts, weighted)
         personal = {c: r.upload["personal"] for c, r in results if "personal" in r.upload}
         if personal:
             partial["personal"] = personal

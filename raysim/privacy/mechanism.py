@@ -33,21 +33,28 @@ def clip_update(model: Weights, reference: Weights, clip: float, device: torch.d
     return FlatWeights(clipped.to(vector.dtype), trained.layout, trained.extras), norm
 
 
-def add_noise(model: FlatWeights, std: float, seed: int, round_: int, client: int
-              ) -> FlatWeights:
+def noise_purpose(kind: str) -> str:
+    """The stream of a client's local noise on its ``kind`` upload: ``dp-noise`` for the model,
+    ``dp-noise-<kind>`` for the others (two uploads never draw the same values)."""
+    return "dp-noise" if kind == "model" else f"dp-noise-{kind}"
+
+
+def add_noise(model: FlatWeights, std: float, seed: int, round_: int, client: int,
+              kind: str = "model") -> FlatWeights:
     """``model`` plus N(0, std^2) on every float entry, from the client's stream (seed,
-    "dp-noise", round, client); unchanged when ``std`` is 0."""
+    :func:`noise_purpose` of ``kind``, round, client); unchanged when ``std`` is 0."""
     if std == 0:
         return model
     vector = torch.as_tensor(model.vector)
-    noise = gaussian_noise(vector.numel(), std, seed, "dp-noise", round_, client)
+    noise = gaussian_noise(vector.numel(), std, seed, noise_purpose(kind), round_, client)
     noisy = (vector.double() + noise.to(vector.device)).to(vector.dtype)
     return FlatWeights(noisy, model.layout, model.extras)
 
 
 def privatize(model: Weights, reference: Weights, clip: float, noise_std: float, seed: int,
-              round_: int, client: int, device: torch.device) -> tuple[FlatWeights, float]:
-    """A client's upload under DP: clipped update, plus its own noise when ``noise_std`` > 0
-    (local mode); returns it and the update's norm before clipping."""
+              round_: int, client: int, device: torch.device, kind: str = "model"
+              ) -> tuple[FlatWeights, float]:
+    """A client's ``kind`` upload under DP: clipped update, plus its own noise when
+    ``noise_std`` > 0 (local mode); returns it and the update's norm before clipping."""
     clipped, norm = clip_update(model, reference, clip, device)
-    return add_noise(clipped, noise_std, seed, round_, client), norm
+    return add_noise(clipped, noise_std, seed, round_, client, kind), norm

@@ -92,15 +92,18 @@ class DpSettings:
                     "update_noise_multiplier": self.adaptive.update_noise_multiplier}}
 
 
-def resolve(config: PrivacyConfig, num_clients: int, clients_per_round: int, rounds: int
-            ) -> DpSettings:
-    """The run's settings from the config section (calibration and the round cap here)."""
+def resolve(config: PrivacyConfig, num_clients: int, clients_per_round: int, rounds: int,
+            releases_per_round: int = 1) -> DpSettings:
+    """The run's settings from the config section (calibration and the round cap here;
+    ``releases_per_round``: the most Gaussian mechanisms a client's round composes, counted
+    for every round by the calibration and the cap)."""
     rate = min(1.0, clients_per_round / num_clients)
     delta = config.delta if config.delta is not None else default_delta(num_clients)
     calibrated = config.noise_multiplier is None
     if calibrated:
         assert config.target_epsilon is not None  # the schema requires one of the two
-        noise = calibrate(config.accountant, rate, rounds, config.target_epsilon, delta)
+        noise = calibrate(config.accountant, rate, rounds * releases_per_round,
+                          config.target_epsilon, delta)
     else:
         noise = float(config.noise_multiplier)  # type: ignore[arg-type]
     allowed = rounds
@@ -109,7 +112,8 @@ def resolve(config: PrivacyConfig, num_clients: int, clients_per_round: int, rou
         low, high = 0, rounds  # epsilon grows with the rounds: the last round within target
         while low < high:
             middle = (low + high + 1) // 2
-            if epsilon(config.accountant, rate, noise, middle, delta) <= target:
+            if epsilon(config.accountant, rate, noise, middle * releases_per_round,
+                       delta) <= target:
                 low = middle
             else:
                 high = middle - 1

@@ -34,6 +34,7 @@ def privatize_uploads(results: Sequence[tuple[int, Any]], uploads: Sequence[str]
             if id(start) not in on_device_once:
                 on_device_once[id(start)] = on_device(start, device)
             result.upload[kind], norm = privatize(result.upload[kind], on_device_once[id(start)],
-                                                  clip, local_std, seed, round_, client, device)
+                                                  clip, local_std, seed, round_, client, device,
+                                                  kind)
             result.metrics[f"dp_{kind}_update_norm"] = norm
             result.metrics[f"dp_{kind}_within_clip"] = float(norm <= clip)
