@@ -5,6 +5,11 @@ round, an MLP, one local step, 50 rounds, FedAvg on 2 workers of 1 CPU) run with
 built-in tiers), alternating, in one Ray session. One JSON line per configuration: the median
 over repeats of the steady rounds' seconds (rounds 5 on, from the ``rounds`` table's
 wall_time) and the planning time of the clock alone; ``overhead`` = with / without - 1.
+Beside the end-to-end ratio (which this machine's drift of 15-30 % between minutes can hide),
+the clock's own work measured alone: planning (once, before the run) and recording (per round,
+on the driver: the clock's rows and columns and their Parquet write), and
+``clock_share_of_plain_round`` = (planning + recording per round) / the run without
+``system:``'s seconds per round.
 
     python experiments/benchmarks/system_overhead.py [--repeats 3] [--policies sync fedbuff]
 """
@@ -63,13 +68,41 @@ def planning_seconds(raw: dict[str, Any]) -> float:
     return time.perf_counter() - started
 
 
+def recording_seconds_per_round(raw: dict[str, Any]) -> float:
+    """Seconds per round of the clock's work on the driver during the run, measured alone:
+    the rounds row's clock columns, the ``system`` table's rows and the clients' clock columns
+    (what the round loop adds per round with ``system:``), and writing those rows to Parquet,
+    over every round of the plan."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from raysim.system.records import client_clock_columns, plan_columns, plan_table
+    from raysim.system.run_plan import plan_for_run
+
+    config = parse_config(raw)
+    dataset, partition = prepare(config, None)[0]
+    context = run_context(config, dataset, 0, partition.num_clients)
+    plan = plan_for_run(config, context, partition, initial_weights(config, dataset, 0))
+    parts = []
+    started = time.perf_counter()
+    for round_plan in plan.rounds:  # what the round loop does per round with ``system:``
+        plan_columns(round_plan)
+        parts.append(pa.table(plan_table(round_plan, plan.tiers)))
+        client_clock_columns(round_plan, round_plan.trained)
+    with tempfile.TemporaryDirectory() as scratch:
+        pq.write_table(pa.concat_tables(parts), Path(scratch) / "system.parquet")
+    return (time.perf_counter() - started) / len(plan.rounds)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--rounds", type=int, default=50)
     parser.add_argument("--policies", nargs="+",
                         default=["sync", "deadline", "overselect", "fedbuff"])
     args = parser.parse_args()
     base = workloads(".", False)["W3"]
+    base = {**base, "training": {**base["training"], "rounds": args.rounds}}
     labels = [None, *args.policies]
     timings: dict[str | None, list[float]] = {label: [] for label in labels}
     with tempfile.TemporaryDirectory() as scratch:
@@ -86,6 +119,10 @@ def main() -> None:
             row["planning_seconds_whole_run"] = round(planning_seconds(raw), 4)
             row["planning_seconds_per_round"] = round(row["planning_seconds_whole_run"]
                                                       / raw["training"]["rounds"], 5)
+            recording = recording_seconds_per_round(raw)
+            row["recording_seconds_per_round"] = round(recording, 5)
+            row["clock_share_of_plain_round"] = round(
+                (recording + row["planning_seconds_per_round"]) / plain, 4)
         print(json.dumps(row), flush=True)
 
 

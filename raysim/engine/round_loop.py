@@ -33,7 +33,7 @@ from raysim.engine.reduction_tree import Subtree, combine
 from raysim.privacy.sampling import poisson_sample
 from raysim.seeding import numpy_rng
 from raysim.system.clock import TRAINED
-from raysim.system.records import client_clock_columns, plan_columns, plan_rows
+from raysim.system.records import client_clock_columns, plan_columns, plan_table
 from raysim.training.evaluation import METRICS
 from raysim.training.weights import payload_bytes
 
@@ -331,7 +331,7 @@ class RoundLoop:
         if self.system is not None:  # the simulated clock
             plan = self.system.rounds[round_]
             row.update(plan_columns(plan))
-            self.sink.add("system", plan_rows(plan, self.system.tiers))
+            self.sink.add_columns("system", plan_table(plan, self.system.tiers))
             clients.update(client_clock_columns(plan, clients["client"]))
         self.sink.add("rounds", [row])
         self.sink.add_columns("clients", {"round": np.full(len(clients["client"]), round_),

@@ -20,28 +20,43 @@ def plan_columns(plan: RoundPlan) -> dict[str, Any]:
             "clients_dropped": sum(s != TRAINED for s in statuses)}
 
 
-def plan_rows(plan: RoundPlan, tiers: Sequence[str] = ()) -> list[dict[str, Any]]:
-    """One row per selected client: its tier (where profiles come from tiers), times, outcome
-    and (FedBuff) staleness."""
-    return [{"round": plan.round, "client": t.client,
-             "tier": tiers[t.client] if tiers else "", "outcome": t.status,
-             "start_s": t.start, "download_s": t.download_s, "compute_s": t.compute_s,
-             "upload_s": t.upload_s, "finish_s": t.finish,
-             "start_version": t.start_version,
-             "staleness": (plan.round - t.start_version) if t.start_version >= 0 else 0,
-             "staleness_weight": plan.staleness_weights.get(t.client, 1.0)}
-            for t in sorted(plan.timings, key=lambda t: (t.client, t.start))]
+def plan_table(plan: RoundPlan, tiers: Sequence[str] = ()) -> dict[str, np.ndarray]:
+    """One row per selected client, as columns: its tier (where profiles come from tiers),
+    times, outcome and (FedBuff) staleness; rows by client, then start."""
+    timings = sorted(plan.timings, key=lambda t: (t.client, t.start))
+    count = len(timings)
+    values = np.array([(t.client, t.start, t.download_s, t.compute_s, t.upload_s,
+                        t.start_version) for t in timings], dtype=float).reshape(count, 6)
+    client = values[:, 0].astype(np.int64)
+    start, download, compute, upload = (values[:, k] for k in range(1, 5))
+    version = values[:, 5].astype(np.int64)
+    weights = plan.staleness_weights
+    return {"round": np.full(count, plan.round, dtype=np.int64), "client": client,
+            "tier": np.array([tiers[c] for c in client.tolist()] if tiers else [""] * count,
+                             dtype=object),
+            "outcome": np.array([t.status for t in timings], dtype=object),
+            "start_s": start, "download_s": download, "compute_s": compute,
+            "upload_s": upload, "finish_s": start + download + compute + upload,
+            "start_version": version,
+            "staleness": np.where(version >= 0, plan.round - version, 0),
+            "staleness_weight": np.array([weights.get(c, 1.0) for c in client.tolist()],
+                                         dtype=float)}
 
 
 def client_clock_columns(plan: RoundPlan, clients: np.ndarray) -> dict[str, np.ndarray]:
-    """Each trained client's simulated times, aligned with the ``clients`` rows."""
-    by_client = {t.client: t for t in plan.timings if t.status == TRAINED}
-    columns: dict[str, list[float]] = {"sim_download_s": [], "sim_compute_s": [],
-                                       "sim_upload_s": [], "sim_finish_s": []}
-    for client in clients.tolist():
-        timing = by_client.get(int(client))
-        values = ((timing.download_s, timing.compute_s, timing.upload_s, timing.finish)
-                  if timing is not None else (np.nan,) * 4)
-        for key, value in zip(columns, values, strict=True):
-            columns[key].append(value)
-    return {key: np.asarray(values, dtype=float) for key, values in columns.items()}
+    """Each trained client's simulated times, aligned with the ``clients`` rows (NaN for a
+    row whose client did not train in the plan)."""
+    trained = [t for t in plan.timings if t.status == TRAINED]
+    ids = np.array([t.client for t in trained], dtype=np.int64)
+    times = np.array([(t.download_s, t.compute_s, t.upload_s, t.finish) for t in trained],
+                     dtype=float).reshape(len(trained), 4)
+    order = np.argsort(ids, kind="stable")
+    ids, times = ids[order], times[order]
+    rows = np.asarray(clients, dtype=np.int64)
+    position = np.searchsorted(ids, rows, side="right") - 1  # a client's last timing
+    found = (position >= 0) & (ids[np.maximum(position, 0)] == rows) if len(ids) else \
+        np.zeros(len(rows), dtype=bool)
+    aligned = np.full((len(rows), 4), np.nan)
+    aligned[found] = times[position[found]]
+    return {key: aligned[:, k] for k, key in enumerate(("sim_download_s", "sim_compute_s",
+                                                       "sim_upload_s", "sim_finish_s"))}
