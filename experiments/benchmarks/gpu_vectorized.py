@@ -12,6 +12,17 @@ start-up reported separately):
      on the pixels), 50 clients per round, the 2-conv CNN 32/64 + dense 128 (``model: cnn``),
      batch 10, SGD lr 0.1, one local epoch (5 steps).
 
+(iii) ``feddc``: the FedDC paper slice (``experiments/feddc/pneumonia_paper.yaml``, variant
+     feddc): 150 clients x 8 PneumoniaMNIST images at 224 px, ResNet-18 with BatchNorm, one
+     local SGD step of batch 8 (lr 0.1), daisy-chaining every round and averaging every 10,
+     every client every round. BatchNorm keeps it on the per-client path, so raysim runs
+     ``vectorize: never`` (one worker on the GPU, four at 0.25); the plain loop keeps every
+     client's model as a state dict on the device and loads it per client; the reference keeps
+     every client's parameters and buffers as rows of two matrices on the device, trains each
+     client on views of its rows (``torch.func.functional_call``, no copy), daisy-chains by
+     gathering the rows and averages by their mean. Without a GPU its defaults shrink to 20
+     clients at 28 px (``--feddc-clients``, ``--feddc-size``).
+
 For each workload, in one invocation: raysim with one worker on the whole GPU and the
 per-client loop (``engine.vectorize: never``), the same worker on the vectorised path
 (``always``), four workers at ``gpus_per_worker: 0.25`` on the vectorised path, and a plain
@@ -24,7 +35,7 @@ configuration with rounds/s, ``over_plain`` and ``over_limit`` (the ratio to the
 Without a GPU every configuration runs on the CPU (``gpus_per_worker`` ignored; use fewer
 ``--rounds``), so the ratios are measured on every machine.
 
-    python experiments/benchmarks/gpu_vectorized.py [--workload w2 pfl] [--rounds 100]
+    python experiments/benchmarks/gpu_vectorized.py [--workload w2 pfl feddc] [--rounds 100]
         [--data-root ../shared/data/medmnist]
 """
 
@@ -57,6 +68,14 @@ WORKLOADS = {
     "pfl": {"flag": "pathmnist", "clients": 1000, "samples": 50, "per_round": 50,
             "model": {"name": "cnn", "channels": [32, 64], "hidden": 128}, "batch": 10,
             "lr": 0.1, "steps": None},
+    "feddc": {"flag": "pneumoniamnist", "clients": 150, "samples": 8, "per_round": None,
+              "model": {"name": "resnet18", "norm": "batch"}, "batch": 8, "lr": 0.1,
+              "steps": 1, "size": 224,
+              "algorithm": {"name": "feddc", "daisy_period": 1, "aggregation_period": 10}},
+}
+PER_CLIENT_ENGINES = {  # BatchNorm: the per-client path only
+    "raysim_loop_1gpu": {"num_workers": 1, "gpus_per_worker": 1.0, "vectorize": "never"},
+    "raysim_loop_4x0.25gpu": {"num_workers": 4, "gpus_per_worker": 0.25, "vectorize": "never"},
 }
 ENGINES = {
     "raysim_loop_1gpu": {"num_workers": 1, "gpus_per_worker": 1.0, "vectorize": "never"},
@@ -74,7 +93,8 @@ def config(spec: dict, dataset: dict, rounds: int, engine: dict) -> dict:
     return {"name": "gpu-bench", "dataset": dataset,
             "partition": {"scheme": "iid", "num_clients": spec["clients"],
                           "samples_per_client": spec["samples"]},
-            "model": spec["model"], "algorithm": {"name": "fedavg"}, "training": training,
+            "model": spec["model"], "algorithm": spec.get("algorithm", {"name": "fedavg"}),
+            "training": training,
             "evaluation": {"every": 0}, "seeds": [0],
             "engine": {"cpus_per_worker": 1, "flush_seconds": 5.0, **engine}}
 
@@ -123,6 +143,108 @@ def plain_loop(spec: dict, dataset: dict, rounds: int, device: torch.device) -> 
                 total[k] += v
         for k in global_state:
             global_state[k] = total[k] / per_round
+
+    return rounds_per_second(one_round, rounds, device)
+
+
+def _client_data(spec: dict, dataset: dict, device: torch.device
+                 ) -> tuple[torch.Tensor, torch.Tensor, torch.nn.Module]:
+    """Every client's samples as (clients, samples, ...) tensors on ``device`` and the
+    workload's model there."""
+    from raysim.models import MODELS
+
+    data = load_dataset(DatasetConfig(**dataset))
+    order = np.random.default_rng(0).permutation(len(data.train_y))[
+        : spec["clients"] * spec["samples"]]
+    x = to_tensor(data.train_x[order], data.info).to(device)
+    x = x.reshape(spec["clients"], spec["samples"], *x.shape[1:])
+    y = torch.from_numpy(data.train_y[order]).to(device).reshape(spec["clients"], -1)
+    model = build_model(MODELS[spec["model"]["name"]].params(**spec["model"]), data.info)
+    return x, y, model.to(device)
+
+
+def feddc_plain_loop(spec: dict, dataset: dict, rounds: int, device: torch.device) -> float:
+    """Rounds per second of a plain FedDC loop: every client's model a state dict on the
+    device, loaded into one model per client, one SGD step, stored back; the models
+    permuted every ``daisy_period`` rounds and averaged every ``aggregation_period``."""
+    x, y, model = _client_data(spec, dataset, device)
+    algorithm, clients = spec["algorithm"], spec["clients"]
+    states = [{k: v.clone() for k, v in model.state_dict().items()} for _ in range(clients)]
+    generator = torch.Generator(device="cpu").manual_seed(0)
+    loss_fn = torch.nn.CrossEntropyLoss()
+    done = [0]
+
+    def one_round() -> None:
+        for client in range(clients):
+            model.load_state_dict(states[client])
+            model.train()
+            optimizer = torch.optim.SGD(model.parameters(), lr=spec["lr"])
+            batch = torch.randperm(spec["samples"], generator=generator)[:spec["batch"]]
+            optimizer.zero_grad(set_to_none=True)
+            loss_fn(model(x[client, batch]), y[client, batch]).backward()
+            optimizer.step()
+            states[client] = {k: v.clone() for k, v in model.state_dict().items()}
+        done[0] += 1
+        if done[0] % algorithm["aggregation_period"] == 0:
+            mean = {k: torch.stack([s[k].double() for s in states]).mean(0).to(v.dtype)
+                    for k, v in states[0].items()}
+            states[:] = [{k: v.clone() for k, v in mean.items()} for _ in range(clients)]
+        elif done[0] % algorithm["daisy_period"] == 0:
+            order = torch.randperm(clients, generator=generator).tolist()
+            states[:] = [states[i] for i in order]
+
+    return rounds_per_second(one_round, rounds, device)
+
+
+def feddc_reference(spec: dict, dataset: dict, rounds: int, device: torch.device) -> float:
+    """Rounds per second of the in-process on-device FedDC reference (see the module
+    docstring): parameters and float buffers as rows of two matrices on the device, each
+    client trained on views of its rows, daisy-chaining by a row gather, averaging by a row
+    mean."""
+    from torch.func import functional_call
+
+    x, y, model = _client_data(spec, dataset, device)
+    algorithm, clients = spec["algorithm"], spec["clients"]
+    names = [k for k, _ in model.named_parameters()]
+    shapes = [p.shape for _, p in model.named_parameters()]
+    float_buffers = [(k, b.shape) for k, b in model.named_buffers() if b.is_floating_point()]
+    other_buffers = {k: b for k, b in model.named_buffers() if not b.is_floating_point()}
+    theta = torch.cat([p.detach().reshape(-1) for _, p in model.named_parameters()])
+    theta = theta.unsqueeze(0).repeat(clients, 1).contiguous()
+    state = torch.cat([model.get_buffer(k).reshape(-1) for k, _ in float_buffers])
+    state = state.unsqueeze(0).repeat(clients, 1).contiguous()
+    generator = torch.Generator(device="cpu").manual_seed(0)
+    done = [0]
+
+    def views(row: torch.Tensor, layout: list[tuple[str, torch.Size]]) -> dict[str, torch.Tensor]:
+        out, start = {}, 0
+        for name, shape in layout:
+            size = int(np.prod(shape))
+            out[name] = row[start:start + size].view(shape)
+            start += size
+        return out
+
+    model.train()
+
+    def one_round() -> None:
+        nonlocal theta, state
+        for client in range(clients):
+            params = {k: v.requires_grad_() for k, v in views(
+                theta[client].detach(), list(zip(names, shapes, strict=True))).items()}
+            buffers = {**views(state[client], float_buffers), **other_buffers}
+            batch = torch.randperm(spec["samples"], generator=generator)[:spec["batch"]]
+            loss = torch.nn.functional.cross_entropy(
+                functional_call(model, (params, buffers), (x[client, batch],)), y[client, batch])
+            grads = torch.autograd.grad(loss, list(params.values()))
+            with torch.no_grad():
+                theta[client].sub_(spec["lr"] * torch.cat([g.reshape(-1) for g in grads]))
+        done[0] += 1
+        if done[0] % algorithm["aggregation_period"] == 0:
+            theta[:] = theta.double().mean(0).to(theta.dtype)
+            state[:] = state.double().mean(0).to(state.dtype)
+        elif done[0] % algorithm["daisy_period"] == 0:
+            order = torch.randperm(clients, generator=generator).to(device)
+            theta, state = theta[order], state[order]
 
     return rounds_per_second(one_round, rounds, device)
 
@@ -177,8 +299,15 @@ def main() -> None:
     parser.add_argument("--engines", nargs="+", choices=list(ENGINES), default=list(ENGINES))
     parser.add_argument("--rounds", type=int, default=100)
     parser.add_argument("--data-root", default="../shared/data/medmnist")
+    parser.add_argument("--feddc-clients", type=int, default=None,
+                        help="FedDC slice clients (default 150 on a GPU, 20 on a CPU)")
+    parser.add_argument("--feddc-size", type=int, default=None,
+                        help="FedDC slice image size (default 224 on a GPU, 28 on a CPU)")
     args = parser.parse_args()
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    WORKLOADS["feddc"].update(
+        clients=args.feddc_clients or (150 if device.type == "cuda" else 20),
+        size=args.feddc_size or (224 if device.type == "cuda" else 28))
     name = torch.cuda.get_device_name() if device.type == "cuda" else "CPU"
     with tempfile.TemporaryDirectory() as scratch_dir:
         scratch = Path(scratch_dir)
@@ -191,21 +320,32 @@ def main() -> None:
                 dataset = {"name": "pathmnist", "root": str(root), "download": False,
                            "verify_checksum": False}
                 real = False
+            elif spec.get("size", 28) != 28:  # (no real file at this size here)
+                root = scratch / workload
+                write_medmnist_npz(root, spec["flag"], n_train=spec["clients"] * spec["samples"],
+                                   n_test=50, size=spec["size"])
+                dataset = {"name": spec["flag"], "size": spec["size"], "root": str(root),
+                           "download": False, "verify_checksum": False}
+                real = False
             else:
                 dataset, _, real = medmnist_source(args.data_root, spec["flag"], scratch,
                                                    n_train=2000, n_test=200)
-            plain = plain_loop(spec, dataset, args.rounds, device)
+            feddc = workload == "feddc"
+            plain = (feddc_plain_loop if feddc else plain_loop)(spec, dataset, args.rounds,
+                                                                device)
             print(json.dumps({"workload": workload, "device": name, "real_data": real,
                               "configuration": "plain_pytorch_loop",
                               "rounds_per_s": round(plain, 3)}), flush=True)
-            limit = on_device_reference(spec, dataset, args.rounds, device)
+            limit = (feddc_reference if feddc else on_device_reference)(spec, dataset,
+                                                                         args.rounds, device)
             print(json.dumps({"workload": workload, "device": name,
                               "configuration": "on_device_vmap_reference",
                               "rounds_per_s": round(limit, 3),
                               "over_plain": round(limit / plain, 3)}), flush=True)
-            for label in args.engines:
+            engines = PER_CLIENT_ENGINES if feddc else {k: ENGINES[k] for k in args.engines}
+            for label, engine in engines.items():
                 try:
-                    measured = measure_raysim(config(spec, dataset, args.rounds, ENGINES[label]),
+                    measured = measure_raysim(config(spec, dataset, args.rounds, engine),
                                               scratch / label)
                 except RuntimeError as error:
                     print(json.dumps({"workload": workload, "configuration": label,
@@ -214,6 +354,7 @@ def main() -> None:
                 rate = measured["raysim_rounds_per_s"]
                 print(json.dumps({"workload": workload, "device": name, "configuration": label,
                                   "rounds_per_s": round(rate, 3),
+                                  "seconds_per_round": round(1 / rate, 3),
                                   "startup_s": round(measured["raysim_startup_s"], 1),
                                   "over_plain": round(rate / plain, 3),
                                   "over_limit": round(rate / limit, 3)}), flush=True)
