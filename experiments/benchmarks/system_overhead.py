@@ -4,7 +4,9 @@ round, an MLP, one local step, 50 rounds, FedAvg on 2 workers of 1 CPU) run with
 ``system:`` and with it under each policy (sync, deadline, overselect, fedbuff; the three
 built-in tiers), alternating, in one Ray session. One JSON line per configuration: the median
 over repeats of the steady rounds' seconds (rounds 5 on, from the ``rounds`` table's
-wall_time) and the planning time of the clock alone; ``overhead`` = with / without - 1.
+wall_time) and of the whole ``run_experiment`` call (``run_seconds``: preparation, the clock's
+planning, actors, every round; the issue's "run's wall time") and the planning time of the clock
+alone; ``overhead`` and ``run_overhead`` = with / without - 1.
 Beside the end-to-end ratio (which this machine's drift of 15-30 % between minutes can hide),
 the clock's own work measured alone: planning (once, before the run) and recording (per round,
 on the driver: the clock's rows and columns and their Parquet write), and
@@ -47,12 +49,15 @@ def with_system(raw: dict[str, Any], policy: str | None) -> dict[str, Any]:
     return raw
 
 
-def steady_seconds(raw: dict[str, Any], scratch: str) -> float:
-    """Median seconds per round from round 5 on (the rounds table's wall clock)."""
+def steady_seconds(raw: dict[str, Any], scratch: str) -> tuple[float, float]:
+    """(median seconds per round from round 5 on (the rounds table's wall clock), seconds of
+    the whole run_experiment call: preparation, the clock's planning, actors, every round)."""
+    started = time.perf_counter()
     outcome = run_experiment(parse_config(raw), output=scratch, progress=False)[0]
+    whole = time.perf_counter() - started
     assert outcome.error is None, outcome.error
     stamps = load(outcome.run_dir)["wall_time"].to_numpy()
-    return float(np.median(np.diff(stamps[4:])))
+    return float(np.median(np.diff(stamps[4:]))), whole
 
 
 def planning_seconds(raw: dict[str, Any]) -> float:
@@ -105,15 +110,23 @@ def main() -> None:
     base = {**base, "training": {**base["training"], "rounds": args.rounds}}
     labels = [None, *args.policies]
     timings: dict[str | None, list[float]] = {label: [] for label in labels}
+    wholes: dict[str | None, list[float]] = {label: [] for label in labels}
     with tempfile.TemporaryDirectory() as scratch:
         for _ in range(args.repeats):
             for label in labels:
-                timings[label].append(steady_seconds(with_system(base, label), scratch))
+                steady, whole = steady_seconds(with_system(base, label), scratch)
+                timings[label].append(steady)
+                wholes[label].append(whole)
     plain = float(np.median(timings[None]))
+    plain_whole = float(np.median(wholes[None]))
     for label in labels:
         seconds = float(np.median(timings[label]))
+        whole = float(np.median(wholes[label]))
         row = {"policy": label or "none", "seconds_per_round": round(seconds, 4),
-               "repeats": timings[label], "overhead": round(seconds / plain - 1, 3)}
+               "repeats": [round(t, 5) for t in timings[label]],
+               "overhead": round(seconds / plain - 1, 3), "run_seconds": round(whole, 3),
+               "run_repeats": [round(t, 3) for t in wholes[label]],
+               "run_overhead": round(whole / plain_whole - 1, 3)}
         if label is not None:
             raw = with_system(base, label)
             row["planning_seconds_whole_run"] = round(planning_seconds(raw), 4)

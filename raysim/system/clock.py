@@ -82,6 +82,8 @@ def client_timing(profile: SiteProfile, workload: Workload, client: int, start: 
 
 def finishes_online(profile: SiteProfile, timing: ClientTiming) -> bool:
     """Whether the client's availability window lasts until it finishes."""
+    if profile.availability.always:  # (the window (start, inf) holds any finish)
+        return True
     window = profile.availability.window_at(timing.start)
     return window is not None and timing.finish <= window[1]
 
