@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import tempfile
 import time
@@ -86,6 +87,7 @@ ENGINES = {
 
 
 def config(spec: dict, dataset: dict, rounds: int, engine: dict) -> dict:
+    """The workload as a raysim config on ``engine`` (1 CPU per worker unless it says)."""
     training = {"rounds": rounds, "batch_size": spec["batch"],
                 "clients_per_round": spec["per_round"],
                 "optimizer": {"name": "sgd", "lr": spec["lr"]}}
@@ -344,6 +346,9 @@ def main() -> None:
                               "over_plain": round(limit / plain, 3)}), flush=True)
             engines = PER_CLIENT_ENGINES if feddc else {k: ENGINES[k] for k in args.engines}
             for label, engine in engines.items():
+                if device.type == "cpu":  # the workers share the machine's cores, as the
+                    engine = {**engine, "cpus_per_worker": max(  # plain loop's threads do
+                        1, (os.cpu_count() or 1) // engine["num_workers"])}
                 try:
                     measured = measure_raysim(config(spec, dataset, args.rounds, engine),
                                               scratch / label)

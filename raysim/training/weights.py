@@ -103,14 +103,20 @@ def convert_once(weights: Sequence[Weights], convert: Callable[[Weights], T]) ->
 
 def flat_state(model: nn.Module) -> FlatWeights:
     """A copy of a model's state as :class:`FlatWeights` on the model's device (one copy of
-    its flat vector where it has one, else one concatenation; entries that are not float32,
-    such as BatchNorm's batch counter, are copied to ``extras``)."""
+    its flat vector where it has one, else one copy of each entry into a new vector; entries
+    that are not float32, such as BatchNorm's batch counter, are copied to ``extras``)."""
     tensors = state_tensors(model)
     layout = model_layout(model)
     bound = _bound_vector(model)
     with torch.no_grad():
-        vector = bound.clone() if bound is not None else torch.cat(
-            [tensors[name].detach().reshape(-1) for name, _ in layout])
+        if bound is not None:
+            vector = bound.clone()
+        else:  # each entry copied once into its place (channels-last ones too, no reshape copy)
+            first = next(iter(tensors.values()))
+            vector = torch.empty(sum(math.prod(shape) for _, shape in layout),
+                                 dtype=torch.float32, device=first.device)
+            for name, (start, stop, shape) in _offsets(layout).items():
+                vector[start:stop].view(shape).copy_(tensors[name])
     return FlatWeights(vector, layout, _extras(tensors))
 
 
