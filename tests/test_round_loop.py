@@ -262,3 +262,26 @@ def test_the_membership_audit_attacks_the_last_round_only(members, audited):
     workers = FakeWorkers(events)
     _loop(workers, ListSink(events), [MembershipAudit(members, rounds=5)]).run()
     assert workers.audited == audited
+
+
+def test_a_checkpoint_round_trips_its_arrays_and_one_written_by_torch_save_still_loads(tmp_path):
+    """Checkpoints are pickles (client states' arrays written as they are); a checkpoint an
+    earlier version wrote with ``torch.save`` (a zip archive) still resumes."""
+    import torch
+
+    from raysim.engine.checkpoint import CHECKPOINT_FILE, Checkpoint, save_checkpoint
+    from raysim.training.weights import FlatWeights
+
+    states = {3: (FlatWeights(np.arange(6, dtype=np.float32), (("w", (2, 3)),)), None)}
+    written = Checkpoint(0, 5, {"global": {"w": np.ones(3)}}, states, 7)
+    path = save_checkpoint(tmp_path / "new", written)
+    assert path.read_bytes()[:4] != b"PK\x03\x04"
+    loaded = load_checkpoint(tmp_path / "new")
+    assert loaded is not None and (loaded.next_round, loaded.next_part) == (5, 7)
+    assert np.array_equal(loaded.client_states[3][0]["w"], np.arange(6).reshape(2, 3))
+    legacy = tmp_path / "old" / CHECKPOINT_FILE
+    legacy.parent.mkdir(parents=True)
+    torch.save(written.__dict__, legacy)
+    old = load_checkpoint(tmp_path / "old")
+    assert old is not None and old.next_round == 5
+    assert np.array_equal(old.server_state["global"]["w"], np.ones(3))

@@ -10,6 +10,7 @@ round counter *is* the position of every stream.
 from __future__ import annotations
 
 import os
+import pickle
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -34,21 +35,33 @@ class Checkpoint:
 
 
 def save_checkpoint(run_dir: Path, checkpoint: Checkpoint) -> Path:
-    """Write the checkpoint atomically (temporary file, then rename) over the previous one."""
+    """Write the checkpoint atomically (temporary file, then rename) over the previous one, as
+    a pickle of protocol 5: client states are numpy arrays, which it writes as they are
+    (``torch.save`` copied them through its zip records: 9.4 s against 2.0 s for 900 MB)."""
     path = Path(run_dir) / CHECKPOINT_FILE
     path.parent.mkdir(parents=True, exist_ok=True)
     temporary = path.with_suffix(".tmp")
-    torch.save(checkpoint.__dict__, temporary)
+    with open(temporary, "wb") as file:
+        pickle.dump(checkpoint.__dict__, file, protocol=5)
     os.replace(temporary, path)
     return path
 
 
 def load_checkpoint(run_dir: Path) -> Checkpoint | None:
-    """The run's latest checkpoint, or None when it has none."""
+    """The run's latest checkpoint, or None when it has none (a pickle, or the ``torch.save``
+    zip archive that earlier versions wrote)."""
     path = Path(run_dir) / CHECKPOINT_FILE
     if not path.is_file():
         return None
-    return Checkpoint(**torch.load(path, weights_only=False))
+    with open(path, "rb") as file:
+        if file.read(4) == _ZIP_MAGIC:
+            return Checkpoint(**torch.load(path, weights_only=False))
+        file.seek(0)
+        return Checkpoint(**pickle.load(file))
+
+
+_ZIP_MAGIC = b"PK\x03\x04"
+"""The first bytes of a zip archive (a ``torch.save`` file)."""
 
 
 def remove_checkpoint(run_dir: Path) -> None:
