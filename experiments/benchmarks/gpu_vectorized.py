@@ -115,16 +115,26 @@ def rounds_per_second(one_round: Callable[[], None], rounds: int,
     return rounds / (time.perf_counter() - started)
 
 
-def plain_loop(spec: dict, dataset: dict, rounds: int, device: torch.device) -> float:
-    """Rounds per second of a plain single-process FedAvg loop on ``device``."""
+def _client_data(spec: dict, dataset: dict, device: torch.device
+                 ) -> tuple[torch.Tensor, torch.Tensor, torch.nn.Module]:
+    """Every client's samples as (clients, samples, ...) tensors on ``device`` and the
+    workload's model there."""
+    from raysim.models import MODELS
+
     data = load_dataset(DatasetConfig(**dataset))
-    rng = np.random.default_rng(0)
-    order = rng.permutation(len(data.train_y))[: spec["clients"] * spec["samples"]]
+    order = np.random.default_rng(0).permutation(len(data.train_y))[
+        : spec["clients"] * spec["samples"]]
     x = to_tensor(data.train_x[order], data.info).to(device)
     x = x.reshape(spec["clients"], spec["samples"], *x.shape[1:])
     y = torch.from_numpy(data.train_y[order]).to(device).reshape(spec["clients"], -1)
-    from raysim.models import MODELS
-    model = build_model(MODELS[spec["model"]["name"]].params(**spec["model"]), data.info).to(device)
+    model = build_model(MODELS[spec["model"]["name"]].params(**spec["model"]), data.info)
+    return x, y, model.to(device)
+
+
+def plain_loop(spec: dict, dataset: dict, rounds: int, device: torch.device) -> float:
+    """Rounds per second of a plain single-process FedAvg loop on ``device``."""
+    x, y, model = _client_data(spec, dataset, device)
+    rng = np.random.default_rng(0)
     global_state = {k: v.clone() for k, v in model.state_dict().items()}
     loss_fn = torch.nn.CrossEntropyLoss()
     per_round = spec["per_round"] or spec["clients"]
@@ -147,22 +157,6 @@ def plain_loop(spec: dict, dataset: dict, rounds: int, device: torch.device) -> 
             global_state[k] = total[k] / per_round
 
     return rounds_per_second(one_round, rounds, device)
-
-
-def _client_data(spec: dict, dataset: dict, device: torch.device
-                 ) -> tuple[torch.Tensor, torch.Tensor, torch.nn.Module]:
-    """Every client's samples as (clients, samples, ...) tensors on ``device`` and the
-    workload's model there."""
-    from raysim.models import MODELS
-
-    data = load_dataset(DatasetConfig(**dataset))
-    order = np.random.default_rng(0).permutation(len(data.train_y))[
-        : spec["clients"] * spec["samples"]]
-    x = to_tensor(data.train_x[order], data.info).to(device)
-    x = x.reshape(spec["clients"], spec["samples"], *x.shape[1:])
-    y = torch.from_numpy(data.train_y[order]).to(device).reshape(spec["clients"], -1)
-    model = build_model(MODELS[spec["model"]["name"]].params(**spec["model"]), data.info)
-    return x, y, model.to(device)
 
 
 def feddc_plain_loop(spec: dict, dataset: dict, rounds: int, device: torch.device) -> float:
@@ -255,15 +249,7 @@ def on_device_reference(spec: dict, dataset: dict, rounds: int, device: torch.de
     """Rounds per second of the in-process on-device reference (see the module docstring)."""
     from torch.func import functional_call, grad, vmap
 
-    from raysim.models import MODELS
-
-    data = load_dataset(DatasetConfig(**dataset))
-    count = spec["clients"] * spec["samples"]
-    order = np.random.default_rng(0).permutation(len(data.train_y))[:count]
-    x = to_tensor(data.train_x[order], data.info).to(device)
-    x = x.reshape(spec["clients"], spec["samples"], *x.shape[1:])
-    y = torch.from_numpy(data.train_y[order]).to(device).reshape(spec["clients"], -1)
-    model = build_model(MODELS[spec["model"]["name"]].params(**spec["model"]), data.info).to(device)
+    x, y, model = _client_data(spec, dataset, device)
     global_params = {k: v.detach().clone() for k, v in model.named_parameters()}
     buffers = {k: v.detach() for k, v in model.named_buffers()}
     per_round = spec["per_round"] or spec["clients"]

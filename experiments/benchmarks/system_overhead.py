@@ -60,8 +60,8 @@ def steady_seconds(raw: dict[str, Any], scratch: str) -> tuple[float, float]:
     return float(np.median(np.diff(stamps[4:]))), whole
 
 
-def planning_seconds(raw: dict[str, Any]) -> float:
-    """Seconds to compute the clock's plan of the whole run (in the starting process)."""
+def timed_plan(raw: dict[str, Any]) -> tuple[Any, float]:
+    """The clock's plan of the whole run and the seconds it took (in the starting process)."""
     from raysim.system.run_plan import plan_for_run
 
     config = parse_config(raw)
@@ -69,25 +69,20 @@ def planning_seconds(raw: dict[str, Any]) -> float:
     context = run_context(config, dataset, 0, partition.num_clients)
     weights = initial_weights(config, dataset, 0)
     started = time.perf_counter()
-    plan_for_run(config, context, partition, weights)
-    return time.perf_counter() - started
+    plan = plan_for_run(config, context, partition, weights)
+    return plan, time.perf_counter() - started
 
 
-def recording_seconds_per_round(raw: dict[str, Any]) -> float:
+def recording_seconds_per_round(plan: Any) -> float:
     """Seconds per round of the clock's work on the driver during the run, measured alone:
     the rounds row's clock columns, the ``system`` table's rows and the clients' clock columns
     (what the round loop adds per round with ``system:``), and writing those rows to Parquet,
-    over every round of the plan."""
+    over every round of ``plan``."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
     from raysim.system.records import client_clock_columns, plan_columns, plan_table
-    from raysim.system.run_plan import plan_for_run
 
-    config = parse_config(raw)
-    dataset, partition = prepare(config, None)[0]
-    context = run_context(config, dataset, 0, partition.num_clients)
-    plan = plan_for_run(config, context, partition, initial_weights(config, dataset, 0))
     parts = []
     started = time.perf_counter()
     for round_plan in plan.rounds:  # what the round loop does per round with ``system:``
@@ -129,10 +124,11 @@ def main() -> None:
                "run_overhead": round(whole / plain_whole - 1, 3)}
         if label is not None:
             raw = with_system(base, label)
-            row["planning_seconds_whole_run"] = round(planning_seconds(raw), 4)
+            plan, planning = timed_plan(raw)
+            row["planning_seconds_whole_run"] = round(planning, 4)
             row["planning_seconds_per_round"] = round(row["planning_seconds_whole_run"]
                                                       / raw["training"]["rounds"], 5)
-            recording = recording_seconds_per_round(raw)
+            recording = recording_seconds_per_round(plan)
             row["recording_seconds_per_round"] = round(recording, 5)
             row["clock_share_of_plain_round"] = round(
                 (recording + row["planning_seconds_per_round"]) / plain, 4)

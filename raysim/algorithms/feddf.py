@@ -122,9 +122,6 @@ class FedDF(Algorithm[FedDFParams, dict[str, Weights]]):
         """A client's uploaded model's logits on the public set, computed by the server (under
         ``privacy``: the upload is the client's noised model, so its logits are
         post-processing of a private release)."""
-        if self._public is None:
-            raise RuntimeError("FedDF's server has no public set: attach_server_inputs was "
-                               "not called")
         key = self._group_key(client)
         if key not in self._server_models:
             self._server_models[key] = place(
@@ -132,24 +129,26 @@ class FedDF(Algorithm[FedDFParams, dict[str, Weights]]):
                 torch.device("cpu"), self.context.memory_format)
         module = self._server_models[key]
         set_weights(module, model)
-        return _public_logits(module, downsample_images(self._public, self._factor(client)))
+        return _public_logits(module, self._public_inputs(client))
 
-    def _factor(self, client: int) -> int:
-        return self.context.downsample[client] if self.context.downsample else 1
+    def _public_inputs(self, client: int) -> torch.Tensor:
+        """The server's public inputs at the resolution of ``client``'s group."""
+        if self._public is None:
+            raise RuntimeError("FedDF's server has no public set: attach_server_inputs was "
+                               "not called")
+        return downsample_images(self._public,
+                                 self.context.downsample[client] if self.context.downsample else 1)
 
     def _distill(self, client: int, start: Weights, teacher: torch.Tensor, round_: int,
                  group: int) -> Weights:
         """Distil one group's averaged model towards the ensemble's logits on the public set."""
         p = self.params
-        if self._public is None:
-            raise RuntimeError("FedDF's server has no public set: attach_server_inputs was "
-                               "not called")
+        inputs = self._public_inputs(client)
         student = place(build_model(self.context.architecture(client), self.context.info),
                         torch.device("cpu"), self.context.memory_format)
         set_weights(student, start)
         if p.distillation_steps == 0:
             return start
-        inputs = downsample_images(self._public, self._factor(client))
         optimizer = torch.optim.Adam(student.parameters(), lr=p.distillation_lr)
         generator = torch_generator(self.context.seed, "feddf-distill", round_, group)
         t = p.temperature
@@ -168,10 +167,12 @@ class FedDF(Algorithm[FedDFParams, dict[str, Weights]]):
     # ----- client -----
     def local_updates(self, runtime: ClientRuntime, clients: Sequence[int], round_: int,
                       message: dict[str, Any], states: Sequence[Any]) -> list[ClientResult]:
-        if self._public is None:
-            self._public = to_tensor(runtime.train_x[self._public_rows(runtime.client_indices)],
-                                     runtime.info)
-        public = self._public.to(runtime.device)
+        public = None  # the public inputs on the device, for the logits (none under DP)
+        if self.context.privacy is None:
+            if self._public is None:
+                self._public = to_tensor(
+                    runtime.train_x[self._public_rows(runtime.client_indices)], runtime.info)
+            public = self._public.to(runtime.device)
         results = []
         for client in clients:
             model = runtime.client_model(client)
@@ -180,7 +181,7 @@ class FedDF(Algorithm[FedDFParams, dict[str, Weights]]):
             outcome = runtime.train(model, client, round_)
             weights = get_weights(model)
             upload: dict[str, Any] = {"model": weights}
-            if self.context.privacy is None:  # under DP the server computes the logits
+            if public is not None:  # under DP the server computes the logits
                 upload["logits"] = _public_logits(model, runtime.client_inputs(client, public))
             results.append(ClientResult.trained(upload, weights, outcome))
         return results

@@ -46,7 +46,7 @@ from raysim.algorithms.params import FedSMParams
 from raysim.data.dataset import DataInfo
 from raysim.errors import field_error
 from raysim.models import MODELS, build_model
-from raysim.privacy.mechanism import privatize
+from raysim.privacy.uploads import privatize_upload
 from raysim.seeding import torch_generator
 from raysim.training.evaluation import predict_proba
 from raysim.training.losses import sample_losses
@@ -209,10 +209,10 @@ class FedSM(Algorithm[FedSMParams, dict[str, Any]]):
                                                           trained_personal, own, strict=True):
             metrics = {"personal_train_loss": p_out.mean_loss}
             if privacy is not None:  # the client keeps (and next starts from) its release
-                p, norm = privatize(p, start, privacy.clip, privacy.noise_std, self.context.seed,
-                                    round_, client, runtime.device, "personal")
-                metrics |= {"dp_personal_update_norm": norm,
-                            "dp_personal_within_clip": float(norm <= privacy.clip)}
+                p, dp_metrics = privatize_upload(p, start, "personal", privacy.clip, privacy,
+                                                 self.context.seed, round_, client,
+                                                 runtime.device)
+                metrics |= dp_metrics
             upload = {"model": g, "personal": p}
             if "selector" in message:
                 x, _ = runtime.client_data(client)

@@ -23,7 +23,6 @@ def privatize_uploads(results: Sequence[tuple[int, Any]], uploads: Sequence[str]
     (local mode: and noised) update over ``reference(kind, client)`` (the algorithm's
     :meth:`~raysim.algorithms.base.Algorithm.dp_reference`: by default the broadcast entry of
     the same name), in place; a reference shared by several clients goes to the device once."""
-    local_std = settings.noise_std if settings.mode == "local" else 0.0
     clip = float(message["dp_clip"]) if "dp_clip" in message else settings.clip  # adaptive
     on_device_once: dict[int, FlatWeights] = {}
     for kind in uploads:
@@ -33,8 +32,20 @@ def privatize_uploads(results: Sequence[tuple[int, Any]], uploads: Sequence[str]
             start = reference(kind, client)
             if id(start) not in on_device_once:
                 on_device_once[id(start)] = on_device(start, device)
-            result.upload[kind], norm = privatize(result.upload[kind], on_device_once[id(start)],
-                                                  clip, local_std, seed, round_, client, device,
-                                                  kind)
-            result.metrics[f"dp_{kind}_update_norm"] = norm
-            result.metrics[f"dp_{kind}_within_clip"] = float(norm <= clip)
+            result.upload[kind], metrics = privatize_upload(
+                result.upload[kind], on_device_once[id(start)], kind, clip, settings, seed,
+                round_, client, device)
+            result.metrics.update(metrics)
+
+
+def privatize_upload(upload: Weights, reference: Weights, kind: str, clip: float,
+                     settings: DpSettings, seed: int, round_: int, client: int,
+                     device: torch.device) -> tuple[FlatWeights, dict[str, float]]:
+    """One client's ``kind`` upload clipped at ``clip`` over ``reference`` (in local mode also
+    noised from its own stream), and its ``clients`` columns: the update's norm before
+    clipping and whether it was within the clip."""
+    local_std = settings.noise_std if settings.mode == "local" else 0.0
+    private, norm = privatize(upload, reference, clip, local_std, seed, round_, client, device,
+                              kind)
+    return private, {f"dp_{kind}_update_norm": norm,
+                     f"dp_{kind}_within_clip": float(norm <= clip)}

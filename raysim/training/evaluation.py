@@ -72,7 +72,7 @@ def classification_metrics(labels: np.ndarray, probs: np.ndarray) -> dict[str, f
                             labels=np.unique(np.concatenate([labels, predicted])),
                             zero_division=0)
         loss = log_loss(labels, probs, labels=list(range(probs.shape[1])))
-    if _classes_with_both(labels, probs).all():
+    if _classes_with_both(*_one_vs_rest(labels, probs)).all():
         auc = float(evaluator.getAUC(labels, probs, task))
     else:  # a class without positives or negatives: medmnist's AUC is undefined
         defined = label_aucs(labels, probs)
@@ -90,7 +90,7 @@ def label_aucs(labels: np.ndarray, probs: np.ndarray) -> np.ndarray:
     from sklearn.metrics import roc_auc_score
 
     truth, columns = _one_vs_rest(labels, probs)
-    both = _classes_with_both(labels, probs)
+    both = _classes_with_both(truth, columns)
     return np.array([roc_auc_score(truth[:, k], probs[:, k]) if defined else math.nan
                      for k, defined in zip(columns, both, strict=True)])
 
@@ -103,10 +103,9 @@ def _one_vs_rest(labels: np.ndarray, probs: np.ndarray) -> tuple[np.ndarray, lis
     return truth, [probs.shape[1] - 1] if binary else list(range(probs.shape[1]))
 
 
-def _classes_with_both(labels: np.ndarray, probs: np.ndarray) -> np.ndarray:
-    """Per AUC column of :func:`_one_vs_rest`: whether ``labels`` hold both positives and
-    negatives of it (else its AUC is undefined)."""
-    truth, columns = _one_vs_rest(labels, probs)
+def _classes_with_both(truth: np.ndarray, columns: list[int]) -> np.ndarray:
+    """Per AUC column of :func:`_one_vs_rest` (its ``truth`` and ``columns``): whether the
+    labels hold both positives and negatives of it (else its AUC is undefined)."""
     positives = truth[:, columns].sum(axis=0)
     return (positives > 0) & (positives < len(truth))
 

@@ -257,16 +257,25 @@ class ClientRuntime:
                     ) -> list[list[np.ndarray]]:
         """Each client's minibatch positions for the round's local work on its own data (what
         :meth:`fit` would draw for it), computed for all clients of equal size at once."""
-        steps = None if self.training.local_steps is None else self.training.local_steps * steps_scale
-        sizes = np.array([len(self.client_indices[c]) for c in clients])
         plans: list[list[np.ndarray]] = [[] for _ in clients]
-        for size in np.unique(sizes):
-            members = np.flatnonzero(sizes == size)
-            steps_of = batch_plans(int(size), self.training.batch_size, self.training.epochs,
-                                   steps, self.seed, round_, np.asarray(clients)[members])
+        for size, members in self._size_groups(clients):
+            steps_of = batch_plans(size, self.training.batch_size, self.training.epochs,
+                                   self._local_steps(steps_scale), self.seed, round_,
+                                   np.asarray(clients)[members])
             for row, position in enumerate(members.tolist()):
                 plans[position] = [step[row] for step in steps_of]
         return plans
+
+    def _local_steps(self, steps_scale: int) -> int | None:
+        """The round's local steps (``training.local_steps`` x ``steps_scale``), or None when
+        the round is counted in epochs."""
+        steps = self.training.local_steps
+        return None if steps is None else steps * steps_scale
+
+    def _size_groups(self, clients: Sequence[int]) -> list[tuple[int, np.ndarray]]:
+        """(size, positions in ``clients``) for every distinct training-set size, ascending."""
+        sizes = np.array([len(self.client_indices[c]) for c in clients])
+        return [(int(size), np.flatnonzero(sizes == size)) for size in np.unique(sizes)]
 
     def on_device(self, weights: Sequence[Weights]) -> list[Weights]:
         """Each start on the worker's device as FlatWeights, a start shared by several clients
@@ -277,22 +286,20 @@ class ClientRuntime:
                           optimizer_states: Sequence[Any], prox: tuple[Weights, float] | None,
                           steps_scale: int) -> list[tuple[Weights, TrainOutcome]]:
         weights = self.on_device(weights)
-        sizes = np.array([len(self.client_indices[c]) for c in clients])
-        steps = None if self.training.local_steps is None else self.training.local_steps * steps_scale
+        steps = self._local_steps(steps_scale)
         groups: list[tuple[list[int], int, int]] = []
         jobs: list[VectorizedJob] = []
-        for size in np.unique(sizes):  # one job per client size
-            members = np.flatnonzero(sizes == size)
+        for size, members in self._size_groups(clients):  # one job per client size
             ids = np.asarray(clients)[members]
             index = np.stack([self.client_indices[c] for c in ids])
             inputs, targets = self.gather(index.reshape(-1))
-            inputs = inputs.reshape(len(ids), int(size), *inputs.shape[1:])
-            targets = targets.reshape(len(ids), int(size), *targets.shape[1:])
-            plan = batch_plans(int(size), self.training.batch_size, self.training.epochs, steps,
+            inputs = inputs.reshape(len(ids), size, *inputs.shape[1:])
+            targets = targets.reshape(len(ids), size, *targets.shape[1:])
+            plan = batch_plans(size, self.training.batch_size, self.training.epochs, steps,
                                self.seed, round_, ids)
             momentum = [None if optimizer_states[i] is None else optimizer_states[i]["momentum"]
                         for i in members.tolist()]
-            groups.append((members.tolist(), int(size), len(plan)))
+            groups.append((members.tolist(), size, len(plan)))
             jobs.append(VectorizedJob(self.model, [weights[i] for i in members.tolist()],
                                       momentum, inputs, targets, plan, self.training.optimizer,
                                       prox, training_loss(self.training.loss,
@@ -312,7 +319,7 @@ class ClientRuntime:
         """Train ``model`` in place with cross-entropy on the client's data for the round's
         local work (the configured optimizer, epochs or steps, batch size; ``plan``: its
         minibatch positions from :meth:`round_plans`, else drawn here)."""
-        steps = None if self.training.local_steps is None else self.training.local_steps * steps_scale
+        steps = self._local_steps(steps_scale)
         optimizer = make_optimizer(model.parameters(), self.training.optimizer)
         if optimizer_state is not None:
             optimizer.load_state_dict(optimizer_state)
