@@ -193,14 +193,21 @@ def stop_cluster(timeout: float = 30.0) -> ClusterInfo | None:
 
 def _terminate(pid: int, timeout: float = 30.0) -> None:
     """SIGTERM ``ray start --block``'s process group (its Ray processes share its fate), then
-    SIGKILL what is left after ``timeout`` seconds."""
+    SIGKILL what is left after ``timeout`` seconds and wait (up to 10 s) until it is gone."""
     started = start_time(pid)
     with contextlib.suppress(OSError):
         os.killpg(pid, signal.SIGTERM)
+    _wait_gone(pid, started, timeout)
+    with contextlib.suppress(OSError):
+        os.killpg(pid, signal.SIGKILL)
+    _wait_gone(pid, started, 10.0)
+
+
+def _wait_gone(pid: int, started: int | None, timeout: float) -> None:
+    """Poll until process ``pid`` (start time ``started``) no longer runs, at most ``timeout``
+    seconds (reaping it when it is this process's child)."""
     deadline = time.monotonic() + timeout
     while is_running(pid, started) and time.monotonic() < deadline:
         with contextlib.suppress(ChildProcessError):
             os.waitpid(pid, os.WNOHANG)
         time.sleep(0.2)
-    with contextlib.suppress(OSError):
-        os.killpg(pid, signal.SIGKILL)
