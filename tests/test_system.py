@@ -14,7 +14,7 @@ from test_bad_input import run_cli
 
 from raysim.system.clock import LATE, OFFLINE, SURPLUS, TRAINED, Workload, synchronous_plan
 from raysim.system.fedbuff_clock import fedbuff_plan, staleness_weight
-from raysim.system.profiles import HOUR, Availability, SiteProfile, read_trace
+from raysim.system.profiles import HOUR, Availability, OnlineMask, SiteProfile, read_trace
 
 MB = 1e6
 
@@ -31,10 +31,11 @@ def test_a_hand_computed_clock_for_three_sites():
     # site 0: 1 s down + 3 s compute + 2 s up = 6 s; site 1: 2 + 3 + 1 = 6 s; site 2: 0.5 + 3
     # + 0.5 = 4 s; a synchronous round waits for the slowest
     plans = synchronous_plan(profiles, workload, 2, 3, "sync", seed=0)
-    first = {t.client: t for t in plans[0].timings}
-    assert (first[0].download_s, first[0].compute_s, first[0].upload_s) == (1.0, 3.0, 2.0)
-    assert (first[1].download_s, first[1].compute_s, first[1].upload_s) == (2.0, 3.0, 1.0)
-    assert first[2].finish == pytest.approx(4.0)
+    first = plans[0]
+    assert first.clients.tolist() == [0, 1, 2]
+    assert (first.download_s.tolist(), first.compute_s.tolist(), first.upload_s.tolist()) == (
+        [1.0, 2.0, 0.5], [3.0, 3.0, 3.0], [2.0, 1.0, 0.5])
+    assert first.finish == pytest.approx([6.0, 6.0, 4.0])
     assert (plans[0].start, plans[0].end, plans[1].start, plans[1].end) == (0.0, 6.0, 6.0, 12.0)
 
 
@@ -44,23 +45,44 @@ def test_a_site_outside_its_window_never_trains_in_it():
                          availability={1: night})
     workload = Workload(np.array([3600.0, 3600.0]), 1e3, 1e3)  # one hour of compute each
     plans = synchronous_plan(profiles, workload, 30, 2, "sync", seed=0)
+    statuses = set()
     for plan in plans:
-        for timing in plan.timings:
-            if timing.client == 1:
-                assert night.window_at(timing.start) is not None
-                if timing.status == TRAINED:  # and finished inside the same window
-                    window = night.window_at(timing.start)
-                    assert window is not None and timing.finish <= window[1]
-    statuses = {t.status for plan in plans for t in plan.timings if t.client == 1}
+        for start, finish, outcome in zip(plan.starts[plan.clients == 1],
+                                          plan.finish[plan.clients == 1],
+                                          plan.outcomes[plan.clients == 1], strict=True):
+            window = night.window_at(start)
+            assert window is not None
+            if outcome == TRAINED:  # and finished inside the same window
+                assert finish <= window[1]
+            statuses.add(str(outcome))
     assert TRAINED in statuses and OFFLINE in statuses  # it starts late in a window sometimes
-    assert any(1 not in {t.client for t in plan.timings} for plan in plans)
+    assert any(1 not in plan.clients for plan in plans)
+
+
+def test_the_online_mask_agrees_with_each_sites_windows_over_time():
+    # periodic windows (one crossing the period's end) and always-available sites: the mask is
+    # reused between window changes, and must still say what each site's windows say
+    rng = np.random.default_rng(0)
+    profiles = [SiteProfile(1.0, 1.0, 1.0, Availability()) for _ in range(3)]
+    for _ in range(12):
+        start = float(rng.uniform(0, 24 * HOUR))
+        length = float(rng.uniform(0.5, 8)) * HOUR
+        profiles.append(SiteProfile(1.0, 1.0, 1.0, Availability(((start, start + length),),
+                                                               24 * HOUR)))
+    mask = OnlineMask(profiles)
+    clients = np.arange(len(profiles))
+    for time in np.cumsum(rng.exponential(0.3 * HOUR, 2000)):
+        windows = [p.availability.window_at(float(time)) for p in profiles]
+        assert mask.at(float(time)).tolist() == [w is not None for w in windows]
+        ends = [-math.inf if w is None else w[1] for w in windows]
+        assert mask.window_end(clients, float(time)).tolist() == ends
 
 
 def test_the_deadline_drops_exactly_the_late_sites():
     profiles = _profiles(*[(speed, 100.0, 100.0) for speed in (1.0, 2.0, 4.0, 8.0)])
     workload = Workload(np.full(4, 16.0), 1e3, 1e3)  # 16, 8, 4 and 2 s of compute
     plan = synchronous_plan(profiles, workload, 1, 4, "deadline", seed=0, deadline_s=5.0)[0]
-    status = {t.client: t.status for t in plan.timings}
+    status = dict(zip(plan.clients.tolist(), plan.outcomes.tolist(), strict=True))
     assert status == {0: LATE, 1: LATE, 2: TRAINED, 3: TRAINED}
     assert plan.trained.tolist() == [2, 3] and plan.end == 5.0
 
@@ -71,10 +93,10 @@ def test_over_selection_keeps_the_first_to_finish():
     workload = Workload(np.full(6, 24.0), 1e3, 1e3)
     plan = synchronous_plan(profiles, workload, 1, 4, "overselect", seed=0,
                             over_selection=0.5)[0]  # 4 x 1.5 = 6 selected, 4 kept
-    status = {t.client: t.status for t in plan.timings}
+    status = dict(zip(plan.clients.tolist(), plan.outcomes.tolist(), strict=True))
     assert sorted(c for c, s in status.items() if s == TRAINED) == [0, 2, 4, 5]
     assert sorted(c for c, s in status.items() if s == SURPLUS) == [1, 3]
-    assert plan.end == pytest.approx(max(t.finish for t in plan.timings if t.client == 0))
+    assert plan.end == pytest.approx(plan.finish[plan.clients == 0].max())
 
 
 def test_fedbuff_weighs_each_arrival_by_its_staleness():
@@ -82,8 +104,10 @@ def test_fedbuff_weighs_each_arrival_by_its_staleness():
     workload = Workload(np.full(4, 8.0), 1e3, 1e3)
     plans = fedbuff_plan(profiles, workload, 6, buffer_size=2, concurrency=4, exponent=0.5,
                          seed=0)
-    stale = [(plan.round - t.start_version, plan.staleness_weights[t.client])
-             for plan in plans for t in plan.timings if t.status == TRAINED]
+    stale = [(plan.round - version, weight) for plan in plans
+             for version, weight in zip(plan.start_versions[plan.outcomes == TRAINED],
+                                        plan.staleness_weights[plan.outcomes == TRAINED],
+                                        strict=True)]
     assert any(s > 0 for s, _ in stale)  # slow sites arrive after faster ones updated
     for staleness, weight in stale:
         assert weight == pytest.approx((1 + staleness) ** -0.5)

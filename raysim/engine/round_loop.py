@@ -32,7 +32,6 @@ from raysim.engine.memory import resident_memory_mb
 from raysim.engine.reduction_tree import Subtree, combine
 from raysim.privacy.sampling import poisson_sample
 from raysim.seeding import numpy_rng
-from raysim.system.clock import TRAINED
 from raysim.system.records import client_clock_columns, plan_columns, plan_table
 from raysim.training.evaluation import METRICS
 from raysim.training.weights import payload_bytes
@@ -377,10 +376,10 @@ class RoundLoop:
         for version in [v for v in self.history if last_use.get(v, -1) < round_]:
             del self.history[version]
         plan = self.system.rounds[round_]
-        trained = {t.client: t.start_version for t in plan.timings if t.status == TRAINED}
+        trained, weights = plan.buffered()
         bases = {v: self.algorithm.global_weights(self.history[v])
                  for v in set(trained.values()) if v != round_}
-        return {"start_version": trained, "weights": dict(plan.staleness_weights),
+        return {"start_version": trained, "weights": weights,
                 "bases": bases, "version": round_}
 
     def _moves(self, round_: int) -> dict[int, np.ndarray]:

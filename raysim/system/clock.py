@@ -9,12 +9,17 @@ clients available at the round's start are selected (as FedScale samples online 
 whose availability window closes before it finishes drops out (``offline``). The round ends
 when the policy says: sync at the last finisher, deadline at ``deadline_s`` if a client was late
 (else at the last finisher), over-selection at the k-th finisher.
+
+A round's plan holds its selected clients as columns (numpy arrays, one entry per client), so
+that planning, sending the plan to the driver and recording it cost array operations, not a
+Python object per client and round.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from collections.abc import Sequence
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -25,41 +30,60 @@ TRAINED, LATE, OFFLINE, SURPLUS = "trained", "late", "offline", "surplus"
 """A selected client's outcome: its update is used; it missed the deadline; its availability
 window closed before it finished; over-selection kept the first k finishers without it."""
 
-
-@dataclass(frozen=True)
-class ClientTiming:
-    """One selected client's times in a round (simulated seconds)."""
-
-    client: int
-    start: float
-    download_s: float
-    compute_s: float
-    upload_s: float
-    status: str
-    start_version: int = -1
-    """fedbuff: the server version the client trained from (-1: the round's own)."""
-
-    @property
-    def finish(self) -> float:
-        return self.start + self.download_s + self.compute_s + self.upload_s
+OUTCOME_DTYPE = "<U7"
+"""The outcomes' array type (the longest name, "offline"/"trained"/"surplus", has 7 letters)."""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class RoundPlan:
-    """What the clock decided for one round (for fedbuff: one server update)."""
+    """What the clock decided for one round (for fedbuff: one server update): its start and
+    end, and one entry per selected client in each column (simulated seconds)."""
 
     round: int
     start: float
     end: float
-    timings: tuple[ClientTiming, ...]
-    staleness_weights: dict[int, float] = field(default_factory=dict)
-    """fedbuff: each trained client's weight (1 + staleness)^-exponent."""
+    clients: np.ndarray
+    """int64: the selected clients."""
+    starts: np.ndarray
+    """When each started (the round's start; fedbuff: when its slot freed)."""
+    download_s: np.ndarray
+    compute_s: np.ndarray
+    upload_s: np.ndarray
+    outcomes: np.ndarray
+    """Each client's outcome (TRAINED, LATE, OFFLINE or SURPLUS)."""
+    start_versions: np.ndarray
+    """int64, fedbuff: the server version each client trained from (-1: the round's own)."""
+    staleness_weights: np.ndarray
+    """fedbuff: each trained client's weight (1 + staleness)^-exponent (1 elsewhere)."""
+
+    @property
+    def finish(self) -> np.ndarray:
+        """When each client finished (start + download + compute + upload)."""
+        return self.starts + self.download_s + self.compute_s + self.upload_s
 
     @property
     def trained(self) -> np.ndarray:
         """The clients whose updates the round uses, sorted."""
-        return np.array(sorted(t.client for t in self.timings if t.status == TRAINED),
-                        dtype=np.int64)
+        return np.sort(self.clients[self.outcomes == TRAINED])
+
+    def buffered(self) -> tuple[dict[int, int], dict[int, float]]:
+        """fedbuff: each trained client's start version and staleness weight."""
+        used = self.outcomes == TRAINED
+        clients = self.clients[used].tolist()
+        return (dict(zip(clients, self.start_versions[used].tolist(), strict=True)),
+                dict(zip(clients, self.staleness_weights[used].tolist(), strict=True)))
+
+
+def round_plan(round_: int, start: float, end: float, clients: np.ndarray, starts: np.ndarray,
+               times: SiteTimes, outcomes: np.ndarray, start_versions: np.ndarray | None = None,
+               staleness_weights: np.ndarray | None = None) -> RoundPlan:
+    """A round's plan, each client's transfer and compute times looked up in ``times``."""
+    count = len(clients)
+    return RoundPlan(round_, start, end, clients, starts, times.download_s[clients],
+                     times.compute_s[clients], times.upload_s[clients], outcomes,
+                     np.full(count, -1, dtype=np.int64) if start_versions is None
+                     else start_versions,
+                     np.ones(count) if staleness_weights is None else staleness_weights)
 
 
 @dataclass(frozen=True)
@@ -72,20 +96,28 @@ class Workload:
     up_bytes: float
 
 
-def client_timing(profile: SiteProfile, workload: Workload, client: int, start: float,
-                  status: str = TRAINED, start_version: int = -1) -> ClientTiming:
-    """A client's download, compute and upload times from ``start``."""
-    return ClientTiming(client, start, workload.down_bytes * 8 / (profile.down_mbps * 1e6),
-                        float(workload.train_gflop[client]) / profile.speed_gflops,
-                        workload.up_bytes * 8 / (profile.up_mbps * 1e6), status, start_version)
+@dataclass(frozen=True)
+class SiteTimes:
+    """Every client's download, compute and upload seconds (the same in every round)."""
 
+    download_s: np.ndarray
+    compute_s: np.ndarray
+    upload_s: np.ndarray
 
-def finishes_online(profile: SiteProfile, timing: ClientTiming) -> bool:
-    """Whether the client's availability window lasts until it finishes."""
-    if profile.availability.always:  # (the window (start, inf) holds any finish)
-        return True
-    window = profile.availability.window_at(timing.start)
-    return window is not None and timing.finish <= window[1]
+    @classmethod
+    def of(cls, profiles: Sequence[SiteProfile], workload: Workload) -> SiteTimes:
+        """Broadcast bytes / downlink, training GFLOPs / speed, upload bytes / uplink."""
+        def column(name: str) -> np.ndarray:
+            return np.array([getattr(p, name) for p in profiles], dtype=float)
+
+        return cls(workload.down_bytes * 8 / (column("down_mbps") * 1e6),
+                   np.asarray(workload.train_gflop, dtype=float) / column("speed_gflops"),
+                   workload.up_bytes * 8 / (column("up_mbps") * 1e6))
+
+    def finish(self, client: int, start: float) -> float:
+        """When ``client`` finishes a round it starts at ``start``."""
+        return (start + float(self.download_s[client]) + float(self.compute_s[client])
+                + float(self.upload_s[client]))
 
 
 def next_online(profiles: list[SiteProfile], time: float) -> float:
@@ -101,58 +133,54 @@ def synchronous_plan(profiles: list[SiteProfile], workload: Workload, rounds: in
     under ``policy`` (sync, deadline or overselect)."""
     plans, now = [], 0.0
     mask = OnlineMask(profiles)
+    times = SiteTimes.of(profiles, workload)
     for round_ in range(rounds):
-        online = np.flatnonzero(mask.at(now)).tolist()
-        if not online:  # nobody can train: the clock jumps to the next window
+        online = np.flatnonzero(mask.at(now))
+        if not len(online):  # nobody can train: the clock jumps to the next window
             now = next_online(profiles, now)
             if math.isinf(now):
                 raise ValueError("no site is ever available again")
-            online = np.flatnonzero(mask.at(now)).tolist()
+            online = np.flatnonzero(mask.at(now))
         wanted = min(clients_per_round, len(profiles))
         if policy == "overselect":
             wanted = math.ceil(wanted * (1 + over_selection))
         count = min(wanted, len(online))
         chosen = np.sort(numpy_rng(seed, "system-select", round_).choice(
-            np.array(online), count, replace=False))
-        timings = []
-        for client in chosen.tolist():
-            timing = client_timing(profiles[client], workload, client, now)
-            if not finishes_online(profiles[client], timing):
-                timing = _with_status(timing, OFFLINE)
-            elif policy == "deadline" and deadline_s is not None and (
-                    timing.finish > now + deadline_s):
-                timing = _with_status(timing, LATE)
-            timings.append(timing)
+            online, count, replace=False))
+        finish = now + times.download_s[chosen] + times.compute_s[chosen] + times.upload_s[
+            chosen]
+        outcomes = np.full(count, TRAINED, dtype=OUTCOME_DTYPE)
+        offline = ~(finish <= mask.window_end(chosen, now))
+        outcomes[offline] = OFFLINE
+        if policy == "deadline" and deadline_s is not None:
+            outcomes[~offline & (finish > now + deadline_s)] = LATE
         if policy == "overselect":
-            timings = _keep_first(timings, min(clients_per_round, len(profiles)))
-        end = _round_end(timings, now, policy, deadline_s)
-        plans.append(RoundPlan(round_, now, end, tuple(timings)))
+            _keep_first(outcomes, chosen, finish, min(clients_per_round, len(profiles)))
+        end = _round_end(outcomes, finish, now, policy, deadline_s)
+        plans.append(round_plan(round_, now, end, chosen, np.full(count, now), times,
+                                outcomes))
         now = end
     return plans
 
 
-def _with_status(timing: ClientTiming, status: str) -> ClientTiming:
-    return ClientTiming(timing.client, timing.start, timing.download_s, timing.compute_s,
-                        timing.upload_s, status, timing.start_version)
+def _keep_first(outcomes: np.ndarray, clients: np.ndarray, finish: np.ndarray,
+                keep: int) -> None:
+    """Over-selection: the first ``keep`` clients to finish (ties: lower id) stay trained; the
+    other finishers become surplus (in place)."""
+    finished = np.flatnonzero(outcomes == TRAINED)
+    order = finished[np.lexsort((clients[finished], finish[finished]))]
+    outcomes[order[keep:]] = SURPLUS
 
 
-def _keep_first(timings: list[ClientTiming], keep: int) -> list[ClientTiming]:
-    """Over-selection: the first ``keep`` clients to finish (ties: lower id) stay trained."""
-    finished = sorted((t for t in timings if t.status == TRAINED),
-                      key=lambda t: (t.finish, t.client))
-    kept = {t.client for t in finished[:keep]}
-    return [t if t.status != TRAINED or t.client in kept else _with_status(t, SURPLUS)
-            for t in timings]
-
-
-def _round_end(timings: list[ClientTiming], start: float, policy: str,
+def _round_end(outcomes: np.ndarray, finish: np.ndarray, start: float, policy: str,
                deadline_s: float | None) -> float:
-    trained = [t.finish for t in timings if t.status == TRAINED]
-    if policy == "deadline" and deadline_s is not None and any(
-            t.status in (LATE, OFFLINE) for t in timings):
+    trained = finish[outcomes == TRAINED]
+    if policy == "deadline" and deadline_s is not None and bool(np.any(
+            (outcomes == LATE) | (outcomes == OFFLINE))):
         return start + deadline_s  # the server waits until the deadline
-    if trained:
-        return max(trained)
+    if len(trained):
+        return float(trained.max())
     # nobody finished: the round lasts until the last selected client dropped out
-    return max((min(t.finish, start + (deadline_s or math.inf)) for t in timings),
-               default=start)
+    if not len(finish):
+        return start
+    return float(np.minimum(finish, start + (deadline_s or math.inf)).max())

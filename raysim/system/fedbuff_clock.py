@@ -23,12 +23,13 @@ import numpy as np
 from raysim.seeding import numpy_rng
 from raysim.system.clock import (
     OFFLINE,
-    ClientTiming,
+    OUTCOME_DTYPE,
+    TRAINED,
     RoundPlan,
+    SiteTimes,
     Workload,
-    client_timing,
-    finishes_online,
     next_online,
+    round_plan,
 )
 from raysim.system.profiles import OnlineMask, SiteProfile
 
@@ -43,36 +44,48 @@ def fedbuff_plan(profiles: list[SiteProfile], workload: Workload, rounds: int,
                  ) -> list[RoundPlan]:
     """Every server update's buffer: its clients (with start versions and weights), the
     dropouts since the last update, and the update's start (the previous update) and end."""
-    training: set[int] = set()
-    events: list[tuple[float, int, int]] = []  # (finish, client, start version)
-    timings: dict[tuple[int, int], ClientTiming] = {}
+    times = SiteTimes.of(profiles, workload)
+    training = 0
+    events: list[tuple[float, int, int]] = []  # (finish, client, start number)
+    started: dict[int, tuple[float, int, bool]] = {}  # start number: (start, version, offline)
     starts = 0
     version, now, previous = 0, 0.0, 0.0
-    buffer: list[ClientTiming] = []
-    dropped: list[ClientTiming] = []
+    buffer: list[tuple[int, float, int]] = []  # (client, start, start version)
+    dropped: list[tuple[int, float, int]] = []
     plans: list[RoundPlan] = []
 
     def fill(time: float) -> None:
-        nonlocal starts
-        if len(training) >= concurrency:
+        nonlocal starts, training
+        if training >= concurrency:
             return
         idle = np.flatnonzero(online.at(time) & ~busy)  # one update per site and buffer
-        picks = rng.permutation(idle)[:concurrency - len(training)]
-        for client in picks.tolist():
-            busy[client] = True
+        picks = rng.permutation(idle)[:concurrency - training]
+        busy[picks] = True
+        for client in picks.tolist():  # mostly one: the slot an arrival freed
+            finish = times.finish(client, time)
+            window = (time, math.inf) if always[client] else \
+                profiles[client].availability.window_at(time)
+            late = window is None or not finish <= window[1]  # offline before it finishes
             starts += 1
-            timing = client_timing(profiles[client], workload, client, time,
-                                   start_version=version)
-            if not finishes_online(profiles[client], timing):
-                timing = ClientTiming(timing.client, timing.start, timing.download_s,
-                                      timing.compute_s, timing.upload_s, OFFLINE, version)
-            training.add(client)
-            timings[(client, starts)] = timing
-            heapq.heappush(events, (timing.finish, client, starts))
+            training += 1
+            started[starts] = (time, version, late)
+            heapq.heappush(events, (finish, client, starts))
+
+    def update(end: float) -> RoundPlan:
+        rows = buffer + dropped
+        clients = np.array([row[0] for row in rows], dtype=np.int64)
+        versions = np.array([row[2] for row in rows], dtype=np.int64)
+        outcomes = np.array([TRAINED] * len(buffer) + [OFFLINE] * len(dropped),
+                            dtype=OUTCOME_DTYPE)
+        weights = np.array([staleness_weight(version - row[2], exponent) for row in buffer]
+                           + [1.0] * len(dropped))
+        return round_plan(version, previous, end, clients, np.array([row[1] for row in rows]),
+                          times, outcomes, versions, weights)
 
     rng = numpy_rng(seed, "system-fedbuff")  # one stream: the plan is computed in order
     online = OnlineMask(profiles)
     busy = np.zeros(len(profiles), dtype=bool)  # training, or waiting in the buffer
+    always = online.always.tolist()
     fill(now)
     while len(plans) < rounds:
         if not events:  # nobody training: wait for the next window
@@ -82,18 +95,16 @@ def fedbuff_plan(profiles: list[SiteProfile], workload: Workload, rounds: int,
             fill(now)
             continue
         now, client, key = heapq.heappop(events)
-        timing = timings.pop((client, key))
-        training.discard(client)
-        if timing.status == OFFLINE:
-            dropped.append(timing)
+        start, start_version, late = started.pop(key)
+        training -= 1
+        if late:
+            dropped.append((client, start, start_version))
             busy[client] = False
         else:
-            buffer.append(timing)  # busy until the server's next update
+            buffer.append((client, start, start_version))  # busy until the next update
         if len(buffer) == buffer_size:
-            weights = {t.client: staleness_weight(version - t.start_version, exponent)
-                       for t in buffer}
-            plans.append(RoundPlan(version, previous, now, tuple(buffer + dropped), weights))
-            busy[[t.client for t in buffer]] = False
+            plans.append(update(now))
+            busy[[row[0] for row in buffer]] = False
             buffer, dropped, previous = [], [], now
             version += 1
         fill(now)

@@ -33,15 +33,15 @@ class SystemPlan:
         return self.policy == "fedbuff"
 
     @functools.cached_property
-    def tiers(self) -> tuple[str, ...]:
-        """Each site's tier ("" for profiles not drawn from tiers)."""
-        return tuple(profile.tier for profile in self.profiles)
+    def tiers(self) -> np.ndarray:
+        """Each site's tier ("" for profiles not drawn from tiers), an object array."""
+        return np.array([profile.tier for profile in self.profiles], dtype=object)
 
     @functools.cached_property
     def last_use(self) -> dict[int, int]:
         """FedBuff: the last round whose clients start from each server version."""
-        return {timing.start_version: plan.round
-                for plan in self.rounds for timing in plan.timings}
+        return {int(version): plan.round
+                for plan in self.rounds for version in np.unique(plan.start_versions)}
 
 
 def client_work(info: DataInfo, architectures: Sequence[StrictModel],

@@ -73,30 +73,63 @@ class OnlineMask:
     """Which sites are available at a time, for all of them at once (vectorised for sites
     that are always available or have one periodic window; others are asked one by one)."""
 
+    CACHE_MARGIN_S = 1e-6
+    """A cached mask is reused only this far (simulated seconds) before its next change."""
+
     def __init__(self, profiles: list[SiteProfile]):
         count = len(profiles)
-        self.always = np.array([p.availability.always for p in profiles])
+        self.always = np.array([p.availability.always for p in profiles], dtype=bool)
         simple = [not p.availability.always and p.availability.period is not None
                   and len(p.availability.windows) == 1 for p in profiles]
         self.periodic = np.array(simple, dtype=bool)
         self.start = np.zeros(count)
+        self.end = np.zeros(count)
         self.length = np.zeros(count)
         self.period = np.ones(count)
         for client in np.flatnonzero(self.periodic):
             availability = profiles[client].availability
             (start, end), = availability.windows
-            self.start[client], self.length[client] = start, end - start
+            self.start[client], self.end[client] = start, end
+            self.length[client] = end - start
             self.period[client] = float(availability.period)  # type: ignore[arg-type]
         self.others = [c for c in range(count) if not self.always[c] and not simple[c]]
         self.profiles = profiles
+        self._cached: tuple[float, float, np.ndarray] | None = None  # (from, until, mask)
 
     def at(self, time: float) -> np.ndarray:
-        """A boolean array: True for the sites available at ``time``."""
+        """A boolean array: True for the sites available at ``time`` (do not modify it: a
+        mask is reused until the next window opens or closes)."""
+        if self._cached is not None and self._cached[0] <= time < self._cached[1]:
+            return self._cached[2]
         online = self.always.copy()
-        online |= self.periodic & (np.mod(time - self.start, self.period) < self.length)
+        phase = np.mod(time - self.start, self.period)
+        online |= self.periodic & (phase < self.length)
         for client in self.others:
             online[client] = self.profiles[client].availability.window_at(time) is not None
+        if not self.others:  # the next change of a periodic window, less a margin
+            change = np.where(phase < self.length, self.length - phase, self.period - phase)
+            until = time + float(change[self.periodic].min(initial=math.inf))
+            self._cached = (time, until - self.CACHE_MARGIN_S, online)
         return online
+
+    def window_end(self, clients: np.ndarray, time: float) -> np.ndarray:
+        """For each of ``clients``: the end of its window holding ``time`` (inf: always
+        available; -inf: unavailable at ``time``), as :meth:`Availability.window_at`."""
+        ends = np.where(self.always[clients], math.inf, -math.inf)
+        periodic = clients[self.periodic[clients]]
+        if len(periodic):
+            period = self.period[periodic]
+            shift = np.floor(time / period) * period
+            found = np.full(len(periodic), -math.inf)
+            for cycle in (shift - period, shift):  # the first window holding ``time`` wins
+                start, end = self.start[periodic] + cycle, self.end[periodic] + cycle
+                hit = np.isneginf(found) & (start <= time) & (time < end)
+                found[hit] = end[hit]
+            ends[self.periodic[clients]] = found
+        for position in np.flatnonzero(~self.always[clients] & ~self.periodic[clients]):
+            window = self.profiles[int(clients[position])].availability.window_at(time)
+            ends[position] = -math.inf if window is None else window[1]
+        return ends
 
 
 @dataclass(frozen=True)

@@ -13,43 +13,40 @@ from raysim.system.clock import TRAINED, RoundPlan
 
 def plan_columns(plan: RoundPlan) -> dict[str, Any]:
     """The round's simulated start and end, and how many selected clients were dropped."""
-    statuses = [t.status for t in plan.timings]
     return {"sim_start_s": plan.start, "sim_end_s": plan.end,
             "sim_hours": plan.end / 3600.0,
-            "clients_selected": len(statuses),
-            "clients_dropped": sum(s != TRAINED for s in statuses)}
+            "clients_selected": len(plan.clients),
+            "clients_dropped": int(np.count_nonzero(plan.outcomes != TRAINED))}
 
 
-def plan_table(plan: RoundPlan, tiers: Sequence[str] = ()) -> dict[str, np.ndarray]:
+def plan_table(plan: RoundPlan, tiers: Sequence[str] | np.ndarray = ()
+               ) -> dict[str, np.ndarray]:
     """One row per selected client, as columns: its tier (where profiles come from tiers),
     times, outcome and (FedBuff) staleness; rows by client, then start."""
-    timings = sorted(plan.timings, key=lambda t: (t.client, t.start))
-    count = len(timings)
-    values = np.array([(t.client, t.start, t.download_s, t.compute_s, t.upload_s,
-                        t.start_version) for t in timings], dtype=float).reshape(count, 6)
-    client = values[:, 0].astype(np.int64)
-    start, download, compute, upload = (values[:, k] for k in range(1, 5))
-    version = values[:, 5].astype(np.int64)
-    weights = plan.staleness_weights
+    order = np.lexsort((plan.starts, plan.clients))
+    client = plan.clients[order]
+    count = len(client)
+    version = plan.start_versions[order]
+    start, download, compute, upload = (plan.starts[order], plan.download_s[order],
+                                        plan.compute_s[order], plan.upload_s[order])
     return {"round": np.full(count, plan.round, dtype=np.int64), "client": client,
-            "tier": np.array([tiers[c] for c in client.tolist()] if tiers else [""] * count,
-                             dtype=object),
-            "outcome": np.array([t.status for t in timings], dtype=object),
+            "tier": (np.asarray(tiers, dtype=object)[client] if len(tiers)
+                     else np.full(count, "", dtype=object)),
+            "outcome": plan.outcomes[order].astype(object),
             "start_s": start, "download_s": download, "compute_s": compute,
             "upload_s": upload, "finish_s": start + download + compute + upload,
             "start_version": version,
             "staleness": np.where(version >= 0, plan.round - version, 0),
-            "staleness_weight": np.array([weights.get(c, 1.0) for c in client.tolist()],
-                                         dtype=float)}
+            "staleness_weight": plan.staleness_weights[order]}
 
 
 def client_clock_columns(plan: RoundPlan, clients: np.ndarray) -> dict[str, np.ndarray]:
     """Each trained client's simulated times, aligned with the ``clients`` rows (NaN for a
     row whose client did not train in the plan)."""
-    trained = [t for t in plan.timings if t.status == TRAINED]
-    ids = np.array([t.client for t in trained], dtype=np.int64)
-    times = np.array([(t.download_s, t.compute_s, t.upload_s, t.finish) for t in trained],
-                     dtype=float).reshape(len(trained), 4)
+    used = plan.outcomes == TRAINED
+    ids = plan.clients[used]
+    times = np.stack([plan.download_s[used], plan.compute_s[used], plan.upload_s[used],
+                      plan.finish[used]], axis=1)
     order = np.argsort(ids, kind="stable")
     ids, times = ids[order], times[order]
     rows = np.asarray(clients, dtype=np.int64)
