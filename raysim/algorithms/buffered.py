@@ -42,9 +42,18 @@ def version_shift(base: Weights, current: Weights, device: torch.device) -> torc
 def rebase(trained: Weights, shift: torch.Tensor, device: torch.device) -> FlatWeights:
     """``trained`` + ``shift`` (:func:`version_shift`) in float64, cast back: a stale
     client's update applied to the current model."""
-    model = on_device(trained, device)
-    vector = torch.as_tensor(model.vector)
-    return FlatWeights((vector.double() + shift).to(vector.dtype), model.layout, model.extras)
+    return rebase_all([trained], shift, device)[0]
+
+
+def rebase_all(trained: Sequence[Weights], shift: torch.Tensor, device: torch.device
+               ) -> list[FlatWeights]:
+    """:func:`rebase` of every model in ``trained`` (all from one start version) in one
+    operation on their stacked vectors (elementwise the same arithmetic)."""
+    models = [on_device(weights, device) for weights in trained]
+    stacked = torch.stack([torch.as_tensor(model.vector) for model in models])
+    rebased = (stacked.double() + shift).to(stacked.dtype)
+    return [FlatWeights(row, model.layout, model.extras)
+            for row, model in zip(rebased.unbind(0), models, strict=True)]
 
 
 def train_buffered(runtime: ClientRuntime, clients: Sequence[int], round_: int,
@@ -55,30 +64,34 @@ def train_buffered(runtime: ClientRuntime, clients: Sequence[int], round_: int,
     one, every client in one call)."""
     buffered = message["fedbuff"]
     current = message["model"]
+    versions = [buffered["start_version"][client] for client in clients]
 
-    def start_of(client: int) -> Weights:
-        version = buffered["start_version"][client]
+    def start_of(version: int) -> Weights:
         return current if version == buffered["version"] else buffered["bases"][version]
 
     by_version = proximal(current) is not None  # FedProx: each version its own anchor
     groups: dict[int, list[int]] = defaultdict(list)
-    for position, client in enumerate(clients):
-        groups[buffered["start_version"][client] if by_version else 0].append(position)
-    shifts = {version: version_shift(base, current, runtime.device)
-              for version, base in buffered["bases"].items()}
-    results: list[Any] = [None] * len(clients)
+    for position, version in enumerate(versions):
+        groups[version if by_version else 0].append(position)
+    trained: list[Any] = [None] * len(clients)
     for positions in groups.values():
-        members = [clients[i] for i in positions]
-        starts = [start_of(c) for c in members]
-        trained = runtime.train_many(members, round_, starts, [None] * len(members),
-                                     prox=proximal(starts[0]))
-        for position, (weights, outcome) in zip(positions, trained, strict=True):
-            client = clients[position]
-            version = buffered["start_version"][client]
-            if version != buffered["version"]:  # stale: its update onto the current model
-                weights = rebase(weights, shifts[version], runtime.device)
-            results[position] = (weights, outcome, buffered["weights"][client])
-    return results
+        starts = [start_of(versions[i]) for i in positions]
+        outputs = runtime.train_many([clients[i] for i in positions], round_, starts,
+                                     [None] * len(positions), prox=proximal(starts[0]))
+        for position, output in zip(positions, outputs, strict=True):
+            trained[position] = output
+    uploads = [weights for weights, _ in trained]
+    stale: dict[int, list[int]] = defaultdict(list)
+    for position, version in enumerate(versions):
+        if version != buffered["version"]:
+            stale[version].append(position)
+    for version, positions in stale.items():  # their updates onto the current model
+        shift = version_shift(buffered["bases"][version], current, runtime.device)
+        rebased = rebase_all([uploads[i] for i in positions], shift, runtime.device)
+        for position, weights in zip(positions, rebased, strict=True):
+            uploads[position] = weights
+    return [(uploads[i], trained[i][1], buffered["weights"][client])
+            for i, client in enumerate(clients)]
 
 
 def buffered_partial(models: Sequence[Weights], client_weights: Sequence[float],
