@@ -343,8 +343,16 @@ class EngineConfig(StrictModel):
         30.0,
         ge=0,
         description="checkpoints are also at least this many seconds apart (the first this long "
-        "after the run's start), so that fast runs do not spend their time on checkpoints; 0: "
-        "exactly every checkpoint_every rounds",
+        "after the run's start), so that fast runs do not spend their time on checkpoints; 0 "
+        "(and checkpoint_share 0): exactly every checkpoint_every rounds",
+    )
+    checkpoint_share: float = Field(
+        0.1,
+        ge=0,
+        lt=1,
+        description="checkpoints take at most about this share of the run's wall time: after "
+        "one that took t seconds the next waits at least t / share seconds (paper-scale "
+        "client states of GBs); 0: no such floor",
     )
     max_worker_failures: int = Field(
         3, ge=0, description="worker actors that die are restarted this many times per run"

@@ -219,7 +219,7 @@ def test_a_cohort_recovers_when_its_shared_driver_or_worker_process_dies(ray_ses
 
     raw = _w3_like("auto")
     raw["training"]["rounds"] = 30
-    raw["engine"].update(flush_seconds=0, checkpoint_every=5, checkpoint_seconds=0)
+    raw["engine"].update(flush_seconds=0, checkpoint_every=5, checkpoint_seconds=0, checkpoint_share=0)
     config = parse_config(raw)
     pid = (lambda m: m["driver"]["pid"]) if process == "driver" else \
         (lambda m: m["workers"][0]["pid"])

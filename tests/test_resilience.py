@@ -74,7 +74,7 @@ def test_worker_killed_mid_run_is_replaced_and_metrics_match(ray_session, tmp_pa
         "name": "feddc", "daisy_period": 1, "aggregation_period": 3}
     raw = quickstart_raw(training={"rounds": 25}, algorithm=params,
                          engine={"num_workers": 2, "cpus_per_worker": 1, "flush_seconds": 0,
-                                 "checkpoint_every": 5, "checkpoint_seconds": 0})
+                                 "checkpoint_every": 5, "checkpoint_seconds": 0, "checkpoint_share": 0})
     config = parse_config(raw)
     disturbed, killed = _run_and_kill(config, tmp_path / "killed", after_rounds=7,
                                       process=lambda manifest: manifest["workers"][1]["pid"])
@@ -103,7 +103,7 @@ def test_resume_after_sigkill_of_the_driver_process(ray_session, tmp_path):
     uninterrupted run."""
     raw = quickstart_raw(training={"rounds": 30}, algorithm={"name": "local"},
                          engine={"num_workers": 1, "cpus_per_worker": 1, "flush_seconds": 0,
-                                 "checkpoint_every": 4, "checkpoint_seconds": 0})
+                                 "checkpoint_every": 4, "checkpoint_seconds": 0, "checkpoint_share": 0})
     config_path = tmp_path / "run.yaml"
     config_path.write_text(yaml.safe_dump(raw))
     output = tmp_path / "results"
@@ -192,7 +192,7 @@ def test_nan_loss_stops_the_run_naming_round_and_clients(ray_session, tmp_path):
 def test_driver_actor_killed_mid_run_is_replaced_and_resumes(ray_session, tmp_path):
     raw = quickstart_raw(training={"rounds": 25}, algorithm={"name": "local"},
                          engine={"num_workers": 1, "cpus_per_worker": 1, "flush_seconds": 0,
-                                 "checkpoint_every": 5, "checkpoint_seconds": 0})
+                                 "checkpoint_every": 5, "checkpoint_seconds": 0, "checkpoint_share": 0})
     config = parse_config(raw)
     disturbed, killed = _run_and_kill(config, tmp_path / "killed", after_rounds=8,
                                       process=lambda manifest: manifest["driver"]["pid"])

@@ -6,6 +6,7 @@ states delivered before evaluation."""
 from __future__ import annotations
 
 import math
+from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
@@ -200,6 +201,37 @@ def test_checkpoints_keep_their_minimum_spacing_in_seconds(tmp_path: Path):
     _loop(workers, ListSink(events), [Ticker(), checkpointing, IdleProbe()], rounds=9).run()
     assert [e for e in events if e[0] == "idle"] == [("idle", 3), ("idle", 7)]
     assert load_checkpoint(tmp_path).next_round == 8
+
+
+def test_a_slow_checkpoint_spaces_the_next_by_its_cost_over_the_share(tmp_path: Path):
+    """Every 2 rounds, 1 s per round, gathering the client states takes 4 s: with share 0.5
+    each checkpoint starts >= 4 / 0.5 = 8 s after the previous one ended; with share 0, every
+    2 rounds."""
+    def checkpoints(share: float) -> list[tuple[int, float]]:
+        events: list[tuple[Any, ...]] = []
+        write_manifest(tmp_path, {"status": "running"})
+        now = [0.0]
+
+        class SlowSnapshot(FakeWorkers):
+            def snapshot_states(self):
+                events.append(("started", now[0]))
+                now[0] += 4.0
+                return super().snapshot_states()
+
+        class Ticker(RoundCallback):
+            def after_record(self, loop, outcome):
+                now[0] += 1.0
+
+        checkpointing = Checkpointing(2, 20, tmp_path, seed=0, clock=lambda: now[0],
+                                      share=share)
+        _loop(SlowSnapshot(events, stateful=True), ListSink(events),
+              [Ticker(), checkpointing], rounds=20).run()
+        return [e[1] for e in events if e[0] == "started"]
+
+    assert len(checkpoints(0.0)) == 9  # after rounds 1, 3, ..., 17
+    starts = checkpoints(0.5)
+    assert 2 <= len(starts) <= 3
+    assert all(later - (earlier + 4.0) >= 8.0 for earlier, later in pairwise(starts))
 
 
 def test_divergence_stops_after_recording_the_round_and_dispatches_nothing_more(tmp_path):

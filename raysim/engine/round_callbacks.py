@@ -86,30 +86,40 @@ class DivergenceStop(RoundCallback):
 
 
 class Checkpointing(RoundCallback):
-    """Every ``every`` rounds (not after the last), and at least ``min_seconds`` after the
-    previous checkpoint (or the loop's start): flush the results, gather every client state and
-    write a checkpoint, which becomes the durable state. The time floor keeps fast runs (tens
-    of rounds per second) from spending their time on checkpoints; results never depend on
-    when checkpoints are written."""
+    """Every ``every`` rounds (not after the last), at least ``min_seconds`` after the previous
+    checkpoint (or the loop's start), and at least the previous checkpoint's own duration /
+    ``share`` after it: flush the results, gather every client state and write a checkpoint,
+    which becomes the durable state. The time floors keep fast runs (tens of rounds per second)
+    and runs with large client states (GBs to gather and write) from spending more than about
+    ``share`` of their time on checkpoints; results never depend on when checkpoints are
+    written."""
 
     def __init__(self, every: int, rounds: int, run_dir: Path, seed: int,
-                 min_seconds: float = 0.0, clock: Callable[[], float] = time.monotonic):
+                 min_seconds: float = 0.0, clock: Callable[[], float] = time.monotonic,
+                 share: float = 0.0):
         self.every = every
         self.rounds = rounds
         self.run_dir = run_dir
         self.seed = seed
         self.min_seconds = min_seconds
         self.clock = clock
+        self.share = share
         self._last = clock()
+        self._cost = 0.0  # seconds the last checkpoint took
 
     def needs_idle_workers(self, outcome: RoundOutcome) -> bool:
         next_round = outcome.round + 1
-        return (not outcome.replay and self.every > 0 and next_round % self.every == 0
-                and next_round < self.rounds and self.clock() - self._last >= self.min_seconds)
+        if outcome.replay or self.every <= 0 or next_round % self.every or (
+                next_round >= self.rounds):
+            return False
+        floor = max(self.min_seconds, self._cost / self.share if self.share > 0 else 0.0)
+        return self.clock() - self._last >= floor
 
     def with_idle_workers(self, loop: RoundLoop, outcome: RoundOutcome) -> None:
+        started = self.clock()
         write_checkpoint(loop, outcome, self.run_dir, self.seed)
         self._last = self.clock()
+        self._cost = self._last - started
 
 
 def write_checkpoint(loop: RoundLoop, outcome: RoundOutcome, run_dir: Path, seed: int) -> None:
