@@ -8,8 +8,9 @@ wall_time) and of the whole ``run_experiment`` call (``run_seconds``: preparatio
 planning, actors, every round; the issue's "run's wall time") and the planning time of the clock
 alone; ``overhead`` and ``run_overhead`` = with / without - 1.
 Beside the end-to-end ratio (which this machine's drift of 15-30 % between minutes can hide),
-the clock's own work measured alone: planning (once, before the run) and recording (per round,
-on the driver: the clock's rows and columns and their Parquet write), and
+the clock's own work measured alone: planning (once, before the run), sending the plan to the driver actor
+(``plan_transfer_seconds``: cloudpickle out and in) and recording (per round, on the driver:
+the clock's rows and columns and their Parquet write), and
 ``clock_share_of_plain_round`` = (planning + recording per round) / the run without
 ``system:``'s seconds per round.
 
@@ -73,6 +74,16 @@ def timed_plan(raw: dict[str, Any]) -> tuple[Any, float]:
     return plan, time.perf_counter() - started
 
 
+def transfer_seconds(plan: Any) -> float:
+    """Seconds to serialise the plan as Ray does for the driver actor (cloudpickle) and to
+    load it."""
+    import ray.cloudpickle as cloudpickle
+
+    started = time.perf_counter()
+    cloudpickle.loads(cloudpickle.dumps(plan))
+    return time.perf_counter() - started
+
+
 def recording_seconds_per_round(plan: Any) -> float:
     """Seconds per round of the clock's work on the driver during the run, measured alone:
     the rounds row's clock columns, the ``system`` table's rows and the clients' clock columns
@@ -128,6 +139,7 @@ def main() -> None:
             row["planning_seconds_whole_run"] = round(planning, 4)
             row["planning_seconds_per_round"] = round(row["planning_seconds_whole_run"]
                                                       / raw["training"]["rounds"], 5)
+            row["plan_transfer_seconds"] = round(transfer_seconds(plan), 4)
             recording = recording_seconds_per_round(plan)
             row["recording_seconds_per_round"] = round(recording, 5)
             row["clock_share_of_plain_round"] = round(
