@@ -13,29 +13,26 @@ from raysim.data.dataset import DataInfo
 from raysim.schema import StrictModel, SystemConfig, TrainingConfig
 from raysim.system.clock import RoundPlan, Workload, synchronous_plan
 from raysim.system.fedbuff_clock import fedbuff_plan
-from raysim.system.profiles import SiteProfile, site_profiles
+from raysim.system.profiles import site_profiles
 
 TRAINING_FLOPS_PER_FORWARD = 3.0
 """A training step of a sample costs about three forward passes (forward, and a backward of
 about twice the forward's FLOPs), the usual estimate (e.g. Kaplan et al. 2020)."""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class SystemPlan:
     """What the round loop needs from ``system:``."""
 
     policy: str
     rounds: tuple[RoundPlan, ...]
-    profiles: tuple[SiteProfile, ...]
+    tiers: np.ndarray
+    """Each site's tier ("" for profiles not drawn from tiers), an object array (the driver
+    needs no more of the profiles: the clock was computed from them already)."""
 
     @property
     def asynchronous(self) -> bool:
         return self.policy == "fedbuff"
-
-    @functools.cached_property
-    def tiers(self) -> np.ndarray:
-        """Each site's tier ("" for profiles not drawn from tiers), an object array."""
-        return np.array([profile.tier for profile in self.profiles], dtype=object)
 
     @functools.cached_property
     def last_use(self) -> dict[int, int]:
@@ -79,4 +76,5 @@ def system_plan(config: SystemConfig, workload: Workload, rounds: int,
     else:
         plans = synchronous_plan(profiles, workload, rounds, clients_per_round, config.policy,
                                  seed, config.deadline_s, config.over_selection)
-    return SystemPlan(config.policy, tuple(plans), tuple(profiles))
+    return SystemPlan(config.policy, tuple(plans),
+                      np.array([profile.tier for profile in profiles], dtype=object))
