@@ -12,7 +12,10 @@ the clock's own work measured alone: planning (once, before the run), sending th
 (``plan_transfer_seconds``: cloudpickle out and in) and recording (per round, on the driver:
 the clock's rows and columns and their Parquet write), and
 ``clock_share_of_plain_round`` = (planning + recording per round) / the run without
-``system:``'s seconds per round.
+``system:``'s seconds per round. For FedBuff also its work on a client worker alone
+(``fedbuff_worker_ms``: training from several start versions, rebasing the stale uploads and
+the staleness-weighted partial, against the same clients from one model:
+``fedbuff_worker_extra``).
 
     python experiments/benchmarks/system_overhead.py [--repeats 3] [--policies sync fedbuff]
 """
@@ -84,6 +87,54 @@ def transfer_seconds(plan: Any) -> float:
     return time.perf_counter() - started
 
 
+def fedbuff_worker_ms(raw: dict[str, Any], plan: Any, round_: int = 30,
+                     repeats: int = 200) -> dict[str, float]:
+    """FedBuff's own work on a client worker, measured alone (in-process, one thread): one
+    worker's half of round ``round_``'s buffer (the plan's clients with even ids) trained
+    from the plan's start versions, stale uploads rebased, and its staleness-weighted partial,
+    against the same clients trained from the round's model with FedAvg's partial; median ms
+    of each over ``repeats`` alternating calls."""
+    import torch
+    from per_client_overhead import Worker
+
+    from raysim.algorithms import buffered
+    from raysim.algorithms.aggregators import mean_partial
+    from raysim.training.weights import FlatWeights, on_device
+
+    torch.set_num_threads(1)
+    worker = Worker(raw)
+    runtime = worker.runtime
+    current = on_device(worker.start, runtime.device)
+    versions, weights = plan.rounds[round_].buffered()
+    clients = sorted(c for c in versions if c % 2 == 0)
+    bases = {v: FlatWeights(torch.as_tensor(current.vector) * (1 - 0.001 * (round_ - v)),
+                            current.layout, current.extras)
+             for v in set(versions.values()) if v != round_}
+    message = {"model": current, "fedbuff": {"start_version": versions, "weights": weights,
+                                             "bases": bases, "version": round_}}
+
+    def synchronous() -> None:
+        trained = runtime.train_many(clients, round_, [current] * len(clients),
+                                     [None] * len(clients))
+        mean_partial([w for w, _ in trained], [o.num_samples for _, o in trained], True)
+
+    def fedbuff() -> None:
+        trained = buffered.train_buffered(runtime, clients, round_, message, lambda _: None)
+        buffered.buffered_partial([w for w, _, _ in trained],
+                                  [float(o.num_samples) for _, o, _ in trained],
+                                  [s for _, _, s in trained])
+
+    timings: dict[str, list[float]] = {"sync": [], "fedbuff": []}
+    for _ in range(repeats):
+        for label, work in (("sync", synchronous), ("fedbuff", fedbuff)):
+            started = time.perf_counter()
+            work()
+            timings[label].append((time.perf_counter() - started) * 1000)
+    sync, fed = (float(np.median(timings[k])) for k in ("sync", "fedbuff"))
+    return {"fedbuff_worker_clients": len(clients), "fedbuff_worker_ms": round(fed, 3),
+            "sync_worker_ms": round(sync, 3), "fedbuff_worker_extra": round(fed / sync - 1, 3)}
+
+
 def recording_seconds_per_round(plan: Any) -> float:
     """Seconds per round of the clock's work on the driver during the run, measured alone:
     the rounds row's clock columns, the ``system`` table's rows and the clients' clock columns
@@ -144,6 +195,8 @@ def main() -> None:
             row["recording_seconds_per_round"] = round(recording, 5)
             row["clock_share_of_plain_round"] = round(
                 (recording + row["planning_seconds_per_round"]) / plain, 4)
+            if label == "fedbuff":
+                row.update(fedbuff_worker_ms(raw, plan))
         print(json.dumps(row), flush=True)
 
 
