@@ -200,6 +200,29 @@ def test_image_data_is_normalised_on_the_device_as_on_the_host(monkeypatch):
     assert torch.equal(y, torch.from_numpy(runtime.train_y[indices]))
 
 
+def test_a_clients_normalised_data_is_kept_on_a_cpu_within_its_budget(monkeypatch):
+    config = parse_config({
+        "name": "plane", "dataset": {"name": "digits"},
+        "partition": {"scheme": "iid", "num_clients": 4, "samples_per_client": 6},
+        "model": {"name": "mlp", "hidden": [8]}, "algorithm": {"name": "fedavg"},
+        "training": {"rounds": 1}, "seeds": [0]})
+    from raysim.data.dataset import to_tensor
+
+    workers, _, _ = _workers(config, 1, monkeypatch)
+    runtime = workers[0].runtime
+    first, again = runtime.client_data(1), runtime.client_data(1)
+    assert first[0] is again[0]  # normalised once, then reused
+    fresh = to_tensor(runtime.train_x[runtime.client_indices[1]], runtime.info)
+    assert torch.equal(again[0], fresh)
+    assert runtime.client_data(2)[0] is not first[0]  # each client its own
+
+    monkeypatch.setattr(resident_data, "NORMALISED_CACHE_BYTES", 0)  # no budget: every use
+    workers, _, _ = _workers(config, 1, monkeypatch)
+    runtime = workers[0].runtime
+    first, again = runtime.client_data(1), runtime.client_data(1)
+    assert first[0] is not again[0] and torch.equal(first[0], again[0])
+
+
 _FAULTS_PER_BLOCK = """
 import resource, sys, torch
 if sys.argv[1] == "keep":

@@ -22,6 +22,10 @@ CAP_ENV = "RAYSIM_RESIDENT_DATA_CAP_BYTES"
 DEVICE_SHARE = 0.5
 """Share of a worker's GPU memory cap its resident data may take (the rest is for models,
 client states and activations)."""
+NORMALISED_CACHE_BYTES = 256 * 2**20
+"""On a CPU, clients' normalised inputs are kept (up to this many bytes per worker) after
+their first use, so a client's data is normalised once per run instead of every round (host
+memory; on a GPU the rows stay uint8 and are normalised on every use, to keep device memory)."""
 
 
 class ResidentData:
@@ -46,6 +50,8 @@ class ResidentData:
         self._position = np.full(len(train_y), -1, dtype=np.int64)
         self._position[rows] = np.arange(len(rows))
         self._client_rows: dict[int, torch.Tensor] = {}
+        self._normalised: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
+        self._cache_left = NORMALISED_CACHE_BYTES if device.type == "cpu" else 0
         if self.resident:
             self.x = torch.from_numpy(np.ascontiguousarray(train_x[rows])).to(device)
             self.y = torch.from_numpy(np.ascontiguousarray(train_y[rows])).to(device)
@@ -64,11 +70,21 @@ class ResidentData:
 
     def client(self, client: int) -> tuple[torch.Tensor, torch.Tensor] | None:
         """A held client's whole training set as normalised inputs and labels on the device
-        (its row positions there computed once), or None for a client not held."""
+        (its row positions there computed once; on a CPU, the normalised tensors kept for the
+        next rounds while :data:`NORMALISED_CACHE_BYTES` allow: treat them as read-only), or
+        None for a client not held."""
+        cached = self._normalised.get(client)
+        if cached is not None:
+            return cached
         local = self._client_rows.get(client)
         if local is None:
             return None
-        return normalise(self.x[local], self.info), self.y[local]
+        data = normalise(self.x[local], self.info), self.y[local]
+        size = data[0].numel() * data[0].element_size()
+        if size <= self._cache_left:
+            self._normalised[client] = data
+            self._cache_left -= size
+        return data
 
     def describe(self) -> dict[str, object]:
         """Where the data lives, for the run's manifest."""
