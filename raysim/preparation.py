@@ -224,9 +224,9 @@ def check_system(config: ExperimentConfig) -> None:
             f"Invalid config section `system`: algorithm `{config.algorithm.name}` trains one "
             "model on the pooled data, so there are no sites whose speed, bandwidth or "
             "availability could differ. Remove `system`.")
-    from raysim.system.profiles import site_profiles
+    from raysim.system.profiles import check_profiles
 
-    site_profiles(system, config.partition.num_clients, config.seeds[0])  # tiers, trace file
+    check_profiles(system, config.partition.num_clients)  # tiers, trace file
     if config.privacy is not None:
         raise ConfigError(
             "Invalid combination: `system` and `privacy`. DP's accountant assumes Poisson "

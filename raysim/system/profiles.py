@@ -182,13 +182,27 @@ def site_profiles(config: SystemConfig, num_clients: int, seed: int) -> list[Sit
     return read_trace(Path(config.trace), num_clients)
 
 
-def _from_tiers(shares: dict[str, float], num_clients: int, seed: int) -> list[SiteProfile]:
+def check_profiles(config: SystemConfig, num_clients: int) -> None:
+    """Raise :class:`ConfigError` for tiers that do not exist or a trace that does not fit
+    the clients (what :func:`site_profiles` would refuse, without drawing the profiles)."""
+    if config.tiers is not None:
+        check_tiers(config.tiers)
+    elif config.trace is not None:
+        read_trace(Path(config.trace), num_clients)
+
+
+def check_tiers(shares: dict[str, float]) -> None:
+    """Raise :class:`ConfigError` unless ``shares`` names built-in tiers with usable shares."""
     unknown = sorted(set(shares) - set(TIERS))
     if unknown or not shares or min(shares.values()) < 0 or sum(shares.values()) <= 0:
         raise ConfigError(
             f"Invalid config field `system.tiers` = {shares}: give each tier's share of the "
             f"sites (non-negative, not all zero); the tiers are {', '.join(TIERS)}"
             + (f", not {', '.join(unknown)}" if unknown else "") + ".")
+
+
+def _from_tiers(shares: dict[str, float], num_clients: int, seed: int) -> list[SiteProfile]:
+    check_tiers(shares)
     names = sorted(shares)
     weights = np.array([shares[n] for n in names], dtype=float)
     counts = np.floor(weights / weights.sum() * num_clients).astype(int)
