@@ -8,7 +8,8 @@ wall_time) and of the whole ``run_experiment`` call (``run_seconds``: preparatio
 planning, actors, every round; the issue's "run's wall time") and the planning time of the clock
 alone; ``overhead`` and ``run_overhead`` = with / without - 1.
 Beside the end-to-end ratio (which this machine's drift of 15-30 % between minutes can hide),
-the clock's own work measured alone: planning (once, before the run), sending the plan to the driver actor
+the clock's own work measured alone: planning (once, before the run), the config check of ``system:``
+(``config_check_seconds``), sending the plan to the driver actor
 (``plan_transfer_seconds``: cloudpickle out and in) and recording (per round, on the driver:
 the clock's rows and columns and their Parquet write), and
 ``clock_share_of_plain_round`` = (planning + recording per round) / the run without
@@ -75,6 +76,20 @@ def timed_plan(raw: dict[str, Any]) -> tuple[Any, float]:
     started = time.perf_counter()
     plan = plan_for_run(config, context, partition, weights)
     return plan, time.perf_counter() - started
+
+
+def config_check_seconds(raw: dict[str, Any], repeats: int = 20) -> float:
+    """The fastest of ``repeats`` runs of the ``system:`` section's config check (before the
+    run, in the starting process)."""
+    from raysim.preparation import check_system
+
+    config = parse_config(raw)
+    best = float("inf")
+    for _ in range(repeats):
+        started = time.perf_counter()
+        check_system(config)
+        best = min(best, time.perf_counter() - started)
+    return best
 
 
 def transfer_seconds(plan: Any) -> float:
@@ -191,6 +206,7 @@ def main() -> None:
             row["planning_seconds_per_round"] = round(row["planning_seconds_whole_run"]
                                                       / raw["training"]["rounds"], 5)
             row["plan_transfer_seconds"] = round(transfer_seconds(plan), 4)
+            row["config_check_seconds"] = round(config_check_seconds(raw), 5)
             recording = recording_seconds_per_round(plan)
             row["recording_seconds_per_round"] = round(recording, 5)
             row["clock_share_of_plain_round"] = round(
