@@ -183,12 +183,17 @@ def test_client_data_is_resident_unless_it_exceeds_the_cap(monkeypatch):
         assert np.array_equal(reply.groups[0].partial.vector, base.groups[0].partial.vector)
 
 
-def test_image_data_is_normalised_on_the_device_as_on_the_host(monkeypatch):
-    config = parse_config({
+def _digits_config():
+    """Four clients of six digit images (uint8 inputs, normalised when used)."""
+    return parse_config({
         "name": "plane", "dataset": {"name": "digits"},
         "partition": {"scheme": "iid", "num_clients": 4, "samples_per_client": 6},
         "model": {"name": "mlp", "hidden": [8]}, "algorithm": {"name": "fedavg"},
         "training": {"rounds": 1}, "seeds": [0]})
+
+
+def test_image_data_is_normalised_on_the_device_as_on_the_host(monkeypatch):
+    config = _digits_config()
     workers, _, _ = _workers(config, 1, monkeypatch)
     runtime = workers[0].runtime
     from raysim.data.dataset import to_tensor
@@ -201,11 +206,7 @@ def test_image_data_is_normalised_on_the_device_as_on_the_host(monkeypatch):
 
 
 def test_a_clients_normalised_data_is_kept_on_a_cpu_within_its_budget(monkeypatch):
-    config = parse_config({
-        "name": "plane", "dataset": {"name": "digits"},
-        "partition": {"scheme": "iid", "num_clients": 4, "samples_per_client": 6},
-        "model": {"name": "mlp", "hidden": [8]}, "algorithm": {"name": "fedavg"},
-        "training": {"rounds": 1}, "seeds": [0]})
+    config = _digits_config()
     from raysim.data.dataset import to_tensor
 
     workers, _, _ = _workers(config, 1, monkeypatch)
