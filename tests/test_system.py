@@ -59,6 +59,25 @@ def test_a_site_outside_its_window_never_trains_in_it():
     assert any(1 not in plan.clients for plan in plans)
 
 
+def test_fedbuff_drops_a_site_whose_window_closes_before_it_finishes():
+    night = Availability(((0.0, 2 * HOUR),), 24 * HOUR)  # 2 hours of every 24
+    profiles = _profiles((1.0, 100.0, 100.0), (1.0, 100.0, 100.0), (1.0, 100.0, 100.0),
+                         availability={1: night})
+    workload = Workload(np.full(3, 3600.0), 1e3, 1e3)  # one hour of compute each
+    plans = fedbuff_plan(profiles, workload, 30, buffer_size=2, concurrency=3, exponent=0.5,
+                         seed=0)
+    outcomes = set()
+    for plan in plans:
+        site = plan.clients == 1
+        for start, finish, outcome in zip(plan.starts[site], plan.finish[site],
+                                          plan.outcomes[site], strict=True):
+            window = night.window_at(start)
+            assert window is not None  # it only starts inside its window
+            assert (outcome == TRAINED) == (finish <= window[1])  # dropped iff it overruns
+            outcomes.add(str(outcome))
+    assert outcomes == {TRAINED, OFFLINE}
+
+
 def test_the_online_mask_agrees_with_each_sites_windows_over_time():
     # periodic windows (one crossing the period's end) and always-available sites: the mask is
     # reused between window changes, and must still say what each site's windows say
