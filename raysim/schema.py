@@ -350,9 +350,9 @@ class EngineConfig(StrictModel):
         0.1,
         ge=0,
         lt=1,
-        description="checkpoints take at most about this share of the run's wall time: after "
-        "one that took t seconds the next waits at least t / share seconds (paper-scale "
-        "client states of GBs); 0: no such floor",
+        description="after the first, checkpoints take at most about this share of the run's "
+        "wall time: after one that took t seconds the next waits at least t / share seconds "
+        "(paper-scale client states of GBs); 0: no such floor",
     )
     max_worker_failures: int = Field(
         3, ge=0, description="worker actors that die are restarted this many times per run"

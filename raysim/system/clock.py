@@ -114,10 +114,10 @@ class SiteTimes:
                    np.asarray(workload.train_gflop, dtype=float) / column("speed_gflops"),
                    workload.up_bytes * 8 / (column("up_mbps") * 1e6))
 
-    def finish(self, client: int, start: float) -> float:
-        """When ``client`` finishes a round it starts at ``start``."""
-        return (start + float(self.download_s[client]) + float(self.compute_s[client])
-                + float(self.upload_s[client]))
+    def finish(self, clients: np.ndarray | int, start: float) -> np.ndarray:
+        """When each of ``clients`` finishes a round it starts at ``start``."""
+        return start + self.download_s[clients] + self.compute_s[clients] + self.upload_s[
+            clients]
 
 
 def next_online(profiles: list[SiteProfile], time: float) -> float:
@@ -147,8 +147,7 @@ def synchronous_plan(profiles: list[SiteProfile], workload: Workload, rounds: in
         count = min(wanted, len(online))
         chosen = np.sort(numpy_rng(seed, "system-select", round_).choice(
             online, count, replace=False))
-        finish = now + times.download_s[chosen] + times.compute_s[chosen] + times.upload_s[
-            chosen]
+        finish = times.finish(chosen, now)
         outcomes = np.full(count, TRAINED, dtype=OUTCOME_DTYPE)
         offline = ~(finish <= mask.window_end(chosen, now))
         outcomes[offline] = OFFLINE

@@ -62,9 +62,8 @@ def fedbuff_plan(profiles: list[SiteProfile], workload: Workload, rounds: int,
         picks = rng.permutation(idle)[:concurrency - training]
         busy[picks] = True
         for client in picks.tolist():  # mostly one: the slot an arrival freed
-            finish = times.finish(client, time)
-            window = (time, math.inf) if always[client] else \
-                profiles[client].availability.window_at(time)
+            finish = float(times.finish(client, time))
+            window = profiles[client].availability.window_at(time)
             late = window is None or not finish <= window[1]  # offline before it finishes
             starts += 1
             training += 1
@@ -85,7 +84,6 @@ def fedbuff_plan(profiles: list[SiteProfile], workload: Workload, rounds: int,
     rng = numpy_rng(seed, "system-fedbuff")  # one stream: the plan is computed in order
     online = OnlineMask(profiles)
     busy = np.zeros(len(profiles), dtype=bool)  # training, or waiting in the buffer
-    always = online.always.tolist()
     fill(now)
     while len(plans) < rounds:
         if not events:  # nobody training: wait for the next window

@@ -84,14 +84,13 @@ class OnlineMask:
         self.periodic = np.array(simple, dtype=bool)
         self.start = np.zeros(count)
         self.end = np.zeros(count)
-        self.length = np.zeros(count)
         self.period = np.ones(count)
         for client in np.flatnonzero(self.periodic):
             availability = profiles[client].availability
             (start, end), = availability.windows
             self.start[client], self.end[client] = start, end
-            self.length[client] = end - start
             self.period[client] = float(availability.period)  # type: ignore[arg-type]
+        self.length = self.end - self.start
         self.others = [c for c in range(count) if not self.always[c] and not simple[c]]
         self.profiles = profiles
         self._cached: tuple[float, float, np.ndarray] | None = None  # (from, until, mask)
