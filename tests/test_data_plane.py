@@ -109,6 +109,54 @@ def test_server_merge_adds_in_place_without_new_arrays():
     assert np.array_equal(weighted_mean([merged])["w"], np.full(3, 1.5, dtype=np.float32))
 
 
+def _whole_vector_sum(models: list[dict[str, np.ndarray]], weights: list[float]
+                      ) -> torch.Tensor:
+    """A group's sum the way raysim computed it before blocks: one whole float64 vector from
+    zero, each model copied into a float64 scratch vector and added with its weight."""
+    total = torch.zeros(sum(v.size for v in models[0].values()), dtype=torch.float64)
+    scratch = torch.empty_like(total)
+    for model, weight in zip(models, weights, strict=True):
+        start = 0
+        for value in model.values():
+            stop = start + value.size
+            total[start:stop].add_(scratch[start:stop].copy_(torch.from_numpy(value).reshape(-1)),
+                                   alpha=weight)
+            start = stop
+    return total
+
+
+@pytest.mark.parametrize("block", [5, 64, 1 << 17])
+def test_blocked_sums_and_merges_give_the_whole_vector_bits(monkeypatch, block):
+    """Group sums merged along a tree, with a partial read back from the object store (read
+    only) in it, evaluated in blocks that cut entries and models apart: the same float64 bits
+    as whole-vector sums and in-place merges (float32 and float64 entries, an integer one)."""
+    from raysim.algorithms import blocked_sum
+    from raysim.engine.reduction_tree import reduce_span
+    monkeypatch.setattr(blocked_sum, "CPU_BLOCK_VALUES", block)
+    rng = np.random.default_rng(3)
+
+    def model() -> dict[str, np.ndarray]:
+        return {"a": rng.normal(size=(7, 3)).astype(np.float32),
+                "b": rng.normal(size=11).astype(np.float32),
+                "steps": rng.integers(0, 9, size=2),
+                "scale": rng.normal(size=4)}
+
+    groups = [[model() for _ in range(size)] for size in (1, 3, 2, 1, 4)]
+    weights = [[float(rng.integers(1, 9)) for _ in group] for group in groups]
+    expected = [_whole_vector_sum(g, w) for g, w in zip(groups, weights, strict=True)]
+    reference = reduce_span(dict(enumerate(expected)), (0, 8), lambda x, y: x.add_(y))
+    partials = {i: WeightedSum.of(g, w) for i, (g, w) in enumerate(
+        zip(groups, weights, strict=True))}
+    buffers: list[pickle.PickleBuffer] = []  # as the object store does: read-only buffers
+    pickled = pickle.dumps(partials[2], protocol=5, buffer_callback=buffers.append)
+    partials[2] = pickle.loads(pickled, buffers=[b.raw().toreadonly() for b in buffers])
+    assert not partials[2].owned
+    root = reduce_span(partials, (0, 8), lambda x, y: x.merge(y))
+    assert root.vector.dtype == torch.float64
+    assert torch.equal(root.vector, reference)
+    assert root.total_weight == sum(map(sum, weights))
+
+
 @pytest.mark.parametrize("vectorize", ["never", "always"])
 def test_weights_cross_to_the_host_a_constant_number_of_times_per_worker_round(
         monkeypatch, vectorize):

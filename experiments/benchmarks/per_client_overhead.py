@@ -5,7 +5,7 @@ a client worker does between receiving the broadcast and sending its partial).
 - ``raysim``: the algorithm's ``local_updates`` through :class:`ClientRuntime` (the path raysim
   chooses for the model: vectorised or per-client loop) for a worker's half of the round's
   clients, ``reduce`` per fixed client group (64 groups over all clients, as the engine) and
-  the merge of the groups into the worker's partial;
+  the merge of the groups into the worker's subtrees of the reduction tree;
 - ``plain``: the same clients' data as tensors, the global weights copied into one model per
   client, the round's local steps (SGD, the same batch size), and the trained state added to a
   float64 sum in place.
@@ -39,10 +39,11 @@ from fixtures import write_medmnist_npz
 from vs_flower import workloads
 
 from raysim.algorithms import ALGORITHMS
-from raysim.algorithms.aggregators import merge_partials
+from raysim.algorithms.aggregators import merge_partials, settle
 from raysim.config import parse_config
 from raysim.engine.memory import keep_freed_memory
 from raysim.engine.placement import client_groups
+from raysim.engine.reduction_tree import subtree_roots
 from raysim.preparation import initial_weights, prepare, run_context
 from raysim.training.context import ClientData, RunContext
 from raysim.training.runtime import ClientRuntime
@@ -88,11 +89,12 @@ class Worker:
         message = self.algorithm.broadcast(self.start, round_)
         results = self.algorithm.local_updates(self.runtime, self.clients, round_, message,
                                                [None] * len(self.clients))
-        partial = None
-        for group in sorted(set(self.group_of[self.clients].tolist())):
-            members = [(c, r) for c, r in zip(self.clients, results, strict=True)
-                       if self.group_of[c] == group]
-            partial = merge_partials(partial, self.algorithm.reduce(members))
+        groups = sorted(set(self.group_of[self.clients].tolist()))
+        partials = {group: self.algorithm.reduce(
+            [(c, r) for c, r in zip(self.clients, results, strict=True)
+             if self.group_of[c] == group]) for group in groups}
+        # the worker's subtrees of the reduction tree, computed (as the engine's worker does)
+        settle(subtree_roots(partials, groups[0], groups[-1] + 1, merge_partials))
 
     def plain(self, round_: int) -> None:
         state = dict(self.model.state_dict())

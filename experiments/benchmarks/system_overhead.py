@@ -131,13 +131,14 @@ def fedbuff_worker_ms(raw: dict[str, Any], plan: Any, round_: int = 30,
     def synchronous() -> None:
         trained = runtime.train_many(clients, round_, [current] * len(clients),
                                      [None] * len(clients))
-        mean_partial([w for w, _ in trained], [o.num_samples for _, o in trained], True)
+        mean_partial([w for w, _ in trained], [o.num_samples for _, o in trained],
+                     True).settle()
 
     def fedbuff() -> None:
         trained = buffered.train_buffered(runtime, clients, round_, message, lambda _: None)
         buffered.buffered_partial([w for w, _, _ in trained],
                                   [float(o.num_samples) for _, o, _ in trained],
-                                  [s for _, _, s in trained])
+                                  [s for _, _, s in trained])["model"].settle()
 
     timings: dict[str, list[float]] = {"sync": [], "fedbuff": []}
     for _ in range(repeats):

@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from raysim.algorithms import blocked_sum
 from raysim.training.weights import (
     FlatWeights,
     Layout,
@@ -68,50 +69,83 @@ def _device(model: Weights) -> torch.device:
 
 class WeightedSum:
     """A float64 weighted sum of models and the total weight (the partial of a weighted
-    mean), as one flat vector on the device of its models."""
+    mean), as one flat vector on the device of its models.
 
-    __slots__ = ("entries", "owned", "total_weight", "vector")
+    Sums and merges are deferred (:mod:`raysim.algorithms.blocked_sum`): ``of`` and ``merge``
+    record what to add, and the first read of :attr:`vector` (the mean, pickling for the object
+    store, :meth:`settle`) computes it block by block, with the same float operations per
+    coordinate as adding whole vectors. The models must not change until then: a worker
+    settles its partials before the round's states move on."""
+
+    __slots__ = ("_pending", "_target", "_vector", "device", "entries", "length", "owned",
+                 "total_weight")
 
     def __init__(self, vector: torch.Tensor, total_weight: float, entries: Entries,
                  owned: bool = True):
-        self.vector = vector
+        self._vector: torch.Tensor | None = vector
+        self._pending: blocked_sum.Expression | None = None
+        self._target: torch.Tensor | None = None
+        self.length, self.device = int(vector.numel()), vector.device
         self.total_weight = total_weight
         self.entries = entries
         self.owned = owned
-        """False for a vector read from the object store (read-only): the first merge into
-        it copies it once."""
+        """False for a vector read from the object store (read-only): a merge into it computes
+        a new vector."""
 
     @classmethod
     def of(cls, models: Sequence[Weights], weights: Sequence[float]) -> WeightedSum:
-        """Sum ``weights[i] * models[i]`` in the given order (in place into one vector)."""
+        """Sum ``weights[i] * models[i]`` in the given order (computed when first read)."""
         if not models:
             raise ValueError("WeightedSum.of needs at least one model")
         entries = _entries(models[0])
         float_layout = layout_of(models[0])
         spans = _spans(entries)
-        total = torch.zeros(spans[-1][1] if spans else 0, dtype=torch.float64,
-                            device=_device(models[0]))
-        scratch = torch.empty_like(total)  # float64 copy of one model (mixed-dtype adds are slow)
-        for model, weight in zip(models, weights, strict=True):
-            for source, (start, stop) in _pieces(model, entries, float_layout):
-                value = as_tensor(source).to(total.device).reshape(-1)
-                total[start:stop].add_(scratch[start:stop].copy_(value), alpha=float(weight))
-        return cls(total, float(sum(weights)), entries)
+        pieces = [[(as_tensor(source).reshape(-1), start, stop)
+                   for source, (start, stop) in _pieces(model, entries, float_layout)]
+                  for model in models]
+        total = cls.__new__(cls)
+        total._vector, total.owned = None, True
+        total._target = None
+        total._pending = blocked_sum.Terms(pieces, [float(w) for w in weights])
+        total.length, total.device = spans[-1][1] if spans else 0, _device(models[0])
+        total.total_weight, total.entries = float(sum(weights)), entries
+        return total
+
+    @property
+    def vector(self) -> torch.Tensor:
+        """The float64 sum (computed on first read)."""
+        if self._vector is None:
+            assert self._pending is not None
+            self._vector = blocked_sum.evaluate(self._pending, self.length, self.device,
+                                                self._target)
+            self._pending, self._target, self.owned = None, None, True
+        return self._vector
+
+    def settle(self) -> WeightedSum:
+        """Compute the sum now (its models may change afterwards)."""
+        _ = self.vector
+        return self
+
+    def _expression(self) -> blocked_sum.Expression:
+        return self._pending if self._pending is not None else blocked_sum.Dense(self.vector)
+
+    def merge(self, other: WeightedSum) -> WeightedSum:
+        """Add ``other`` into this partial (self first) and return it. A computed sum of its
+        own is added into in place (no new vector); a read-only one from the object store is
+        not written to."""
+        if other.entries != self.entries:
+            raise ValueError("cannot merge weighted sums of different models")
+        if self._vector is not None and self.owned:
+            self._target = self._vector
+        self._pending = blocked_sum.Merge(self._expression(), other._expression())
+        self._vector = None
+        self.total_weight += other.total_weight
+        return self
 
     @property
     def float_count(self) -> int:
         """Values of the float entries (the vector's leading block; noise goes there)."""
         return _float_count(self.entries)
-
-    def merge(self, other: WeightedSum) -> WeightedSum:
-        """Add ``other`` into this partial in place (self first) and return it."""
-        if other.entries != self.entries:
-            raise ValueError("cannot merge weighted sums of different models")
-        if not self.owned:
-            self.vector, self.owned = self.vector.clone(), True
-        self.vector.add_(other.vector.to(self.vector.device))
-        self.total_weight += other.total_weight
-        return self
 
     def mean(self) -> dict[str, np.ndarray]:
         """The weighted mean cast back to each entry's dtype (integers rounded), as numpy."""
@@ -201,6 +235,22 @@ def merge_partials(left: Any, right: Any) -> Any:
         return left + right
     raise TypeError(f"partials of types {type(left).__name__} and {type(right).__name__} "
                     "cannot be merged; the algorithm must override Algorithm.merge")
+
+
+def settle(partial: Any) -> None:
+    """Compute every deferred :class:`WeightedSum` inside ``partial`` (nested in mappings,
+    lists, tuples or objects with a ``partial`` attribute) now, so the models it adds may
+    change afterwards."""
+    if isinstance(partial, WeightedSum):
+        partial.settle()
+    elif isinstance(partial, Mapping) and not isinstance(partial, FlatWeights):
+        for value in partial.values():
+            settle(value)
+    elif isinstance(partial, (list, tuple)):
+        for value in partial:
+            settle(value)
+    elif hasattr(partial, "partial"):
+        settle(partial.partial)
 
 
 def flatten(model: Weights) -> np.ndarray:

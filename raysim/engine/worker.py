@@ -13,6 +13,7 @@ import numpy as np
 import ray
 import torch
 
+from raysim.algorithms.aggregators import settle
 from raysim.algorithms.base import Algorithm, RunContext
 from raysim.data.partition import Partition
 from raysim.engine.gpu import cap_gpu_memory, gpu_memory_errors
@@ -191,6 +192,7 @@ class ClientWorker:
             if partial is not None:
                 partials[group] = partial
         results = subtree_roots(partials, *self.group_span, self.algorithm.merge)
+        settle(results)  # the sums read the clients' models, which move on below
         columns = {"client": np.array(ids, dtype=np.int64)}
         if any(u.train_loss is not None for u in updates):
             columns["train_loss"] = np.array([np.nan if u.train_loss is None else u.train_loss
