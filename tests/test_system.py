@@ -78,6 +78,23 @@ def test_fedbuff_drops_a_site_whose_window_closes_before_it_finishes():
     assert outcomes == {TRAINED, OFFLINE}
 
 
+def test_fedbuff_fills_free_slots_with_a_uniform_draw_of_the_idle_sites():
+    # ten equal, always-available sites: every start is a seeded draw among the idle ones, so
+    # each site starts about equally often (a draw that favours the lowest ids, or keeps the
+    # idle sites' order, starts site 0 every time)
+    profiles = _profiles(*[(1.0, 100.0, 100.0)] * 10)
+    workload = Workload(np.full(10, 1.0), 1e3, 1e3)
+    one_slot = fedbuff_plan(profiles, workload, 400, buffer_size=1, concurrency=1,
+                            exponent=0.5, seed=0)  # every arrival frees the one slot
+    counts = np.bincount([int(plan.clients[0]) for plan in one_slot], minlength=10)
+    assert counts.min() >= 20 and counts.max() <= 60  # 40 expected each (sd 6)
+    first_buffers = [fedbuff_plan(profiles, workload, 1, buffer_size=3, concurrency=3,
+                                  exponent=0.5, seed=seed)[0].clients for seed in range(200)]
+    counts = np.bincount(np.concatenate(first_buffers), minlength=10)  # 3 of 10 at start
+    assert all(len(set(clients.tolist())) == 3 for clients in first_buffers)
+    assert counts.min() >= 30 and counts.max() <= 90  # 60 expected each (sd 6.5)
+
+
 def test_the_online_mask_agrees_with_each_sites_windows_over_time():
     # periodic windows (one crossing the period's end) and always-available sites: the mask is
     # reused between window changes, and must still say what each site's windows say

@@ -3,7 +3,7 @@ to ``concurrency`` clients train at once, each from the server version current w
 started; the server applies an update after every ``buffer_size`` arrivals, each arrival of
 staleness s (server updates since it started) weighted (1 + s)^-exponent (the paper's
 polynomial staleness function; exponent 0.5 is its 1 / sqrt(1 + s)). A freed slot is filled
-at once by a client available then and not training (a seeded draw); a client whose
+at once by a client available then and not training (a seeded uniform draw); a client whose
 availability window closes before it finishes drops out and frees its slot. A site whose
 update waits in the buffer starts again only after the server's next update (one update per
 site and buffer: the engine trains each client once per round).
@@ -56,10 +56,13 @@ def fedbuff_plan(profiles: list[SiteProfile], workload: Workload, rounds: int,
 
     def fill(time: float) -> None:
         nonlocal starts, training
-        if training >= concurrency:
+        free = concurrency - training
+        if free <= 0:
             return
-        idle = np.flatnonzero(online.at(time) & ~busy)  # one update per site and buffer
-        picks = rng.permutation(idle)[:concurrency - training]
+        picks = np.flatnonzero(online.at(time) & ~busy)  # one update per site and buffer
+        if len(picks) > free:  # a seeded uniform draw of the sites that start
+            picks = (picks[[rng.integers(len(picks))]] if free == 1  # an arrival's slot
+                     else rng.choice(picks, free, replace=False))
         busy[picks] = True
         for client in picks.tolist():  # mostly one: the slot an arrival freed
             finish = float(times.finish(client, time))

@@ -50,12 +50,15 @@ def client_work(info: DataInfo, architectures: Sequence[StrictModel],
     from raysim.models.registry import build_model
 
     flops: dict[tuple[str, tuple[int, ...]], float] = {}
+    configs: dict[int, str] = {}  # each architecture object's config, dumped once
     work = np.zeros(len(sizes))
     for client, size in enumerate(sizes):
         architecture = architectures[client % len(architectures)]
         factor = downsample[client] if downsample else 1
         shape = client_input_shape(info.input_shape, factor)
-        key = (architecture.model_dump_json(), shape)
+        if id(architecture) not in configs:
+            configs[id(architecture)] = architecture.model_dump_json()
+        key = (configs[id(architecture)], shape)
         if key not in flops:
             flops[key] = float(forward_flops(build_model(architecture, info), shape))
         samples = (training.local_steps * training.batch_size if training.local_steps
