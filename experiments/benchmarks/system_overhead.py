@@ -6,7 +6,8 @@ built-in tiers), alternating, in one Ray session. One JSON line per configuratio
 over repeats of the steady rounds' seconds (rounds 5 on, from the ``rounds`` table's
 wall_time) and of the whole ``run_experiment`` call (``run_seconds``: preparation, the clock's
 planning, actors, every round; the issue's "run's wall time") and the planning time of the clock
-alone; ``overhead`` and ``run_overhead`` = with / without - 1.
+alone; ``overhead`` and ``run_overhead`` = with / without - 1 (of the medians), and
+``run_overhead_paired`` the median over repeats of each run against the plain run of its repeat.
 Beside the end-to-end ratio (which this machine's drift of 15-30 % between minutes can hide),
 the clock's own work measured alone: planning (once, before the run), the config check of ``system:``
 (``config_check_seconds``), sending the plan to the driver actor
@@ -199,7 +200,11 @@ def main() -> None:
                "repeats": [round(t, 5) for t in timings[label]],
                "overhead": round(seconds / plain - 1, 3), "run_seconds": round(whole, 3),
                "run_repeats": [round(t, 3) for t in wholes[label]],
-               "run_overhead": round(whole / plain_whole - 1, 3)}
+               "run_overhead": round(whole / plain_whole - 1, 3),
+               # each repeat against the plain run just before it: the machine's drift
+               # between minutes cancels within a pair
+               "run_overhead_paired": round(float(np.median(
+                   np.array(wholes[label]) / np.array(wholes[None]))) - 1, 3)}
         if label is not None:
             raw = with_system(base, label)
             plan, planning = timed_plan(raw)
