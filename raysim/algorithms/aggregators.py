@@ -149,10 +149,12 @@ class WeightedSum:
 
     def mean(self) -> dict[str, np.ndarray]:
         """The weighted mean cast back to each entry's dtype (integers rounded), as numpy."""
-        average = self.vector / self.total_weight
-        floats = _float_count(self.entries)
-        host32 = to_host(average[:floats].to(torch.float32))
-        rest = to_host(average[floats:])
+        vector, floats = self.vector, _float_count(self.entries)
+        # divided in float64 and rounded to float32 as it is stored: no float64 mean vector
+        # (a fresh one every round, page-faulted in on the driver where memory is slow)
+        host32 = to_host(torch.div(vector[:floats], self.total_weight, out=torch.empty(
+            floats, dtype=torch.float32, device=vector.device)))
+        rest = to_host(vector[floats:] / self.total_weight)
         result: dict[str, np.ndarray] = {}
         for (name, shape, dtype), (start, stop) in zip(self.entries, _spans(self.entries),
                                                       strict=True):
