@@ -81,13 +81,20 @@ def test_fedbuff_drops_a_site_whose_window_closes_before_it_finishes():
 def test_fedbuff_fills_free_slots_with_a_uniform_draw_of_the_idle_sites():
     # ten equal, always-available sites: every start is a seeded draw among the idle ones, so
     # each site starts about equally often (a draw that favours the lowest ids, or keeps the
-    # idle sites' order, starts site 0 every time)
+    # idle sites' order, starts site 0 every time), and the site that just arrived starts
+    # again next with chance 1/10 (a fixed rotation through the candidates never repeats)
     profiles = _profiles(*[(1.0, 100.0, 100.0)] * 10)
     workload = Workload(np.full(10, 1.0), 1e3, 1e3)
     one_slot = fedbuff_plan(profiles, workload, 400, buffer_size=1, concurrency=1,
                             exponent=0.5, seed=0)  # every arrival frees the one slot
-    counts = np.bincount([int(plan.clients[0]) for plan in one_slot], minlength=10)
+    sequence = np.array([int(plan.clients[0]) for plan in one_slot])
+    counts = np.bincount(sequence, minlength=10)
     assert counts.min() >= 20 and counts.max() <= 60  # 40 expected each (sd 6)
+    repeats = int((sequence[1:] == sequence[:-1]).sum())
+    assert 20 <= repeats <= 60  # 39.9 expected (sd 6)
+    other_seed = fedbuff_plan(profiles, workload, 400, buffer_size=1, concurrency=1,
+                              exponent=0.5, seed=1)
+    assert [int(plan.clients[0]) for plan in other_seed] != sequence.tolist()
     first_buffers = [fedbuff_plan(profiles, workload, 1, buffer_size=3, concurrency=3,
                                   exponent=0.5, seed=seed)[0].clients for seed in range(200)]
     counts = np.bincount(np.concatenate(first_buffers), minlength=10)  # 3 of 10 at start
@@ -186,6 +193,9 @@ def test_stale_clients_train_from_their_start_version_and_upload_onto_the_curren
 
     class OneStepRuntime:  # training adds 1 to every weight of the model it starts from
         device = torch.device("cpu")
+
+        def on_device(self, weights):
+            return list(weights)
 
         def train_many(self, clients, round_, starts, states, prox=None):
             return [(flat((start.vector + 1).tolist()), None) for start in starts]

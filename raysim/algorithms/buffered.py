@@ -42,16 +42,18 @@ def version_shift(base: Weights, current: Weights, device: torch.device) -> torc
 def rebase(trained: Weights, shift: torch.Tensor, device: torch.device) -> FlatWeights:
     """``trained`` + ``shift`` (:func:`version_shift`) in float64, cast back: a stale
     client's update applied to the current model."""
-    return rebase_all([trained], shift, device)[0]
+    return rebase_all([trained], shift.unsqueeze(0), [0], device)[0]
 
 
-def rebase_all(trained: Sequence[Weights], shift: torch.Tensor, device: torch.device
-               ) -> list[FlatWeights]:
-    """:func:`rebase` of every model in ``trained`` (all from one start version) in one
-    operation on their stacked vectors (elementwise the same arithmetic)."""
+def rebase_all(trained: Sequence[Weights], shifts: torch.Tensor, rows: Sequence[int],
+               device: torch.device) -> list[FlatWeights]:
+    """:func:`rebase` of every model in ``trained`` by its shift ``shifts[rows[i]]`` (one row
+    per start version), in one operation on the stacked vectors (elementwise the same
+    arithmetic)."""
     models = [on_device(weights, device) for weights in trained]
     stacked = torch.stack([torch.as_tensor(model.vector) for model in models])
-    rebased = (stacked.double() + shift).to(stacked.dtype)
+    index = torch.as_tensor(list(rows), device=shifts.device)
+    rebased = (stacked.double() + shifts.index_select(0, index)).to(stacked.dtype)
     return [FlatWeights(row, model.layout, model.extras)
             for row, model in zip(rebased.unbind(0), models, strict=True)]
 
@@ -63,32 +65,33 @@ def train_buffered(runtime: ClientRuntime, clients: Sequence[int], round_: int,
     clients that start from ``start`` (FedProx: one training call per start version; without
     one, every client in one call)."""
     buffered = message["fedbuff"]
-    current = message["model"]
+    now = buffered["version"]
     versions = [buffered["start_version"][client] for client in clients]
-
-    def start_of(version: int) -> Weights:
-        return current if version == buffered["version"] else buffered["bases"][version]
-
-    by_version = proximal(current) is not None  # FedProx: each version its own anchor
+    used = sorted(set(versions) | {now})
+    starts = dict(zip(used, runtime.on_device(  # each version put on the device once
+        [message["model"] if v == now else buffered["bases"][v] for v in used]), strict=True))
+    by_version = proximal(starts[now]) is not None  # FedProx: each version its own anchor
     groups: dict[int, list[int]] = defaultdict(list)
     for position, version in enumerate(versions):
         groups[version if by_version else 0].append(position)
     trained: list[Any] = [None] * len(clients)
     for positions in groups.values():
-        starts = [start_of(versions[i]) for i in positions]
-        outputs = runtime.train_many([clients[i] for i in positions], round_, starts,
-                                     [None] * len(positions), prox=proximal(starts[0]))
+        group_starts = [starts[versions[i]] for i in positions]
+        outputs = runtime.train_many([clients[i] for i in positions], round_, group_starts,
+                                     [None] * len(positions), prox=proximal(group_starts[0]))
         for position, output in zip(positions, outputs, strict=True):
             trained[position] = output
     uploads = [weights for weights, _ in trained]
-    stale: dict[int, list[int]] = defaultdict(list)
-    for position, version in enumerate(versions):
-        if version != buffered["version"]:
-            stale[version].append(position)
-    for version, positions in stale.items():  # their updates onto the current model
-        shift = version_shift(buffered["bases"][version], current, runtime.device)
-        rebased = rebase_all([uploads[i] for i in positions], shift, runtime.device)
-        for position, weights in zip(positions, rebased, strict=True):
+    stale = [i for i, version in enumerate(versions) if version != now]
+    if stale:  # their updates onto the current model: w + (current - base), in float64
+        stale_versions = sorted({versions[i] for i in stale})
+        current = torch.as_tensor(starts[now].vector).double()
+        shifts = torch.stack([current - torch.as_tensor(starts[v].vector).double()
+                              for v in stale_versions])
+        row = {version: k for k, version in enumerate(stale_versions)}
+        rebased = rebase_all([uploads[i] for i in stale], shifts,
+                             [row[versions[i]] for i in stale], runtime.device)
+        for position, weights in zip(stale, rebased, strict=True):
             uploads[position] = weights
     return [(uploads[i], trained[i][1], buffered["weights"][client])
             for i, client in enumerate(clients)]

@@ -39,6 +39,59 @@ def staleness_weight(staleness: int, exponent: float) -> float:
     return float((1 + staleness) ** -exponent)
 
 
+class IdleSites:
+    """The sites that are available and not busy (training, or waiting in the buffer): the
+    candidates of a freed slot, kept as a list between changes of the availability mask so
+    that an arrival's draw costs O(1), not a scan of every site.
+
+    The list's order depends on the earlier starts and releases (a start swaps the last entry
+    into its place), not on ids; a draw is uniform over the entries whatever their order, and
+    the order is a function of the seed's history, so the plan stays deterministic."""
+
+    def __init__(self, online: OnlineMask):
+        self.online = online
+        count = len(online.always)
+        self.busy = np.zeros(count, dtype=bool)
+        self.position = np.full(count, -1, dtype=np.int64)
+        """Each site's index in ``sites`` (-1: not a candidate)."""
+        self.sites: list[int] = []
+        self.mask: np.ndarray | None = None
+        """The availability mask ``sites`` was built from (rebuilt when it changes)."""
+
+    def take(self, time: float, free: int, rng: np.random.Generator) -> list[int]:
+        """Up to ``free`` sites available at ``time`` and idle (all of them, in id order, when
+        they fit; else a seeded uniform draw without replacement), marked busy."""
+        mask = self.online.at(time)
+        if mask is not self.mask:  # a window opened or closed: rebuild from the mask
+            self.mask = mask
+            self.sites = np.flatnonzero(mask & ~self.busy).tolist()
+            self.position[:] = -1
+            self.position[self.sites] = np.arange(len(self.sites))
+        count = len(self.sites)
+        if count <= free:
+            chosen = sorted(self.sites)
+        elif free == 1:  # an arrival's slot
+            chosen = [self.sites[int(rng.integers(count))]]
+        else:
+            chosen = [self.sites[i] for i in rng.choice(count, free, replace=False).tolist()]
+        for site in chosen:
+            self.busy[site] = True
+            index, last = int(self.position[site]), self.sites.pop()
+            if last != site:  # the last entry fills the hole
+                self.sites[index] = last
+                self.position[last] = index
+            self.position[site] = -1
+        return chosen
+
+    def release(self, sites: list[int]) -> None:
+        """``sites`` are idle again (candidates if the current mask has them available)."""
+        for site in sites:
+            self.busy[site] = False
+            if self.mask is not None and self.mask[site] and self.position[site] < 0:
+                self.position[site] = len(self.sites)
+                self.sites.append(site)
+
+
 def fedbuff_plan(profiles: list[SiteProfile], workload: Workload, rounds: int,
                  buffer_size: int, concurrency: int, exponent: float, seed: int
                  ) -> list[RoundPlan]:
@@ -59,12 +112,7 @@ def fedbuff_plan(profiles: list[SiteProfile], workload: Workload, rounds: int,
         free = concurrency - training
         if free <= 0:
             return
-        picks = np.flatnonzero(online.at(time) & ~busy)  # one update per site and buffer
-        if len(picks) > free:  # a seeded uniform draw of the sites that start
-            picks = (picks[[rng.integers(len(picks))]] if free == 1  # an arrival's slot
-                     else rng.choice(picks, free, replace=False))
-        busy[picks] = True
-        for client in picks.tolist():  # mostly one: the slot an arrival freed
+        for client in idle.take(time, free, rng):  # mostly one: the slot an arrival freed
             finish = float(times.finish(client, time))
             window = profiles[client].availability.window_at(time)
             late = window is None or not finish <= window[1]  # offline before it finishes
@@ -85,8 +133,7 @@ def fedbuff_plan(profiles: list[SiteProfile], workload: Workload, rounds: int,
                           times, outcomes, versions, weights)
 
     rng = numpy_rng(seed, "system-fedbuff")  # one stream: the plan is computed in order
-    online = OnlineMask(profiles)
-    busy = np.zeros(len(profiles), dtype=bool)  # training, or waiting in the buffer
+    idle = IdleSites(OnlineMask(profiles))  # not training nor waiting in the buffer
     fill(now)
     while len(plans) < rounds:
         if not events:  # nobody training: wait for the next window
@@ -100,12 +147,12 @@ def fedbuff_plan(profiles: list[SiteProfile], workload: Workload, rounds: int,
         training -= 1
         if late:
             dropped.append((client, start, start_version))
-            busy[client] = False
+            idle.release([client])
         else:
             buffer.append((client, start, start_version))  # busy until the next update
         if len(buffer) == buffer_size:
             plans.append(update(now))
-            busy[[row[0] for row in buffer]] = False
+            idle.release([row[0] for row in buffer])
             buffer, dropped, previous = [], [], now
             version += 1
         fill(now)
