@@ -117,6 +117,34 @@ def test_reduction_tree_gives_the_same_merges_for_any_split_of_the_groups():
     assert combine([], merge) is None
 
 
+def test_the_driver_frees_a_rounds_partials_as_soon_as_it_drops_them():
+    # merging the workers' subtree roots must not leave a reference cycle: the partials are
+    # object-store buffers and float64 sums, and a cycle keeps them until Python's cyclic
+    # collector runs (rounds later), so every round's new objects land on fresh memory
+    import gc
+    import weakref
+
+    class Partial:
+        def __init__(self, value: int):
+            self.value = value
+
+    def merge(left: Partial, right: Partial) -> Partial:
+        return Partial(left.value + right.value)
+
+    gc.disable()
+    try:
+        leaves = {g: Partial(g) for g in range(16)}
+        subtrees = [s for lo, hi in ((0, 5), (5, 16))
+                    for s in subtree_roots(leaves, lo, hi, merge)]
+        root = combine(subtrees, merge)
+        assert root.value == sum(range(16))
+        watched = [weakref.ref(s.partial) for s in subtrees] + [weakref.ref(root)]
+        del subtrees, root, leaves
+        assert all(ref() is None for ref in watched)  # freed by reference counting alone
+    finally:
+        gc.enable()
+
+
 def test_metrics_binary_auc_matches_sklearn_and_single_class_gives_nan():
     labels = np.array([0, 1, 1, 0, 1])
     probs = np.array([[0.8, 0.2], [0.3, 0.7], [0.6, 0.4], [0.9, 0.1], [0.2, 0.8]])

@@ -71,16 +71,24 @@ def combine(subtrees: Sequence[Subtree], merge: Merge) -> Any:
         return None
     nodes = {s.span: s.partial for s in subtrees}
     size = 1 << max(s.span[1] - 1 for s in subtrees).bit_length()
+    return _merge_node(nodes, (0, max(size, 1)), merge)
 
-    def node(lo: int, hi: int) -> Any:
-        if (lo, hi) in nodes:
-            return nodes[(lo, hi)]
-        if hi - lo == 1 or not any(lo <= a and b <= hi for a, b in nodes):
-            return None
-        middle = (lo + hi) // 2
-        left, right = node(lo, middle), node(middle, hi)
-        if left is None or right is None:
-            return right if left is None else left
-        return merge(left, right)
 
-    return node(0, max(size, 1))
+def _merge_node(nodes: Mapping[Span, Any], span: Span, merge: Merge) -> Any:
+    """Node ``span``'s partial from the received subtree roots (None: none inside it).
+
+    A module function, not a closure that calls itself: such a closure is a reference cycle
+    that keeps the round's partials (object-store buffers and float64 sums) alive until
+    Python's cyclic collector runs, so that every round's new objects land on fresh memory
+    (page faults on the driver, a growing object store)."""
+    if span in nodes:
+        return nodes[span]
+    lo, hi = span
+    if hi - lo == 1 or not any(lo <= a and b <= hi for a, b in nodes):
+        return None
+    middle = (lo + hi) // 2
+    left = _merge_node(nodes, (lo, middle), merge)
+    right = _merge_node(nodes, (middle, hi), merge)
+    if left is None or right is None:
+        return right if left is None else left
+    return merge(left, right)
