@@ -35,8 +35,16 @@ WEIGHT = "fedbuff_weight"
 
 def version_shift(base: Weights, current: Weights, device: torch.device) -> torch.Tensor:
     """``current`` - ``base`` as one float64 vector on the device (once per start version)."""
-    start, now = on_device(base, device), on_device(current, device)
-    return torch.as_tensor(now.vector).double() - torch.as_tensor(start.vector).double()
+    return version_shifts([base], current, device)[0]
+
+
+def version_shifts(bases: Sequence[Weights], current: Weights, device: torch.device
+                   ) -> torch.Tensor:
+    """:func:`version_shift` of each of ``bases`` as the rows of one float64 matrix (the
+    current model's float64 vector computed once)."""
+    now = torch.as_tensor(on_device(current, device).vector).double()
+    return torch.stack([now - torch.as_tensor(on_device(base, device).vector).double()
+                        for base in bases])
 
 
 def rebase(trained: Weights, shift: torch.Tensor, device: torch.device) -> FlatWeights:
@@ -85,9 +93,8 @@ def train_buffered(runtime: ClientRuntime, clients: Sequence[int], round_: int,
     stale = [i for i, version in enumerate(versions) if version != now]
     if stale:  # their updates onto the current model: w + (current - base), in float64
         stale_versions = sorted({versions[i] for i in stale})
-        current = torch.as_tensor(starts[now].vector).double()
-        shifts = torch.stack([current - torch.as_tensor(starts[v].vector).double()
-                              for v in stale_versions])
+        shifts = version_shifts([starts[v] for v in stale_versions], starts[now],
+                                runtime.device)
         row = {version: k for k, version in enumerate(stale_versions)}
         rebased = rebase_all([uploads[i] for i in stale], shifts,
                              [row[versions[i]] for i in stale], runtime.device)

@@ -42,24 +42,17 @@ def aligned_spans(lo: int, hi: int) -> list[Span]:
 
 def reduce_span(partials: Mapping[int, Any], span: Span, merge: Merge) -> Any:
     """The partial of tree node ``span`` from the group partials (None: no group has one)."""
-    lo, hi = span
-    if hi - lo == 1:
-        return partials.get(lo)
-    middle = (lo + hi) // 2
-    left = reduce_span(partials, (lo, middle), merge)
-    right = reduce_span(partials, (middle, hi), merge)
-    if left is None or right is None:
-        return right if left is None else left
-    return merge(left, right)
+    return _reduce_node(_leaves(partials), span, merge)
 
 
 def subtree_roots(partials: Mapping[int, Any], lo: int, hi: int, merge: Merge
                   ) -> list[Subtree]:
     """A worker's share of the tree: the roots of the aligned blocks of its groups [lo, hi)
     that have a partial."""
+    leaves = _leaves(partials)
     roots = []
     for span in aligned_spans(lo, hi):
-        partial = reduce_span(partials, span, merge)
+        partial = _reduce_node(leaves, span, merge)
         if partial is not None:
             roots.append(Subtree(span, partial))
     return roots
@@ -71,11 +64,17 @@ def combine(subtrees: Sequence[Subtree], merge: Merge) -> Any:
         return None
     nodes = {s.span: s.partial for s in subtrees}
     size = 1 << max(s.span[1] - 1 for s in subtrees).bit_length()
-    return _merge_node(nodes, (0, max(size, 1)), merge)
+    return _reduce_node(nodes, (0, max(size, 1)), merge)
 
 
-def _merge_node(nodes: Mapping[Span, Any], span: Span, merge: Merge) -> Any:
-    """Node ``span``'s partial from the received subtree roots (None: none inside it).
+def _leaves(partials: Mapping[int, Any]) -> dict[Span, Any]:
+    """Group partials as the tree's one-group nodes."""
+    return {(group, group + 1): partial for group, partial in partials.items()}
+
+
+def _reduce_node(nodes: Mapping[Span, Any], span: Span, merge: Merge) -> Any:
+    """Node ``span``'s partial from known nodes (group leaves, or the subtree roots the
+    workers sent): the node itself, else the merge of its halves (None: nothing inside).
 
     A module function, not a closure that calls itself: such a closure is a reference cycle
     that keeps the round's partials (object-store buffers and float64 sums) alive until
@@ -84,11 +83,11 @@ def _merge_node(nodes: Mapping[Span, Any], span: Span, merge: Merge) -> Any:
     if span in nodes:
         return nodes[span]
     lo, hi = span
-    if hi - lo == 1 or not any(lo <= a and b <= hi for a, b in nodes):
+    if hi - lo == 1:
         return None
     middle = (lo + hi) // 2
-    left = _merge_node(nodes, (lo, middle), merge)
-    right = _merge_node(nodes, (middle, hi), merge)
+    left = _reduce_node(nodes, (lo, middle), merge)
+    right = _reduce_node(nodes, (middle, hi), merge)
     if left is None or right is None:
         return right if left is None else left
     return merge(left, right)
