@@ -347,3 +347,34 @@ def test_feddc_accepts_a_deadline(ray_session, tmp_path):
     rounds, _, system = _run(raw, tmp_path, "feddc")
     assert len(rounds) == 4 and (system["outcome"] == LATE).any()
     assert math.isfinite(rounds["accuracy"].iloc[-1])
+
+
+@pytest.mark.parametrize("killed", ["driver", "worker"])
+def test_a_fedbuff_run_survives_a_killed_driver_or_worker_with_the_same_numbers(
+        ray_session, tmp_path, killed):
+    """Rounds after a checkpoint (a killed driver resumes from it) or after the last round
+    (a killed worker rolls back to it) start clients from earlier server versions: the durable
+    state keeps those versions, and the run ends with the numbers of an undisturbed one."""
+    from test_resilience import _run_and_kill, _same_metrics
+
+    from raysim.config import parse_config
+    from raysim.engine.runner import run_experiment
+    from raysim.results import load
+
+    raw = _raw(tiers={"workstation_gpu": 0.5, "constrained_site": 0.5}, policy="fedbuff",
+               buffer_size=3, concurrency=6)
+    raw["training"]["rounds"] = 20
+    raw["engine"].update({"flush_seconds": 0, "checkpoint_every": 5, "checkpoint_seconds": 0,
+                          "checkpoint_share": 0})
+    config = parse_config(raw)
+    pid = (lambda m: m["driver"]["pid"]) if killed == "driver" else (
+        lambda m: m["workers"][1]["pid"])
+    disturbed, pids = _run_and_kill(config, tmp_path / "killed", after_rounds=8, process=pid)
+    undisturbed = run_experiment(config, output=str(tmp_path / "clean"), progress=False)[0]
+    assert pids and disturbed.error is None, disturbed.error
+    rounds = load(disturbed.run_dir)
+    assert rounds["round"].tolist() == list(range(20))
+    _same_metrics(rounds, load(undisturbed.run_dir), ["round", "accuracy", "loss", "sim_end_s"])
+    system = load(disturbed.run_dir, "system")
+    after_checkpoint = system[(system["round"] >= 5) & (system["outcome"] == TRAINED)]
+    assert (after_checkpoint["start_version"] < after_checkpoint["round"]).any()

@@ -233,7 +233,7 @@ class Driver:
             durable = Durable(0, initial, {})
         else:
             durable = Durable(checkpoint.next_round, checkpoint.server_state,
-                              checkpoint.client_states)
+                              checkpoint.client_states, checkpoint.server_versions)
             update_manifest(self.run_dir, resumed_from=checkpoint.next_round)
         self._loop_progress = LoopProgress(durable, recorded=durable.next_round,
                                            stateful=bool(durable.client_states))

@@ -128,9 +128,10 @@ def write_checkpoint(loop: RoundLoop, outcome: RoundOutcome, run_dir: Path, seed
     next_round = outcome.round + 1
     loop.sink.flush()
     client_states = loop.workers.snapshot_states() if loop.progress.stateful else {}
-    loop.progress.durable = Durable(next_round, outcome.state, client_states)
+    versions = loop.versions_needed_from(next_round)
+    loop.progress.durable = Durable(next_round, outcome.state, client_states, versions)
     save_checkpoint(run_dir, Checkpoint(seed, next_round, outcome.state, client_states,
-                                        loop.sink.next_part))
+                                        loop.sink.next_part, versions))
     update_manifest(run_dir, checkpoint_round=next_round)
 
 

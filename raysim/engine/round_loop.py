@@ -104,6 +104,9 @@ class Durable:
     next_round: int
     state: Any
     client_states: dict[int, Any]
+    server_versions: dict[int, Any] = field(default_factory=dict)
+    """FedBuff: the server states of earlier versions that rounds from ``next_round`` on
+    start clients from (empty for synchronous runs)."""
 
 
 @dataclass
@@ -221,8 +224,9 @@ class RoundLoop:
         """Relayed client states per destination worker, not yet delivered."""
         self.system = system
         """With ``system:``: the simulated clock's plan of every round (who trains, when)."""
-        self.history: dict[int, Any] = {}
-        """FedBuff: server states of earlier versions that later rounds' clients start from."""
+        self.history: dict[int, Any] = dict(progress.durable.server_versions)
+        """FedBuff: server states of earlier versions that later rounds' clients start from
+        (after a rollback or a resume, those the durable state kept)."""
 
     def run(self) -> dict[str, Any]:
         """Every round from the durable state on; returns the last recorded rounds row."""
@@ -249,7 +253,8 @@ class RoundLoop:
                     pending = self.dispatch(round_ + 1, state)
             elif not self.progress.stateful and not self.in_flight:
                 # nothing lives on the workers: the server state alone is a durable state
-                self.progress.durable = Durable(round_ + 1, state, {})
+                self.progress.durable = Durable(round_ + 1, state, {},
+                                                self.versions_needed_from(round_ + 1))
             round_ += 1
         self.deliver()
         return last_row
@@ -381,6 +386,16 @@ class RoundLoop:
                  for v in set(trained.values()) if v != round_}
         return {"start_version": trained, "weights": weights,
                 "bases": bases, "version": round_}
+
+    def versions_needed_from(self, next_round: int) -> dict[int, Any]:
+        """FedBuff: the server states of versions before ``next_round`` that a round from
+        ``next_round`` on starts clients from (what a durable state must keep besides the
+        current model; empty without FedBuff)."""
+        if self.system is None or not self.system.asynchronous:
+            return {}
+        last_use = self.system.last_use
+        return {version: state for version, state in self.history.items()
+                if version < next_round and last_use.get(version, -1) >= next_round}
 
     def _moves(self, round_: int) -> dict[int, np.ndarray]:
         """Per source worker: rows (client, destination client, destination worker)."""
