@@ -194,15 +194,16 @@ def test_stale_clients_train_from_their_start_version_and_upload_onto_the_curren
     class OneStepRuntime:  # training adds 1 to every weight of the model it starts from
         device = torch.device("cpu")
 
-        def on_device(self, weights):
-            return list(weights)
+        def versions_on_device(self, models):
+            return dict(models)
 
         def train_many(self, clients, round_, starts, states, prox=None):
             return [(flat((start.vector + 1).tolist()), None) for start in starts]
 
     current, base = flat([5.0, 5.0]), flat([2.0, 3.0])
-    message = {"model": current, "fedbuff": {"start_version": {0: 4, 1: 3}, "version": 4,
-                                             "bases": {3: base}, "weights": {0: 1.0, 1: 0.7}}}
+    message = {"model": current, "fedbuff": {
+        "clients": np.array([0, 1]), "start_versions": np.array([4, 3]), "version": 4,
+        "bases": {3: base}, "weights": np.array([1.0, 0.7])}}
     uploads = train_buffered(OneStepRuntime(), [0, 1], 4, message, lambda start: None)
     # the fresh client: current + 1; the stale one: (base + 1) + (current - base) = current + 1
     for upload, _, _ in uploads:

@@ -121,12 +121,13 @@ def fedbuff_worker_ms(raw: dict[str, Any], plan: Any, round_: int = 30,
     worker = Worker(raw)
     runtime = worker.runtime
     current = on_device(worker.start, runtime.device)
-    versions, weights = plan.rounds[round_].buffered()
-    clients = sorted(c for c in versions if c % 2 == 0)
+    buffered_clients, versions, weights = plan.rounds[round_].buffered()
+    clients = [c for c in buffered_clients.tolist() if c % 2 == 0]
     bases = {v: FlatWeights(torch.as_tensor(current.vector) * (1 - 0.001 * (round_ - v)),
                             current.layout, current.extras)
-             for v in set(versions.values()) if v != round_}
-    message = {"model": current, "fedbuff": {"start_version": versions, "weights": weights,
+             for v in set(versions.tolist()) if v != round_}
+    message = {"model": current, "fedbuff": {"clients": buffered_clients,
+                                             "start_versions": versions, "weights": weights,
                                              "bases": bases, "version": round_}}
 
     def synchronous() -> None:

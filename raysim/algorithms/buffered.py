@@ -74,10 +74,12 @@ def train_buffered(runtime: ClientRuntime, clients: Sequence[int], round_: int,
     one, every client in one call)."""
     buffered = message["fedbuff"]
     now = buffered["version"]
-    versions = [buffered["start_version"][client] for client in clients]
-    used = sorted(set(versions) | {now})
-    starts = dict(zip(used, runtime.on_device(  # each version put on the device once
-        [message["model"] if v == now else buffered["bases"][v] for v in used]), strict=True))
+    index = np.searchsorted(buffered["clients"], clients)
+    versions: list[int] = buffered["start_versions"][index].tolist()
+    staleness_weights: list[float] = buffered["weights"][index].tolist()
+    starts = runtime.versions_on_device(  # each version put on the device once per run
+        {v: message["model"] if v == now else buffered["bases"][v]
+         for v in sorted(set(versions) | {now})})
     by_version = proximal(starts[now]) is not None  # FedProx: each version its own anchor
     groups: dict[int, list[int]] = defaultdict(list)
     for position, version in enumerate(versions):
@@ -100,8 +102,7 @@ def train_buffered(runtime: ClientRuntime, clients: Sequence[int], round_: int,
                              [row[versions[i]] for i in stale], runtime.device)
         for position, weights in zip(stale, rebased, strict=True):
             uploads[position] = weights
-    return [(uploads[i], trained[i][1], buffered["weights"][client])
-            for i, client in enumerate(clients)]
+    return [(uploads[i], trained[i][1], staleness_weights[i]) for i in range(len(clients))]
 
 
 def buffered_partial(models: Sequence[Weights], client_weights: Sequence[float],

@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
+import torch
 
 from raysim.engine.memory import resident_memory_mb
 from raysim.engine.reduction_tree import Subtree, combine
@@ -34,7 +35,7 @@ from raysim.privacy.sampling import poisson_sample
 from raysim.seeding import numpy_rng
 from raysim.system.records import client_clock_columns, plan_columns, plan_table
 from raysim.training.evaluation import METRICS
-from raysim.training.weights import payload_bytes
+from raysim.training.weights import FlatWeights, on_device, payload_bytes
 
 if TYPE_CHECKING:
     from raysim.system.plan import SystemPlan
@@ -227,6 +228,9 @@ class RoundLoop:
         self.history: dict[int, Any] = dict(progress.durable.server_versions)
         """FedBuff: server states of earlier versions that later rounds' clients start from
         (after a rollback or a resume, those the durable state kept)."""
+        self.flat_history: dict[int, FlatWeights] = {}
+        """FedBuff: the global models of the versions in ``history`` that clients started
+        from, as sent to the workers."""
 
     def run(self) -> dict[str, Any]:
         """Every round from the durable state on; returns the last recorded rounds row."""
@@ -380,12 +384,20 @@ class RoundLoop:
         self.history[round_] = state
         for version in [v for v in self.history if last_use.get(v, -1) < round_]:
             del self.history[version]
-        plan = self.system.rounds[round_]
-        trained, weights = plan.buffered()
-        bases = {v: self.algorithm.global_weights(self.history[v])
-                 for v in set(trained.values()) if v != round_}
-        return {"start_version": trained, "weights": weights,
+        for version in [v for v in self.flat_history if v not in self.history]:
+            del self.flat_history[version]
+        clients, versions, weights = self.system.rounds[round_].buffered()
+        bases = {v: self._flat_version(v) for v in np.unique(versions).tolist() if v != round_}
+        return {"clients": clients, "start_versions": versions, "weights": weights,
                 "bases": bases, "version": round_}
+
+    def _flat_version(self, version: int) -> FlatWeights:
+        """The global model of an earlier server version as one flat vector (converted once
+        per version: it travels in every round whose clients start from it)."""
+        if version not in self.flat_history:
+            self.flat_history[version] = on_device(
+                self.algorithm.global_weights(self.history[version]), torch.device("cpu"))
+        return self.flat_history[version]
 
     def versions_needed_from(self, next_round: int) -> dict[int, Any]:
         """FedBuff: the server states of versions before ``next_round`` that a round from

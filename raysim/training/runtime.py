@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, cast
 
@@ -22,6 +22,7 @@ from raysim.training.merged_training import JobResult, VectorizedJob, train_jobs
 from raysim.training.resident_data import ResidentData
 from raysim.training.vectorized import LOOP, VECTORIZED, choose_path, plan_on_device
 from raysim.training.weights import (
+    FlatWeights,
     Weights,
     convert_once,
     get_weights,
@@ -149,6 +150,7 @@ class ClientRuntime:
         worker (:class:`~raysim.training.merged_training.Rendezvous`)."""
         self._model_params = context.model
         self._models: dict[str, nn.Module] = {}
+        self._versions: dict[int, FlatWeights] = {}
         self._initial: dict[str, Weights] = {context.model.model_dump_json():
                                              data.initial_weights}
         if len({a.model_dump_json() for a in self.architectures}) > 1 or any(
@@ -281,6 +283,15 @@ class ClientRuntime:
         """Each start on the worker's device as FlatWeights, a start shared by several clients
         (the broadcast) converted once."""
         return convert_once(weights, lambda w: on_device(w, self.device))
+
+    def versions_on_device(self, models: Mapping[int, Weights]) -> dict[int, FlatWeights]:
+        """Server models by version (FedBuff's start versions) on the worker's device: a
+        version kept from the previous call is not converted again, and versions not asked
+        for are dropped. A version's model never changes within a run."""
+        self._versions = {version: self._versions[version] if version in self._versions
+                          else on_device(weights, self.device)
+                          for version, weights in models.items()}
+        return dict(self._versions)
 
     def _train_vectorized(self, clients: Sequence[int], round_: int, weights: Sequence[Weights],
                           optimizer_states: Sequence[Any], prox: tuple[Weights, float] | None,
