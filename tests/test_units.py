@@ -233,3 +233,30 @@ def test_costs_writes_its_table_as_csv(tmp_path):
     model = build_model(parse_config(raw).model, info)
     assert set(table["experiment"]) == {raw["name"]}
     assert table["params"].iloc[0] == sum(p.numel() for p in model.parameters())
+
+
+def test_the_sink_writes_column_batches_as_the_rows_they_were_given(tmp_path):
+    """Column batches are converted at the flush, consecutive batches of the same columns in
+    one go: the part holds every row in order, batches with other columns or dtypes keep their
+    own (nulls where a column is missing), and row dicts in between stay in place."""
+    import pandas as pd
+
+    from raysim.results.sink import ParquetSink
+
+    sink = ParquetSink(tmp_path, flush_seconds=1e9)
+    sink.add_columns("clients", {"round": np.array([0, 0]), "client": np.array([3, 1]),
+                                 "loss": np.array([0.5, 0.25])})
+    sink.add_columns("clients", {"round": np.array([1]), "client": np.array([2]),
+                                 "loss": np.array([0.75])})
+    sink.add("clients", [{"round": 2, "client": 7, "note": "row"}])
+    sink.add_columns("clients", {"round": np.array([3]), "client": np.array([4]),
+                                 "tier": np.array(["cpu"], dtype=object)})
+    sink.add_columns("clients", {"round": np.array([4]), "client": np.array([5]),
+                                 "loss": np.array([1], dtype=np.int64)})
+    sink.flush()
+    written = pd.read_parquet(tmp_path / "clients" / "part-000000.parquet")
+    assert written["round"].tolist() == [0, 0, 1, 2, 3, 4]
+    assert written["client"].tolist() == [3, 1, 2, 7, 4, 5]
+    np.testing.assert_array_equal(written["loss"].to_numpy(),
+                                  [0.5, 0.25, 0.75, np.nan, np.nan, 1.0])
+    assert written["tier"].tolist()[4] == "cpu" and written["note"].tolist()[3] == "row"

@@ -22,7 +22,7 @@ class ParquetSink:
     def __init__(self, run_dir: Path, flush_seconds: float = 2.0):
         self.run_dir = Path(run_dir)
         self.flush_seconds = flush_seconds
-        self._buffers: dict[str, list[pa.Table]] = defaultdict(list)
+        self._buffers: dict[str, list[pa.Table | dict[str, np.ndarray]]] = defaultdict(list)
         self._part = self._next_part_number()
         self._last_flush = time.monotonic()
 
@@ -43,8 +43,10 @@ class ParquetSink:
                 pa.Table.from_pydict({key: [row.get(key) for row in rows] for key in columns}))
 
     def add_columns(self, table: str, columns: dict[str, np.ndarray]) -> None:
-        """Buffer a batch of rows given as equal-length columns."""
-        self._buffers[table].append(pa.table(columns))
+        """Buffer a batch of rows given as equal-length numpy columns (kept as they are until
+        the flush, which converts consecutive batches of the same columns in one go; the
+        arrays must not change meanwhile)."""
+        self._buffers[table].append(columns)
 
     def maybe_flush(self) -> bool:
         """Flush if ``flush_seconds`` have passed since the last flush."""
@@ -63,10 +65,40 @@ class ParquetSink:
             directory.mkdir(parents=True, exist_ok=True)
             final = directory / f"part-{self._part:06d}.parquet"
             temporary = directory / f".part-{self._part:06d}.parquet.tmp"
-            pq.write_table(pa.concat_tables(parts, promote_options="permissive"), temporary)
+            pq.write_table(pa.concat_tables(_as_tables(parts), promote_options="permissive"),
+                           temporary)
             os.replace(temporary, final)
             parts.clear()
             wrote = True
         if wrote:
             self._part += 1
         self._last_flush = time.monotonic()
+
+
+def _as_tables(parts: list[pa.Table | dict[str, np.ndarray]]) -> list[pa.Table]:
+    """Buffered parts as Arrow tables: each run of consecutive column batches with the same
+    columns and dtypes concatenated per column and converted once (one conversion per flush
+    rather than one per round)."""
+    tables: list[pa.Table] = []
+    run: list[dict[str, np.ndarray]] = []
+
+    def close_run() -> None:
+        if run:
+            tables.append(pa.table({key: np.concatenate([batch[key] for batch in run])
+                                    for key in run[0]}))
+            run.clear()
+
+    for part in parts:
+        if isinstance(part, pa.Table):
+            close_run()
+            tables.append(part)
+            continue
+        if run and _signature(run[0]) != _signature(part):
+            close_run()
+        run.append(part)
+    close_run()
+    return tables
+
+
+def _signature(columns: dict[str, np.ndarray]) -> tuple[tuple[str, np.dtype], ...]:
+    return tuple((key, np.asarray(value).dtype) for key, value in columns.items())
