@@ -52,11 +52,24 @@ class IdleSites:
         self.online = online
         count = len(online.always)
         self.busy = np.zeros(count, dtype=bool)
-        self.position = np.full(count, -1, dtype=np.int64)
-        """Each site's index in ``sites`` (-1: not a candidate)."""
+        self.position = [-1] * count
+        """Each site's index in ``sites`` (-1: not a candidate; a list: read per arrival)."""
         self.sites: list[int] = []
         self.mask: np.ndarray | None = None
         """The availability mask ``sites`` was built from (rebuilt when it changes)."""
+        self._uniforms: list[float] = []
+        self._next_uniform = 0
+
+    UNIFORM_BLOCK = 1024
+    """Uniforms drawn from the generator at a time for single-slot draws (one numpy call per
+    arrival cost more than the rest of the arrival's bookkeeping)."""
+
+    def _uniform(self, rng: np.random.Generator) -> float:
+        """The next uniform [0, 1) number of the seeded stream, drawn in blocks."""
+        if self._next_uniform == len(self._uniforms):
+            self._uniforms, self._next_uniform = rng.random(self.UNIFORM_BLOCK).tolist(), 0
+        self._next_uniform += 1
+        return self._uniforms[self._next_uniform - 1]
 
     def take(self, time: float, free: int, rng: np.random.Generator) -> list[int]:
         """Up to ``free`` sites available at ``time`` and idle (all of them, in id order, when
@@ -65,18 +78,19 @@ class IdleSites:
         if mask is not self.mask:  # a window opened or closed: rebuild from the mask
             self.mask = mask
             self.sites = np.flatnonzero(mask & ~self.busy).tolist()
-            self.position[:] = -1
-            self.position[self.sites] = np.arange(len(self.sites))
+            self.position = [-1] * len(self.position)
+            for index, site in enumerate(self.sites):
+                self.position[site] = index
         count = len(self.sites)
         if count <= free:
             chosen = sorted(self.sites)
-        elif free == 1:  # an arrival's slot
-            chosen = [self.sites[int(rng.integers(count))]]
+        elif free == 1:  # an arrival's slot: floor(u x count) is uniform to 2^-53 of a site
+            chosen = [self.sites[min(int(self._uniform(rng) * count), count - 1)]]
         else:
             chosen = [self.sites[i] for i in rng.choice(count, free, replace=False).tolist()]
         for site in chosen:
             self.busy[site] = True
-            index, last = int(self.position[site]), self.sites.pop()
+            index, last = self.position[site], self.sites.pop()
             if last != site:  # the last entry fills the hole
                 self.sites[index] = last
                 self.position[last] = index
@@ -98,6 +112,12 @@ def fedbuff_plan(profiles: list[SiteProfile], workload: Workload, rounds: int,
     """Every server update's buffer: its clients (with start versions and weights), the
     dropouts since the last update, and the update's start (the previous update) and end."""
     times = SiteTimes.of(profiles, workload)
+    # per arrival: Python floats (numpy scalars cost more than the arithmetic), added in the
+    # order of SiteTimes.finish so that the times are the same to the bit
+    download, compute, upload = (times.download_s.tolist(), times.compute_s.tolist(),
+                                 times.upload_s.tolist())
+    availabilities = [profile.availability for profile in profiles]
+    always = [availability.always for availability in availabilities]
     training = 0
     events: list[tuple[float, int, int]] = []  # (finish, client, start number)
     started: dict[int, tuple[float, int, bool]] = {}  # start number: (start, version, offline)
@@ -113,8 +133,9 @@ def fedbuff_plan(profiles: list[SiteProfile], workload: Workload, rounds: int,
         if free <= 0:
             return
         for client in idle.take(time, free, rng):  # mostly one: the slot an arrival freed
-            finish = float(times.finish(client, time))
-            window = profiles[client].availability.window_at(time)
+            finish = time + download[client] + compute[client] + upload[client]
+            window = (time, math.inf) if always[client] else \
+                availabilities[client].window_at(time)
             late = window is None or not finish <= window[1]  # offline before it finishes
             starts += 1
             training += 1
