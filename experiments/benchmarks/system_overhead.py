@@ -9,15 +9,14 @@ planning, actors, every round; the issue's "run's wall time") and the planning t
 alone; ``overhead`` and ``run_overhead`` = with / without - 1 (of the medians), and
 ``run_overhead_paired`` the median over repeats of each run against the plain run of its repeat.
 Beside the end-to-end ratio (which this machine's drift of 15-30 % between minutes can hide),
-the clock's own work measured alone: planning (once, before the run), the config check of ``system:``
-(``config_check_seconds``), sending the plan to the driver actor
-(``plan_transfer_seconds``: cloudpickle out and in) and recording (per round, on the driver:
-the clock's rows and columns and their Parquet write), and
-``clock_share_of_plain_round`` = (planning + recording per round) / the run without
-``system:``'s seconds per round. For FedBuff also its work on a client worker alone
-(``fedbuff_worker_ms``: training from several start versions, rebasing the stale uploads and
-the staleness-weighted partial, against the same clients from one model:
-``fedbuff_worker_extra``).
+the clock's own work measured alone: planning (once per run, on the driver, in a thread while
+the workers are configured; measured here on its own), the config check of ``system:``
+(``config_check_seconds``) and recording (per round, on the driver: the clock's rows and
+columns and their Parquet write), and ``clock_share_of_plain_round`` = (planning + recording
+per round) / the run without ``system:``'s seconds per round. For FedBuff also its work on a
+client worker alone (``fedbuff_worker_ms``: training from several start versions, rebasing
+the stale uploads and the staleness-weighted partial, against the same clients from one
+model: ``fedbuff_worker_extra``).
 
     python experiments/benchmarks/system_overhead.py [--repeats 3] [--policies sync fedbuff]
 """
@@ -67,15 +66,17 @@ def steady_seconds(raw: dict[str, Any], scratch: str) -> tuple[float, float]:
 
 
 def timed_plan(raw: dict[str, Any]) -> tuple[Any, float]:
-    """The clock's plan of the whole run and the seconds it took (in the starting process)."""
-    from raysim.system.run_plan import plan_for_run
+    """The clock's plan of the whole run and the seconds it took (alone, in this process)."""
+    from raysim.system.run_plan import ClockSettings, plan_for_run
 
     config = parse_config(raw)
     dataset, partition = prepare(config, None)[0]
     context = run_context(config, dataset, 0, partition.num_clients)
     weights = initial_weights(config, dataset, 0)
     started = time.perf_counter()
-    plan = plan_for_run(config, context, partition, weights)
+    assert config.system is not None
+    plan = plan_for_run(ClockSettings(config.system, config.clients_per_round), context,
+                        partition, weights)
     return plan, time.perf_counter() - started
 
 
@@ -91,16 +92,6 @@ def config_check_seconds(raw: dict[str, Any], repeats: int = 20) -> float:
         check_system(config)
         best = min(best, time.perf_counter() - started)
     return best
-
-
-def transfer_seconds(plan: Any) -> float:
-    """Seconds to serialise the plan as Ray does for the driver actor (cloudpickle) and to
-    load it."""
-    import ray.cloudpickle as cloudpickle
-
-    started = time.perf_counter()
-    cloudpickle.loads(cloudpickle.dumps(plan))
-    return time.perf_counter() - started
 
 
 def fedbuff_worker_ms(raw: dict[str, Any], plan: Any, round_: int = 30,
@@ -212,7 +203,6 @@ def main() -> None:
             row["planning_seconds_whole_run"] = round(planning, 4)
             row["planning_seconds_per_round"] = round(row["planning_seconds_whole_run"]
                                                       / raw["training"]["rounds"], 5)
-            row["plan_transfer_seconds"] = round(transfer_seconds(plan), 4)
             row["config_check_seconds"] = round(config_check_seconds(raw), 5)
             recording = recording_seconds_per_round(plan)
             row["recording_seconds_per_round"] = round(recording, 5)

@@ -39,6 +39,7 @@ from raysim.results.manifest import update_manifest
 from raysim.results.sink import ParquetSink
 from raysim.schema import EngineConfig, EvaluationConfig, LoggingConfig
 from raysim.system.plan import SystemPlan
+from raysim.system.run_plan import ClockSettings, PlanInBackground
 
 _RESTART_TIMEOUT = 300.0  # seconds to wait for Ray to restart a dead worker
 
@@ -63,8 +64,8 @@ class RunSpec:
     """(results root, experiment name, run name) for the live metrics."""
     params: dict[str, Any] = field(default_factory=dict)
     """The run's config (MLflow parameters)."""
-    system: SystemPlan | None = None
-    """``system:``: the simulated clock's plan of every round."""
+    clock: ClockSettings | None = None
+    """``system:``: what the driver plans the simulated clock of every round from."""
 
 
 @dataclass(frozen=True)
@@ -106,6 +107,8 @@ class Driver:
         self._streams: MetricStreams | None = None
         """Set by :meth:`request_stop`: stop at the next round boundary."""
         self._loop_progress = LoopProgress(Durable(0, None, {}), recorded=0)
+        self._system: SystemPlan | None = None
+        """The simulated clock's plan (``system:``), once planned."""
         self._recoveries: list[dict[str, Any]] = []
         validation_y = (None if setup.validation_index is None
                         else _fetch(setup.arrays["train_y"])[setup.validation_index])
@@ -144,8 +147,12 @@ class Driver:
             self._set_progress(status="waiting for resources")
             workers = self.workers
             try:
+                setup = self.spec.setup  # the clock is planned while the workers configure
+                planning = None if self.spec.clock is None else PlanInBackground(
+                    self.spec.clock, setup.context, setup.partition, setup.initial_weights)
                 update_manifest(self.run_dir, workers=self._configure(workers),
                                 workers_ready_at=time.time())
+                self._system = None if planning is None else planning.result()
                 self._set_progress(status="running")
                 final = self._round_loop(workers, sink, checkpoint)
             except StoppedAtRoundBoundary as stopped:
@@ -317,7 +324,7 @@ class Driver:
                        *([LiveMetrics(self._streams)] if self._streams else []),
                        *([PrivacyAccounting(privacy, spec.rounds)] if privacy else [])],
             report=self._set_progress, poisson_rate=None if privacy is None else privacy.rate,
-            system=spec.system)
+            system=self._system)
         return loop.run()
 
     def _send_groups(self, workers: list[Any], group_of_client: np.ndarray,

@@ -392,11 +392,11 @@ def _run_spec(config: ExperimentConfig, dataset: ArrayDataset, partition: Partit
                         validation_sources=validation_sources)
     use_gpus = _uses_gpus(config)
     label = run_dir.parent.name if run_dir.parent.name != root.name else ""
-    system = None
-    if config.system is not None:  # the simulated clock's plan of every round
-        from raysim.system.run_plan import plan_for_run
+    clock = None
+    if config.system is not None:  # the driver plans the simulated clock of every round
+        from raysim.system.run_plan import ClockSettings
 
-        system = plan_for_run(config, context, partition, setup.initial_weights)
+        clock = ClockSettings(config.system, config.clients_per_round)
     return RunSpec(str(run_dir), setup, config.training.rounds, config.engine,
                    config.evaluation, use_gpus, resume=resume,
                    client_test_shares=client_test_shares, logging=config.logging,
@@ -404,7 +404,7 @@ def _run_spec(config: ExperimentConfig, dataset: ArrayDataset, partition: Partit
                                f"{run_dir.name}"),
                    params=config.model_dump(mode="json") if (
                        config.logging.mlflow or config.logging.tensorboard) else {},
-                   system=system)
+                   clock=clock)
 
 
 def _follow(queue: list[RunKey], start: Any, finish: Any, limit: int,

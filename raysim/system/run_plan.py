@@ -1,26 +1,64 @@
-"""The system plan of one run from its config, context and partition (runner side)."""
+"""The system plan of one run, computed by the run's driver from the run's context and
+partition (in a thread while the workers are configured, off the run's critical path)."""
 
 from __future__ import annotations
 
+import threading
+from dataclasses import dataclass
 from typing import Any
 
-from raysim.config import ExperimentConfig
 from raysim.data import Partition
+from raysim.schema import SystemConfig
 from raysim.system.clock import Workload
 from raysim.system.plan import SystemPlan, client_work, system_plan
 from raysim.training.context import RunContext
 from raysim.training.weights import payload_bytes
 
 
-def plan_for_run(config: ExperimentConfig, context: RunContext, partition: Partition,
+@dataclass(frozen=True)
+class ClockSettings:
+    """What a run's clock is planned from besides its context, partition and initial model:
+    the ``system:`` section and the clients the config samples per round."""
+
+    system: SystemConfig
+    clients_per_round: int
+
+
+def plan_for_run(settings: ClockSettings, context: RunContext, partition: Partition,
                  initial_weights: Any) -> SystemPlan:
     """Every round's clock for the run: the sites' profiles, each client's training GFLOPs
     (its architecture at its input size, its data) and the model's bytes both ways (FedScale's
     assumption: an upload is model-sized)."""
-    assert config.system is not None
-    architectures = context.architectures or (config.model,)
+    architectures = context.architectures or (context.model,)
     work = client_work(context.info, architectures, context.downsample, partition.sizes(),
-                       config.training)
+                       context.training)
     size = float(payload_bytes(initial_weights))
-    return system_plan(config.system, Workload(work, size, size), config.training.rounds,
-                       config.clients_per_round, context.seed)
+    return system_plan(settings.system, Workload(work, size, size), context.training.rounds,
+                       settings.clients_per_round, context.seed)
+
+
+class PlanInBackground:
+    """:func:`plan_for_run` in a thread, started at once; :meth:`result` waits for the plan
+    (or raises what planning raised)."""
+
+    def __init__(self, settings: ClockSettings, context: RunContext, partition: Partition,
+                 initial_weights: Any):
+        self._plan: SystemPlan | None = None
+        self._error: BaseException | None = None
+
+        def plan() -> None:
+            try:
+                self._plan = plan_for_run(settings, context, partition, initial_weights)
+            except BaseException as error:  # re-raised by result() in the driver's thread
+                self._error = error
+
+        self._thread = threading.Thread(target=plan, name="raysim-clock-plan", daemon=True)
+        self._thread.start()
+
+    def result(self) -> SystemPlan:
+        """The plan, once computed."""
+        self._thread.join()
+        if self._error is not None:
+            raise self._error
+        assert self._plan is not None
+        return self._plan
