@@ -303,7 +303,8 @@ def _execute(experiments: dict, args: argparse.Namespace, labels: dict | None = 
     for line in lines:
         print(line)
     print(f"results (Parquet, read with raysim.results.load): {root}")
-    return 1 if failed else 0
+    codes = {outcome.exit_code for outcome in failed}
+    return 0 if not codes else 2 if codes == {2} else 1  # 2: only bad input stopped runs
 
 
 def _import_summary_modules() -> tuple:

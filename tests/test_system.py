@@ -379,3 +379,23 @@ def test_a_fedbuff_run_survives_a_killed_driver_or_worker_with_the_same_numbers(
     system = load(disturbed.run_dir, "system")
     after_checkpoint = system[(system["round"] >= 5) & (system["outcome"] == TRAINED)]
     assert (after_checkpoint["start_version"] < after_checkpoint["round"]).any()
+
+
+def test_a_clock_that_runs_out_of_available_sites_stops_the_run_with_exit_2(
+        ray_session, capsys, tmp_path):
+    """Trace windows without a period happen once: when every site's window has ended before
+    the run's rounds are planned, the run stops with the paragraph that says so and how to fix
+    it (exit 2, no traceback), whichever policy plans the clock."""
+    trace = tmp_path / "sites.csv"
+    pd.DataFrame({"client": range(4), "speed_gflops": 1e-6, "down_mbps": 1.0, "up_mbps": 1.0,
+                  "available_from_h": 0.0, "available_to_h": 0.001}).to_csv(trace, index=False)
+    for policy in ("sync", "fedbuff"):
+        raw = small_federation(name=f"ends-{policy}", system={
+            "trace": str(trace), "policy": policy,
+            **({"buffer_size": 2, "concurrency": 2} if policy == "fedbuff" else {})})
+        raw["partition"]["num_clients"] = 4
+        raw["training"]["clients_per_round"] = 2
+        code, err = run_cli(capsys, tmp_path, raw, "--output", str(tmp_path / "out"),
+                            "--no-progress", command="run")
+        assert code == 2 and "Traceback" not in err, err
+        assert "no site is ever available again" in err and "period_h" in err, err

@@ -31,7 +31,7 @@ from raysim.engine.startup import (  # noqa: F401 (latest_run_root: part of this
 )
 from raysim.engine.worker import WorkerSetup
 from raysim.engine.worker_host import RunBoundWorker
-from raysim.errors import ConfigError, RunInterrupted
+from raysim.errors import ConfigError, RaysimError, RunInterrupted
 from raysim.preparation import initial_weights, pooled, prepare, run_context
 from raysim.results.live import prepare_store
 from raysim.results.load import load
@@ -54,6 +54,9 @@ class RunOutcome:
     run_dir: Path
     final: dict[str, Any] | None
     error: str | None = None
+    exit_code: int = 0
+    """The CLI's exit code for this run: 0 completed, 2 stopped by bad input found only once
+    the run started (its error is the paragraph that says what to fix), 1 failed otherwise."""
 
 
 def run_experiment(config: ExperimentConfig, *, data_root: str | None = None,
@@ -197,7 +200,7 @@ def run_experiments(experiments: dict[str, ExperimentConfig], *, data_root: str 
         raise RunInterrupted(str(root)) from None
     if STOP.requested:  # the runs that were going stopped at a round boundary
         raise RunInterrupted(str(root))
-    results.update({key: (final, None) for key, final in finished.items()})
+    results.update({key: (final, None, 0) for key, final in finished.items()})
     return [RunOutcome(key[1], run_dirs[key], *results[key]) for key in run_dirs]
 
 
@@ -409,20 +412,20 @@ def _run_spec(config: ExperimentConfig, dataset: ArrayDataset, partition: Partit
 
 def _follow(queue: list[RunKey], start: Any, finish: Any, limit: int,
             rounds: dict[RunKey, int], show: bool, group_of: dict[RunKey, RunKey] | None = None
-            ) -> dict[RunKey, tuple[dict[str, Any] | None, str | None]]:
+            ) -> dict[RunKey, tuple[dict[str, Any] | None, str | None, int]]:
     """Start runs (at most ``limit`` groups at a time, in order) and show live progress: one
     bar per run with round, status, latest accuracy and ETA. Runs of one group (a cohort on
     shared workers, ``group_of``) count once and start together; other runs are groups of
     their own. A driver whose process dies is replaced by one that resumes from the run's
     checkpoint. ``start(key)`` returns (progress, future), ``progress.query()`` a reference
     to the run's progress; ``finish(key, succeeded)`` is called when a run ends. Returns
-    (final row, error) per run."""
+    (final row, error, exit code) per run."""
     group_of = group_of or {}
     progress_view = RunProgress(labels_of(queue), dict(rounds), show)
     started_at: dict[RunKey, float] = {}
     waiting = list(queue)
     active: dict[tuple[str, int], tuple[Any, Any]] = {}
-    results: dict[tuple[str, int], tuple[dict[str, Any] | None, str | None]] = {}
+    results: dict[tuple[str, int], tuple[dict[str, Any] | None, str | None, int]] = {}
     restarts: dict[tuple[str, int], int] = {}
 
     stopping = False
@@ -449,20 +452,21 @@ def _follow(queue: list[RunKey], start: Any, finish: Any, limit: int,
                 progress_view.update(key, ray.get(progress.query(), timeout=5))
             if future in ready:
                 try:
-                    results[key] = (ray.get(future), None)
+                    results[key] = (ray.get(future), None, 0)
                 except ray.exceptions.RayActorError as error:  # the driver's process died
                     if error.actor_init_failed:  # a bug or bad input, not a lost process
-                        results[key] = (None, f"the driver could not start: {error}")
+                        results[key] = (None, f"the driver could not start: {error}", 1)
                     elif restarts.get(key, 0) >= MAX_DRIVER_RESTARTS:
                         results[key] = (None, f"the driver died {MAX_DRIVER_RESTARTS + 1} times "
-                                        f"(last: {error})")
+                                        f"(last: {error})", 1)
                     else:  # a new driver resumes from the run's checkpoint
                         restarts[key] = restarts.get(key, 0) + 1
                         active[key] = start(key)
                         continue
                 except ray.exceptions.RayError as error:
                     cause = getattr(error, "cause", None) or error
-                    results[key] = (None, f"{type(cause).__name__}: {cause}")
+                    code = cause.exit_code if isinstance(cause, RaysimError) else 1
+                    results[key] = (None, f"{type(cause).__name__}: {cause}", code)
                 finish(key, results[key][1] is None)
                 final = results[key][0]
                 progress_view.finished(key, results[key][1],

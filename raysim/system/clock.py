@@ -23,6 +23,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from raysim.errors import ConfigError
 from raysim.seeding import numpy_rng
 from raysim.system.profiles import OnlineMask, SiteProfile
 
@@ -120,6 +121,18 @@ class SiteTimes:
             clients]
 
 
+def no_site_available(planned: int, rounds: int, time: float) -> ConfigError:
+    """The error of a plan that runs out of available sites: every site's availability ended
+    (windows without a period) before the run's rounds were planned."""
+    return ConfigError(
+        f"The simulated clock cannot plan the run: it planned {planned} of "
+        f"training.rounds={rounds} rounds, and from simulated hour {time / 3600.0:.4g} on no "
+        "site is ever available again: every site's availability windows have ended (windows "
+        "from a trace without `period_h` happen once). Sites train only while available. Let the "
+        "windows repeat (`period_h` in the trace), make them longer (`available_to_h`), "
+        "add sites that are always available, or lower training.rounds.")
+
+
 def next_online(profiles: list[SiteProfile], time: float) -> float:
     """The first moment at or after ``time`` when some site is available."""
     return min(p.availability.next_start(time) for p in profiles)
@@ -137,9 +150,10 @@ def synchronous_plan(profiles: list[SiteProfile], workload: Workload, rounds: in
     for round_ in range(rounds):
         online = np.flatnonzero(mask.at(now))
         if not len(online):  # nobody can train: the clock jumps to the next window
-            now = next_online(profiles, now)
-            if math.isinf(now):
-                raise ValueError("no site is ever available again")
+            later = next_online(profiles, now)
+            if math.isinf(later):
+                raise no_site_available(round_, rounds, now)
+            now = later
             online = np.flatnonzero(mask.at(now))
         wanted = min(clients_per_round, len(profiles))
         if policy == "overselect":

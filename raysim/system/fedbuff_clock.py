@@ -29,6 +29,7 @@ from raysim.system.clock import (
     SiteTimes,
     Workload,
     next_online,
+    no_site_available,
     round_plan,
 )
 from raysim.system.profiles import OnlineMask, SiteProfile
@@ -158,9 +159,10 @@ def fedbuff_plan(profiles: list[SiteProfile], workload: Workload, rounds: int,
     fill(now)
     while len(plans) < rounds:
         if not events:  # nobody training: wait for the next window
-            now = next_online(profiles, now)
-            if math.isinf(now):
-                raise ValueError("no site is ever available again")
+            later = next_online(profiles, now)
+            if math.isinf(later):
+                raise no_site_available(len(plans), rounds, now)
+            now = later
             fill(now)
             continue
         now, client, key = heapq.heappop(events)
