@@ -260,3 +260,25 @@ def test_the_sink_writes_column_batches_as_the_rows_they_were_given(tmp_path):
     np.testing.assert_array_equal(written["loss"].to_numpy(),
                                   [0.5, 0.25, 0.75, np.nan, np.nan, 1.0])
     assert written["tier"].tolist()[4] == "cpu" and written["note"].tolist()[3] == "row"
+
+
+def test_a_column_batch_arrow_cannot_convert_loses_no_other_row(tmp_path):
+    """The batch is dropped and its error raised once the rows that convert are written; the
+    next flush does not fail on it again."""
+    import pandas as pd
+    import pyarrow as pa
+
+    from raysim.results.sink import ParquetSink
+
+    sink = ParquetSink(tmp_path, flush_seconds=1e9)
+    sink.add_columns("clients", {"round": np.array([0]), "note": np.array(["a"], dtype=object)})
+    sink.add_columns("clients", {"round": np.array([1]),
+                                 "note": np.array([object()], dtype=object)})
+    sink.add_columns("clients", {"round": np.array([2]), "note": np.array(["c"], dtype=object)})
+    sink.add("rounds", [{"round": 2, "accuracy": 0.5}])
+    with pytest.raises(pa.ArrowException):
+        sink.flush()
+    written = pd.read_parquet(tmp_path / "clients" / "part-000000.parquet")
+    assert written["round"].tolist() == [0, 2] and written["note"].tolist() == ["a", "c"]
+    assert pd.read_parquet(tmp_path / "rounds" / "part-000000.parquet")["round"].tolist() == [2]
+    sink.flush()  # nothing left that fails

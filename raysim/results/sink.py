@@ -56,37 +56,59 @@ class ParquetSink:
         return False
 
     def flush(self) -> None:
-        """Write every non-empty buffer as one new part file per table."""
+        """Write every non-empty buffer as one new part file per table. A column batch that
+        Arrow cannot convert is dropped and its error raised after every row that converts
+        is written (a bad batch never takes the good rows with it, nor fails a later flush)."""
         wrote = False
+        errors: list[Exception] = []
         for table, parts in self._buffers.items():
             if not parts:
+                continue
+            tables, failed = _as_tables(parts)
+            parts.clear()
+            errors += failed
+            if not tables:
                 continue
             directory = self.run_dir / table
             directory.mkdir(parents=True, exist_ok=True)
             final = directory / f"part-{self._part:06d}.parquet"
             temporary = directory / f".part-{self._part:06d}.parquet.tmp"
-            pq.write_table(pa.concat_tables(_as_tables(parts), promote_options="permissive"),
-                           temporary)
+            pq.write_table(pa.concat_tables(tables, promote_options="permissive"), temporary)
             os.replace(temporary, final)
-            parts.clear()
             wrote = True
         if wrote:
             self._part += 1
         self._last_flush = time.monotonic()
+        if errors:
+            raise errors[0]
 
 
-def _as_tables(parts: list[pa.Table | dict[str, np.ndarray]]) -> list[pa.Table]:
+_CONVERSION_ERRORS = (pa.ArrowException, TypeError, ValueError)
+
+
+def _as_tables(parts: list[pa.Table | dict[str, np.ndarray]]
+               ) -> tuple[list[pa.Table], list[Exception]]:
     """Buffered parts as Arrow tables: each run of consecutive column batches with the same
     columns and dtypes concatenated per column and converted once (one conversion per flush
-    rather than one per round)."""
+    rather than one per round); where that fails, batch by batch. Returns the tables and the
+    errors of the batches that did not convert."""
     tables: list[pa.Table] = []
+    errors: list[Exception] = []
     run: list[dict[str, np.ndarray]] = []
 
     def close_run() -> None:
-        if run:
+        if not run:
+            return
+        try:
             tables.append(pa.table({key: np.concatenate([batch[key] for batch in run])
                                     for key in run[0]}))
-            run.clear()
+        except _CONVERSION_ERRORS:
+            for batch in run:  # the batches that convert keep their rows
+                try:
+                    tables.append(pa.table(batch))
+                except _CONVERSION_ERRORS as error:
+                    errors.append(error)
+        run.clear()
 
     for part in parts:
         if isinstance(part, pa.Table):
@@ -97,7 +119,7 @@ def _as_tables(parts: list[pa.Table | dict[str, np.ndarray]]) -> list[pa.Table]:
             close_run()
         run.append(part)
     close_run()
-    return tables
+    return tables, errors
 
 
 def _signature(columns: dict[str, np.ndarray]) -> tuple[tuple[str, np.dtype], ...]:
