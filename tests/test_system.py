@@ -161,8 +161,8 @@ def test_the_buffered_update_applies_stale_updates_to_the_current_model():
     from raysim.algorithms.buffered import (
         buffered_partial,
         buffered_update,
-        rebase,
-        version_shift,
+        rebase_all,
+        version_shifts,
     )
     from raysim.training.weights import FlatWeights
 
@@ -173,7 +173,7 @@ def test_the_buffered_update_applies_stale_updates_to_the_current_model():
     current, base = flat([1.0, 1.0]), flat([0.0, 0.0])
     fresh, stale = flat([2.0, 3.0]), flat([0.5, 0.0])  # fresh from current, stale from base
     cpu = __import__("torch").device("cpu")
-    rebased = rebase(stale, version_shift(base, current, cpu), cpu)
+    rebased, = rebase_all([stale], version_shifts([base], current, cpu), [0], cpu)
     weight = staleness_weight(1, 0.5)
     partial = buffered_partial([fresh, rebased], [1.0, 1.0], [1.0, weight])
     new = buffered_update(current, [partial], server_lr=1.0)["w"]

@@ -33,31 +33,20 @@ WEIGHT = "fedbuff_weight"
 """The ``clients`` column of each buffered client's staleness weight."""
 
 
-def version_shift(base: Weights, current: Weights, device: torch.device) -> torch.Tensor:
-    """``current`` - ``base`` as one float64 vector on the device (once per start version)."""
-    return version_shifts([base], current, device)[0]
-
-
 def version_shifts(bases: Sequence[Weights], current: Weights, device: torch.device
                    ) -> torch.Tensor:
-    """:func:`version_shift` of each of ``bases`` as the rows of one float64 matrix (the
-    current model's float64 vector computed once)."""
+    """``current`` - ``base`` for each of ``bases`` (the shift of a start version), as the
+    rows of one float64 matrix (the current model's float64 vector computed once)."""
     now = torch.as_tensor(on_device(current, device).vector).double()
     return torch.stack([now - torch.as_tensor(on_device(base, device).vector).double()
                         for base in bases])
 
 
-def rebase(trained: Weights, shift: torch.Tensor, device: torch.device) -> FlatWeights:
-    """``trained`` + ``shift`` (:func:`version_shift`) in float64, cast back: a stale
-    client's update applied to the current model."""
-    return rebase_all([trained], shift.unsqueeze(0), [0], device)[0]
-
-
 def rebase_all(trained: Sequence[Weights], shifts: torch.Tensor, rows: Sequence[int],
                device: torch.device) -> list[FlatWeights]:
-    """:func:`rebase` of every model in ``trained`` by its shift ``shifts[rows[i]]`` (one row
-    per start version), in one operation on the stacked vectors (elementwise the same
-    arithmetic)."""
+    """Each model in ``trained`` plus its shift ``shifts[rows[i]]`` (:func:`version_shifts`,
+    one row per start version) in float64, cast back: stale clients' updates applied to the
+    current model, in one operation on the stacked vectors."""
     models = [on_device(weights, device) for weights in trained]
     stacked = torch.stack([torch.as_tensor(model.vector) for model in models])
     index = torch.as_tensor(list(rows), device=shifts.device)

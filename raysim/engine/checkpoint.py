@@ -1,7 +1,7 @@
 """Durable run state: everything a run needs to continue exactly where it stopped.
 
-A checkpoint holds the server state (with FedBuff also the earlier server versions that later
-rounds start clients from), every client's persistent state (keyed by client id, so a
+A checkpoint holds the server state (with FedBuff also the global models of earlier versions
+that later rounds start clients from), every client's persistent state (keyed by client id, so a
 resumed run may use a different number of workers), the round counter and the first Parquet
 part number written after it. Random streams need no saving beyond the run seed and the round
 counter: every draw comes from a counter-based stream (seed, purpose, round, client), so the
@@ -34,7 +34,7 @@ class Checkpoint:
     next_part: int
     """Parquet parts numbered below this hold exactly the rounds before ``next_round``."""
     server_versions: dict[int, Any] = field(default_factory=dict)
-    """FedBuff: the server states of earlier versions that rounds from ``next_round`` on
+    """FedBuff: the global models of earlier versions that rounds from ``next_round`` on
     start clients from (absent from checkpoints of synchronous runs and older versions)."""
 
 

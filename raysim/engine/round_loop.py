@@ -35,7 +35,7 @@ from raysim.privacy.sampling import poisson_sample
 from raysim.seeding import numpy_rng
 from raysim.system.records import client_clock_columns, plan_columns, plan_table
 from raysim.training.evaluation import METRICS
-from raysim.training.weights import FlatWeights, on_device, payload_bytes
+from raysim.training.weights import Weights, on_device, payload_bytes
 
 if TYPE_CHECKING:
     from raysim.system.plan import SystemPlan
@@ -105,8 +105,8 @@ class Durable:
     next_round: int
     state: Any
     client_states: dict[int, Any]
-    server_versions: dict[int, Any] = field(default_factory=dict)
-    """FedBuff: the server states of earlier versions that rounds from ``next_round`` on
+    server_versions: dict[int, Weights] = field(default_factory=dict)
+    """FedBuff: the global models of earlier versions that rounds from ``next_round`` on
     start clients from (empty for synchronous runs)."""
 
 
@@ -225,12 +225,9 @@ class RoundLoop:
         """Relayed client states per destination worker, not yet delivered."""
         self.system = system
         """With ``system:``: the simulated clock's plan of every round (who trains, when)."""
-        self.history: dict[int, Any] = dict(progress.durable.server_versions)
-        """FedBuff: server states of earlier versions that later rounds' clients start from
-        (after a rollback or a resume, those the durable state kept)."""
-        self.flat_history: dict[int, FlatWeights] = {}
-        """FedBuff: the global models of the versions in ``history`` that clients started
-        from, as sent to the workers."""
+        self.history: dict[int, Weights] = dict(progress.durable.server_versions)
+        """FedBuff: the global models (flat vectors) of earlier versions that later rounds'
+        clients start from (after a rollback or a resume, those the durable state kept)."""
 
     def run(self) -> dict[str, Any]:
         """Every round from the durable state on; returns the last recorded rounds row."""
@@ -381,26 +378,19 @@ class RoundLoop:
         the earlier versions they start from (kept only while a later round needs them)."""
         assert self.system is not None
         last_use = self.system.last_use
-        self.history[round_] = state
+        if last_use.get(round_, -1) > round_:  # a later round starts clients from it: kept
+            # as one flat vector, flattened once (it travels in every such round)
+            self.history[round_] = on_device(self.algorithm.global_weights(state),
+                                             torch.device("cpu"))
         for version in [v for v in self.history if last_use.get(v, -1) < round_]:
             del self.history[version]
-        for version in [v for v in self.flat_history if v not in self.history]:
-            del self.flat_history[version]
         clients, versions, weights = self.system.rounds[round_].buffered()
-        bases = {v: self._flat_version(v) for v in np.unique(versions).tolist() if v != round_}
+        bases = {v: self.history[v] for v in np.unique(versions).tolist() if v != round_}
         return {"clients": clients, "start_versions": versions, "weights": weights,
                 "bases": bases, "version": round_}
 
-    def _flat_version(self, version: int) -> FlatWeights:
-        """The global model of an earlier server version as one flat vector (converted once
-        per version: it travels in every round whose clients start from it)."""
-        if version not in self.flat_history:
-            self.flat_history[version] = on_device(
-                self.algorithm.global_weights(self.history[version]), torch.device("cpu"))
-        return self.flat_history[version]
-
-    def versions_needed_from(self, next_round: int) -> dict[int, Any]:
-        """FedBuff: the server states of versions before ``next_round`` that a round from
+    def versions_needed_from(self, next_round: int) -> dict[int, Weights]:
+        """FedBuff: the global models of versions before ``next_round`` that a round from
         ``next_round`` on starts clients from (what a durable state must keep besides the
         current model; empty without FedBuff)."""
         if self.system is None or not self.system.asynchronous:
