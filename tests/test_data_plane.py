@@ -377,10 +377,11 @@ LARGE = [512, 512]  # an MLP of 280 K values: past weights.RELEASE_MIN_VALUES
 
 def test_a_trained_client_takes_over_the_models_vector_and_the_next_client_starts_clean(
         monkeypatch):
-    """On the per-client loop a large model's trained state is handed over without a copy
-    (the result is the storage the model trained in), each client's result is its own
-    vector, and the numbers equal training each client alone, in any order (the resident model is re-set,
-    never aliased with an earlier client's result)."""
+    """On the per-client loop a large model's first step reads the start itself (no copy of
+    it into the model), its trained state is handed over without a copy (the result is the
+    storage the model trained in from the second step on), each client's result is its own
+    vector, and the numbers equal training each client alone, in any order (the resident
+    model is re-set, never aliased with an earlier client's result)."""
     config = _config(4, "never", model={"name": "mlp", "hidden": LARGE})
     workers, _, _ = _workers(config, 1, monkeypatch)
     runtime = workers[0].runtime
@@ -391,14 +392,79 @@ def test_a_trained_client_takes_over_the_models_vector_and_the_next_client_start
     used = []  # the storage of the model's first parameter while each client trains
     runtime.model.register_forward_pre_hook(
         lambda module, _: used.append(next(module.parameters()).data_ptr()))
+    on_device = runtime.on_device([start])[0]
     for order in ([0, 1, 2, 3], [3, 1, 2, 0]):
         used.clear()
-        trained = runtime.train_many(order, 0, [start] * 4, [None] * 4)
+        trained = runtime.train_many(order, 0, [on_device] * 4, [None] * 4)
         vectors = [weights.vector for weights, _ in trained]
         assert len({v.data_ptr() for v in vectors}) == 4
-        assert [v.data_ptr() for v in vectors] == used[::2]  # two steps each; no copy
+        assert used[::2] == [on_device.vector.data_ptr()] * 4  # two steps each: the first
+        assert [v.data_ptr() for v in vectors] == used[1::2]  # from the start; no copy
         for client, vector in zip(order, vectors, strict=True):
             assert torch.equal(vector, alone[client])
+
+
+@pytest.mark.parametrize(("momentum", "weight_decay", "mu"),
+                         [(0.0, 0.0, 0.0), (0.9, 0.0, 0.0), (0.0, 1e-2, 0.0), (0.9, 1e-2, 0.1)])
+def test_a_first_step_written_from_the_start_gives_the_bits_of_copying_the_start(
+        monkeypatch, momentum, weight_decay, mu):
+    """SGD's first step written from the start into the client's own vector gives the
+    weights and momentum buffers of copying the start into the model and letting torch's
+    optimizer step (plain SGD, momentum, weight decay, a proximal term; three steps), and
+    leaves the start as it was."""
+    from raysim.training.first_step import FirstStepFromStart
+
+    raw = _config(3, "never", model={"name": "mlp", "hidden": LARGE})
+    config = raw.model_copy(update={"training": raw.training.model_copy(update={
+        "local_steps": 3, "optimizer": raw.training.optimizer.model_copy(
+            update={"momentum": momentum, "weight_decay": weight_decay})})})
+    workers, _, _ = _workers(config, 1, monkeypatch)
+    runtime = workers[0].runtime
+    start = runtime.on_device([runtime.initial_weights])[0]
+    before = start.vector.clone()
+    results = {}
+    for way in ("from start", "copied"):
+        if way == "copied":
+            monkeypatch.setattr(FirstStepFromStart, "bind", classmethod(lambda *_: None))
+        results[way] = runtime.train_many([0, 1, 2], 0, [start] * 3, [None] * 3,
+                                          prox=(start, mu))
+    assert torch.equal(start.vector, before)
+    for (ours, our_outcome), (theirs, their_outcome) in zip(*results.values(), strict=True):
+        assert torch.equal(ours.vector, theirs.vector)
+        assert our_outcome.mean_loss == their_outcome.mean_loss
+        ours_state = our_outcome.optimizer_state["state"]
+        theirs_state = their_outcome.optimizer_state["state"]
+        assert ours_state.keys() == theirs_state.keys()
+        for key, state in theirs_state.items():
+            buffer = state.get("momentum_buffer")
+            assert (buffer is None) == (momentum == 0)
+            if buffer is not None:
+                assert torch.equal(ours_state[key]["momentum_buffer"], buffer)
+
+
+def test_a_model_bound_to_its_start_that_takes_no_step_ends_on_its_own_copy():
+    """A client that takes no step (training stopped before it) leaves the model on its own
+    vector holding the start's values, never on the start's storage."""
+    from raysim.data.dataset import DataInfo
+    from raysim.models import build_model
+    from raysim.schema import OptimizerConfig
+    from raysim.training.first_step import FirstStepFromStart
+    from raysim.training.weights import flat_state, release_state
+
+    info = DataInfo("p", "tabular", 3, (30,), (0.0,), (1.0,))
+    params = parse_config({"name": "m", "dataset": {"name": "synthetic"},
+                           "model": {"name": "mlp", "hidden": LARGE},
+                           "algorithm": {"name": "fedavg"}}).model
+    model = build_model(params, info)
+    start = flat_state(model)
+    start.vector.add_(1.0)
+    bound = FirstStepFromStart.bind(model, start, OptimizerConfig(), None)
+    assert bound is not None
+    assert next(model.parameters()).data_ptr() == start.vector.data_ptr()
+    bound.finish()
+    state = release_state(model)
+    assert state.vector.data_ptr() != start.vector.data_ptr()
+    assert torch.equal(state.vector, start.vector)
 
 
 @pytest.mark.parametrize("name", ["convnet", "shufflenetv2"])

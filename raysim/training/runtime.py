@@ -16,6 +16,7 @@ from raysim.models import build_model
 from raysim.schema import OptimizerConfig, StrictModel
 from raysim.seeding import client_keys, seed_sequence, torch_generator
 from raysim.training.context import ClientData, RunContext
+from raysim.training.first_step import FirstStepFromStart
 from raysim.training.losses import loss_function, training_loss
 from raysim.training.memory_format import M, place
 from raysim.training.merged_training import JobResult, VectorizedJob, train_jobs
@@ -247,11 +248,18 @@ class ClientRuntime:
         for client, start, optimizer_state, plan in zip(clients, starts, optimizer_states,
                                                         plans, strict=True):
             model = self.client_model(client)
-            set_weights(model, start)
-            regularizer = proximal_term(model, *anchor) if anchor else None
-            outcome = self.train(model, client, round_, regularizer=regularizer,
-                                 optimizer_state=optimizer_state, steps_scale=steps_scale,
-                                 plan=plan)
+            from_start = FirstStepFromStart.bind(model, start, self.training.optimizer,
+                                                 optimizer_state)
+            if from_start is None:  # the start copied into the model, the optimizer steps
+                set_weights(model, start)
+            try:
+                regularizer = proximal_term(model, *anchor) if anchor else None
+                outcome = self.train(model, client, round_, regularizer=regularizer,
+                                     optimizer_state=optimizer_state, steps_scale=steps_scale,
+                                     plan=plan, from_start=from_start)
+            finally:
+                if from_start is not None:
+                    from_start.finish()
             results.append((release_state(model), outcome))  # no copy
         return results
 
@@ -279,7 +287,7 @@ class ClientRuntime:
         sizes = np.array([len(self.client_indices[c]) for c in clients])
         return [(int(size), np.flatnonzero(sizes == size)) for size in np.unique(sizes)]
 
-    def on_device(self, weights: Sequence[Weights]) -> list[Weights]:
+    def on_device(self, weights: Sequence[Weights]) -> list[FlatWeights]:
         """Each start on the worker's device as FlatWeights, a start shared by several clients
         (the broadcast) converted once."""
         return convert_once(weights, lambda w: on_device(w, self.device))
@@ -326,10 +334,12 @@ class ClientRuntime:
     def train(self, model: nn.Module, client: int, round_: int, *,
               regularizer: Callable[[], torch.Tensor] | None = None,
               optimizer_state: dict[str, Any] | None = None,
-              steps_scale: int = 1, plan: list[np.ndarray] | None = None) -> TrainOutcome:
+              steps_scale: int = 1, plan: list[np.ndarray] | None = None,
+              from_start: FirstStepFromStart | None = None) -> TrainOutcome:
         """Train ``model`` in place with cross-entropy on the client's data for the round's
         local work (the configured optimizer, epochs or steps, batch size; ``plan``: its
-        minibatch positions from :meth:`round_plans`, else drawn here)."""
+        minibatch positions from :meth:`round_plans`, else drawn here; ``from_start``: the
+        model reads its start for the first step, which writes into its own weights)."""
         steps = self._local_steps(steps_scale)
         optimizer = make_optimizer(model.parameters(), self.training.optimizer)
         if optimizer_state is not None:
@@ -338,7 +348,8 @@ class ClientRuntime:
         model.train()
         mean_loss, samples, taken = self.fit(
             client, round_, optimizer, lambda inputs, targets: loss_fn(model(inputs), targets),
-            epochs=self.training.epochs, steps=steps, regularizer=regularizer, plan=plan)
+            epochs=self.training.epochs, steps=steps, regularizer=regularizer, plan=plan,
+            first_step=None if from_start is None else lambda: from_start.step(optimizer))
         return TrainOutcome(mean_loss, samples, taken, optimizer.state_dict())
 
     def fit(self, client: int, round_: int, optimizer: torch.optim.Optimizer,
@@ -347,13 +358,15 @@ class ClientRuntime:
             stream: str = "batches",
             regularizer: Callable[[], torch.Tensor] | None = None,
             data: tuple[torch.Tensor, torch.Tensor] | None = None,
-            plan: list[np.ndarray] | None = None) -> tuple[float, int, int]:
+            plan: list[np.ndarray] | None = None,
+            first_step: Callable[[], None] | None = None) -> tuple[float, int, int]:
         """The local training loop every algorithm shares: minibatches of the client's data,
         ``batch_loss(inputs, targets)`` (+ ``regularizer()``, not reported), one optimizer step
         each. Returns (mean reported loss, samples, steps); modules' train/eval modes are the
         caller's. ``data``: (inputs, targets) to train on instead of the client's own data
         (e.g. a public set). ``plan``: the batch positions when the caller drew them already
-        (:meth:`round_plans`; the same as drawn here).
+        (:meth:`round_plans`; the same as drawn here). ``first_step``: takes the place of
+        the optimizer's first ``step()`` (:class:`FirstStepFromStart`).
 
         Batch order comes from the stream (seed, ``stream``, round, client) and global-RNG
         ops (dropout) from (seed, "torch"/"torch-<stream>", round, client), so the result is
@@ -381,6 +394,10 @@ class ClientRuntime:
             if regularizer is not None:
                 loss = loss + regularizer()
             loss.backward()
-            optimizer.step()
+            if first_step is None:
+                optimizer.step()
+            else:
+                first_step()
+                first_step = None
             seen += len(positions)
         return float(total_loss) / max(seen, 1), len(y), len(plan)

@@ -107,7 +107,7 @@ def flat_state(model: nn.Module) -> FlatWeights:
     that are not float32, such as BatchNorm's batch counter, are copied to ``extras``)."""
     tensors = state_tensors(model)
     layout = model_layout(model)
-    bound = _bound_vector(model)
+    bound = bound_vector(model)
     with torch.no_grad():
         if bound is not None:
             vector = bound.clone()
@@ -131,11 +131,11 @@ def release_state(model: nn.Module) -> FlatWeights:
     vector; call :func:`set_weights` before the model is used again. For a model whose state
     cannot be bound to a flat vector, or a small one (:data:`RELEASE_MIN_VALUES`), a copy
     (:func:`flat_state`)."""
-    vector = _bound_vector(model)
+    vector = bound_vector(model)
     if vector is None or vector.numel() < RELEASE_MIN_VALUES:
         return flat_state(model)
     state = FlatWeights(vector, model_layout(model), _extras(state_tensors(model)))
-    _bind(model, torch.empty_like(vector))
+    bind_vector(model, torch.empty_like(vector))
     return state
 
 
@@ -185,7 +185,7 @@ def _contiguous_strides(shape: torch.Size) -> tuple[int, ...]:
     return tuple(reversed(strides))
 
 
-def _bound_vector(model: nn.Module) -> torch.Tensor | None:
+def bound_vector(model: nn.Module) -> torch.Tensor | None:
     """The flat vector the model's float32 state is a view of (bound on first use, holding the
     model's current values), or None for a model whose state cannot be bound."""
     plan = _bind_plan(model)
@@ -196,11 +196,11 @@ def _bound_vector(model: nn.Module) -> torch.Tensor | None:
     if vector is None or getattr(module, attribute).data_ptr() != vector.data_ptr():
         with torch.no_grad():  # (re)bind: first use, or the model was moved or copied
             vector = torch.cat([getattr(m, a).detach().reshape(-1) for m, a, _ in plan])
-        _bind(model, vector)
+        bind_vector(model, vector)
     return vector
 
 
-def _bind(model: nn.Module, vector: torch.Tensor) -> None:
+def bind_vector(model: nn.Module, vector: torch.Tensor) -> None:
     """Make the model's float32 parameters and buffers views of ``vector`` (layout order);
     the state-tensor cache follows."""
     plan = _bind_plan(model)
@@ -217,6 +217,23 @@ def _bind(model: nn.Module, vector: torch.Tensor) -> None:
         tensors[name] = view
     model.__dict__["_raysim_state_tensors"] = tensors
     model.__dict__["_raysim_flat"] = vector
+
+
+def parameter_views(model: nn.Module
+                    ) -> tuple[tuple[nn.Parameter, tuple[int, int]], ...] | None:
+    """Each float32 state entry's parameter and its [first, stop) in the model's flat vector
+    (layout order), when the state can be bound to one vector and every float32 entry is a
+    parameter; None for a model with float32 buffers (e.g. BatchNorm's running statistics).
+    Cached on the model."""
+    if "_raysim_parameter_views" in model.__dict__:
+        return model.__dict__["_raysim_parameter_views"]  # type: ignore[no-any-return]
+    plan = _bind_plan(model)
+    views = None if plan is None or not all(is_parameter for _, _, is_parameter in plan) \
+        else tuple((module._parameters[attribute], (first, stop))
+                   for (module, attribute, _), (first, stop, _) in zip(
+                       plan, _offsets(model_layout(model)).values(), strict=True))
+    model.__dict__["_raysim_parameter_views"] = views
+    return views  # type: ignore[return-value]
 
 
 def on_device(weights: Weights, device: torch.device) -> FlatWeights:
@@ -241,7 +258,7 @@ def set_weights(model: nn.Module, weights: Weights) -> None:
     """Load weights into a model in place (copied onto the model's device; from a device
     FlatWeights without passing through the host, in one copy into the model's flat vector
     where the layouts agree)."""
-    vector = _bound_vector(model)
+    vector = bound_vector(model)
     if vector is not None and isinstance(weights, FlatWeights) \
             and weights.layout == model_layout(model):
         tensors = state_tensors(model)
