@@ -11,7 +11,9 @@ In one invocation it measures
 (a) raysim: steady rounds/s (the rounds after the first, from the rounds table's
     ``wall_time``), and the driver's share of a round: its serial time between collecting a
     round and dispatching the next (the rounds table's ``seconds_aggregate``, which spans the
-    aggregation; the workers wait meanwhile) over the round period, medians;
+    aggregation; the workers wait meanwhile) over the round period, medians; also the median
+    round period and a client's median training time in its worker (the ``clients`` table's
+    ``train_seconds``), which move less with the machine's drift than whole rounds;
 (b) the plain loop (``--threads``, default 2): the global weights as torch tensors, loaded into
     one model per client, one SGD step, the client's state added in place to a float64 sum,
     the mean as the next global;
@@ -72,8 +74,11 @@ def measure_raysim(args: argparse.Namespace, output: Path) -> dict:
     rounds = load(outcome.run_dir)
     period = np.diff(rounds["wall_time"].to_numpy())
     driver = rounds["seconds_aggregate"].to_numpy()[1:]
+    clients = load(outcome.run_dir, "clients")
     return {"raysim_rounds_per_s": len(period) / float(period.sum()),
             "raysim_driver_share": float(np.median(driver) / np.median(period)),
+            "raysim_round_period_ms": float(np.median(period)) * 1000,
+            "raysim_client_train_ms": float(clients["train_seconds"].median()) * 1000,
             "raysim_whole_process_s": total}
 
 
