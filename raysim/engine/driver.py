@@ -147,9 +147,8 @@ class Driver:
             self._set_progress(status="waiting for resources")
             workers = self.workers
             try:
-                setup = self.spec.setup  # the clock is planned while the workers configure
-                planning = None if self.spec.clock is None else PlanInBackground(
-                    self.spec.clock, setup.context, setup.partition, setup.initial_weights)
+                # the clock is planned while the workers configure
+                planning = None if self.spec.clock is None else self._plan_clock(workers[0])
                 update_manifest(self.run_dir, workers=self._configure(workers),
                                 workers_ready_at=time.time())
                 self._system = None if planning is None else planning.result()
@@ -203,6 +202,16 @@ class Driver:
             self._streams.finish(final, status)
 
     # ----- setup -----
+    def _plan_clock(self, worker: Any) -> PlanInBackground:
+        """The clock's plan, started in a thread: ``worker`` counts the models' FLOPs first
+        (before it configures; its process imports what torch's FLOP counter needs anyway),
+        the thread plans as soon as they arrive."""
+        assert self.spec.clock is not None
+        setup = self.spec.setup
+        flops = worker.clock_flops.remote(setup.context, setup.partition.num_clients)
+        return PlanInBackground(self.spec.clock, setup.context, setup.partition,
+                                setup.initial_weights, lambda: ray.get(flops))
+
     def _configure(self, workers: list[Any]) -> list[dict[str, Any]]:
         """Bind every worker to this run (also after Ray restarted one); returns where each
         runs."""

@@ -22,6 +22,8 @@ from raysim.engine.reduction_tree import subtree_roots
 from raysim.engine.round_loop import RoundReply
 from raysim.privacy.uploads import privatize_uploads
 from raysim.schema import StrictModel
+from raysim.system.plan import ArchitectureKey, architecture_flops
+from raysim.system.run_plan import clock_architectures
 from raysim.training.context import ClientData
 from raysim.training.evaluation import classification_metrics, predict_proba
 from raysim.training.membership import audit_sets, membership_auc
@@ -105,6 +107,15 @@ class ClientWorker:
             warm_up(self.runtime.model, context.info, context.training.optimizer, self.device)
         self.setup = setup
         return self.describe()
+
+    def clock_flops(self, context: RunContext, num_clients: int
+                    ) -> dict[ArchitectureKey, float]:
+        """The forward FLOPs of the clients' architectures, for the driver's plan of the
+        simulated clock (``system:``). Counted here, not on the driver: torch's FLOP counter
+        imports ``torch._dynamo`` (0.8 s of CPU), which this process imports anyway for its
+        optimizer."""
+        return architecture_flops(context.info, clock_architectures(context),
+                                  context.downsample, num_clients)
 
     def reset(self) -> None:
         """Forget the current run (its data references, models and client states)."""

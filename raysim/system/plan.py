@@ -5,7 +5,7 @@ clock's decision for every round (computed before the first round, by the run's 
 from __future__ import annotations
 
 import functools
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -42,26 +42,56 @@ class SystemPlan:
                 for plan in self.rounds for version in np.unique(plan.start_versions)}
 
 
-def client_work(info: DataInfo, architectures: Sequence[StrictModel],
-                downsample: Sequence[int], sizes: np.ndarray, training: TrainingConfig
-                ) -> np.ndarray:
-    """Each client's training GFLOPs per round: 3 x its model's forward FLOPs at its input
-    size x the samples it trains on (epochs x its data, or steps x batch)."""
-    from raysim.models.costs import client_input_shape, forward_flops
-    from raysim.models.registry import build_model
+ArchitectureKey = tuple[str, tuple[int, ...]]
+"""An architecture's config (JSON) and the input shape a client feeds it."""
 
-    flops: dict[tuple[str, tuple[int, ...]], float] = {}
+
+def _client_architectures(info: DataInfo, architectures: Sequence[StrictModel],
+                          downsample: Sequence[int], num_clients: int
+                          ) -> list[tuple[ArchitectureKey, StrictModel]]:
+    """Each client's (architecture key, architecture config), in client order."""
+    from raysim.models.costs import client_input_shape
+
     configs: dict[int, str] = {}  # each architecture object's config, dumped once
-    work = np.zeros(len(sizes))
-    for client, size in enumerate(sizes):
+    keyed = []
+    for client in range(num_clients):
         architecture = architectures[client % len(architectures)]
         factor = downsample[client] if downsample else 1
-        shape = client_input_shape(info.input_shape, factor)
         if id(architecture) not in configs:
             configs[id(architecture)] = architecture.model_dump_json()
-        key = (configs[id(architecture)], shape)
+        keyed.append(((configs[id(architecture)], client_input_shape(info.input_shape, factor)),
+                      architecture))
+    return keyed
+
+
+def architecture_flops(info: DataInfo, architectures: Sequence[StrictModel],
+                       downsample: Sequence[int], num_clients: int
+                       ) -> dict[ArchitectureKey, float]:
+    """The forward FLOPs of one sample for every distinct (architecture, input shape) of the
+    clients. torch's FLOP counter imports ``torch._dynamo`` on first use (0.8 s of CPU on the
+    development machine), which a client worker imports anyway for its optimizer: the engine
+    asks a worker (``ClientWorker.clock_flops``), so the driver never pays it."""
+    from raysim.models.costs import forward_flops
+    from raysim.models.registry import build_model
+
+    flops: dict[ArchitectureKey, float] = {}
+    for key, architecture in _client_architectures(info, architectures, downsample,
+                                                   num_clients):
         if key not in flops:
-            flops[key] = float(forward_flops(build_model(architecture, info), shape))
+            flops[key] = float(forward_flops(build_model(architecture, info), key[1]))
+    return flops
+
+
+def client_work(info: DataInfo, architectures: Sequence[StrictModel],
+                downsample: Sequence[int], sizes: np.ndarray, training: TrainingConfig,
+                flops: Mapping[ArchitectureKey, float]) -> np.ndarray:
+    """Each client's training GFLOPs per round: 3 x its model's forward FLOPs at its input
+    size (``flops``: :func:`architecture_flops`) x the samples it trains on (epochs x its
+    data, or steps x batch)."""
+    work = np.zeros(len(sizes))
+    for client, ((key, _), size) in enumerate(zip(
+            _client_architectures(info, architectures, downsample, len(sizes)), sizes,
+            strict=True)):
         samples = (training.local_steps * training.batch_size if training.local_steps
                    else (training.epochs or 1) * int(size))
         work[client] = TRAINING_FLOPS_PER_FORWARD * flops[key] * samples / 1e9

@@ -1,16 +1,18 @@
 """The system plan of one run, computed by the run's driver from the run's context and
-partition (in a thread while the workers are configured, off the run's critical path)."""
+partition (in a thread while the workers are configured, off the run's critical path), with
+the models' FLOPs counted by a client worker (:func:`~raysim.system.plan.architecture_flops`)."""
 
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from raysim.data import Partition
 from raysim.schema import SystemConfig
 from raysim.system.clock import Workload
-from raysim.system.plan import SystemPlan, client_work, system_plan
+from raysim.system.plan import ArchitectureKey, SystemPlan, client_work, system_plan
 from raysim.training.context import RunContext
 from raysim.training.weights import payload_bytes
 
@@ -25,30 +27,36 @@ class ClockSettings:
 
 
 def plan_for_run(settings: ClockSettings, context: RunContext, partition: Partition,
-                 initial_weights: Any) -> SystemPlan:
+                 initial_weights: Any, flops: Mapping[ArchitectureKey, float]) -> SystemPlan:
     """Every round's clock for the run: the sites' profiles, each client's training GFLOPs
-    (its architecture at its input size, its data) and the model's bytes both ways (FedScale's
-    assumption: an upload is model-sized)."""
-    architectures = context.architectures or (context.model,)
-    work = client_work(context.info, architectures, context.downsample, partition.sizes(),
-                       context.training)
+    (its architecture at its input size (``flops``: :func:`architecture_flops` of the
+    context), its data) and the model's bytes both ways (FedScale's assumption: an upload is
+    model-sized)."""
+    work = client_work(context.info, clock_architectures(context), context.downsample,
+                       partition.sizes(), context.training, flops)
     size = float(payload_bytes(initial_weights))
     return system_plan(settings.system, Workload(work, size, size), context.training.rounds,
                        settings.clients_per_round, context.seed)
 
 
+def clock_architectures(context: RunContext) -> tuple[Any, ...]:
+    """The clients' architectures as the clock reads them (one each, or the run's model)."""
+    return tuple(context.architectures) or (context.model,)
+
+
 class PlanInBackground:
     """:func:`plan_for_run` in a thread, started at once; :meth:`result` waits for the plan
-    (or raises what planning raised)."""
+    (or raises what planning raised). ``flops``: waits for the FLOPs (a worker counts them)."""
 
     def __init__(self, settings: ClockSettings, context: RunContext, partition: Partition,
-                 initial_weights: Any):
+                 initial_weights: Any, flops: Callable[[], Mapping[ArchitectureKey, float]]):
         self._plan: SystemPlan | None = None
         self._error: BaseException | None = None
 
         def plan() -> None:
             try:
-                self._plan = plan_for_run(settings, context, partition, initial_weights)
+                self._plan = plan_for_run(settings, context, partition, initial_weights,
+                                          flops())
             except BaseException as error:  # re-raised by result() in the driver's thread
                 self._error = error
 
