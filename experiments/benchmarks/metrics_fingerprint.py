@@ -8,7 +8,13 @@ generated PneumoniaMNIST-layout file) on the engine with 2 workers and the membe
 the labels holding the timestamped run directory are dropped, the columns sorted by name and
 the rows hashed (SHA-256 of pandas' row hashes).
 
-    python experiments/benchmarks/metrics_fingerprint.py > after.txt
+Then (``--large``) the per-client loop's large-model cases, where a client's first SGD step is
+written from its start (``raysim/training/first_step.py``: models of at least 262,144 values):
+an MLP [512, 512] on the built-in synthetic set, 12 clients, 3 rounds of 3 SGD steps, for
+FedAvg (plain SGD; momentum and weight decay), FedProx (momentum), local-only and FedDC (with
+and without momentum, so optimizer states are carried between rounds).
+
+    python experiments/benchmarks/metrics_fingerprint.py [--large] > after.txt
     PYTHONPATH=<other checkout> python experiments/benchmarks/metrics_fingerprint.py > before.txt
     diff before.txt after.txt
 """
@@ -42,7 +48,41 @@ def fingerprint(frame: pd.DataFrame) -> str:
     return hashlib.sha256(values.tobytes()).hexdigest()[:16] + f" ({len(frame)}x{len(keep)})"
 
 
+LARGE_CASES = [("fedavg", {"lr": 0.05}), ("fedavg", {"lr": 0.05, "momentum": 0.9,
+                                                     "weight_decay": 1e-3}),
+               ("fedprox", {"lr": 0.05, "momentum": 0.5}), ("local", {"lr": 0.05}),
+               ("local", {"lr": 0.05, "momentum": 0.9}), ("feddc", {"lr": 0.05}),
+               ("feddc", {"lr": 0.05, "momentum": 0.9})]
+
+
+def large_raw(algorithm: str, optimizer: dict) -> dict:
+    """A large-model per-client-loop config (see the module docstring)."""
+    sampled = {} if algorithm == "feddc" else {"clients_per_round": 8}  # FedDC: all clients
+    return {"name": f"large-{algorithm}", "dataset": {"name": "synthetic"},
+            "partition": {"scheme": "iid", "num_clients": 12, "samples_per_client": 16},
+            "model": {"name": "mlp", "hidden": [512, 512]}, "algorithm": {"name": algorithm},
+            "training": {"rounds": 3, "local_steps": 3, "batch_size": 4,
+                         "optimizer": {"name": "sgd", **optimizer}, **sampled},
+            "evaluation": {"every": 1}, "seeds": [0],
+            "engine": {"num_workers": 2, "cpus_per_worker": 1, "vectorize": "never"}}
+
+
+def print_fingerprints(name: str, raw: dict, output: Path) -> None:
+    """Run ``raw`` and print its tables' fingerprints (or why it failed)."""
+    outcome = run_experiment(parse_config(raw), output=str(output), progress=False)[0]
+    if outcome.error is not None:
+        print(f"{name}: failed: {outcome.error}")
+        return
+    for table in ("rounds", "clients", "client_eval", "communication"):
+        try:
+            frame = load(outcome.run_dir, table)
+        except (FileNotFoundError, ValueError):
+            continue
+        print(f"{name} {table}: {fingerprint(frame)}", flush=True)
+
+
 def main() -> None:
+    large = "--large" in sys.argv[1:]
     with tempfile.TemporaryDirectory() as scratch:
         root = Path(scratch) / "data"
         write_medmnist_npz(root, n_train=90, n_test=30)
@@ -50,17 +90,11 @@ def main() -> None:
             raw = contract_raw(root, name)
             raw["engine"] = {"num_workers": 2, "cpus_per_worker": 1}
             raw["evaluation"] = {"membership_audit": 8}  # the audit's attacks are compared too
-            outcome = run_experiment(parse_config(raw), output=str(Path(scratch) / name),
-                                     progress=False)[0]
-            if outcome.error is not None:
-                print(f"{name}: failed: {outcome.error}")
-                continue
-            for table in ("rounds", "clients", "client_eval", "communication"):
-                try:
-                    frame = load(outcome.run_dir, table)
-                except (FileNotFoundError, ValueError):
-                    continue
-                print(f"{name} {table}: {fingerprint(frame)}", flush=True)
+            print_fingerprints(name, raw, Path(scratch) / name)
+        for index, (algorithm, optimizer) in enumerate(LARGE_CASES if large else []):
+            label = f"large {algorithm} " + ",".join(f"{k}={v}" for k, v in optimizer.items())
+            print_fingerprints(label, large_raw(algorithm, optimizer),
+                               Path(scratch) / f"large{index}")
 
 
 if __name__ == "__main__":

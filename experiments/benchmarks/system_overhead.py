@@ -19,6 +19,11 @@ the stale uploads and the staleness-weighted partial, against the same clients f
 model: ``fedbuff_worker_extra``).
 
     python experiments/benchmarks/system_overhead.py [--repeats 3] [--policies sync fedbuff]
+
+``--cold N`` measures instead what a user's command costs: ``raysim run`` of each config as a
+new process (its own Ray, workers and driver started from nothing), the configurations
+alternating N times; one JSON line per configuration with the median seconds of the command
+and the median over the N alternations of its difference to the run without ``system:``.
 """
 
 from __future__ import annotations
@@ -169,15 +174,51 @@ def recording_seconds_per_round(plan: Any) -> float:
     return (time.perf_counter() - started) / len(plan.rounds)
 
 
+def cold_commands(base: dict[str, Any], labels: list[str | None], alternations: int) -> None:
+    """Seconds of ``raysim run`` as a new process per configuration (see the module
+    docstring), printed as one JSON line each."""
+    import subprocess
+
+    import yaml
+
+    seconds: dict[str | None, list[float]] = {label: [] for label in labels}
+    with tempfile.TemporaryDirectory() as scratch:
+        paths = {}
+        for label in labels:
+            paths[label] = Path(scratch) / f"w3-{label or 'none'}.yaml"
+            paths[label].write_text(yaml.safe_dump(with_system(base, label)))
+        for _ in range(alternations):
+            for label in labels:
+                started = time.perf_counter()
+                subprocess.run([sys.executable, "-m", "raysim.cli", "run", str(paths[label]),
+                                "--output", str(Path(scratch) / "results"), "--no-progress"],
+                               check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                seconds[label].append(time.perf_counter() - started)
+    plain = np.array(seconds[None])
+    for label in labels:
+        mine = np.array(seconds[label])
+        print(json.dumps({"policy": label or "none", "cold": True,
+                          "command_seconds": round(float(np.median(mine)), 3),
+                          "repeats": [round(float(t), 3) for t in mine],
+                          "paired_extra_seconds": round(float(np.median(mine - plain)), 3),
+                          "paired_overhead": round(float(np.median(mine / plain)) - 1, 3)}),
+              flush=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--rounds", type=int, default=50)
     parser.add_argument("--policies", nargs="+",
                         default=["sync", "deadline", "overselect", "fedbuff"])
+    parser.add_argument("--cold", type=int, default=0, metavar="N",
+                        help="time N alternations of `raysim run` as new processes instead")
     args = parser.parse_args()
     base = workloads(".", False)["W3"]
     base = {**base, "training": {**base["training"], "rounds": args.rounds}}
+    if args.cold:
+        cold_commands(base, [None, *args.policies], args.cold)
+        return
     labels = [None, *args.policies]
     timings: dict[str | None, list[float]] = {label: [] for label in labels}
     wholes: dict[str | None, list[float]] = {label: [] for label in labels}
