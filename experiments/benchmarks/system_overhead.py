@@ -192,7 +192,8 @@ def cold_commands(base: dict[str, Any], labels: list[str | None], alternations: 
                 started = time.perf_counter()
                 subprocess.run([sys.executable, "-m", "raysim.cli", "run", str(paths[label]),
                                 "--output", str(Path(scratch) / "results"), "--no-progress"],
-                               check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                               check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                               cwd=scratch)  # (not the checkout: PYTHONPATH picks the tree)
                 seconds[label].append(time.perf_counter() - started)
     plain = np.array(seconds[None])
     for label in labels:
