@@ -289,6 +289,26 @@ def test_stale_updates_change_the_model_and_the_clock_is_worker_independent(ray_
     assert {"sim_compute_s", "sim_finish_s"} <= set(clients.columns)
 
 
+def test_a_run_clocks_each_client_by_the_flops_torch_counts_for_its_model(ray_session,
+                                                                         tmp_path):
+    """A client's recorded compute time is 3 x its model's forward FLOPs (torch's counter,
+    counted here) x the samples it trained on / its site's speed: the FLOPs a worker counts
+    for the driver's plan are the model's."""
+    from raysim.config import parse_config
+    from raysim.models import build_model
+    from raysim.models.costs import forward_flops
+    from raysim.preparation import prepare
+    from raysim.system.profiles import TIERS
+
+    raw = _raw(tiers={"cpu_server": 1.0}, policy="sync")
+    _, clients, _ = _run(raw, tmp_path, "flops")
+    config = parse_config(raw)
+    info = prepare(config, None)[0][0].info
+    flops = forward_flops(build_model(config.model, info), info.input_shape)
+    expected = 3 * flops * clients["num_samples"] / 1e9 / TIERS["cpu_server"].speed_gflops
+    np.testing.assert_allclose(clients["sim_compute_s"], expected, rtol=1e-12)
+
+
 def test_deadline_runs_record_dropped_sites_and_end_rounds_at_the_deadline(ray_session,
                                                                            tmp_path):
     rounds, clients, system = _run(_raw(tiers={"cpu_server": 0.5, "constrained_site": 0.5},
