@@ -73,15 +73,14 @@ def steady_seconds(raw: dict[str, Any], scratch: str) -> tuple[float, float]:
 def timed_plan(raw: dict[str, Any]) -> tuple[Any, float]:
     """The clock's plan of the whole run and the seconds it took (alone, in this process)."""
     from raysim.system.plan import architecture_flops
-    from raysim.system.run_plan import ClockSettings, clock_architectures, plan_for_run
+    from raysim.system.run_plan import ClockSettings, plan_for_run
 
     config = parse_config(raw)
     dataset, partition = prepare(config, None)[0]
     context = run_context(config, dataset, 0, partition.num_clients)
     weights = initial_weights(config, dataset, 0)
     # counted before the timer, as a client worker counts them for the driver
-    flops = architecture_flops(context.info, clock_architectures(context), context.downsample,
-                               partition.num_clients)
+    flops = architecture_flops(context, partition.num_clients)
     started = time.perf_counter()
     assert config.system is not None
     plan = plan_for_run(ClockSettings(config.system, config.clients_per_round), context,

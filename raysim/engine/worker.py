@@ -23,7 +23,6 @@ from raysim.engine.round_loop import RoundReply
 from raysim.privacy.uploads import privatize_uploads
 from raysim.schema import StrictModel
 from raysim.system.plan import ArchitectureKey, architecture_flops
-from raysim.system.run_plan import clock_architectures
 from raysim.training.context import ClientData
 from raysim.training.evaluation import classification_metrics, predict_proba
 from raysim.training.membership import audit_sets, membership_auc
@@ -114,8 +113,7 @@ class ClientWorker:
         simulated clock (``system:``). Counted here, not on the driver: torch's FLOP counter
         imports ``torch._dynamo`` (0.8 s of CPU), which this process imports anyway for its
         optimizer."""
-        return architecture_flops(context.info, clock_architectures(context),
-                                  context.downsample, num_clients)
+        return architecture_flops(context, num_clients)
 
     def reset(self) -> None:
         """Forget the current run (its data references, models and client states)."""

@@ -5,16 +5,16 @@ clock's decision for every round (computed before the first round, by the run's 
 from __future__ import annotations
 
 import functools
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import numpy as np
 
-from raysim.data.dataset import DataInfo
-from raysim.schema import StrictModel, SystemConfig, TrainingConfig
+from raysim.schema import SystemConfig
 from raysim.system.clock import RoundPlan, Workload, synchronous_plan
 from raysim.system.fedbuff_clock import fedbuff_plan
 from raysim.system.profiles import site_profiles
+from raysim.training.context import RunContext
 
 TRAINING_FLOPS_PER_FORWARD = 3.0
 """A training step of a sample costs about three forward passes (forward, and a backward of
@@ -46,52 +46,48 @@ ArchitectureKey = tuple[str, tuple[int, ...]]
 """An architecture's config (JSON) and the input shape a client feeds it."""
 
 
-def _client_architectures(info: DataInfo, architectures: Sequence[StrictModel],
-                          downsample: Sequence[int], num_clients: int
-                          ) -> list[tuple[ArchitectureKey, StrictModel]]:
-    """Each client's (architecture key, architecture config), in client order."""
+def _client_keys(context: RunContext, num_clients: int) -> list[ArchitectureKey]:
+    """Each client's architecture key (:meth:`RunContext.architecture` at its input size),
+    in client order."""
     from raysim.models.costs import client_input_shape
 
     configs: dict[int, str] = {}  # each architecture object's config, dumped once
-    keyed = []
+    keys = []
     for client in range(num_clients):
-        architecture = architectures[client % len(architectures)]
-        factor = downsample[client] if downsample else 1
+        architecture = context.architecture(client)
         if id(architecture) not in configs:
             configs[id(architecture)] = architecture.model_dump_json()
-        keyed.append(((configs[id(architecture)], client_input_shape(info.input_shape, factor)),
-                      architecture))
-    return keyed
+        factor = context.downsample[client] if context.downsample else 1
+        keys.append((configs[id(architecture)],
+                     client_input_shape(context.info.input_shape, factor)))
+    return keys
 
 
-def architecture_flops(info: DataInfo, architectures: Sequence[StrictModel],
-                       downsample: Sequence[int], num_clients: int
-                       ) -> dict[ArchitectureKey, float]:
+def architecture_flops(context: RunContext, num_clients: int) -> dict[ArchitectureKey, float]:
     """The forward FLOPs of one sample for every distinct (architecture, input shape) of the
-    clients. torch's FLOP counter imports ``torch._dynamo`` on first use (0.8 s of CPU on the
-    development machine), which a client worker imports anyway for its optimizer: the engine
-    asks a worker (``ClientWorker.clock_flops``), so the driver never pays it."""
+    run's clients. torch's FLOP counter imports ``torch._dynamo`` on first use (0.8 s of CPU
+    on the development machine), which a client worker imports anyway for its optimizer: the
+    engine asks a worker (``ClientWorker.clock_flops``), so the driver never pays it."""
     from raysim.models.costs import forward_flops
     from raysim.models.registry import build_model
 
     flops: dict[ArchitectureKey, float] = {}
-    for key, architecture in _client_architectures(info, architectures, downsample,
-                                                   num_clients):
+    for client, key in enumerate(_client_keys(context, num_clients)):
         if key not in flops:
-            flops[key] = float(forward_flops(build_model(architecture, info), key[1]))
+            model = build_model(context.architecture(client), context.info)
+            flops[key] = float(forward_flops(model, key[1]))
     return flops
 
 
-def client_work(info: DataInfo, architectures: Sequence[StrictModel],
-                downsample: Sequence[int], sizes: np.ndarray, training: TrainingConfig,
-                flops: Mapping[ArchitectureKey, float]) -> np.ndarray:
+def client_work(context: RunContext, sizes: np.ndarray, flops: Mapping[ArchitectureKey, float]
+                ) -> np.ndarray:
     """Each client's training GFLOPs per round: 3 x its model's forward FLOPs at its input
     size (``flops``: :func:`architecture_flops`) x the samples it trains on (epochs x its
     data, or steps x batch)."""
+    training = context.training
     work = np.zeros(len(sizes))
-    for client, ((key, _), size) in enumerate(zip(
-            _client_architectures(info, architectures, downsample, len(sizes)), sizes,
-            strict=True)):
+    for client, (key, size) in enumerate(zip(_client_keys(context, len(sizes)), sizes,
+                                             strict=True)):
         samples = (training.local_steps * training.batch_size if training.local_steps
                    else (training.epochs or 1) * int(size))
         work[client] = TRAINING_FLOPS_PER_FORWARD * flops[key] * samples / 1e9

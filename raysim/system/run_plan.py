@@ -32,16 +32,10 @@ def plan_for_run(settings: ClockSettings, context: RunContext, partition: Partit
     (its architecture at its input size (``flops``: :func:`architecture_flops` of the
     context), its data) and the model's bytes both ways (FedScale's assumption: an upload is
     model-sized)."""
-    work = client_work(context.info, clock_architectures(context), context.downsample,
-                       partition.sizes(), context.training, flops)
+    work = client_work(context, partition.sizes(), flops)
     size = float(payload_bytes(initial_weights))
     return system_plan(settings.system, Workload(work, size, size), context.training.rounds,
                        settings.clients_per_round, context.seed)
-
-
-def clock_architectures(context: RunContext) -> tuple[Any, ...]:
-    """The clients' architectures as the clock reads them (one each, or the run's model)."""
-    return tuple(context.architectures) or (context.model,)
 
 
 class PlanInBackground:
