@@ -465,6 +465,9 @@ def test_a_model_bound_to_its_start_that_takes_no_step_ends_on_its_own_copy():
     state = release_state(model)
     assert state.vector.data_ptr() != start.vector.data_ptr()
     assert torch.equal(state.vector, start.vector)
+    # a start of the same size in another layout is loaded the plain way, never bound
+    other = FlatWeights(start.vector.clone(), tuple(reversed(start.layout)))
+    assert FirstStepFromStart.bind(model, other, OptimizerConfig(), None) is None
 
 
 @pytest.mark.parametrize("name", ["convnet", "shufflenetv2"])

@@ -7,8 +7,9 @@ them a write of the whole model into memory the step then reads again. For SGD t
 step's result is ``start - lr * d`` (``d`` the gradient, plus ``weight_decay * start``; with
 momentum, ``d`` is also the new momentum buffer), so the model can take its first gradient
 reading the start itself (its parameters are views of the start's vector) and the step write
-``start - lr * d`` into the model's own vector in one pass. On a CPU this is a fifth to a
-quarter of a 1.9 M-parameter MLP's client (``BENCHMARKS.md``, W4).
+``start - lr * d`` into the model's own vector in one pass. On the development machine a
+W4 client (a 1.08 M-parameter MLP, one step) trained 16-22 % faster in its worker
+(``BENCHMARKS.md``, session 23).
 
 The arithmetic is torch's single-tensor SGD's (``grad.add(param, alpha=weight_decay)``, then
 ``param.add_(grad, alpha=-lr)``, here with ``out=``), so the weights and the momentum buffers
@@ -29,6 +30,7 @@ from raysim.training.weights import (
     FlatWeights,
     bind_vector,
     bound_vector,
+    model_layout,
     parameter_views,
 )
 
@@ -58,8 +60,8 @@ class FirstStepFromStart:
         own = bound_vector(model)
         vector = start.vector
         if views is None or own is None or not isinstance(vector, torch.Tensor) \
-                or own.numel() < RELEASE_MIN_VALUES or vector.device != own.device \
-                or vector.dtype != own.dtype or vector.shape != own.shape \
+                or start.layout != model_layout(model) or own.numel() < RELEASE_MIN_VALUES \
+                or vector.device != own.device or vector.dtype != own.dtype \
                 or vector.data_ptr() == own.data_ptr():
             return None
         bind_vector(model, vector)
