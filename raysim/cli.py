@@ -7,7 +7,7 @@ import os
 import sys
 import time
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor, wait
 from pathlib import Path
 
 from raysim.errors import RaysimError
@@ -183,12 +183,24 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def _import_engine_and_prepare(experiments: dict, data_root: str | None) -> dict:
-    """The data of every experiment (runs in a thread while Ray starts); imports the engine
-    and torch first, so that they load while Ray starts too."""
-    import raysim.engine.runner  # noqa: F401 (imported here, beside Ray's start)
-    from raysim.preparation import prepare
+    """The data of every experiment (runs in a thread while Ray starts). The engine and torch
+    are imported in this thread while a second one reads each distinct dataset's file once
+    (numpy only: decompressing an npz releases the GIL); a read that failed is read again by
+    :func:`raysim.preparation.prepare`, which raises its error after the config's checks."""
+    from raysim.data import load_dataset
 
-    return {label: prepare(config, data_root) for label, config in experiments.items()}
+    keys = {label: config.dataset.model_dump_json() for label, config in experiments.items()}
+    distinct = {keys[label]: config.dataset for label, config in experiments.items()}
+    with ThreadPoolExecutor(1, thread_name_prefix="raysim-read") as reader:
+        reads = {key: reader.submit(load_dataset, dataset, data_root)
+                 for key, dataset in distinct.items()}
+        import raysim.engine.runner  # noqa: F401 (imported here, beside Ray's start)
+        from raysim.preparation import prepare
+
+        wait(list(reads.values()))
+    return {label: prepare(config, data_root,
+                           None if reads[keys[label]].exception() else reads[keys[label]].result())
+            for label, config in experiments.items()}
 
 
 def _prestart_actors(experiments: dict) -> None:

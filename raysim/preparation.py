@@ -42,17 +42,20 @@ def pooled(partition: Partition, num_test: int, num_train: int | None = None) ->
     return Partition([train], [np.arange(num_test)], partition.unseen, validation)
 
 
-def prepare(config: ExperimentConfig, data_root: str | None
-            ) -> dict[int, tuple[ArrayDataset, Partition]]:
+def prepare(config: ExperimentConfig, data_root: str | None,
+            dataset: ArrayDataset | None = None) -> dict[int, tuple[ArrayDataset, Partition]]:
     """Load the data and build every seed's partition (with its site shift and held-out
     client, if configured) and the model once: all input errors are raised here, before Ray
     starts. Returns (dataset, partition) per seed; seeds share one dataset object unless a
-    site shift makes the images seed-specific."""
+    site shift makes the images seed-specific. ``dataset``: the config's dataset already
+    read (``load_dataset(config.dataset, data_root)``, e.g. in another thread), else it is
+    read here, after the config's own checks."""
     check_method_data(config)
     check_privacy(config)
     check_system(config)
     check_available(config.logging)
-    dataset = load_dataset(config.dataset, data_root)
+    if dataset is None:
+        dataset = load_dataset(config.dataset, data_root)
     build_model(config.model, dataset.info)
     check_client_settings(config, dataset)
     settings = config.partition

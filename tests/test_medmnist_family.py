@@ -349,3 +349,32 @@ def test_fedavg_learns_real_adrenalmnist3d_with_the_3d_convnet():
     trace = simulate(parse_config(raw))
     metrics = classification_metrics(trace.dataset.test_y, _test_scores(trace))
     assert metrics["auc"] > REAL_AUC_MARGIN
+
+
+@pytest.mark.parametrize("version", [(1, 0), (2, 0)])
+def test_npz_members_are_read_as_numpy_reads_them_in_either_memory_order(tmp_path, version):
+    import zipfile
+
+    from numpy.lib import format as npy_format
+
+    from raysim.data.medmnist_io import _read_npz
+    from raysim.errors import DataError
+
+    rng = np.random.default_rng(0)
+    arrays = {"train_images": rng.integers(0, 256, (7, 5, 5, 3), dtype=np.uint8),
+              "train_labels": rng.integers(0, 4, (7, 1)),
+              "test_images": np.asfortranarray(rng.integers(0, 256, (3, 5, 5, 3), dtype=np.uint8)),
+              "test_labels": np.asfortranarray(rng.integers(0, 2, (3, 4)).astype(np.uint8))}
+    path = tmp_path / "made.npz"
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as archive:
+        for key, array in arrays.items():
+            with archive.open(f"{key}.npy", "w") as member:
+                npy_format.write_array(member, array, version=version)
+    read = _read_npz(path)
+    for key, array in arrays.items():
+        assert read[key].dtype == array.dtype and read[key].shape == array.shape
+        assert np.array_equal(read[key], array), key
+    objects = tmp_path / "objects.npz"
+    np.savez(objects, **{**arrays, "train_images": np.array([{"a": 1}], dtype=object)})
+    with pytest.raises(DataError, match="cannot be read"):
+        _read_npz(objects)

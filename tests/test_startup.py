@@ -10,6 +10,7 @@ import subprocess
 import sys
 import threading
 
+import pytest
 import yaml
 from conftest import quickstart_raw
 
@@ -33,10 +34,10 @@ def test_first_runs_actors_start_while_the_data_is_prepared_and_serve_the_run(
 
     seen_before_data: list[bool] = []
 
-    def waiting_prepare(config, data_root):
+    def waiting_prepare(config, data_root, dataset=None):
         # the data is ready only once the actors were asked for: their start overlaps it
         seen_before_data.append(prestarted.wait(timeout=60))
-        return original_prepare(config, data_root)
+        return original_prepare(config, data_root, dataset)
 
     monkeypatch.setattr(ActorPool, "prestart", recording_prestart)
     monkeypatch.setattr(preparation, "prepare", waiting_prepare)
@@ -56,6 +57,53 @@ def test_first_runs_actors_start_while_the_data_is_prepared_and_serve_the_run(
     assert phases is not None and phases["alongside"] == 1
     assert min(phases.values()) >= 0
     assert phases["first_round"] >= phases["imports"] + max(phases["data"], phases["ray"])
+
+
+def test_each_distinct_data_file_is_read_once_in_a_thread_of_its_own_while_the_engine_imports(
+        tmp_path, monkeypatch):
+    from fixtures import write_medmnist_npz
+
+    import raysim.data
+    import raysim.preparation
+    from raysim.cli import _import_engine_and_prepare
+    from raysim.config import parse_config
+    from raysim.errors import MissingDataError
+
+    write_medmnist_npz(tmp_path, "pneumoniamnist", n_train=60, n_test=20)
+    write_medmnist_npz(tmp_path, "bloodmnist", n_train=60, n_test=20, channels=3, num_classes=8)
+    reads: list[tuple[str, str]] = []
+    original_load = raysim.data.load_dataset
+
+    def counting_load(config, data_root=None):
+        reads.append((config.name, threading.current_thread().name))
+        return original_load(config, data_root)
+
+    monkeypatch.setattr(raysim.data, "load_dataset", counting_load)
+    monkeypatch.setattr(raysim.preparation, "load_dataset", counting_load)
+
+    def experiment(flag: str, lr: float):
+        return parse_config(quickstart_raw(
+            dataset={"name": flag, "root": str(tmp_path), "download": False,
+                     "verify_checksum": False},
+            partition={"scheme": "iid", "num_clients": 3},
+            training={"rounds": 1, "optimizer": {"name": "sgd", "lr": lr}}))
+
+    experiments = {"a": experiment("pneumoniamnist", 0.1), "b": experiment("pneumoniamnist", 0.2),
+                   "c": experiment("bloodmnist", 0.1)}
+    prepared = _import_engine_and_prepare(experiments, None)
+
+    assert sorted(name for name, _ in reads) == ["bloodmnist", "pneumoniamnist"]
+    assert {thread for _, thread in reads} != {threading.current_thread().name}
+    assert all(thread.startswith("raysim-read") for _, thread in reads)
+    assert prepared["a"][0][0] is prepared["b"][0][0]  # one dataset object for both
+    assert prepared["c"][0][0].info.num_classes == 8
+
+    reads.clear()
+    missing = {"m": parse_config(quickstart_raw(dataset={
+        "name": "dermamnist", "root": str(tmp_path), "download": False}))}
+    with pytest.raises(MissingDataError, match=r"dermamnist\.npz"):
+        _import_engine_and_prepare(missing, None)
+    assert [name for name, _ in reads] == ["dermamnist", "dermamnist"]  # read, then by prepare
 
 
 def test_missing_data_is_reported_before_waiting_for_cpus_another_invocation_holds(tmp_path):

@@ -8,8 +8,11 @@ command: the wall time of the whole command and the start-up phases its manifest
 (:func:`raysim.engine.runner.startup_phases`: imports, data, Ray, workers and the first round's
 dispatch after the command). Prints one JSON line per command and the medians. On a GPU the
 config runs 4 workers x 0.25 GPU (the issue's shape); without one, 2 workers on the CPUs.
+``--baseline-tree DIR`` alternates every command with one that runs another checkout of raysim
+(``DIR`` first on ``PYTHONPATH``, e.g. a ``git worktree`` of the commit before a change), on
+the same file, so before and after are measured in one invocation on one machine.
 
-    python experiments/benchmarks/gpu_startup.py [--repeats 3] [--rounds 5]
+    python experiments/benchmarks/gpu_startup.py [--repeats 3] [--rounds 5] [--baseline-tree DIR]
 """
 
 from __future__ import annotations
@@ -52,6 +55,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--baseline-tree", help="another raysim checkout to alternate with")
     args = parser.parse_args()
     import torch
 
@@ -62,23 +66,32 @@ def main() -> None:
                            num_classes=9)
         config = scratch / "pfl.yaml"
         config.write_text(yaml.safe_dump(pfl_config(scratch / "data", args.rounds, gpu)))
+        trees = {"this": None}
+        if args.baseline_tree:
+            trees = {"baseline": str(Path(args.baseline_tree).resolve()), "this": None}
         rows = []
         for repeat in range(args.repeats):
-            output = scratch / f"results{repeat}"
-            started = time.perf_counter()
-            subprocess.run([sys.executable, "-m", "raysim.cli", "run", str(config), "--output",
-                            str(output), "--no-progress"], check=True, cwd=scratch,
-                           stdout=subprocess.DEVNULL, env={**os.environ})
-            wall = time.perf_counter() - started
-            manifests = sorted(output.rglob("manifest.json"))
-            phases = startup_phases(read_manifest(manifests[0].parent)) or {}
-            row = {"repeat": repeat, "device": "cuda" if gpu else "cpu", "command_s": round(wall, 2),
-                   **{k: round(v, 2) for k, v in phases.items()}}
-            rows.append(row)
-            print(json.dumps(row), flush=True)
-        keys = [k for k in rows[0] if k not in ("repeat", "device")]
-        print(json.dumps({"median": {k: statistics.median(r[k] for r in rows) for k in keys}}),
-              flush=True)
+            for tree, path in trees.items():
+                env = dict(os.environ)
+                if path is not None:
+                    env["PYTHONPATH"] = os.pathsep.join([path, env.get("PYTHONPATH", "")])
+                output = scratch / f"results_{tree}{repeat}"
+                started = time.perf_counter()
+                subprocess.run([sys.executable, "-m", "raysim.cli", "run", str(config), "--output",
+                                str(output), "--no-progress"], check=True, cwd=scratch,
+                               stdout=subprocess.DEVNULL, env=env)
+                wall = time.perf_counter() - started
+                manifests = sorted(output.rglob("manifest.json"))
+                phases = startup_phases(read_manifest(manifests[0].parent)) or {}
+                row = {"tree": tree, "repeat": repeat, "device": "cuda" if gpu else "cpu",
+                       "command_s": round(wall, 2), **{k: round(v, 2) for k, v in phases.items()}}
+                rows.append(row)
+                print(json.dumps(row), flush=True)
+        keys = [k for k in rows[0] if k not in ("tree", "repeat", "device")]
+        for tree in trees:
+            mine = [r for r in rows if r["tree"] == tree]
+            medians = {k: round(statistics.median(r[k] for r in mine), 3) for k in keys}
+            print(json.dumps({"tree": tree, "median": medians}), flush=True)
 
 
 if __name__ == "__main__":

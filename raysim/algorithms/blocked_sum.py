@@ -96,6 +96,9 @@ def _evaluate_into(expression: Expression, start: int, stop: int, out: torch.Ten
     else:
         _add_terms(expression, start, stop, out, buffers.scratch)
     for right in reversed(rights):
+        if isinstance(right, Dense):  # (a computed partial: added from where it lies)
+            out.add_(right.vector[start:stop])
+            continue
         right_values = buffers.level(depth)[:stop - start]
         _evaluate_into(right, start, stop, right_values, buffers, depth + 1)
         out.add_(right_values)

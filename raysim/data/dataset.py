@@ -1,13 +1,18 @@
-"""In-memory datasets as plain numpy arrays (cheap to share through Ray's object store)."""
+"""In-memory datasets as plain numpy arrays (cheap to share through Ray's object store).
+
+numpy only at import: torch is imported by the functions that make tensors, so that a data
+file can be read in one thread while another imports torch (``raysim run``'s start-up)."""
 
 from __future__ import annotations
 
 import functools
 from dataclasses import dataclass
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 import numpy as np
-import torch
+
+if TYPE_CHECKING:
+    import torch
 
 Task = Literal["multi-class", "binary-class", "ordinal-regression", "multi-label"]
 """MedMNIST's task types (``multi-label`` is INFO's "multi-label, binary-class")."""
@@ -74,6 +79,8 @@ class ArrayDataset:
 
 def to_tensor(x: np.ndarray, info: DataInfo) -> torch.Tensor:
     """Turn a batch of stored inputs into a normalised float32 tensor (NCHW for images)."""
+    import torch
+
     if info.kind == "tabular":
         return torch.from_numpy(np.ascontiguousarray(x, dtype=np.float32))
     return normalise(torch.from_numpy(np.ascontiguousarray(x)), info)
@@ -82,6 +89,8 @@ def to_tensor(x: np.ndarray, info: DataInfo) -> torch.Tensor:
 def normalise(batch: torch.Tensor, info: DataInfo) -> torch.Tensor:
     """Stored image inputs (uint8, NHW or NHWC, on any device) as a normalised float32 NCHW
     tensor on the same device, volumes (NDHW) as NCDHW; tabular inputs as float32."""
+    import torch
+
     if info.kind == "tabular":
         return batch.to(torch.float32)
     batch = batch.to(torch.float32).div_(255.0)
@@ -95,6 +104,8 @@ def normalise(batch: torch.Tensor, info: DataInfo) -> torch.Tensor:
 def _moments(mean: tuple[float, ...], std: tuple[float, ...], device: torch.device, ndim: int
              ) -> tuple[torch.Tensor, torch.Tensor]:
     """The per-channel mean and std as broadcastable tensors on ``device`` (made once)."""
+    import torch
+
     shape = (1, -1) + (1,) * (ndim - 2)
     return (torch.tensor(mean, dtype=torch.float32, device=device).view(shape),
             torch.tensor(std, dtype=torch.float32, device=device).view(shape))

@@ -1,0 +1,23 @@
+#!/bin/bash
+# Session 24's device checks (issue #32), one call: run from the repository root on the lent
+# machine after make_site.sh here, e.g. device.run("bash experiments/benchmarks/device/checks.sh",
+# carry=[".gpu"], timeout_s=560). Steps in priority order, each under its own limit; JSON lines
+# and logs land in $OUT.
+set -u
+T0=$(date +%s)
+log() { echo "== $(( $(date +%s) - T0 )) s: $*"; }
+tar -xJf .gpu/site.tar.xz -C /tmp && python3 -m zipfile -e .gpu/medmnist-3.0.2-py3-none-any.whl /tmp/site || exit 1
+export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1 RAY_USAGE_STATS_ENABLED=0
+clean() { pkill -9 -f raylet; pkill -9 -f gcs_server; pkill -9 -f 'ray::'; pkill -9 -f default_worker; sleep 1; } 2>/dev/null
+nvidia-smi -L; nproc
+python3 -c "import torch, ray, pydantic, raysim, medmnist.info; print('torch', torch.__version__, 'ray', ray.__version__, torch.cuda.get_device_name())" || exit 1
+log "pfl w2 (20 rounds)"
+timeout 230 python3 experiments/benchmarks/gpu_vectorized.py --workload pfl w2 --rounds 20 --data-root /none 2>$OUT/vectorized.err | tee $OUT/gpu_vectorized.jsonl
+clean; log "cold start-up (pfl, 4 x 0.25 GPU)"
+timeout 80 python3 experiments/benchmarks/gpu_startup.py --repeats 2 --rounds 5 2>$OUT/startup.err | tee $OUT/gpu_startup.jsonl
+clean; log "feddc slice (5 rounds)"
+timeout 150 python3 experiments/benchmarks/gpu_vectorized.py --workload feddc --rounds 5 2>$OUT/feddc.err | tee $OUT/gpu_feddc.jsonl
+clean; log "tests on CUDA"
+timeout 75 python3 -m pytest -q -p no:cacheprovider tests/test_gpu.py tests/test_data_plane.py > $OUT/tests.txt 2>&1; tail -4 $OUT/tests.txt
+log done
+for f in $OUT/*.err; do echo "--- $f"; grep -v "^\s*$" $f | tail -6; done
