@@ -529,3 +529,42 @@ def test_a_rounds_batch_plans_are_each_clients_own_draw(monkeypatch):
         own = batch_plans(size, 5, 2, None, 0, 2, np.array([client]))
         assert len(plan) == len(own) and all(
             np.array_equal(a, b[0]) for a, b in zip(plan, own, strict=True))
+
+
+def test_the_per_client_loop_waits_for_its_device_once_per_round_not_once_per_client(
+        monkeypatch):
+    """On a GPU, a copy from host memory to the device, or a read of a value on the device
+    back to the host, makes the host wait for every kernel queued before it. A spy on both
+    (the batch positions' transfers, and reads of losses: ``float``, ``item`` and
+    :func:`losses_to_host`) in one worker's FedAvg round on the per-client loop: one of each
+    for the round, for 8 clients as for 64, so the host queues each client's kernels while
+    the device still runs the previous client's."""
+    from raysim.training import runtime as runtime_module
+
+    counts = {"transfers": 0, "reads": 0}
+
+    def counting(kind: str, function: Any) -> Any:
+        def counted(*args: Any, **kwargs: Any) -> Any:
+            counts[kind] += 1
+            return function(*args, **kwargs)
+        return counted
+
+    spies = [(runtime_module, "plan_on_device", "transfers"),
+             (runtime_module, "plans_on_device", "transfers"),
+             (runtime_module, "losses_to_host", "reads"),
+             (torch.Tensor, "__float__", "reads"), (torch.Tensor, "item", "reads")]
+    originals = [(owner, name, getattr(owner, name)) for owner, name, _ in spies]
+    waits = []
+    for clients in (8, 64):
+        config = _config(clients, "never")
+        workers, worker_of, _ = _workers(config, 1, monkeypatch)
+        message = {"model": workers[0].runtime.initial_weights}
+        _round(workers, worker_of, message, 0, np.arange(clients))  # warm
+        counts.update(transfers=0, reads=0)
+        for (owner, name, kind), (_, _, original) in zip(spies, originals, strict=True):
+            monkeypatch.setattr(owner, name, counting(kind, original))
+        _round(workers, worker_of, message, 1, np.arange(clients))
+        for owner, name, original in originals:
+            monkeypatch.setattr(owner, name, original)
+        waits.append(dict(counts))
+    assert waits[0] == waits[1] == {"transfers": 1, "reads": 1}, waits

@@ -21,7 +21,13 @@ from raysim.training.losses import loss_function, training_loss
 from raysim.training.memory_format import M, place
 from raysim.training.merged_training import JobResult, VectorizedJob, train_jobs
 from raysim.training.resident_data import ResidentData
-from raysim.training.vectorized import LOOP, VECTORIZED, choose_path, plan_on_device
+from raysim.training.vectorized import (
+    LOOP,
+    VECTORIZED,
+    choose_path,
+    plan_on_device,
+    plans_on_device,
+)
 from raysim.training.weights import (
     FlatWeights,
     Weights,
@@ -43,6 +49,30 @@ class TrainOutcome:
     optimizer_state: dict[str, Any] | None
     """What the optimizer carries to the client's next round (None: nothing, e.g. SGD
     without momentum; a fresh optimizer of the same config is the same)."""
+
+
+@dataclass
+class _Trained:
+    """One client's training with its summed loss still on the device."""
+
+    total_loss: torch.Tensor
+    seen: int
+    num_samples: int
+    steps: int
+    optimizer_state: dict[str, Any] | None
+
+    def outcome(self, total_loss: float) -> TrainOutcome:
+        """The outcome, given the summed loss read back to the host."""
+        return TrainOutcome(total_loss / max(self.seen, 1), self.num_samples, self.steps,
+                            self.optimizer_state)
+
+
+def losses_to_host(totals: Sequence[torch.Tensor]) -> list[float]:
+    """Summed losses on a device as Python floats, read back together (one wait for the
+    device, not one per client). Tests count its calls."""
+    if not totals:
+        return []
+    return torch.stack(list(totals)).tolist()
 
 
 def make_optimizer(parameters: Any, config: OptimizerConfig) -> torch.optim.Optimizer:
@@ -246,10 +276,12 @@ class ClientRuntime:
         starts = self.on_device(weights)
         anchor = (on_device(prox[0], self.device), prox[1]) if prox and prox[1] > 0 else None
         plans = self.round_plans(clients, round_, steps_scale)
+        indices = plans_on_device(plans, self.device)  # one transfer for the round
         seeds = self.round_seeds(clients, round_)
-        results: list[tuple[Weights, TrainOutcome]] = []
-        for client, start, optimizer_state, plan, seed in zip(
-                clients, starts, optimizer_states, plans, seeds, strict=True):
+        models: list[Weights] = []
+        trained: list[_Trained] = []
+        for client, start, optimizer_state, plan, index, seed in zip(
+                clients, starts, optimizer_states, plans, indices, seeds, strict=True):
             model = self.client_model(client)
             from_start = FirstStepFromStart.bind(model, start, self.training.optimizer,
                                                  optimizer_state)
@@ -257,14 +289,19 @@ class ClientRuntime:
                 set_weights(model, start)
             try:
                 regularizer = proximal_term(model, *anchor) if anchor else None
-                outcome = self.train(model, client, round_, regularizer=regularizer,
-                                     optimizer_state=optimizer_state, steps_scale=steps_scale,
-                                     plan=plan, torch_seed=seed, from_start=from_start)
+                trained.append(self._train_on_device(
+                    model, client, round_, regularizer=regularizer,
+                    optimizer_state=optimizer_state, steps_scale=steps_scale, plan=plan,
+                    plan_index=index, torch_seed=seed, from_start=from_start))
             finally:
                 if from_start is not None:
                     from_start.finish()
-            results.append((release_state(model), outcome))  # no copy
-        return results
+            models.append(release_state(model))  # no copy
+        # the losses to the host together: on a GPU, reading one per client would make the
+        # host wait for each client's kernels before it queues the next client's
+        totals = losses_to_host([t.total_loss for t in trained])
+        return [(model, t.outcome(total)) for model, t, total in zip(
+            models, trained, totals, strict=True)]
 
     def round_plans(self, clients: Sequence[int], round_: int, steps_scale: int = 1
                     ) -> list[list[np.ndarray]]:
@@ -352,19 +389,31 @@ class ClientRuntime:
         ``torch_seed``: its minibatch positions and generator seed from :meth:`round_plans`
         and :meth:`round_seeds`, else derived here; ``from_start``: the model reads its start
         for the first step, which writes into its own weights)."""
+        trained = self._train_on_device(
+            model, client, round_, regularizer=regularizer, optimizer_state=optimizer_state,
+            steps_scale=steps_scale, plan=plan, torch_seed=torch_seed, from_start=from_start)
+        return trained.outcome(losses_to_host([trained.total_loss])[0])
+
+    def _train_on_device(self, model: nn.Module, client: int, round_: int, *,
+                         regularizer: Callable[[], torch.Tensor] | None,
+                         optimizer_state: dict[str, Any] | None, steps_scale: int,
+                         plan: list[np.ndarray] | None, torch_seed: int | None,
+                         from_start: FirstStepFromStart | None,
+                         plan_index: list[torch.Tensor] | None = None) -> _Trained:
+        """:meth:`train` with the summed loss left on the device (no wait for the kernels)."""
         steps = self._local_steps(steps_scale)
         optimizer = make_optimizer(model.parameters(), self.training.optimizer)
         if optimizer_state is not None:
             optimizer.load_state_dict(optimizer_state)
         loss_fn = loss_function(training_loss(self.training.loss, self.info.multi_label))
         model.train()
-        mean_loss, samples, taken = self.fit(
+        total_loss, seen, samples, taken = self._fit_on_device(
             client, round_, optimizer, lambda inputs, targets: loss_fn(model(inputs), targets),
             epochs=self.training.epochs, steps=steps, regularizer=regularizer, plan=plan,
-            torch_seed=torch_seed,
+            plan_index=plan_index, torch_seed=torch_seed,
             first_step=None if from_start is None else lambda: from_start.step(optimizer))
-        return TrainOutcome(mean_loss, samples, taken,
-                            optimizer.state_dict() if optimizer.state else None)
+        return _Trained(total_loss, seen, samples, taken,
+                        optimizer.state_dict() if optimizer.state else None)
 
     def fit(self, client: int, round_: int, optimizer: torch.optim.Optimizer,
             batch_loss: Callable[[torch.Tensor, torch.Tensor], torch.Tensor], *,
@@ -387,6 +436,25 @@ class ClientRuntime:
         ops (dropout) from (seed, "torch"/"torch-<stream>", round, client), so the result is
         the same on any worker.
         """
+        total_loss, seen, samples, taken = self._fit_on_device(
+            client, round_, optimizer, batch_loss, epochs=epochs, steps=steps,
+            batch_size=batch_size, stream=stream, regularizer=regularizer, data=data, plan=plan,
+            torch_seed=torch_seed, first_step=first_step)
+        return losses_to_host([total_loss])[0] / max(seen, 1), samples, taken
+
+    def _fit_on_device(self, client: int, round_: int, optimizer: torch.optim.Optimizer,
+                       batch_loss: Callable[[torch.Tensor, torch.Tensor], torch.Tensor], *,
+                       epochs: int | None, steps: int | None = None,
+                       batch_size: int | None = None, stream: str = "batches",
+                       regularizer: Callable[[], torch.Tensor] | None = None,
+                       data: tuple[torch.Tensor, torch.Tensor] | None = None,
+                       plan: list[np.ndarray] | None = None,
+                       plan_index: list[torch.Tensor] | None = None,
+                       torch_seed: int | None = None,
+                       first_step: Callable[[], None] | None = None
+                       ) -> tuple[torch.Tensor, int, int, int]:
+        """:meth:`fit`'s loop; returns (the summed loss on the device, samples seen, the
+        client's training-set size, steps). ``plan_index``: ``plan`` already on the device."""
         x, y = self.client_data(client) if data is None else data
         # only the CPU generator (torch.manual_seed also seeds every accelerator backend,
         # which costs about a millisecond per call)
@@ -400,9 +468,11 @@ class ClientRuntime:
             plan = [step[0] for step in batch_plans(
                 len(y), batch_size or self.training.batch_size, epochs, steps, self.seed,
                 round_, np.array([client]), stream)]
+        if plan_index is None:
+            plan_index = plan_on_device(plan, self.device)
         total_loss = torch.zeros((), device=self.device)
         seen = 0
-        for positions, index in zip(plan, plan_on_device(plan, self.device), strict=True):
+        for positions, index in zip(plan, plan_index, strict=True):
             inputs, targets = x[index], y[index]
             optimizer.zero_grad(set_to_none=True)
             loss = batch_loss(inputs, targets)
@@ -416,4 +486,4 @@ class ClientRuntime:
                 first_step()
                 first_step = None
             seen += len(positions)
-        return float(total_loss) / max(seen, 1), len(y), len(plan)
+        return total_loss, seen, len(y), len(plan)

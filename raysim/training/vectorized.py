@@ -150,6 +150,19 @@ def plan_on_device(plan: Sequence[np.ndarray], device: torch.device) -> list[tor
     return steps
 
 
+def plans_on_device(plans: Sequence[Sequence[np.ndarray]], device: torch.device
+                    ) -> list[list[torch.Tensor]]:
+    """Several clients' batch positions (:func:`plan_on_device` of each) copied to the device
+    in one transfer for all of them: on a GPU a copy from host memory waits for the kernels
+    queued before it, so one per client would stop the host from queueing ahead."""
+    steps = plan_on_device([step for plan in plans for step in plan], device)
+    grouped, start = [], 0
+    for plan in plans:
+        grouped.append(steps[start:start + len(plan)])
+        start += len(plan)
+    return grouped
+
+
 def _stack_rows(rows: list[torch.Tensor]) -> torch.Tensor:
     """Stack per-client vectors into a fresh (clients, n) float32 matrix on their device; rows
     that are one tensor (clients starting from the broadcast) are expanded from it there."""
