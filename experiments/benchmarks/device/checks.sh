@@ -2,7 +2,9 @@
 # Session 24's device checks (issue #32), one call: run from the repository root on the lent
 # machine after make_site.sh here, e.g. device.run("bash experiments/benchmarks/device/checks.sh",
 # carry=[".gpu"], timeout_s=560). Steps in priority order, each under its own limit; JSON lines
-# and logs land in $OUT.
+# and logs land in $OUT. With a raysim package of another commit under .gpu/before/raysim
+# (`git worktree add /tmp/b COMMIT; cp -r /tmp/b/raysim .gpu/before/`), the per-client loop is
+# also measured on that tree in the same call (before/after on one machine).
 set -u
 T0=$(date +%s)
 log() { echo "== $(( $(date +%s) - T0 )) s: $*"; }
@@ -13,8 +15,15 @@ nvidia-smi -L; nproc
 python3 -c "import torch, ray, pydantic, raysim, medmnist.info; print('torch', torch.__version__, 'ray', ray.__version__, torch.cuda.get_device_name())" || exit 1
 log "pfl w2 (20 rounds)"
 timeout 230 python3 experiments/benchmarks/gpu_vectorized.py --workload pfl w2 --rounds 20 --data-root /none 2>$OUT/vectorized.err | tee $OUT/gpu_vectorized.jsonl
+if [ -d .gpu/before/raysim ]; then
+  clean; log "per-client loop on the baseline tree"
+  PYTHONPATH=/tmp/site:$PWD/.gpu/before:$PWD timeout 150 python3 experiments/benchmarks/gpu_vectorized.py --workload pfl w2 --rounds 20 --data-root /none --engines raysim_loop_1gpu 2>>$OUT/vectorized.err | sed 's/^{/{"tree": "baseline", /' | tee $OUT/gpu_loop_baseline.jsonl
+fi
 clean; log "cold start-up (pfl, 4 x 0.25 GPU)"
 timeout 80 python3 experiments/benchmarks/gpu_startup.py --repeats 2 --rounds 5 2>$OUT/startup.err | tee $OUT/gpu_startup.jsonl
+clean; log "start-up joining a warm cluster (raysim cluster start)"
+python3 -m raysim.cli cluster start && timeout 60 python3 experiments/benchmarks/gpu_startup.py --repeats 2 --rounds 5 2>>$OUT/startup.err | sed 's/^{/{"cluster": "warm", /' | tee -a $OUT/gpu_startup.jsonl
+python3 -m raysim.cli cluster stop
 clean; log "feddc slice (5 rounds)"
 timeout 150 python3 experiments/benchmarks/gpu_vectorized.py --workload feddc --rounds 5 2>$OUT/feddc.err | tee $OUT/gpu_feddc.jsonl
 clean; log "tests on CUDA"
