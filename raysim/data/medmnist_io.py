@@ -267,8 +267,7 @@ def _read_member(archive: zipfile.ZipFile, member: zipfile.ZipInfo) -> np.ndarra
         raise ValueError(f"{member.filename} holds Python objects, not numbers")
     count = int(np.prod(shape, dtype=np.int64))
     flat = np.frombuffer(raw, dtype=dtype, count=count, offset=header.tell())
-    array = flat.reshape(shape[::-1]).transpose() if fortran_order else flat.reshape(shape)
-    return array
+    return flat.reshape(shape[::-1]).transpose() if fortran_order else flat.reshape(shape)
 
 
 @dataclass(frozen=True)
