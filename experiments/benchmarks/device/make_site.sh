@@ -6,14 +6,19 @@
 # medmnist (only its INFO table is used), and py-spy for profiles.
 #   bash experiments/benchmarks/device/make_site.sh   (from the repository root; needs python3.12)
 set -eu
-PY=${PY:-$(command -v python3.12 || echo ~/.pyenv/versions/3.12.1/bin/python3.12)}
+if [ -z "${PY:-}" ]; then  # a Python 3.12 that runs (a pyenv shim may not)
+  for candidate in python3.12 ~/.pyenv/versions/3.12*/bin/python3.12; do
+    if "$candidate" -c "" 2>/dev/null; then PY=$candidate; break; fi
+  done
+fi
+[ -n "${PY:-}" ] || { echo "make_site.sh needs Python 3.12 (set PY=...)"; exit 2; }
 grep -qx "/.gpu/" .git/info/exclude 2>/dev/null || echo "/.gpu/" >> .git/info/exclude
 rm -rf .gpu/wheels .gpu/site && mkdir -p .gpu/wheels
 download() { python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 \
   --implementation cp --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 \
   --platform manylinux2014_x86_64 --platform manylinux_2_5_x86_64 --platform manylinux1_x86_64 \
-  -d .gpu/wheels "$@"; }
-download ray==2.60.0 jsonschema referencing jsonschema-specifications rpds-py \
+  "$@"; }
+download -d .gpu/wheels ray==2.60.0 jsonschema referencing jsonschema-specifications rpds-py \
   pydantic==2.13.4 pydantic-core==2.46.4 annotated-types typing-inspection
 $PY -m pip install -q --no-index --no-deps --no-compile --target .gpu/site .gpu/wheels/*.whl
 cd .gpu/site/ray
@@ -23,5 +28,5 @@ strip core/src/ray/raylet/raylet core/src/ray/gcs/gcs_server _raylet.so
 cd ../..
 tar -cJf site.tar.xz site && rm -rf site wheels
 python3 -m pip download -q --no-deps --only-binary=:all: -d . medmnist==3.0.2
-download py-spy
+download -d . py-spy
 ls -la
