@@ -185,8 +185,8 @@ def _run(args: argparse.Namespace) -> int:
 def _import_engine_and_prepare(experiments: dict, data_root: str | None) -> dict:
     """The data of every experiment (runs in a thread while Ray starts). The engine and torch
     are imported in this thread while a second one reads each distinct dataset's file once
-    (numpy only: decompressing an npz releases the GIL); a read that failed is read again by
-    :func:`raysim.preparation.prepare`, which raises its error after the config's checks."""
+    (numpy only: decompressing an npz releases the GIL); :func:`raysim.preparation.prepare`
+    raises a failed read's error after the config's own checks, as when it reads itself."""
     from raysim.data import load_dataset
 
     keys = {label: config.dataset.model_dump_json() for label, config in experiments.items()}
@@ -198,8 +198,7 @@ def _import_engine_and_prepare(experiments: dict, data_root: str | None) -> dict
         from raysim.preparation import prepare
 
         wait(list(reads.values()))
-    return {label: prepare(config, data_root,
-                           None if reads[keys[label]].exception() else reads[keys[label]].result())
+    return {label: prepare(config, data_root, reads[keys[label]].result)
             for label, config in experiments.items()}
 
 

@@ -4,6 +4,7 @@ its algorithm. Every input error is raised here, before Ray starts."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import replace
 
 import numpy as np
@@ -43,19 +44,20 @@ def pooled(partition: Partition, num_test: int, num_train: int | None = None) ->
 
 
 def prepare(config: ExperimentConfig, data_root: str | None,
-            dataset: ArrayDataset | None = None) -> dict[int, tuple[ArrayDataset, Partition]]:
+            read: Callable[[], ArrayDataset] | None = None
+            ) -> dict[int, tuple[ArrayDataset, Partition]]:
     """Load the data and build every seed's partition (with its site shift and held-out
     client, if configured) and the model once: all input errors are raised here, before Ray
     starts. Returns (dataset, partition) per seed; seeds share one dataset object unless a
-    site shift makes the images seed-specific. ``dataset``: the config's dataset already
-    read (``load_dataset(config.dataset, data_root)``, e.g. in another thread), else it is
-    read here, after the config's own checks."""
+    site shift makes the images seed-specific. ``read``: returns the config's dataset, or
+    raises the error of reading it (e.g. ``Future.result`` of ``load_dataset(config.dataset,
+    data_root)`` run in another thread), called after the config's own checks; by default
+    the dataset is read here."""
     check_method_data(config)
     check_privacy(config)
     check_system(config)
     check_available(config.logging)
-    if dataset is None:
-        dataset = load_dataset(config.dataset, data_root)
+    dataset = load_dataset(config.dataset, data_root) if read is None else read()
     build_model(config.model, dataset.info)
     check_client_settings(config, dataset)
     settings = config.partition

@@ -34,10 +34,10 @@ def test_first_runs_actors_start_while_the_data_is_prepared_and_serve_the_run(
 
     seen_before_data: list[bool] = []
 
-    def waiting_prepare(config, data_root, dataset=None):
+    def waiting_prepare(config, data_root, read=None):
         # the data is ready only once the actors were asked for: their start overlaps it
         seen_before_data.append(prestarted.wait(timeout=60))
-        return original_prepare(config, data_root, dataset)
+        return original_prepare(config, data_root, read)
 
     monkeypatch.setattr(ActorPool, "prestart", recording_prestart)
     monkeypatch.setattr(preparation, "prepare", waiting_prepare)
@@ -103,7 +103,7 @@ def test_each_distinct_data_file_is_read_once_in_a_thread_of_its_own_while_the_e
         "name": "dermamnist", "root": str(tmp_path), "download": False}))}
     with pytest.raises(MissingDataError, match=r"dermamnist\.npz"):
         _import_engine_and_prepare(missing, None)
-    assert [name for name, _ in reads] == ["dermamnist", "dermamnist"]  # read, then by prepare
+    assert [name for name, _ in reads] == ["dermamnist"]  # its error raised, not read again
 
 
 def test_missing_data_is_reported_before_waiting_for_cpus_another_invocation_holds(tmp_path):
