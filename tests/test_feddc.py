@@ -114,6 +114,53 @@ def test_vectorized_clients_match_one_by_one_training(model_name, options):
             np.testing.assert_allclose(w_loop[name], w_vec[name], rtol=1e-4, atol=1e-5)
 
 
+def test_batchnorm_clients_train_together_with_their_own_running_statistics():
+    """``engine.vectorize: always`` batches BatchNorm clients: each client's running mean and
+    variance (rows of the batched matrix, updated in place by the batched forward) and batch
+    counter (stacked beside it) end as the per-client loop leaves them, and so do the
+    weights, over two rounds from different starts (as FedDC's permuted models)."""
+    from raysim.training.vectorized import choose_path
+
+    dataset = load_dataset(DatasetConfig(name="digits"))
+    params = MODELS["convnet"].params(width=4, depth=2, norm="batch")
+    model = build_model(params, dataset.info)
+    clients = list(range(4))
+    indices = [np.arange(c * 12, c * 12 + 12) for c in clients]
+    training = TrainingConfig(local_steps=3, batch_size=4,
+                              optimizer=OptimizerConfig(lr=0.05, momentum=0.5))
+    start = get_weights(model)
+    sgd = training.optimizer
+    assert choose_path(model, sgd, torch.device("cpu"), "auto")[0] == "loop"
+    assert choose_path(model, sgd, torch.device("cuda"), "auto")[0] == "loop"
+
+    def runtime(mode):
+        return ClientRuntime(
+            RunContext(5, dataset.info, params, training, len(indices), len(indices)),
+            ClientData(dataset.train_x, dataset.train_y, indices, start),
+            torch.device("cpu"), vectorize=mode)
+
+    loop, vectorized = runtime("never"), runtime("always")
+    assert (loop.path, vectorized.path) == ("loop", "vectorized")
+    one = loop.train_many(clients, 1, [start] * 4, [None] * 4)
+    many = vectorized.train_many(clients, 1, [start] * 4, [None] * 4)
+    swapped = [1, 0, 3, 2]  # each client continues another's model, as after a permutation
+    one = loop.train_many(clients, 2, [one[i][0] for i in swapped],
+                          [one[i][1].optimizer_state for i in swapped])
+    many = vectorized.train_many(clients, 2, [many[i][0] for i in swapped],
+                                 [many[i][1].optimizer_state for i in swapped])
+    statistics = [n for n, _ in model.named_buffers()]
+    assert any(n.endswith("running_var") for n in statistics)
+    for (w_loop, o_loop), (w_vec, o_vec) in zip(one, many, strict=True):
+        assert o_loop.mean_loss == pytest.approx(o_vec.mean_loss, rel=1e-4)
+        for name in w_loop:
+            assert np.asarray(w_vec[name]).dtype == np.asarray(w_loop[name]).dtype, name
+            np.testing.assert_allclose(w_loop[name], w_vec[name], rtol=1e-4, atol=1e-5,
+                                       err_msg=name)
+        for name in statistics:  # moved off their start: the statistics were trained
+            assert not np.array_equal(np.asarray(w_vec[name]), np.asarray(start[name])), name
+        assert int(np.asarray(w_vec[statistics[-1]])) == 6  # two rounds of three steps
+
+
 def test_auto_path_vectorizes_mlp_but_not_convnet_on_cpu():
     dataset = load_dataset(DatasetConfig(name="digits"))
     for name, expected in (("mlp", "vectorized"), ("convnet", "loop")):

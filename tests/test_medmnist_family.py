@@ -233,7 +233,8 @@ def test_3d_models_take_volumes_and_the_batchnorm_free_convnet_is_vectorisable()
     sgd, cpu = OptimizerConfig(name="sgd", lr=0.1), torch.device("cpu")
     assert choose_path(convnet, sgd, cpu, "always")[0] == VECTORIZED
     batch = build_model(ConvNet3DParams(width=8, norm="batch"), info)
-    assert choose_path(batch, sgd, cpu, "always")[0] == LOOP
+    assert choose_path(batch, sgd, cpu, "auto")[0] == LOOP  # BatchNorm: batched on request
+    assert choose_path(batch, sgd, cpu, "always")[0] == VECTORIZED
     resnet = build_model(ResNet18_3DParams(), info)
     assert resnet(volumes).shape == (2, 3)
     assert isinstance(resnet.stem[0], torch.nn.Conv3d) and resnet.stem[0].stride == (1, 1, 1)

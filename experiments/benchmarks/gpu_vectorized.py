@@ -15,8 +15,9 @@ start-up reported separately):
 (iii) ``feddc``: the FedDC paper slice (``experiments/feddc/pneumonia_paper.yaml``, variant
      feddc): 150 clients x 8 PneumoniaMNIST images at 224 px, ResNet-18 with BatchNorm, one
      local SGD step of batch 8 (lr 0.1), daisy-chaining every round and averaging every 10,
-     every client every round. BatchNorm keeps it on the per-client path, so raysim runs
-     ``vectorize: never`` (one worker on the GPU, four at 0.25); the plain loop keeps every
+     every client every round. BatchNorm keeps it on the per-client path by default, so
+     raysim runs ``vectorize: never`` (one worker on the GPU, four at 0.25) and ``always``
+     (the batched path, each client with its own running statistics); the plain loop keeps every
      client's model as a state dict on the device and loads it per client; the reference keeps
      every client's parameters and buffers as rows of two matrices on the device, trains each
      client on views of its rows (``torch.func.functional_call``, no copy), daisy-chains by
@@ -75,9 +76,12 @@ WORKLOADS = {
               "steps": 1, "size": 224,
               "algorithm": {"name": "feddc", "daisy_period": 1, "aggregation_period": 10}},
 }
-PER_CLIENT_ENGINES = {  # BatchNorm: the per-client path only
+BATCHNORM_ENGINES = {  # BatchNorm: the per-client path, and the batched one on request
     "raysim_loop_1gpu": {"num_workers": 1, "gpus_per_worker": 1.0, "vectorize": "never"},
     "raysim_loop_4x0.25gpu": {"num_workers": 4, "gpus_per_worker": 0.25, "vectorize": "never"},
+    "raysim_vectorized_1gpu": {"num_workers": 1, "gpus_per_worker": 1.0, "vectorize": "always"},
+    "raysim_vectorized_4x0.25gpu": {"num_workers": 4, "gpus_per_worker": 0.25,
+                                    "vectorize": "always"},
 }
 ENGINES = {
     "raysim_loop_1gpu": {"num_workers": 1, "gpus_per_worker": 1.0, "vectorize": "never"},
@@ -331,7 +335,7 @@ def main() -> None:
                               "configuration": "on_device_vmap_reference",
                               "rounds_per_s": round(limit, 3),
                               "over_plain": round(limit / plain, 3)}), flush=True)
-            engines = PER_CLIENT_ENGINES if feddc else {k: ENGINES[k] for k in args.engines}
+            engines = BATCHNORM_ENGINES if feddc else {k: ENGINES[k] for k in args.engines}
             for label, engine in engines.items():
                 if device.type == "cpu":  # the workers share the machine's cores, as the
                     engine = {**engine, "cpus_per_worker": max(  # plain loop's threads do

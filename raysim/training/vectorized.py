@@ -39,15 +39,14 @@ def choose_path(model: nn.Module, optimizer: OptimizerConfig, device: torch.devi
     """Pick the vectorised or the per-client path; returns (path, reason)."""
     if setting == "never":
         return LOOP, "engine.vectorize=never"
-    blockers = []
     if optimizer.name != "sgd":
-        blockers.append(f"optimizer {optimizer.name} (vectorised path implements SGD)")
-    if any(isinstance(m, nn.modules.batchnorm._BatchNorm) for m in model.modules()):
-        blockers.append("BatchNorm running statistics")
-    if blockers:
-        return LOOP, "not vectorisable: " + ", ".join(blockers)
+        return LOOP, f"not vectorisable: optimizer {optimizer.name} (vectorised path implements SGD)"
     if setting == "always":
         return VECTORIZED, "engine.vectorize=always"
+    if any(isinstance(m, nn.modules.batchnorm._BatchNorm) for m in model.modules()):
+        return LOOP, ("BatchNorm: the per-client loop unless engine.vectorize=always (which "
+                      "batches such clients with their own running statistics; not yet "
+                      "measured against the loop on a GPU)")
     has_conv = any(isinstance(m, nn.modules.conv._ConvNd) for m in model.modules())
     if device.type == "cuda":
         return VECTORIZED, "GPU: batched kernels beat a per-client loop"
@@ -84,8 +83,9 @@ def train_vectorized(
     device = inputs.device
     count = inputs.shape[0]
     param_names = [name for name, _ in model.named_parameters()]
+    float_buffers = [(n, b) for n, b in model.named_buffers() if b.dtype == torch.float32]
     layout: Layout = tuple((name, tuple(t.shape)) for name, t in
-                           [*model.named_parameters(), *model.named_buffers()])
+                           [*model.named_parameters(), *float_buffers])
     sizes = [int(np.prod(shape, dtype=np.int64)) for _, shape in layout]
     num_params = sum(sizes[: len(param_names)])
     theta = _stack_rows(convert_once(weights, lambda w: flat_tensor(w, layout, device)))
@@ -94,7 +94,15 @@ def train_vectorized(
         views[name] = theta[:, offset:offset + size].view(count, *shape)
         offset += size
     params = {n: views[n] for n in param_names}
-    buffers = {n: views[n] for n, _ in layout[len(param_names):]}
+    # float buffers (BatchNorm's running statistics) are updated in place per client by the
+    # batched forward: in contiguous copies (torch's batched batch norm does not write back
+    # into the strided views of the matrix), copied into the clients' rows after the steps;
+    # other buffers (BatchNorm's batch counter) are stacked per client beside it and come back
+    # as each client's extras
+    statistics = {n: views[n].clone() for n, _ in layout[len(param_names):]}
+    counters = {n: torch.stack([as_tensor(w[n]).to(device) for w in weights])
+                for n, b in model.named_buffers() if b.dtype != torch.float32}
+    buffers = {**statistics, **counters}
     use_momentum = optimizer.momentum > 0
     velocity = None
     if use_momentum and all(m is not None for m in momentum):
@@ -130,7 +138,12 @@ def train_vectorized(
                     optimizer.momentum).add_(update)
                 update = velocity
             theta[:, :num_params].sub_(optimizer.lr * update)
-    new_weights = [FlatWeights(theta[i], layout) for i in range(count)]
+    with torch.no_grad():
+        for name, values in statistics.items():
+            views[name].copy_(values)
+    host_counters = {n: c.cpu().numpy() for n, c in counters.items()}
+    new_weights = [FlatWeights(theta[i], layout, {n: c[i] for n, c in host_counters.items()})
+                   for i in range(count)]
     new_momentum = [velocity[i] if velocity is not None else None for i in range(count)]
     return new_weights, new_momentum, (loss_sum / max(seen, 1)).cpu().numpy()
 

@@ -1,10 +1,12 @@
 #!/bin/bash
-# Session 24's device checks (issue #32), one call: run from the repository root on the lent
-# machine after make_site.sh here, e.g. device.run("bash experiments/benchmarks/device/checks.sh",
+# The device checks of issue #32 (session 24): run from the repository root on the lent
+# machine after make_site.sh here, e.g. device.run("bash experiments/benchmarks/device/checks.sh throughput",
 # carry=[".gpu"], timeout_s=560). Steps in priority order, each under its own limit; JSON lines
 # and logs land in $OUT. With a raysim package of another commit under .gpu/before/raysim
 # (`git worktree add /tmp/b COMMIT; cp -r /tmp/b/raysim .gpu/before/`), the per-client loop is
 # also measured on that tree in the same call (before/after on one machine).
+# `checks.sh [throughput|startup|feddc|all]` (default all): each group fits one call of
+# 600 s; all of them together may not, so a short lease runs the groups it needs most.
 set -u
 T0=$(date +%s)
 log() { echo "== $(( $(date +%s) - T0 )) s: $*"; }
@@ -13,20 +15,28 @@ export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1 RAY_USAGE_STATS_ENABLED=0
 clean() { pkill -9 -f raylet; pkill -9 -f gcs_server; pkill -9 -f 'ray::'; pkill -9 -f default_worker; sleep 1; } 2>/dev/null
 nvidia-smi -L; nproc
 python3 -c "import torch, ray, pydantic, raysim, medmnist.info; print('torch', torch.__version__, 'ray', ray.__version__, torch.cuda.get_device_name())" || exit 1
+GROUP=${1:-all}
+want() { [ "$GROUP" = all ] || [ "$GROUP" = "$1" ]; }
+if want throughput; then
 log "pfl w2 (20 rounds)"
 timeout 230 python3 experiments/benchmarks/gpu_vectorized.py --workload pfl w2 --rounds 20 --data-root /none 2>$OUT/vectorized.err | tee $OUT/gpu_vectorized.jsonl
 if [ -d .gpu/before/raysim ]; then
   clean; log "per-client loop on the baseline tree"
   PYTHONPATH=/tmp/site:$PWD/.gpu/before:$PWD timeout 150 python3 experiments/benchmarks/gpu_vectorized.py --workload pfl w2 --rounds 20 --data-root /none --engines raysim_loop_1gpu 2>>$OUT/vectorized.err | sed 's/^{/{"tree": "baseline", /' | tee $OUT/gpu_loop_baseline.jsonl
 fi
+fi
+if want startup; then
 clean; log "cold start-up (pfl, 4 x 0.25 GPU)"
 timeout 80 python3 experiments/benchmarks/gpu_startup.py --repeats 2 --rounds 5 2>$OUT/startup.err | tee $OUT/gpu_startup.jsonl
 clean; log "start-up joining a warm cluster (raysim cluster start)"
 python3 -m raysim.cli cluster start && timeout 60 python3 experiments/benchmarks/gpu_startup.py --repeats 2 --rounds 5 2>>$OUT/startup.err | sed 's/^{/{"cluster": "warm", /' | tee -a $OUT/gpu_startup.jsonl
 python3 -m raysim.cli cluster stop
-clean; log "feddc slice (5 rounds)"
-timeout 150 python3 experiments/benchmarks/gpu_vectorized.py --workload feddc --rounds 5 2>$OUT/feddc.err | tee $OUT/gpu_feddc.jsonl
+fi
+if want feddc; then
+clean; log "feddc slice (5 rounds; the loop and the batched BatchNorm path)"
+timeout 300 python3 experiments/benchmarks/gpu_vectorized.py --workload feddc --rounds 5 2>$OUT/feddc.err | tee $OUT/gpu_feddc.jsonl
 clean; log "tests on CUDA"
 timeout 75 python3 -m pytest -q -p no:cacheprovider tests/test_gpu.py tests/test_data_plane.py > $OUT/tests.txt 2>&1; tail -4 $OUT/tests.txt
+fi
 log done
 for f in $OUT/*.err; do echo "--- $f"; grep -v "^\s*$" $f | tail -6; done
