@@ -262,6 +262,45 @@ def test_the_sink_writes_column_batches_as_the_rows_they_were_given(tmp_path):
     assert written["tier"].tolist()[4] == "cpu" and written["note"].tolist()[3] == "row"
 
 
+def test_row_batches_are_converted_once_per_flush_and_a_bad_one_loses_no_other_row(
+        tmp_path, monkeypatch):
+    """Rows (``add``: one rounds row per round) are buffered as copies of their dicts and
+    converted at the flush, every consecutive batch in one Arrow conversion, not one per
+    round; a batch that cannot convert is dropped, its error raised after the others are
+    written."""
+    import pandas as pd
+    import pyarrow as pa
+
+    from raysim.results import sink as sink_module
+
+    conversions = []
+    original = sink_module._rows_table
+    monkeypatch.setattr(sink_module, "_rows_table",
+                        lambda rows: conversions.append(len(rows)) or original(rows))
+    sink = sink_module.ParquetSink(tmp_path, flush_seconds=1e9)
+    rows = [{"round": r, "accuracy": 0.5 + r / 100} for r in range(10)]
+    for row in rows:
+        sink.add("rounds", [row])
+    rows[3]["accuracy"] = -1.0  # changed after it was added: not what was added
+    sink.add("rounds", [{"round": 10, "note": "last"}])
+    assert conversions == []
+    sink.flush()
+    assert conversions == [11]  # every row of the flush in one conversion
+    written = pd.read_parquet(tmp_path / "rounds" / "part-000000.parquet")
+    assert written["round"].tolist() == list(range(11))
+    assert written["accuracy"].tolist()[3] == pytest.approx(0.53)
+    assert written["note"].tolist()[10] == "last" and written["note"].isna().sum() == 10
+
+    sink.add("rounds", [{"round": 11, "accuracy": 0.6}])
+    sink.add("rounds", [{"round": 12, "accuracy": object()}])
+    sink.add("rounds", [{"round": 13, "accuracy": 0.7}])
+    with pytest.raises(pa.ArrowException):
+        sink.flush()
+    kept = pd.read_parquet(tmp_path / "rounds" / "part-000001.parquet")
+    assert kept["round"].tolist() == [11, 13]
+    sink.flush()  # nothing left that fails
+
+
 def test_a_column_batch_arrow_cannot_convert_loses_no_other_row(tmp_path):
     """The batch is dropped and its error raised once the rows that convert are written; the
     next flush does not fail on it again."""

@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import time
 from collections import defaultdict
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +23,7 @@ class ParquetSink:
     def __init__(self, run_dir: Path, flush_seconds: float = 2.0):
         self.run_dir = Path(run_dir)
         self.flush_seconds = flush_seconds
-        self._buffers: dict[str, list[pa.Table | dict[str, np.ndarray]]] = defaultdict(list)
+        self._buffers: dict[str, list[_Rows | dict[str, np.ndarray]]] = defaultdict(list)
         self._part = self._next_part_number()
         self._last_flush = time.monotonic()
 
@@ -36,11 +37,11 @@ class ParquetSink:
         return self._part
 
     def add(self, table: str, rows: list[dict[str, Any]]) -> None:
-        """Buffer rows (dicts; missing keys become nulls) for a table."""
+        """Buffer rows (dicts; missing keys become nulls) for a table (copies of the dicts,
+        converted at the flush: consecutive batches of rows in one go, one conversion per
+        flush rather than one per round)."""
         if rows:
-            columns = dict.fromkeys(key for row in rows for key in row)  # union, first-seen order
-            self._buffers[table].append(
-                pa.Table.from_pydict({key: [row.get(key) for row in rows] for key in columns}))
+            self._buffers[table].append(_Rows([dict(row) for row in rows]))
 
     def add_columns(self, table: str, columns: dict[str, np.ndarray]) -> None:
         """Buffer a batch of rows given as equal-length numpy columns (kept as they are until
@@ -86,35 +87,55 @@ class ParquetSink:
 _CONVERSION_ERRORS = (pa.ArrowException, TypeError, ValueError)
 
 
-def _as_tables(parts: list[pa.Table | dict[str, np.ndarray]]
+@dataclass
+class _Rows:
+    """A batch of row dicts buffered by :meth:`ParquetSink.add`."""
+
+    rows: list[dict[str, Any]]
+
+
+def _rows_table(rows: list[dict[str, Any]]) -> pa.Table:
+    """Row dicts as one table: the union of their keys in first-seen order, nulls where a
+    row lacks one."""
+    columns = dict.fromkeys(key for row in rows for key in row)
+    return pa.Table.from_pydict({key: [row.get(key) for row in rows] for key in columns})
+
+
+def _as_tables(parts: list[_Rows | dict[str, np.ndarray]]
                ) -> tuple[list[pa.Table], list[Exception]]:
-    """Buffered parts as Arrow tables: each run of consecutive column batches with the same
-    columns and dtypes concatenated per column and converted once (one conversion per flush
-    rather than one per round); where that fails, batch by batch. Returns the tables and the
-    errors of the batches that did not convert."""
+    """Buffered parts as Arrow tables, in order: each run of consecutive column batches with
+    the same columns and dtypes concatenated per column and converted once, each run of
+    consecutive row batches converted once (one conversion per flush rather than one per
+    round); where that fails, batch by batch. Returns the tables and the errors of the
+    batches that did not convert."""
     tables: list[pa.Table] = []
     errors: list[Exception] = []
-    run: list[dict[str, np.ndarray]] = []
+    run: list[Any] = []
+
+    def one_by_one(convert: Any) -> None:
+        for batch in run:  # the batches that convert keep their rows
+            try:
+                tables.append(convert(batch))
+            except _CONVERSION_ERRORS as error:
+                errors.append(error)
 
     def close_run() -> None:
         if not run:
             return
-        try:
-            tables.append(pa.table({key: np.concatenate([batch[key] for batch in run])
-                                    for key in run[0]}))
-        except _CONVERSION_ERRORS:
-            for batch in run:  # the batches that convert keep their rows
-                try:
-                    tables.append(pa.table(batch))
-                except _CONVERSION_ERRORS as error:
-                    errors.append(error)
+        if isinstance(run[0], _Rows):
+            try:
+                tables.append(_rows_table([row for batch in run for row in batch.rows]))
+            except _CONVERSION_ERRORS:
+                one_by_one(lambda batch: _rows_table(batch.rows))
+        else:
+            try:
+                tables.append(pa.table({key: np.concatenate([batch[key] for batch in run])
+                                        for key in run[0]}))
+            except _CONVERSION_ERRORS:
+                one_by_one(pa.table)
         run.clear()
 
     for part in parts:
-        if isinstance(part, pa.Table):
-            close_run()
-            tables.append(part)
-            continue
         if run and _signature(run[0]) != _signature(part):
             close_run()
         run.append(part)
@@ -122,5 +143,9 @@ def _as_tables(parts: list[pa.Table | dict[str, np.ndarray]]
     return tables, errors
 
 
-def _signature(columns: dict[str, np.ndarray]) -> tuple[tuple[str, np.dtype], ...]:
-    return tuple((key, np.asarray(value).dtype) for key, value in columns.items())
+def _signature(part: _Rows | dict[str, np.ndarray]) -> tuple[Any, ...]:
+    """What a run of parts converted together must share: being rows, or the same columns
+    and dtypes."""
+    if isinstance(part, _Rows):
+        return ("rows",)
+    return tuple((key, np.asarray(value).dtype) for key, value in part.items())
