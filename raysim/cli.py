@@ -7,7 +7,7 @@ import os
 import sys
 import time
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor, wait
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from raysim.errors import RaysimError
@@ -196,8 +196,6 @@ def _import_engine_and_prepare(experiments: dict, data_root: str | None) -> dict
                  for key, dataset in distinct.items()}
         import raysim.engine.runner  # noqa: F401 (imported here, beside Ray's start)
         from raysim.preparation import prepare
-
-        wait(list(reads.values()))
     return {label: prepare(config, data_root, reads[keys[label]].result)
             for label, config in experiments.items()}
 

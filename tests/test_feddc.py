@@ -76,6 +76,19 @@ def test_privatize_clips_updates_and_adds_sigma_times_s_noise():
     assert noisy["w"].std() == pytest.approx(1.0, rel=0.01)
 
 
+def _loop_and_vectorized(seed, dataset, params, training, indices, start):
+    """Two CPU runtimes of one run's clients: the per-client loop and the vectorised path."""
+    def runtime(mode):
+        return ClientRuntime(
+            RunContext(seed, dataset.info, params, training, len(indices), len(indices)),
+            ClientData(dataset.train_x, dataset.train_y, indices, start),
+            torch.device("cpu"), vectorize=mode)
+
+    loop, vectorized = runtime("never"), runtime("always")
+    assert (loop.path, vectorized.path) == ("loop", "vectorized")
+    return loop, vectorized
+
+
 @pytest.mark.parametrize("model_name, options", [("mlp", {"hidden": (16,)}),
                                                  ("convnet", {"width": 4, "depth": 2}),
                                                  ("cnn", {"channels": (4, 8), "hidden": 16})])
@@ -89,15 +102,7 @@ def test_vectorized_clients_match_one_by_one_training(model_name, options):
                               optimizer=OptimizerConfig(lr=0.05, momentum=0.9,
                                                         weight_decay=1e-3))
     start = get_weights(model)
-
-    def runtime(mode):
-        return ClientRuntime(
-        RunContext(3, dataset.info, params, training, len(indices), len(indices)),
-        ClientData(dataset.train_x, dataset.train_y, indices, start),
-        torch.device("cpu"), vectorize=mode)
-
-    loop, vectorized = runtime("never"), runtime("always")
-    assert (loop.path, vectorized.path) == ("loop", "vectorized")
+    loop, vectorized = _loop_and_vectorized(3, dataset, params, training, indices, start)
     prox = (start, 0.1)
     one = loop.train_many(clients, 2, [start] * 6, [None] * 6, prox=prox)
     many = vectorized.train_many(clients, 2, [start] * 6, [None] * 6, prox=prox)
@@ -133,14 +138,7 @@ def test_batchnorm_clients_train_together_with_their_own_running_statistics():
     assert choose_path(model, sgd, torch.device("cpu"), "auto")[0] == "loop"
     assert choose_path(model, sgd, torch.device("cuda"), "auto")[0] == "loop"
 
-    def runtime(mode):
-        return ClientRuntime(
-            RunContext(5, dataset.info, params, training, len(indices), len(indices)),
-            ClientData(dataset.train_x, dataset.train_y, indices, start),
-            torch.device("cpu"), vectorize=mode)
-
-    loop, vectorized = runtime("never"), runtime("always")
-    assert (loop.path, vectorized.path) == ("loop", "vectorized")
+    loop, vectorized = _loop_and_vectorized(5, dataset, params, training, indices, start)
     one = loop.train_many(clients, 1, [start] * 4, [None] * 4)
     many = vectorized.train_many(clients, 1, [start] * 4, [None] * 4)
     swapped = [1, 0, 3, 2]  # each client continues another's model, as after a permutation

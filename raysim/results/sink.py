@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import time
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -112,7 +113,7 @@ def _as_tables(parts: list[_Rows | dict[str, np.ndarray]]
     errors: list[Exception] = []
     run: list[Any] = []
 
-    def one_by_one(convert: Any) -> None:
+    def one_by_one(convert: Callable[[Any], pa.Table]) -> None:
         for batch in run:  # the batches that convert keep their rows
             try:
                 tables.append(convert(batch))

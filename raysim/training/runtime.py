@@ -392,7 +392,7 @@ class ClientRuntime:
         trained = self._train_on_device(
             model, client, round_, regularizer=regularizer, optimizer_state=optimizer_state,
             steps_scale=steps_scale, plan=plan, torch_seed=torch_seed, from_start=from_start)
-        return trained.outcome(losses_to_host([trained.total_loss])[0])
+        return trained.outcome(float(trained.total_loss))
 
     def _train_on_device(self, model: nn.Module, client: int, round_: int, *,
                          regularizer: Callable[[], torch.Tensor] | None,
@@ -440,7 +440,7 @@ class ClientRuntime:
             client, round_, optimizer, batch_loss, epochs=epochs, steps=steps,
             batch_size=batch_size, stream=stream, regularizer=regularizer, data=data, plan=plan,
             torch_seed=torch_seed, first_step=first_step)
-        return losses_to_host([total_loss])[0] / max(seen, 1), samples, taken
+        return float(total_loss) / max(seen, 1), samples, taken
 
     def _fit_on_device(self, client: int, round_: int, optimizer: torch.optim.Optimizer,
                        batch_loss: Callable[[torch.Tensor, torch.Tensor], torch.Tensor], *,
