@@ -21,7 +21,7 @@ from raysim.engine.reduction_tree import combine
 from raysim.engine.worker import ClientWorker, WorkerSetup
 from raysim.preparation import initial_weights, prepare, run_context
 from raysim.training import resident_data
-from raysim.training.weights import FlatWeights
+from raysim.training.weights import FlatWeights, on_device
 
 HIDDEN = [64]
 
@@ -568,3 +568,37 @@ def test_the_per_client_loop_waits_for_its_device_once_per_round_not_once_per_cl
             monkeypatch.setattr(owner, name, original)
         waits.append(dict(counts))
     assert waits[0] == waits[1] == {"transfers": 1, "reads": 1}, waits
+
+
+@pytest.mark.parametrize("vectorize", ["always", "never"])
+def test_clients_anchored_at_models_of_their_own_train_in_one_call_as_each_anchor_alone(
+        vectorize, monkeypatch):
+    """FedProx under FedBuff anchors each client at its own start version: one training call
+    with a list of anchors gives each client the bits of a call per anchor, on the batched
+    path and on the per-client loop, and the anchors matter (one shared anchor differs)."""
+    config = _config(9, vectorize, "fedprox")
+    (worker,), _, _ = _workers(config, 1, monkeypatch)
+    runtime = worker.runtime
+    start = on_device(initial_weights(config, prepare(config, None)[0][0], 0),
+                      torch.device("cpu"))
+    versions = [FlatWeights(torch.as_tensor(start.vector) * (1 + 0.5 * k), start.layout,
+                            start.extras) for k in range(3)]
+    clients = list(range(9))
+    of = [client % 3 for client in clients]
+    mu = 2.0
+
+    def vectors(trained):
+        return [weights.vector.clone() for weights, _ in trained]
+
+    together = vectors(runtime.train_many(clients, 2, [versions[v] for v in of], [None] * 9,
+                                          prox=([versions[v] for v in of], mu)))
+    for version in range(3):
+        members = [c for c in clients if of[c] == version]
+        alone = vectors(runtime.train_many(members, 2, [versions[version]] * len(members),
+                                           [None] * len(members),
+                                           prox=(versions[version], mu)))
+        for client, vector in zip(members, alone, strict=True):
+            assert torch.equal(together[client], vector)
+    shared = vectors(runtime.train_many(clients, 2, [versions[v] for v in of], [None] * 9,
+                                        prox=(versions[0], mu)))
+    assert all(torch.equal(shared[c], together[c]) == (of[c] == 0) for c in clients)

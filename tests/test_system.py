@@ -211,6 +211,38 @@ def test_stale_clients_train_from_their_start_version_and_upload_onto_the_curren
     assert [weight for _, _, weight in uploads] == [1.0, 0.7]
 
 
+def test_fedprox_under_fedbuff_trains_every_client_in_one_call_anchored_at_its_start():
+    import torch
+
+    from raysim.algorithms.buffered import train_buffered
+    from raysim.training.weights import FlatWeights
+
+    def flat(values):
+        return FlatWeights(torch.tensor(values, dtype=torch.float32), (("w", (2,)),))
+
+    calls = []
+
+    class LoggingRuntime:
+        device = torch.device("cpu")
+
+        def versions_on_device(self, models):
+            return dict(models)
+
+        def train_many(self, clients, round_, starts, states, prox=None):
+            calls.append((list(clients), starts, prox))
+            return [(start, None) for start in starts]
+
+    v2, v3, v4 = flat([1.0, 1.0]), flat([2.0, 3.0]), flat([5.0, 5.0])
+    message = {"model": v4, "fedbuff": {
+        "clients": np.array([0, 1, 2, 3]), "start_versions": np.array([4, 3, 2, 3]),
+        "version": 4, "bases": {2: v2, 3: v3}, "weights": np.ones(4)}}
+    train_buffered(LoggingRuntime(), [0, 1, 2, 3], 4, message, lambda start: (start, 0.1))
+    (clients, starts, (anchors, mu)), = calls
+    assert clients == [0, 1, 2, 3] and mu == 0.1
+    assert [a.vector.tolist() for a in anchors] == [s.vector.tolist() for s in starts] == [
+        [5.0, 5.0], [2.0, 3.0], [1.0, 1.0], [2.0, 3.0]]
+
+
 def test_a_trace_file_gives_profiles_and_windows(tmp_path):
     path = tmp_path / "sites.csv"
     pd.DataFrame({"client": [0, 1, 1], "speed_gflops": [5.0, 1.0, 1.0],

@@ -19,6 +19,10 @@ the stale uploads and the staleness-weighted partial, against the same clients f
 model: ``fedbuff_worker_extra``).
 
     python experiments/benchmarks/system_overhead.py [--repeats 3] [--policies sync fedbuff]
+        [--algorithm fedprox]
+
+``--algorithm fedprox`` runs W3 with FedProx (mu 0.01) instead of FedAvg: under FedBuff each
+client's proximal anchor is its own start version.
 
 ``--cold N`` measures instead what a user's command costs: ``raysim run`` of each config as a
 new process (its own Ray, workers and driver started from nothing), the configurations
@@ -117,6 +121,11 @@ def fedbuff_worker_ms(raw: dict[str, Any], plan: Any, round_: int = 30,
     from raysim.training.weights import FlatWeights, on_device
 
     torch.set_num_threads(1)
+    mu = raw["algorithm"].get("mu", 0.0)
+
+    def proximal(start: Any) -> Any:
+        return (start, mu) if mu > 0 else None
+
     worker = Worker(raw)
     runtime = worker.runtime
     current = on_device(worker.start, runtime.device)
@@ -131,12 +140,12 @@ def fedbuff_worker_ms(raw: dict[str, Any], plan: Any, round_: int = 30,
 
     def synchronous() -> None:
         trained = runtime.train_many(clients, round_, [current] * len(clients),
-                                     [None] * len(clients))
+                                     [None] * len(clients), prox=proximal(current))
         mean_partial([w for w, _ in trained], [o.num_samples for _, o in trained],
                      True).settle()
 
     def fedbuff() -> None:
-        trained = buffered.train_buffered(runtime, clients, round_, message, lambda _: None)
+        trained = buffered.train_buffered(runtime, clients, round_, message, proximal)
         buffered.buffered_partial([w for w, _, _ in trained],
                                   [float(o.num_samples) for _, o, _ in trained],
                                   [s for _, _, s in trained])["model"].settle()
@@ -211,11 +220,14 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=50)
     parser.add_argument("--policies", nargs="+",
                         default=["sync", "deadline", "overselect", "fedbuff"])
+    parser.add_argument("--algorithm", choices=["fedavg", "fedprox"], default="fedavg")
     parser.add_argument("--cold", type=int, default=0, metavar="N",
                         help="time N alternations of `raysim run` as new processes instead")
     args = parser.parse_args()
     base = workloads(".", False)["W3"]
-    base = {**base, "training": {**base["training"], "rounds": args.rounds}}
+    base = {**base, "training": {**base["training"], "rounds": args.rounds},
+            "algorithm": {"name": args.algorithm,
+                          **({"mu": 0.01} if args.algorithm == "fedprox" else {})}}
     if args.cold:
         cold_commands(base, [None, *args.policies], args.cold)
         return

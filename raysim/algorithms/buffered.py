@@ -16,7 +16,6 @@ client from g, s_c = 1) X is FedAvg's weighted mean of the w_c to the bit.
 
 from __future__ import annotations
 
-from collections import defaultdict
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -59,8 +58,8 @@ def train_buffered(runtime: ClientRuntime, clients: Sequence[int], round_: int,
                    message: dict[str, Any], proximal: Any) -> list[tuple[Weights, Any, float]]:
     """Train each client from its start version and rebase stale ones; returns (upload,
     outcome, staleness weight) per client in order. ``proximal(start)``: the proximal term for
-    clients that start from ``start`` (FedProx: one training call per start version; without
-    one, every client in one call)."""
+    clients that start from ``start`` (FedProx: each client anchored at its own start
+    version). Every client trains in one call."""
     buffered = message["fedbuff"]
     now = buffered["version"]
     index = np.searchsorted(buffered["clients"], clients)
@@ -69,17 +68,11 @@ def train_buffered(runtime: ClientRuntime, clients: Sequence[int], round_: int,
     starts = runtime.versions_on_device(  # each version put on the device once per run
         {v: message["model"] if v == now else buffered["bases"][v]
          for v in sorted(set(versions) | {now})})
-    by_version = proximal(starts[now]) is not None  # FedProx: each version its own anchor
-    groups: dict[int, list[int]] = defaultdict(list)
-    for position, version in enumerate(versions):
-        groups[version if by_version else 0].append(position)
-    trained: list[Any] = [None] * len(clients)
-    for positions in groups.values():
-        group_starts = [starts[versions[i]] for i in positions]
-        outputs = runtime.train_many([clients[i] for i in positions], round_, group_starts,
-                                     [None] * len(positions), prox=proximal(group_starts[0]))
-        for position, output in zip(positions, outputs, strict=True):
-            trained[position] = output
+    terms = {version: proximal(start) for version, start in starts.items()}
+    prox = None if terms[now] is None else (  # FedProx: anchored at the client's start
+        [terms[version][0] for version in versions], terms[now][1])
+    trained = runtime.train_many(clients, round_, [starts[v] for v in versions],
+                                 [None] * len(clients), prox=prox)
     uploads = [weights for weights, _ in trained]
     stale = [i for i, version in enumerate(versions) if version != now]
     if stale:  # their updates onto the current model: w + (current - base), in float64

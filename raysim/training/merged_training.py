@@ -27,7 +27,7 @@ from torch import nn
 
 from raysim.schema import OptimizerConfig
 from raysim.training.vectorized import train_vectorized
-from raysim.training.weights import FlatWeights, Weights
+from raysim.training.weights import FlatWeights, Proximal, Weights
 
 JobResult = tuple[list[FlatWeights], list[torch.Tensor | None], np.ndarray]
 """New weights, momentum buffers and mean losses of a job's clients (as ``train_vectorized``)."""
@@ -46,7 +46,7 @@ class VectorizedJob:
     plan: Sequence[np.ndarray]
     """Per step, (clients, batch) positions into each client's local data."""
     optimizer: OptimizerConfig
-    prox: tuple[Weights, float] | None = None
+    prox: Proximal | None = None
     loss: str = "cross_entropy"
     """``training.loss``."""
 

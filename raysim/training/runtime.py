@@ -30,7 +30,10 @@ from raysim.training.vectorized import (
 )
 from raysim.training.weights import (
     FlatWeights,
+    Proximal,
     Weights,
+    anchors_of,
+    client_anchors,
     convert_once,
     get_weights,
     on_device,
@@ -261,10 +264,12 @@ class ClientRuntime:
         return self.client_inputs(client, x), y
 
     def train_many(self, clients: Sequence[int], round_: int, weights: Sequence[Weights],
-                   optimizer_states: Sequence[Any], *, prox: tuple[Weights, float] | None = None,
+                   optimizer_states: Sequence[Any], *, prox: Proximal | None = None,
                    steps_scale: int = 1) -> list[tuple[Weights, TrainOutcome]]:
         """Train each client's model (``weights[i]``, optimizer state ``optimizer_states[i]``)
         for the round's local work; returns (new weights, outcome) per client, in order.
+        ``prox``: a proximal term, with one anchor for all clients or one each (FedProx under
+        FedBuff: each client's start version).
 
         Uses the path chosen for this run (``self.path``): one ``torch.func`` call for all
         clients of equal size, or a loop over clients with the resident model of each client's
@@ -274,21 +279,23 @@ class ClientRuntime:
             return self._train_vectorized(clients, round_, weights, optimizer_states, prox,
                                           steps_scale)
         starts = self.on_device(weights)
-        anchor = (on_device(prox[0], self.device), prox[1]) if prox and prox[1] > 0 else None
+        anchors = (self.on_device(client_anchors(prox, len(clients))) if prox and prox[1] > 0
+                   else None)  # a shared anchor converted once
         plans = self.round_plans(clients, round_, steps_scale)
         indices = plans_on_device(plans, self.device)  # one transfer for the round
         seeds = self.round_seeds(clients, round_)
         models: list[Weights] = []
         trained: list[_Trained] = []
-        for client, start, optimizer_state, plan, index, seed in zip(
-                clients, starts, optimizer_states, plans, indices, seeds, strict=True):
+        for k, (client, start, optimizer_state, plan, index, seed) in enumerate(zip(
+                clients, starts, optimizer_states, plans, indices, seeds, strict=True)):
             model = self.client_model(client)
             from_start = FirstStepFromStart.bind(model, start, self.training.optimizer,
                                                  optimizer_state)
             if from_start is None:  # the start copied into the model, the optimizer steps
                 set_weights(model, start)
             try:
-                regularizer = proximal_term(model, *anchor) if anchor else None
+                regularizer = (proximal_term(model, anchors[k], prox[1])
+                               if anchors is not None and prox is not None else None)
                 trained.append(self._train_on_device(
                     model, client, round_, regularizer=regularizer,
                     optimizer_state=optimizer_state, steps_scale=steps_scale, plan=plan,
@@ -349,7 +356,7 @@ class ClientRuntime:
         return dict(self._versions)
 
     def _train_vectorized(self, clients: Sequence[int], round_: int, weights: Sequence[Weights],
-                          optimizer_states: Sequence[Any], prox: tuple[Weights, float] | None,
+                          optimizer_states: Sequence[Any], prox: Proximal | None,
                           steps_scale: int) -> list[tuple[Weights, TrainOutcome]]:
         weights = self.on_device(weights)
         steps = self._local_steps(steps_scale)
@@ -368,8 +375,8 @@ class ClientRuntime:
             groups.append((members.tolist(), size, len(plan)))
             jobs.append(VectorizedJob(self.model, [weights[i] for i in members.tolist()],
                                       momentum, inputs, targets, plan, self.training.optimizer,
-                                      prox, training_loss(self.training.loss,
-                                                                self.info.multi_label)))
+                                      anchors_of(prox, members.tolist()),
+                                      training_loss(self.training.loss, self.info.multi_label)))
         results: dict[int, tuple[Weights, TrainOutcome]] = {}
         for (positions, size, taken), (new_weights, new_momentum, losses) in zip(
                 groups, self.job_trainer(jobs), strict=True):

@@ -20,6 +20,7 @@ from raysim.training.losses import loss_function
 from raysim.training.weights import (
     FlatWeights,
     Layout,
+    Proximal,
     Weights,
     as_tensor,
     convert_once,
@@ -67,7 +68,7 @@ def train_vectorized(
     targets: torch.Tensor,
     plan: Sequence[np.ndarray],
     optimizer: OptimizerConfig,
-    prox: tuple[Weights, float] | None = None,
+    prox: Proximal | None = None,
     loss: str = "cross_entropy",
 ) -> tuple[list[FlatWeights], list[torch.Tensor | None], np.ndarray]:
     """Run the SGD steps of ``plan`` for all clients at once.
@@ -107,26 +108,26 @@ def train_vectorized(
     velocity = None
     if use_momentum and all(m is not None for m in momentum):
         velocity = _stack_rows([as_tensor(m).to(device) for m in momentum if m is not None])
-    anchor = None
-    if prox is not None and prox[1] > 0:
-        anchor = {n: as_tensor(prox[0][n]).to(device) for n in param_names}
+    anchor, anchor_dim = _anchor(prox, model, param_names, layout, sizes, device)
     mu = prox[1] if prox is not None else 0.0
     loss_fn = loss_function(loss)
 
-    def client_loss(p: dict, b: dict, x: torch.Tensor, y: torch.Tensor) -> tuple:
+    def client_loss(p: dict, b: dict, x: torch.Tensor, y: torch.Tensor,
+                    a: dict[str, torch.Tensor] | None) -> tuple:
         data_loss = loss_fn(functional_call(model, (p, b), (x,)), y)
         total = data_loss
-        if anchor is not None:
-            total = total + 0.5 * mu * sum(((p[n] - anchor[n]) ** 2).sum() for n in param_names)
+        if a is not None:
+            total = total + 0.5 * mu * sum(((p[n] - a[n]) ** 2).sum() for n in param_names)
         return total, data_loss
 
-    step_fn = vmap(grad_and_value(client_loss, has_aux=True), in_dims=(0, 0, 0, 0))
+    step_fn = vmap(grad_and_value(client_loss, has_aux=True), in_dims=(0, 0, 0, 0, anchor_dim))
     rows = torch.arange(count, device=device)[:, None]
     loss_sum = torch.zeros(count, device=device)
     seen = 0
     model.train()
     for positions, index in zip(plan, plan_on_device(plan, device), strict=True):
-        grads, (_, data_loss) = step_fn(params, buffers, inputs[rows, index], targets[rows, index])
+        grads, (_, data_loss) = step_fn(params, buffers, inputs[rows, index], targets[rows, index],
+                                        anchor)
         loss_sum += data_loss.detach() * positions.shape[1]
         seen += positions.shape[1]
         with torch.no_grad():
@@ -146,6 +147,25 @@ def train_vectorized(
                    for i in range(count)]
     new_momentum = [velocity[i] if velocity is not None else None for i in range(count)]
     return new_weights, new_momentum, (loss_sum / max(seen, 1)).cpu().numpy()
+
+
+def _anchor(prox: Proximal | None, model: nn.Module, param_names: list[str], layout: Layout,
+            sizes: list[int], device: torch.device
+            ) -> tuple[dict[str, torch.Tensor] | None, int | None]:
+    """The proximal anchor's parameters on ``device`` and their vmap dimension: one anchor
+    shared by the clients (dimension None), or where clients have anchors of their own
+    (FedProx under FedBuff: each its start version) their rows stacked (dimension 0)."""
+    if prox is None or prox[1] <= 0:
+        return None, None
+    anchors = prox[0] if isinstance(prox[0], list) else [prox[0]]
+    if all(a is anchors[0] for a in anchors):
+        return {n: as_tensor(anchors[0][n]).to(device) for n in param_names}, None
+    rows = _stack_rows(convert_once(anchors, lambda w: flat_tensor(w, layout, device)))
+    views, offset = {}, 0
+    for (name, shape), size in zip(layout[:len(param_names)], sizes, strict=False):
+        views[name] = rows[:, offset:offset + size].view(len(anchors), *shape)
+        offset += size
+    return views, 0
 
 
 def plan_on_device(plan: Sequence[np.ndarray], device: torch.device) -> list[torch.Tensor]:
