@@ -602,3 +602,25 @@ def test_clients_anchored_at_models_of_their_own_train_in_one_call_as_each_ancho
     shared = vectors(runtime.train_many(clients, 2, [versions[v] for v in of], [None] * 9,
                                         prox=(versions[0], mu)))
     assert all(torch.equal(shared[c], together[c]) == (of[c] == 0) for c in clients)
+
+
+def test_a_configured_worker_leaves_the_imported_objects_out_of_full_collections(monkeypatch):
+    """A full garbage collection walks every tracked object; after its first configure a
+    worker has moved the objects alive then (torch's, Ray's modules) out of the collector's
+    reach (``gc.freeze``), once per process: the runs' own objects are what later
+    collections walk."""
+    import gc
+
+    from raysim.engine import memory
+
+    gc.unfreeze()
+    monkeypatch.setattr(memory, "_FROZEN", [False])
+    try:
+        tracked = len(gc.get_objects())
+        workers, _, _ = _workers(_config(4, "auto"), 1, monkeypatch)
+        frozen = gc.get_freeze_count()
+        assert frozen > 0.9 * tracked and len(gc.get_objects()) < 0.1 * frozen
+        workers[0].configure(workers[0].run_setup, 0)  # a later run freezes nothing more
+        assert gc.get_freeze_count() <= frozen  # (frozen objects are still freed)
+    finally:
+        gc.unfreeze()

@@ -378,6 +378,9 @@ class DriverHost:
         (default: a worker's, so that results do not depend on the number of workers)."""
         import torch
 
+        from raysim.engine.memory import freeze_imported_objects
+
+        freeze_imported_objects()  # full collections stop walking torch's and Ray's objects
         engine = spec.engine
         with turns.taking_turns():
             torch.set_num_threads(engine.server_threads

@@ -17,7 +17,7 @@ from raysim.algorithms.aggregators import settle
 from raysim.algorithms.base import Algorithm, RunContext
 from raysim.data.partition import Partition
 from raysim.engine.gpu import cap_gpu_memory, gpu_memory_errors
-from raysim.engine.memory import keep_freed_memory, resident_memory_mb
+from raysim.engine.memory import freeze_imported_objects, keep_freed_memory, resident_memory_mb
 from raysim.engine.reduction_tree import subtree_roots
 from raysim.engine.round_loop import RoundReply
 from raysim.privacy.uploads import privatize_uploads
@@ -104,6 +104,7 @@ class ClientWorker:
             self.device, vectorize=setup.vectorize)
         with gpu_memory_errors(self.gpu_share, index, "while warming up"):
             warm_up(self.runtime.model, context.info, context.training.optimizer, self.device)
+        freeze_imported_objects()  # torch's first training imported the rest of what it needs
         self.setup = setup
         return self.describe()
 
