@@ -158,57 +158,64 @@ def test_fedbuff_weighs_each_arrival_by_its_staleness():
 
 
 def test_the_buffered_update_applies_stale_updates_to_the_current_model():
-    from raysim.algorithms.buffered import (
-        buffered_partial,
-        buffered_update,
-        rebase_all,
-        version_shifts,
-    )
+    from raysim.algorithms.buffered import buffered_partial, buffered_update
     from raysim.training.weights import FlatWeights
 
     def flat(values):
         return FlatWeights(__import__("torch").tensor(values, dtype=__import__("torch").float32),
                            (("w", (len(values),)),))
 
-    current, base = flat([1.0, 1.0]), flat([0.0, 0.0])
+    current, base = flat([1.0, 1.0]), flat([0.25, -1.0])  # versions 4 and 3
     fresh, stale = flat([2.0, 3.0]), flat([0.5, 0.0])  # fresh from current, stale from base
-    cpu = __import__("torch").device("cpu")
-    rebased, = rebase_all([stale], version_shifts([base], current, cpu), [0], cpu)
     weight = staleness_weight(1, 0.5)
-    partial = buffered_partial([fresh, rebased], [1.0, 1.0], [1.0, weight])
+    partial = buffered_partial([fresh, stale], [1.0, 1.0], [1.0, weight], [4, 3])
+    assert partial["version_weights"] == {4: 1.0, 3: weight}
+    partial["fedbuff"] = {"version": 4, "bases": {3: base}}
     new = buffered_update(current, [partial], server_lr=1.0)["w"]
     # g + (1 x (fresh - g) + w x (stale - base)) / 2
-    expected = np.array([1 + (1 + weight * 0.5) / 2, 1 + (2 + 0.0) / 2])
+    expected = np.array([1 + (1 + weight * 0.25) / 2, 1 + (2 + weight * 1.0) / 2])
     np.testing.assert_allclose(new, expected, rtol=1e-6)
+    halfway = buffered_update(current, [buffered_partial(
+        [fresh, stale], [1.0, 1.0], [1.0, weight], [4, 3]) | {"fedbuff": partial["fedbuff"]}],
+        server_lr=0.5)["w"]
+    np.testing.assert_allclose(halfway, 1 + 0.5 * (expected - 1), rtol=1e-6)
 
 
-def test_stale_clients_train_from_their_start_version_and_upload_onto_the_current_model():
+class _OneStepRuntime:
+    """Training adds 1 to every weight of the model a client starts from."""
+
+    device = __import__("torch").device("cpu")
+
+    def versions_on_device(self, models):
+        return dict(models)
+
+    def train_many(self, clients, round_, starts, states, prox=None):
+        return [(_flat((start.vector + 1).tolist()), None) for start in starts]
+
+
+def _flat(values):
     import torch
 
-    from raysim.algorithms.buffered import train_buffered
     from raysim.training.weights import FlatWeights
 
-    def flat(values):
-        return FlatWeights(torch.tensor(values, dtype=torch.float32), (("w", (2,)),))
+    return FlatWeights(torch.tensor(values, dtype=torch.float32), (("w", (2,)),))
 
-    class OneStepRuntime:  # training adds 1 to every weight of the model it starts from
-        device = torch.device("cpu")
 
-        def versions_on_device(self, models):
-            return dict(models)
+def test_stale_clients_train_from_their_start_version_and_their_updates_apply_to_the_current():
+    from raysim.algorithms.buffered import buffered_partial, buffered_update, train_buffered
 
-        def train_many(self, clients, round_, starts, states, prox=None):
-            return [(flat((start.vector + 1).tolist()), None) for start in starts]
-
-    current, base = flat([5.0, 5.0]), flat([2.0, 3.0])
+    current, base = _flat([5.0, 5.0]), _flat([2.0, 3.0])
     message = {"model": current, "fedbuff": {
         "clients": np.array([0, 1]), "start_versions": np.array([4, 3]), "version": 4,
         "bases": {3: base}, "weights": np.array([1.0, 0.7])}}
-    uploads = train_buffered(OneStepRuntime(), [0, 1], 4, message, lambda start: None)
-    # the fresh client: current + 1; the stale one: (base + 1) + (current - base) = current + 1
-    for upload, _, _ in uploads:
-        np.testing.assert_allclose(upload.vector.numpy(), [6.0, 6.0])
-    assert [weight for _, _, weight in uploads] == [1.0, 0.7]
+    trained = train_buffered(_OneStepRuntime(), [0, 1], 4, message, lambda start: None)
+    # the fresh client trained from the current model, the stale one from its base
+    assert [model.vector.tolist() for model, *_ in trained] == [[6.0, 6.0], [3.0, 4.0]]
+    assert [(weight, version) for *_, weight, version in trained] == [(1.0, 4), (0.7, 3)]
+    partial = buffered_partial([model for model, *_ in trained], [1.0, 1.0], [1.0, 0.7], [4, 3])
+    new = buffered_update(current, [partial | {"fedbuff": message["fedbuff"]}], 1.0)["w"]
+    # each update (+1) applies to the current model, weighted 1 and 0.7, over A = 2
+    np.testing.assert_allclose(new, [5.85, 5.85], rtol=1e-6)
 
 
 def test_fedprox_under_fedbuff_trains_every_client_in_one_call_anchored_at_its_start():

@@ -14,15 +14,16 @@ the workers are configured; measured here on its own), the config check of ``sys
 (``config_check_seconds``) and recording (per round, on the driver: the clock's rows and
 columns and their Parquet write), and ``clock_share_of_plain_round`` = (planning + recording
 per round) / the run without ``system:``'s seconds per round. For FedBuff also its work on a
-client worker alone (``fedbuff_worker_ms``: training from several start versions, rebasing
-the stale uploads and the staleness-weighted partial, against the same clients from one
-model: ``fedbuff_worker_extra``).
+client worker alone (``fedbuff_worker_ms``: training from several start versions and the
+staleness-weighted partial with its sums by start version, against the same clients from
+one model: ``fedbuff_worker_extra``).
 
     python experiments/benchmarks/system_overhead.py [--repeats 3] [--policies sync fedbuff]
-        [--algorithm fedprox]
+        [--algorithm fedprox] [--hidden 1024 1024]
 
 ``--algorithm fedprox`` runs W3 with FedProx (mu 0.01) instead of FedAvg: under FedBuff each
-client's proximal anchor is its own start version.
+client's proximal anchor is its own start version. ``--hidden`` sets the MLP's hidden layers
+(W3: 32, about 1,000 parameters; 1024 1024: about 1.08 M, where moving weights costs).
 
 ``--cold N`` measures instead what a user's command costs: ``raysim run`` of each config as a
 new process (its own Ray, workers and driver started from nothing), the configurations
@@ -110,7 +111,7 @@ def fedbuff_worker_ms(raw: dict[str, Any], plan: Any, round_: int = 30,
                      repeats: int = 200) -> dict[str, float]:
     """FedBuff's own work on a client worker, measured alone (in-process, one thread): one
     worker's half of round ``round_``'s buffer (the plan's clients with even ids) trained
-    from the plan's start versions, stale uploads rebased, and its staleness-weighted partial,
+    from the plan's start versions and its staleness-weighted partial,
     against the same clients trained from the round's model with FedAvg's partial; median ms
     of each over ``repeats`` alternating calls."""
     import torch
@@ -146,9 +147,11 @@ def fedbuff_worker_ms(raw: dict[str, Any], plan: Any, round_: int = 30,
 
     def fedbuff() -> None:
         trained = buffered.train_buffered(runtime, clients, round_, message, proximal)
-        buffered.buffered_partial([w for w, _, _ in trained],
-                                  [float(o.num_samples) for _, o, _ in trained],
-                                  [s for _, _, s in trained])["model"].settle()
+        columns = [list(column) for column in zip(*trained, strict=True)]
+        # (trees before session 25 returned no start version and rebased on the worker)
+        by_version = columns[3:] if len(columns) > 3 else []
+        buffered.buffered_partial(columns[0], [float(o.num_samples) for o in columns[1]],
+                                  columns[2], *by_version)["model"].settle()
 
     timings: dict[str, list[float]] = {"sync": [], "fedbuff": []}
     for _ in range(repeats):
@@ -221,11 +224,13 @@ def main() -> None:
     parser.add_argument("--policies", nargs="+",
                         default=["sync", "deadline", "overselect", "fedbuff"])
     parser.add_argument("--algorithm", choices=["fedavg", "fedprox"], default="fedavg")
+    parser.add_argument("--hidden", type=int, nargs="+", default=[32])
     parser.add_argument("--cold", type=int, default=0, metavar="N",
                         help="time N alternations of `raysim run` as new processes instead")
     args = parser.parse_args()
     base = workloads(".", False)["W3"]
     base = {**base, "training": {**base["training"], "rounds": args.rounds},
+            "model": {"name": "mlp", "hidden": args.hidden},
             "algorithm": {"name": args.algorithm,
                           **({"mu": 0.01} if args.algorithm == "fedprox" else {})}}
     if args.cold:

@@ -46,8 +46,8 @@ class FedAvg(Algorithm[FedAvgParams | FedProxParams, State]):
                       message: dict[str, Any], states: Sequence[Any]) -> list[ClientResult]:
         if "fedbuff" in message:  # asynchronous: each client from its own start version
             return [ClientResult.trained({"model": weights}, None, outcome,
-                                         **{buffered.WEIGHT: weight})
-                    for weights, outcome, weight in buffered.train_buffered(
+                                         **{buffered.WEIGHT: weight, buffered.VERSION: version})
+                    for weights, outcome, weight, version in buffered.train_buffered(
                         runtime, clients, round_, message, self.proximal)]
         start = message["model"]
         trained = runtime.train_many(clients, round_, [start] * len(clients),
@@ -67,7 +67,8 @@ class FedAvg(Algorithm[FedAvgParams | FedProxParams, State]):
             return buffered.buffered_partial(
                 [r.upload["model"] for _, r in results],
                 [float(r.num_samples) if weighted else 1.0 for _, r in results],
-                [r.metrics[buffered.WEIGHT] for _, r in results])
+                [r.metrics[buffered.WEIGHT] for _, r in results],
+                [int(r.metrics[buffered.VERSION]) for _, r in results])
         partial = mean_partial([r.upload["model"] for _, r in results],
                                [r.num_samples for _, r in results], weighted)
         if privacy is not None and privacy.adaptive is not None:  # and the within-clip bits

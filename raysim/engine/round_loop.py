@@ -300,6 +300,9 @@ class RoundLoop:
         if root is None and self.system is not None and not outcome.dispatch.receivers:
             outcome.state = state  # the clock left this round without a finished client
         else:
+            if root is not None and self.system is not None and self.system.asynchronous:
+                # FedBuff: the server subtracts the start versions' share of the uploads
+                root = {**root, "fedbuff": outcome.dispatch.message["fedbuff"]}
             outcome.state = self.algorithm.aggregate(state, [] if root is None else [root],
                                                      outcome.round)
         outcome.aggregated = time.perf_counter()
