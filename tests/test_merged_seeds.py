@@ -237,3 +237,42 @@ def test_a_cohort_recovers_when_its_shared_driver_or_worker_process_dies(ray_ses
         for column in ("accuracy", "loss", "train_loss"):
             np.testing.assert_array_equal(rounds[column].to_numpy(),
                                           load(outcome.run_dir)[column].to_numpy())
+
+
+def test_a_shared_worker_trains_each_call_with_its_runs_threads_whatever_thread_runs_it(
+        monkeypatch):
+    """torch's thread count is per OS thread (OpenMP); a worker process shared by several runs
+    runs each call in one of its pool's threads, so every call, not only the run's configure,
+    must set it: a thread that had run torch ops before would otherwise keep its own count
+    (float reductions split otherwise: other numbers from the same seed)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from raysim.algorithms import ALGORITHMS
+    from raysim.engine import worker as worker_module
+    from raysim.engine.worker import ClientWorker, WorkerSetup
+    from raysim.engine.worker_host import WorkerHost
+    from raysim.preparation import initial_weights, prepare, run_context
+
+    monkeypatch.setattr(worker_module, "pick_device", lambda: torch.device("cpu"))
+    monkeypatch.setattr(ClientWorker, "describe",  # (no Ray here)
+                        lambda self: {"threads": torch.get_num_threads()})
+    config = parse_config(_w3_like("auto"))
+    dataset, partition = prepare(config, None)[0]
+    arrays = {"train_x": dataset.train_x, "train_y": dataset.train_y,
+              "test_x": dataset.test_x, "test_y": dataset.test_y}
+    default = ThreadPoolExecutor(1).submit(torch.get_num_threads).result()
+    threads = default + 1  # not what a fresh thread has
+    setup = WorkerSetup(ALGORITHMS[config.algorithm.name], config.algorithm,
+                        run_context(config, dataset, 0, partition.num_clients), arrays,
+                        partition, initial_weights(config, dataset, 0), 64, threads=threads)
+    host = WorkerHost()
+    before = torch.get_num_threads()
+    try:
+        with ThreadPoolExecutor(1) as configuring, ThreadPoolExecutor(1) as serving:
+            serving.submit(lambda: torch.ones(1 << 20).sum()).result()  # OpenMP set up there
+            configuring.submit(host.call, 0, "configure", setup, 0).result()
+            seen = serving.submit(
+                lambda: host.call(0, "describe")["threads"]).result()
+    finally:
+        torch.set_num_threads(before)
+    assert seen == threads

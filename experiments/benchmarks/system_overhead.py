@@ -271,7 +271,7 @@ def main() -> None:
             row["clock_share_of_plain_round"] = round(
                 (recording + row["planning_seconds_per_round"]) / plain, 4)
             if label == "fedbuff":
-                row.update(fedbuff_worker_ms(raw, plan))
+                row.update(fedbuff_worker_ms(raw, plan, round_=min(30, len(plan.rounds) - 1)))
         print(json.dumps(row), flush=True)
 
 

@@ -14,6 +14,8 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
+import torch
+
 from raysim.engine.worker import ClientWorker
 from raysim.training.merged_training import Rendezvous
 
@@ -37,6 +39,12 @@ class WorkerHost:
                 worker = self._slots[slot] = ClientWorker()
             if method == "reset":
                 self._rendezvous.unbind(slot)
+            if worker.setup is not None:
+                # torch's thread count is the calling OS thread's (OpenMP's setting): this
+                # actor runs each call in one of its pool's threads, not always the one that
+                # configured the run; one that did not would train with every core (other
+                # float reductions: other numbers, and the CPUs oversubscribed)
+                torch.set_num_threads(worker.setup.threads)
             result = getattr(worker, method)(*args, **kwargs)
             if method == "configure":
                 worker.runtime.job_trainer = partial(self._rendezvous.train, slot)
