@@ -108,7 +108,7 @@ def train_vectorized(
     velocity = None
     if use_momentum and all(m is not None for m in momentum):
         velocity = _stack_rows([as_tensor(m).to(device) for m in momentum if m is not None])
-    anchor, anchor_dim = _anchor(prox, model, param_names, layout, sizes, device)
+    anchor, anchor_dim = _anchor(prox, param_names, layout, sizes, device)
     mu = prox[1] if prox is not None else 0.0
     loss_fn = loss_function(loss)
 
@@ -149,9 +149,8 @@ def train_vectorized(
     return new_weights, new_momentum, (loss_sum / max(seen, 1)).cpu().numpy()
 
 
-def _anchor(prox: Proximal | None, model: nn.Module, param_names: list[str], layout: Layout,
-            sizes: list[int], device: torch.device
-            ) -> tuple[dict[str, torch.Tensor] | None, int | None]:
+def _anchor(prox: Proximal | None, param_names: list[str], layout: Layout, sizes: list[int],
+            device: torch.device) -> tuple[dict[str, torch.Tensor] | None, int | None]:
     """The proximal anchor's parameters on ``device`` and their vmap dimension: one anchor
     shared by the clients (dimension None), or where clients have anchors of their own
     (FedProx under FedBuff: each its start version) their rows stacked (dimension 0)."""
@@ -162,7 +161,8 @@ def _anchor(prox: Proximal | None, model: nn.Module, param_names: list[str], lay
         return {n: as_tensor(anchors[0][n]).to(device) for n in param_names}, None
     rows = _stack_rows(convert_once(anchors, lambda w: flat_tensor(w, layout, device)))
     views, offset = {}, 0
-    for (name, shape), size in zip(layout[:len(param_names)], sizes, strict=False):
+    count = len(param_names)
+    for (name, shape), size in zip(layout[:count], sizes[:count], strict=True):
         views[name] = rows[:, offset:offset + size].view(len(anchors), *shape)
         offset += size
     return views, 0

@@ -45,6 +45,7 @@ def anchors_of(prox: Proximal | None, positions: Sequence[int]) -> Proximal | No
         return prox
     return [prox[0][i] for i in positions], prox[1]
 
+
 Layout = tuple[tuple[str, tuple[int, ...]], ...]
 """Names and shapes of the float32 entries held in a flat vector, in vector order."""
 T = TypeVar("T")
