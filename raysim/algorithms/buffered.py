@@ -88,8 +88,9 @@ def buffered_update(current: Weights, partials: Sequence[dict[str, Any]], server
     message = partial["fedbuff"]
     now = message["version"]
     shares: dict[int, float] = partial["version_weights"]
-    models = [message["bases"][v] for v in sorted(shares) if v != now]
-    factors = [-shares[v] for v in sorted(shares) if v != now]
+    stale = [version for version in sorted(shares) if version != now]
+    models = [message["bases"][version] for version in stale]
+    factors = [-shares[version] for version in stale]
     rest = weight - shares.get(now, 0.0)
     if rest != 0:
         models, factors = [*models, current], [*factors, rest]

@@ -52,8 +52,9 @@ def freeze_imported_objects() -> bool:
     do nothing; returns whether this call froze).
 
     A full collection walks every tracked object: about 150-200 ms in a driver or a client
-    worker after torch is imported, on the development machine, and the allocations of a few
-    dozen rounds trigger one. ``gc.freeze`` moves the objects alive now out of the collector's
+    worker after torch is imported, on the development machine, and a run's allocations
+    trigger one now and then (a FedBuff driver's planning, a worker every few hundred rounds
+    of W3). ``gc.freeze`` moves the objects alive now out of the collector's
     generations, so a collection walks only what the runs allocated since; frozen objects are
     still freed by reference counting (only a reference cycle among them would be kept).
     """

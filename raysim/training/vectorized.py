@@ -90,10 +90,7 @@ def train_vectorized(
     sizes = [int(np.prod(shape, dtype=np.int64)) for _, shape in layout]
     num_params = sum(sizes[: len(param_names)])
     theta = _stack_rows(convert_once(weights, lambda w: flat_tensor(w, layout, device)))
-    views, offset = {}, 0
-    for (name, shape), size in zip(layout, sizes, strict=True):
-        views[name] = theta[:, offset:offset + size].view(count, *shape)
-        offset += size
+    views = _row_views(theta, layout, sizes)
     params = {n: views[n] for n in param_names}
     # float buffers (BatchNorm's running statistics) are updated in place per client by the
     # batched forward: in contiguous copies (torch's batched batch norm does not write back
@@ -149,6 +146,16 @@ def train_vectorized(
     return new_weights, new_momentum, (loss_sum / max(seen, 1)).cpu().numpy()
 
 
+def _row_views(matrix: torch.Tensor, layout: Layout, sizes: list[int]
+               ) -> dict[str, torch.Tensor]:
+    """Each layout entry of every row of a (rows, n) matrix, as a (rows, *shape) view."""
+    views, offset = {}, 0
+    for (name, shape), size in zip(layout, sizes, strict=True):
+        views[name] = matrix[:, offset:offset + size].view(len(matrix), *shape)
+        offset += size
+    return views
+
+
 def _anchor(prox: Proximal | None, param_names: list[str], layout: Layout, sizes: list[int],
             device: torch.device) -> tuple[dict[str, torch.Tensor] | None, int | None]:
     """The proximal anchor's parameters on ``device`` and their vmap dimension: one anchor
@@ -160,12 +167,8 @@ def _anchor(prox: Proximal | None, param_names: list[str], layout: Layout, sizes
     if all(a is anchors[0] for a in anchors):
         return {n: as_tensor(anchors[0][n]).to(device) for n in param_names}, None
     rows = _stack_rows(convert_once(anchors, lambda w: flat_tensor(w, layout, device)))
-    views, offset = {}, 0
-    count = len(param_names)
-    for (name, shape), size in zip(layout[:count], sizes[:count], strict=True):
-        views[name] = rows[:, offset:offset + size].view(len(anchors), *shape)
-        offset += size
-    return views, 0
+    views = _row_views(rows, layout, sizes)
+    return {n: views[n] for n in param_names}, 0
 
 
 def plan_on_device(plan: Sequence[np.ndarray], device: torch.device) -> list[torch.Tensor]:
