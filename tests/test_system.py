@@ -102,6 +102,51 @@ def test_fedbuff_fills_free_slots_with_a_uniform_draw_of_the_idle_sites():
     assert counts.min() >= 30 and counts.max() <= 90  # 60 expected each (sd 6.5)
 
 
+def test_the_records_computed_for_the_whole_plan_are_each_rounds_rows():
+    from raysim.system.records import ClockRecords
+
+    night = Availability(((0.0, 2 * HOUR),), 24 * HOUR)
+    profiles = _profiles(*[(1.0 + c, 100.0, 50.0) for c in range(8)],
+                         availability={1: night, 4: night})
+    workload = Workload(np.full(8, 3600.0), 1e3, 1e3)
+    tiers = np.array([f"tier{c % 3}" for c in range(8)], dtype=object)
+    fedbuff = fedbuff_plan(profiles, workload, 25, buffer_size=3, concurrency=5, exponent=0.5,
+                           seed=0)
+    deadline = synchronous_plan(profiles, workload, 25, 4, "deadline", seed=0, deadline_s=5000.0)
+    for plans in (fedbuff, deadline):
+        records = ClockRecords(plans, tiers)
+        assert any((plan.outcomes != TRAINED).any() for plan in plans)  # drops are recorded
+        for index, plan in enumerate(plans):  # each round's rows, computed from it alone
+            order = np.lexsort((plan.starts, plan.clients))
+            table = records.table(index)
+            assert table["client"].tolist() == plan.clients[order].tolist()
+            assert table["tier"].tolist() == tiers[plan.clients[order]].tolist()
+            assert table["outcome"].tolist() == plan.outcomes[order].tolist()
+            assert table["finish_s"].tolist() == plan.finish[order].tolist()
+            assert table["staleness"].tolist() == [
+                0 if v < 0 else plan.round - v for v in plan.start_versions[order]]
+            assert (table["round"] == plan.round).all()
+            used = plan.outcomes == TRAINED
+            trained = np.sort(plan.clients[used])
+            clients, versions, weights = records.buffered(index)
+            assert clients.tolist() == records.trained(index).tolist() == trained.tolist()
+            by_client = dict(zip(plan.clients[used].tolist(), zip(
+                plan.start_versions[used].tolist(), plan.staleness_weights[used].tolist(),
+                plan.finish[used].tolist(), strict=True), strict=True))
+            assert list(zip(versions.tolist(), weights.tolist(), strict=True)) == [
+                by_client[c][:2] for c in trained.tolist()]
+            rows = np.array([*trained.tolist(), 99])  # a row that did not train: NaN
+            finish = records.clock_columns(index, rows)["sim_finish_s"]
+            assert finish[:-1].tolist() == [by_client[c][2] for c in trained.tolist()]
+            assert math.isnan(finish[-1])
+            assert records.clock_columns(index, trained)["sim_finish_s"].tolist() == \
+                finish[:-1].tolist()
+            assert records.columns(index) == {
+                "sim_start_s": plan.start, "sim_end_s": plan.end, "sim_hours": plan.end / HOUR,
+                "clients_selected": len(plan.clients),
+                "clients_dropped": int((~used).sum())}
+
+
 def test_the_online_mask_agrees_with_each_sites_windows_over_time():
     # periodic windows (one crossing the period's end) and always-available sites: the mask is
     # reused between window changes, and must still say what each site's windows say
@@ -169,15 +214,16 @@ def test_the_buffered_update_applies_stale_updates_to_the_current_model():
     fresh, stale = flat([2.0, 3.0]), flat([0.5, 0.0])  # fresh from current, stale from base
     weight = staleness_weight(1, 0.5)
     partial = buffered_partial([fresh, stale], [1.0, 1.0], [1.0, weight], [4, 3])
-    assert partial["version_weights"] == {4: 1.0, 3: weight}
-    partial["fedbuff"] = {"version": 4, "bases": {3: base}}
-    new = buffered_update(current, [partial], server_lr=1.0)["w"]
+    assert partial.version_weights == {4: 1.0, 3: weight}
+    message = {"version": 4, "bases": {3: base}}
+    partial.message = message
+    new = buffered_update(current, partial, server_lr=1.0)["w"]
     # g + (1 x (fresh - g) + w x (stale - base)) / 2
     expected = np.array([1 + (1 + weight * 0.25) / 2, 1 + (2 + weight * 1.0) / 2])
     np.testing.assert_allclose(new, expected, rtol=1e-6)
-    halfway = buffered_update(current, [buffered_partial(
-        [fresh, stale], [1.0, 1.0], [1.0, weight], [4, 3]) | {"fedbuff": partial["fedbuff"]}],
-        server_lr=0.5)["w"]
+    again = buffered_partial([fresh, stale], [1.0, 1.0], [1.0, weight], [4, 3])
+    again.message = message
+    halfway = buffered_update(current, again, server_lr=0.5)["w"]
     np.testing.assert_allclose(halfway, 1 + 0.5 * (expected - 1), rtol=1e-6)
 
 
@@ -213,7 +259,8 @@ def test_stale_clients_train_from_their_start_version_and_their_updates_apply_to
     assert [model.vector.tolist() for model, *_ in trained] == [[6.0, 6.0], [3.0, 4.0]]
     assert [(weight, version) for *_, weight, version in trained] == [(1.0, 4), (0.7, 3)]
     partial = buffered_partial([model for model, *_ in trained], [1.0, 1.0], [1.0, 0.7], [4, 3])
-    new = buffered_update(current, [partial | {"fedbuff": message["fedbuff"]}], 1.0)["w"]
+    partial.message = message["fedbuff"]
+    new = buffered_update(current, partial, 1.0)["w"]
     # each update (+1) applies to the current model, weighted 1 and 0.7, over A = 2
     np.testing.assert_allclose(new, [5.85, 5.85], rtol=1e-6)
 

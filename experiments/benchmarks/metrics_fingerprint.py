@@ -14,7 +14,11 @@ an MLP [512, 512] on the built-in synthetic set, 12 clients, 3 rounds of 3 SGD s
 FedAvg (plain SGD; momentum and weight decay), FedProx (momentum), local-only and FedDC (with
 and without momentum, so optimizer states are carried between rounds).
 
-    python experiments/benchmarks/metrics_fingerprint.py [--large] > after.txt
+Then (``--system``) the simulated clock's policies (sync, deadline, over-selection, FedBuff with
+FedAvg and FedProx) on the built-in synthetic set: 200 clients in the three built-in tiers, 20
+per round, 12 rounds, an MLP [32], one local step; the ``system`` table is compared too.
+
+    python experiments/benchmarks/metrics_fingerprint.py [--large] [--system] > after.txt
     PYTHONPATH=<other checkout> python experiments/benchmarks/metrics_fingerprint.py > before.txt
     diff before.txt after.txt
 """
@@ -67,13 +71,33 @@ def large_raw(algorithm: str, optimizer: dict) -> dict:
             "engine": {"num_workers": 2, "cpus_per_worker": 1, "vectorize": "never"}}
 
 
+SYSTEM_CASES = [("fedavg", "sync"), ("fedavg", "deadline"), ("fedavg", "overselect"),
+                ("fedavg", "fedbuff"), ("fedprox", "fedbuff")]
+
+
+def system_raw(algorithm: str, policy: str) -> dict:
+    """A config with ``system:`` (see the module docstring)."""
+    return {"name": f"system-{algorithm}-{policy}", "dataset": {"name": "synthetic"},
+            "partition": {"scheme": "iid", "num_clients": 200, "samples_per_client": 4},
+            "model": {"name": "mlp", "hidden": [32]},
+            "algorithm": {"name": algorithm, **({"mu": 0.01} if algorithm == "fedprox" else {})},
+            "training": {"rounds": 12, "local_steps": 1, "batch_size": 4,
+                         "clients_per_round": 20, "optimizer": {"name": "sgd", "lr": 0.05}},
+            "system": {"tiers": {"workstation_gpu": 0.2, "cpu_server": 0.4,
+                                 "constrained_site": 0.4}, "policy": policy,
+                       **({"deadline_s": 0.002} if policy == "deadline" else {}),
+                       **({"over_selection": 0.3} if policy == "overselect" else {})},
+            "evaluation": {"every": 4}, "seeds": [0],
+            "engine": {"num_workers": 2, "cpus_per_worker": 1}}
+
+
 def print_fingerprints(name: str, raw: dict, output: Path) -> None:
     """Run ``raw`` and print its tables' fingerprints (or why it failed)."""
     outcome = run_experiment(parse_config(raw), output=str(output), progress=False)[0]
     if outcome.error is not None:
         print(f"{name}: failed: {outcome.error}")
         return
-    for table in ("rounds", "clients", "client_eval", "communication"):
+    for table in ("rounds", "clients", "client_eval", "communication", "system"):
         try:
             frame = load(outcome.run_dir, table)
         except (FileNotFoundError, ValueError):
@@ -82,7 +106,7 @@ def print_fingerprints(name: str, raw: dict, output: Path) -> None:
 
 
 def main() -> None:
-    large = "--large" in sys.argv[1:]
+    large, system = "--large" in sys.argv[1:], "--system" in sys.argv[1:]
     with tempfile.TemporaryDirectory() as scratch:
         root = Path(scratch) / "data"
         write_medmnist_npz(root, n_train=90, n_test=30)
@@ -95,6 +119,9 @@ def main() -> None:
             label = f"large {algorithm} " + ",".join(f"{k}={v}" for k, v in optimizer.items())
             print_fingerprints(label, large_raw(algorithm, optimizer),
                                Path(scratch) / f"large{index}")
+        for algorithm, policy in SYSTEM_CASES if system else []:
+            print_fingerprints(f"system {algorithm} {policy}", system_raw(algorithm, policy),
+                               Path(scratch) / f"system-{algorithm}-{policy}")
 
 
 if __name__ == "__main__":

@@ -130,7 +130,7 @@ def fedbuff_worker_ms(raw: dict[str, Any], plan: Any, round_: int = 30,
     worker = Worker(raw)
     runtime = worker.runtime
     current = on_device(worker.start, runtime.device)
-    buffered_clients, versions, weights = plan.rounds[round_].buffered()
+    buffered_clients, versions, weights = plan.records.buffered(round_)
     clients = [c for c in buffered_clients.tolist() if c % 2 == 0]
     bases = {v: FlatWeights(torch.as_tensor(current.vector) * (1 - 0.001 * (round_ - v)),
                             current.layout, current.extras)
@@ -165,21 +165,23 @@ def fedbuff_worker_ms(raw: dict[str, Any], plan: Any, round_: int = 30,
 
 
 def recording_seconds_per_round(plan: Any) -> float:
-    """Seconds per round of the clock's work on the driver during the run, measured alone:
+    """Seconds per round of the clock's work on the driver for its records, measured alone:
+    computing every round's records with the plan (:class:`ClockRecords`), then per round
     the rounds row's clock columns, the ``system`` table's rows and the clients' clock columns
     (what the round loop adds per round with ``system:``), and writing those rows to Parquet,
     over every round of ``plan``."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from raysim.system.records import client_clock_columns, plan_columns, plan_table
+    from raysim.system.records import ClockRecords
 
     parts = []
     started = time.perf_counter()
-    for round_plan in plan.rounds:  # what the round loop does per round with ``system:``
-        plan_columns(round_plan)
-        parts.append(pa.table(plan_table(round_plan, plan.tiers)))
-        client_clock_columns(round_plan, round_plan.trained)
+    records = ClockRecords(plan.rounds, plan.tiers)
+    for round_ in range(len(plan.rounds)):  # what the round loop does per round
+        records.columns(round_)
+        parts.append(pa.table(records.table(round_)))
+        records.clock_columns(round_, records.trained(round_))
     with tempfile.TemporaryDirectory() as scratch:
         pq.write_table(pa.concat_tables(parts), Path(scratch) / "system.parquet")
     return (time.perf_counter() - started) / len(plan.rounds)

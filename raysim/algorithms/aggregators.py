@@ -215,15 +215,36 @@ def weighted_mean(partials: Sequence[WeightedSum]) -> dict[str, np.ndarray]:
     return total.mean()
 
 
+class MergeablePartial:
+    """A partial with its own merge (e.g. FedBuff's, :class:`raysim.algorithms.buffered.
+    BufferedPartial`): a typed record merged in a few operations, where a dict of its fields
+    would be merged key by key through :func:`merge_partials`' generic cases (a cost paid at
+    every node of the reduction tree, every round)."""
+
+    __slots__ = ()
+
+    def merge(self, other: Any) -> Any:
+        """Add ``other`` (the right neighbour's partial, of the same type) into this one and
+        return the result."""
+        raise NotImplementedError
+
+    def settle(self) -> None:
+        """Compute every deferred sum inside now (see :func:`settle`)."""
+        raise NotImplementedError
+
+
 def merge_partials(left: Any, right: Any) -> Any:
     """The merge of two partials of adjacent client ranges (``left`` first), for the
-    reduction tree: weighted sums add (in place into ``left``), lists concatenate, dicts merge
-    key by key (a key on one side only is kept), numbers add, None is the identity."""
+    reduction tree: weighted sums add (in place into ``left``), a :class:`MergeablePartial`
+    merges itself, lists concatenate, dicts merge key by key (a key on one side only is kept),
+    numbers add, None is the identity."""
     if left is None:
         return right
     if right is None:
         return left
     if isinstance(left, WeightedSum) and isinstance(right, WeightedSum):
+        return left.merge(right)
+    if isinstance(left, MergeablePartial) and type(right) is type(left):
         return left.merge(right)
     if isinstance(left, list) and isinstance(right, list):
         return left + right
@@ -243,7 +264,7 @@ def settle(partial: Any) -> None:
     """Compute every deferred :class:`WeightedSum` inside ``partial`` (nested in mappings,
     lists, tuples or objects with a ``partial`` attribute) now, so the models it adds may
     change afterwards."""
-    if isinstance(partial, WeightedSum):
+    if isinstance(partial, (WeightedSum, MergeablePartial)):
         partial.settle()
     elif isinstance(partial, Mapping) and not isinstance(partial, FlatWeights):
         for value in partial.values():

@@ -24,11 +24,12 @@ training); the server's subtraction costs one weighted sum of the round's few st
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from raysim.algorithms.aggregators import WeightedSum
+from raysim.algorithms.aggregators import MergeablePartial, WeightedSum
 from raysim.training.weights import Weights
 
 if TYPE_CHECKING:
@@ -64,30 +65,52 @@ def train_buffered(runtime: ClientRuntime, clients: Sequence[int], round_: int,
             in zip(trained, staleness_weights, versions, strict=True)]
 
 
+@dataclass(slots=True)
+class BufferedPartial(MergeablePartial):
+    """A range of groups' partial: the sum of a_c s_c x trained model (``model``), the sum of
+    a_c (``client_weight``) and W_v, the sum of a_c s_c by start version v
+    (``version_weights``). On the driver the round loop attaches the round's FedBuff message
+    (``message``: the current version and the start versions' models) before the update."""
+
+    model: WeightedSum
+    client_weight: float
+    version_weights: dict[int, float]
+    message: dict[str, Any] | None = None
+
+    def merge(self, other: BufferedPartial) -> BufferedPartial:
+        """Add the right neighbour's partial into this one (in place)."""
+        self.model = self.model.merge(other.model)
+        self.client_weight += other.client_weight
+        shares = self.version_weights
+        for version, weight in other.version_weights.items():
+            shares[version] = shares[version] + weight if version in shares else weight
+        return self
+
+    def settle(self) -> None:
+        self.model.settle()
+
+
 def buffered_partial(models: Sequence[Weights], client_weights: Sequence[float],
                      staleness_weights: Sequence[float], versions: Sequence[int]
-                     ) -> dict[str, Any]:
-    """A group's partial: the sum of a_c s_c x trained model, the sum of a_c, and W_v (the
-    sum of a_c s_c by start version v)."""
+                     ) -> BufferedPartial:
+    """A group's partial (:class:`BufferedPartial`) from its clients' trained models, weights
+    a_c, staleness weights s_c and start versions."""
     weights = [a * s for a, s in zip(client_weights, staleness_weights, strict=True)]
     by_version: dict[int, float] = {}
     for version, weight in zip(versions, weights, strict=True):
         by_version[version] = by_version.get(version, 0.0) + weight
-    return {"model": WeightedSum.of(models, weights),
-            "client_weight": float(sum(client_weights)), "version_weights": by_version}
+    return BufferedPartial(WeightedSum.of(models, weights), float(sum(client_weights)),
+                           by_version)
 
 
-def buffered_update(current: Weights, partials: Sequence[dict[str, Any]], server_lr: float
+def buffered_update(current: Weights, partial: BufferedPartial, server_lr: float
                     ) -> dict[str, np.ndarray]:
-    """The new global model from the merged partial and the round's FedBuff message
-    (``partial["fedbuff"]``: the current version and the start versions' models; see the
-    module docstring)."""
-    partial = partials[0]
-    total: WeightedSum = partial["model"]
-    weight = partial["client_weight"]
-    message = partial["fedbuff"]
+    """The new global model from the merged partial and the round's FedBuff message attached
+    to it (see the module docstring)."""
+    total, weight, message = partial.model, partial.client_weight, partial.message
+    assert message is not None, "the round loop attaches the round's FedBuff message"
     now = message["version"]
-    shares: dict[int, float] = partial["version_weights"]
+    shares = partial.version_weights
     stale = [version for version in sorted(shares) if version != now]
     models = [message["bases"][version] for version in stale]
     factors = [-shares[version] for version in stale]

@@ -19,6 +19,7 @@ again, but neither evaluated nor recorded twice.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import time
 from collections import defaultdict
@@ -33,7 +34,6 @@ from raysim.engine.memory import resident_memory_mb
 from raysim.engine.reduction_tree import Subtree, combine
 from raysim.privacy.sampling import poisson_sample
 from raysim.seeding import numpy_rng
-from raysim.system.records import client_clock_columns, plan_columns, plan_table
 from raysim.training.evaluation import METRICS
 from raysim.training.weights import Weights, on_device, payload_bytes
 
@@ -302,7 +302,7 @@ class RoundLoop:
         else:
             if root is not None and self.system is not None and self.system.asynchronous:
                 # FedBuff: the server subtracts the start versions' share of the uploads
-                root = {**root, "fedbuff": outcome.dispatch.message["fedbuff"]}
+                root = dataclasses.replace(root, message=outcome.dispatch.message["fedbuff"])
             outcome.state = self.algorithm.aggregate(state, [] if root is None else [root],
                                                      outcome.round)
         outcome.aggregated = time.perf_counter()
@@ -337,10 +337,10 @@ class RoundLoop:
         for callback in self.callbacks:
             row.update(callback.columns(self, outcome))
         if self.system is not None:  # the simulated clock
-            plan = self.system.rounds[round_]
-            row.update(plan_columns(plan))
-            self.sink.add_columns("system", plan_table(plan, self.system.tiers))
-            clients.update(client_clock_columns(plan, clients["client"]))
+            records = self.system.records
+            row.update(records.columns(round_))
+            self.sink.add_columns("system", records.table(round_))
+            clients.update(records.clock_columns(round_, clients["client"]))
         self.sink.add("rounds", [row])
         self.sink.add_columns("clients", {"round": np.full(len(clients["client"]), round_),
                                           **clients})
@@ -367,7 +367,7 @@ class RoundLoop:
         Poisson sampling at rate clients_per_round / num_clients, as its accountant assumes)."""
         total = self.num_clients
         if self.system is not None:  # the clock decided who trains (and finishes) this round
-            return self.system.rounds[round_].trained
+            return self.system.records.trained(round_)
         if self.poisson_rate is not None:
             return poisson_sample(self.seed, round_, total, self.poisson_rate)
         count = min(self.clients_per_round, total)
@@ -387,7 +387,7 @@ class RoundLoop:
                                              torch.device("cpu"))
         for version in [v for v in self.history if last_use.get(v, -1) < round_]:
             del self.history[version]
-        clients, versions, weights = self.system.rounds[round_].buffered()
+        clients, versions, weights = self.system.records.buffered(round_)
         bases = {v: self.history[v] for v in np.unique(versions).tolist() if v != round_}
         return {"clients": clients, "start_versions": versions, "weights": weights,
                 "bases": bases, "version": round_}

@@ -67,13 +67,6 @@ class RoundPlan:
         """The clients whose updates the round uses, sorted."""
         return np.sort(self.clients[self.outcomes == TRAINED])
 
-    def buffered(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """fedbuff: the trained clients (int64, ascending), each one's start version (int64)
-        and staleness weight (float64), as aligned arrays."""
-        used = np.flatnonzero(self.outcomes == TRAINED)
-        used = used[np.argsort(self.clients[used], kind="stable")]
-        return self.clients[used], self.start_versions[used], self.staleness_weights[used]
-
 
 def round_plan(round_: int, start: float, end: float, clients: np.ndarray, starts: np.ndarray,
                times: SiteTimes, outcomes: np.ndarray, start_versions: np.ndarray | None = None,

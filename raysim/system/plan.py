@@ -14,6 +14,7 @@ from raysim.schema import SystemConfig
 from raysim.system.clock import RoundPlan, Workload, synchronous_plan
 from raysim.system.fedbuff_clock import fedbuff_plan
 from raysim.system.profiles import site_profiles
+from raysim.system.records import ClockRecords
 from raysim.training.context import RunContext
 
 TRAINING_FLOPS_PER_FORWARD = 3.0
@@ -30,6 +31,8 @@ class SystemPlan:
     tiers: np.ndarray
     """Each site's tier ("" for profiles not drawn from tiers), an object array (the driver
     needs no more of the profiles: the clock was computed from them already)."""
+    records: ClockRecords
+    """Every round's rows and trained clients, computed with the plan."""
 
     @property
     def asynchronous(self) -> bool:
@@ -106,5 +109,5 @@ def system_plan(config: SystemConfig, workload: Workload, rounds: int,
     else:
         plans = synchronous_plan(profiles, workload, rounds, clients_per_round, config.policy,
                                  seed, config.deadline_s, config.over_selection)
-    return SystemPlan(config.policy, tuple(plans),
-                      np.array([profile.tier for profile in profiles], dtype=object))
+    tiers = np.array([profile.tier for profile in profiles], dtype=object)
+    return SystemPlan(config.policy, tuple(plans), tiers, ClockRecords(plans, tiers))
