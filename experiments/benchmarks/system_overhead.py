@@ -15,8 +15,8 @@ the workers are configured; measured here on its own), the config check of ``sys
 columns and their Parquet write), and ``clock_share_of_plain_round`` = (planning + recording
 per round) / the run without ``system:``'s seconds per round. For FedBuff also its work on a
 client worker alone (``fedbuff_worker_ms``: training from several start versions and the
-staleness-weighted partial with its sums by start version, against the same clients from
-one model: ``fedbuff_worker_extra``).
+staleness-weighted partials with their sums by start version, per client group and merged
+along the reduction tree, against the same clients from one model: ``fedbuff_worker_extra``).
 
     python experiments/benchmarks/system_overhead.py [--repeats 3] [--policies sync fedbuff]
         [--algorithm fedprox] [--hidden 1024 1024]
@@ -111,14 +111,16 @@ def fedbuff_worker_ms(raw: dict[str, Any], plan: Any, round_: int = 30,
                      repeats: int = 200) -> dict[str, float]:
     """FedBuff's own work on a client worker, measured alone (in-process, one thread): one
     worker's half of round ``round_``'s buffer (the plan's clients with even ids) trained
-    from the plan's start versions and its staleness-weighted partial,
-    against the same clients trained from the round's model with FedAvg's partial; median ms
-    of each over ``repeats`` alternating calls."""
+    from the plan's start versions, reduced per client group (the engine's 64) into
+    staleness-weighted partials and merged along the reduction tree, against the same clients
+    trained from the round's model with FedAvg's partials; median ms of each over ``repeats``
+    alternating calls."""
     import torch
     from per_client_overhead import Worker
 
     from raysim.algorithms import buffered
-    from raysim.algorithms.aggregators import mean_partial
+    from raysim.algorithms.aggregators import mean_partial, merge_partials, settle
+    from raysim.engine.reduction_tree import subtree_roots
     from raysim.training.weights import FlatWeights, on_device
 
     torch.set_num_threads(1)
@@ -138,20 +140,25 @@ def fedbuff_worker_ms(raw: dict[str, Any], plan: Any, round_: int = 30,
     message = {"model": current, "fedbuff": {"clients": buffered_clients,
                                              "start_versions": versions, "weights": weights,
                                              "bases": bases, "version": round_}}
+    groups = sorted(set(worker.group_of[clients].tolist()))
+    members = {g: [i for i, c in enumerate(clients) if worker.group_of[c] == g] for g in groups}
+
+    def reduced(partial: Any) -> None:
+        """Each group's partial (``partial(indices)``), merged along the tree and settled."""
+        partials = {g: partial(members[g]) for g in groups}
+        settle(subtree_roots(partials, groups[0], groups[-1] + 1, merge_partials))
 
     def synchronous() -> None:
         trained = runtime.train_many(clients, round_, [current] * len(clients),
                                      [None] * len(clients), prox=proximal(current))
-        mean_partial([w for w, _ in trained], [o.num_samples for _, o in trained],
-                     True).settle()
+        reduced(lambda ids: mean_partial([trained[i][0] for i in ids],
+                                         [trained[i][1].num_samples for i in ids], True))
 
     def fedbuff() -> None:
         trained = buffered.train_buffered(runtime, clients, round_, message, proximal)
-        columns = [list(column) for column in zip(*trained, strict=True)]
-        # (trees before session 25 returned no start version and rebased on the worker)
-        by_version = columns[3:] if len(columns) > 3 else []
-        buffered.buffered_partial(columns[0], [float(o.num_samples) for o in columns[1]],
-                                  columns[2], *by_version)["model"].settle()
+        reduced(lambda ids: buffered.buffered_partial(
+            [trained[i][0] for i in ids], [float(trained[i][1].num_samples) for i in ids],
+            [trained[i][2] for i in ids], [trained[i][3] for i in ids]))
 
     timings: dict[str, list[float]] = {"sync": [], "fedbuff": []}
     for _ in range(repeats):

@@ -107,8 +107,9 @@ class Driver:
         self._streams: MetricStreams | None = None
         """Set by :meth:`request_stop`: stop at the next round boundary."""
         self._loop_progress = LoopProgress(Durable(0, None, {}), recorded=0)
-        self._system: SystemPlan | None = None
-        """The simulated clock's plan (``system:``), once planned."""
+        self._planning: PlanInBackground | None = None
+        """The simulated clock's plan (``system:``), planned in a thread from the start of
+        :meth:`run` until the round loop needs it (:meth:`_system`)."""
         self._recoveries: list[dict[str, Any]] = []
         validation_y = (None if setup.validation_index is None
                         else _fetch(setup.arrays["train_y"])[setup.validation_index])
@@ -147,11 +148,11 @@ class Driver:
             self._set_progress(status="waiting for resources")
             workers = self.workers
             try:
-                # the clock is planned while the workers configure
-                planning = None if self.spec.clock is None else self._plan_clock(workers[0])
+                # the clock is planned while the workers configure and take their groups
+                self._planning = None if self.spec.clock is None else \
+                    self._plan_clock(workers[0])
                 update_manifest(self.run_dir, workers=self._configure(workers),
                                 workers_ready_at=time.time())
-                self._system = None if planning is None else planning.result()
                 self._set_progress(status="running")
                 final = self._round_loop(workers, sink, checkpoint)
             except StoppedAtRoundBoundary as stopped:
@@ -211,6 +212,10 @@ class Driver:
         flops = worker.clock_flops.remote(setup.context, setup.partition.num_clients)
         return PlanInBackground(self.spec.clock, setup.context, setup.partition,
                                 setup.initial_weights, lambda: ray.get(flops))
+
+    def _system(self) -> SystemPlan | None:
+        """The clock's plan (waits for the planning thread; raises what planning raised)."""
+        return None if self._planning is None else self._planning.result()
 
     def _configure(self, workers: list[Any]) -> list[dict[str, Any]]:
         """Bind every worker to this run (also after Ray restarted one); returns where each
@@ -333,7 +338,7 @@ class Driver:
                        *([LiveMetrics(self._streams)] if self._streams else []),
                        *([PrivacyAccounting(privacy, spec.rounds)] if privacy else [])],
             report=self._set_progress, poisson_rate=None if privacy is None else privacy.rate,
-            system=self._system)
+            system=self._system())
         return loop.run()
 
     def _send_groups(self, workers: list[Any], group_of_client: np.ndarray,

@@ -277,6 +277,8 @@ class RoundLoop:
         audit = any(callback.audits(round_) for callback in self.callbacks)
         handle = self.workers.run_round(round_, message, dict(sorted(work.items())), incoming,
                                         moves, audit)
+        if self.system is not None and self.system.asynchronous:  # while the workers train
+            self._keep_version(round_, state)
         dispatch = Dispatch(round_, handle, message, len(sampled), started)
         for callback in self.callbacks:
             callback.after_dispatch(self, dispatch)
@@ -381,16 +383,21 @@ class RoundLoop:
         the earlier versions they start from (kept only while a later round needs them)."""
         assert self.system is not None
         last_use = self.system.last_use
-        if last_use.get(round_, -1) > round_:  # a later round starts clients from it: kept
-            # as one flat vector, flattened once (it travels in every such round)
-            self.history[round_] = on_device(self.algorithm.global_weights(state),
-                                             torch.device("cpu"))
         for version in [v for v in self.history if last_use.get(v, -1) < round_]:
             del self.history[version]
         clients, versions, weights = self.system.records.buffered(round_)
         bases = {v: self.history[v] for v in np.unique(versions).tolist() if v != round_}
         return {"clients": clients, "start_versions": versions, "weights": weights,
                 "bases": bases, "version": round_}
+
+    def _keep_version(self, round_: int, state: Any) -> None:
+        """FedBuff: keep this round's global model if a later round starts clients from it, as
+        one flat vector, flattened once (it travels in every such round's message; not in this
+        round's own, whose clients start from the broadcast)."""
+        assert self.system is not None
+        if self.system.last_use.get(round_, -1) > round_:
+            self.history[round_] = on_device(self.algorithm.global_weights(state),
+                                             torch.device("cpu"))
 
     def versions_needed_from(self, next_round: int) -> dict[int, Weights]:
         """FedBuff: the global models of versions before ``next_round`` that a round from

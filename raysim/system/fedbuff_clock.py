@@ -65,13 +65,6 @@ class IdleSites:
     """Uniforms drawn from the generator at a time for single-slot draws (one numpy call per
     arrival cost more than the rest of the arrival's bookkeeping)."""
 
-    def _uniform(self, rng: np.random.Generator) -> float:
-        """The next uniform [0, 1) number of the seeded stream, drawn in blocks."""
-        if self._next_uniform == len(self._uniforms):
-            self._uniforms, self._next_uniform = rng.random(self.UNIFORM_BLOCK).tolist(), 0
-        self._next_uniform += 1
-        return self._uniforms[self._next_uniform - 1]
-
     def take(self, time: float, free: int, rng: np.random.Generator) -> list[int]:
         """Up to ``free`` sites available at ``time`` and idle (all of them, in id order, when
         they fit; else a seeded uniform draw without replacement), marked busy."""
@@ -82,20 +75,26 @@ class IdleSites:
             self.position = [-1] * len(self.position)
             for index, site in enumerate(self.sites):
                 self.position[site] = index
-        count = len(self.sites)
+        sites = self.sites
+        count = len(sites)
         if count <= free:
-            chosen = sorted(self.sites)
+            chosen = sorted(sites)
         elif free == 1:  # an arrival's slot: floor(u x count) is uniform to 2^-53 of a site
-            chosen = [self.sites[min(int(self._uniform(rng) * count), count - 1)]]
+            if self._next_uniform == len(self._uniforms):
+                self._uniforms, self._next_uniform = rng.random(self.UNIFORM_BLOCK).tolist(), 0
+            uniform = self._uniforms[self._next_uniform]
+            self._next_uniform += 1
+            chosen = [sites[min(int(uniform * count), count - 1)]]
         else:
-            chosen = [self.sites[i] for i in rng.choice(count, free, replace=False).tolist()]
+            chosen = [sites[i] for i in rng.choice(count, free, replace=False).tolist()]
+        busy, position = self.busy, self.position
         for site in chosen:
-            self.busy[site] = True
-            index, last = self.position[site], self.sites.pop()
+            busy[site] = True
+            index, last = position[site], sites.pop()
             if last != site:  # the last entry fills the hole
-                self.sites[index] = last
-                self.position[last] = index
-            self.position[site] = -1
+                sites[index] = last
+                position[last] = index
+            position[site] = -1
         return chosen
 
     def release(self, sites: list[int]) -> None:
@@ -120,13 +119,15 @@ def fedbuff_plan(profiles: list[SiteProfile], workload: Workload, rounds: int,
     availabilities = [profile.availability for profile in profiles]
     always = [availability.always for availability in availabilities]
     training = 0
-    events: list[tuple[float, int, int]] = []  # (finish, client, start number)
-    started: dict[int, tuple[float, int, bool]] = {}  # start number: (start, version, offline)
+    # (finish, client, start number, start, start version, late: offline before it finishes);
+    # the start number is unique, so later entries are never compared
+    events: list[tuple[float, int, int, float, int, bool]] = []
     starts = 0
     version, now, previous = 0, 0.0, 0.0
     buffer: list[tuple[int, float, int]] = []  # (client, start, start version)
     dropped: list[tuple[int, float, int]] = []
     plans: list[RoundPlan] = []
+    push, pop = heapq.heappush, heapq.heappop
 
     def fill(time: float) -> None:
         nonlocal starts, training
@@ -137,22 +138,23 @@ def fedbuff_plan(profiles: list[SiteProfile], workload: Workload, rounds: int,
             finish = time + download[client] + compute[client] + upload[client]
             window = (time, math.inf) if always[client] else \
                 availabilities[client].window_at(time)
-            late = window is None or not finish <= window[1]  # offline before it finishes
             starts += 1
             training += 1
-            started[starts] = (time, version, late)
-            heapq.heappush(events, (finish, client, starts))
+            push(events, (finish, client, starts, time, version,
+                          window is None or not finish <= window[1]))
 
     def update(end: float) -> RoundPlan:
-        rows = buffer + dropped
-        clients = np.array([row[0] for row in rows], dtype=np.int64)
-        versions = np.array([row[2] for row in rows], dtype=np.int64)
-        outcomes = np.array([TRAINED] * len(buffer) + [OFFLINE] * len(dropped),
-                            dtype=OUTCOME_DTYPE)
-        weights = np.array([staleness_weight(version - row[2], exponent) for row in buffer]
-                           + [1.0] * len(dropped))
-        return round_plan(version, previous, end, clients, np.array([row[1] for row in rows]),
-                          times, outcomes, versions, weights)
+        clients, starts_at, versions = (np.array(column) for column in zip(*buffer, *dropped,
+                                                                          strict=True))
+        outcomes = np.full(len(clients), OFFLINE, dtype=OUTCOME_DTYPE)
+        outcomes[:len(buffer)] = TRAINED
+        weights = np.ones(len(clients))
+        staleness, which = np.unique(version - versions[:len(buffer)], return_inverse=True)
+        weights[:len(buffer)] = np.array(  # Python's power, once per distinct staleness
+            [staleness_weight(int(value), exponent) for value in staleness])[which]
+        return round_plan(version, previous, end, clients.astype(np.int64, copy=False),
+                          starts_at.astype(float, copy=False), times, outcomes,
+                          versions.astype(np.int64, copy=False), weights)
 
     rng = numpy_rng(seed, "system-fedbuff")  # one stream: the plan is computed in order
     idle = IdleSites(OnlineMask(profiles))  # not training nor waiting in the buffer
@@ -165,8 +167,7 @@ def fedbuff_plan(profiles: list[SiteProfile], workload: Workload, rounds: int,
             now = later
             fill(now)
             continue
-        now, client, key = heapq.heappop(events)
-        start, start_version, late = started.pop(key)
+        now, client, _, start, start_version, late = pop(events)
         training -= 1
         if late:
             dropped.append((client, start, start_version))
