@@ -232,8 +232,8 @@ class _OneStepRuntime:
 
     device = __import__("torch").device("cpu")
 
-    def versions_on_device(self, models):
-        return dict(models)
+    def versions_on_device(self, wanted, sent):
+        return {version: sent[version] for version in wanted}
 
     def train_many(self, clients, round_, starts, states, prox=None):
         return [(_flat((start.vector + 1).tolist()), None) for start in starts]
@@ -279,8 +279,8 @@ def test_fedprox_under_fedbuff_trains_every_client_in_one_call_anchored_at_its_s
     class LoggingRuntime:
         device = torch.device("cpu")
 
-        def versions_on_device(self, models):
-            return dict(models)
+        def versions_on_device(self, wanted, sent):
+            return {version: sent[version] for version in wanted}
 
         def train_many(self, clients, round_, starts, states, prox=None):
             calls.append((list(clients), starts, prox))
@@ -295,6 +295,51 @@ def test_fedprox_under_fedbuff_trains_every_client_in_one_call_anchored_at_its_s
     assert clients == [0, 1, 2, 3] and mu == 0.1
     assert [a.vector.tolist() for a in anchors] == [s.vector.tolist() for s in starts] == [
         [5.0, 5.0], [2.0, 3.0], [1.0, 1.0], [2.0, 3.0]]
+
+
+def test_the_driver_sends_a_worker_only_the_start_versions_it_does_not_keep():
+    from types import SimpleNamespace
+
+    import torch
+
+    from raysim.engine.round_loop import Durable, LoopProgress, RoundLoop
+    from raysim.system.plan import SystemPlan
+    from raysim.system.records import ClockRecords
+    from raysim.training.runtime import ClientRuntime
+
+    profiles = _profiles(*[(1.0 + c % 5, 100.0, 100.0) for c in range(24)])
+    plans = fedbuff_plan(profiles, Workload(np.full(24, 40.0), 1e3, 1e3), 30, buffer_size=8,
+                         concurrency=16, exponent=0.5, seed=0)
+    tiers = np.full(24, "", dtype=object)
+    system = SystemPlan("fedbuff", tuple(plans), tiers, ClockRecords(plans, tiers))
+    owner = np.arange(24) % 2  # two workers
+
+    def model(version):  # the global model of each server version
+        return {"w": np.full(2, float(version), dtype=np.float32)}
+
+    loop = RoundLoop(SimpleNamespace(global_weights=lambda state: state), seed=0,
+                     num_clients=24, clients_per_round=8, rounds=30, worker_of_client=owner,
+                     workers=None, sink=None, progress=LoopProgress(Durable(0, None, {}), 0),
+                     system=system)
+    workers = [SimpleNamespace(_versions={}, device=torch.device("cpu")) for _ in range(2)]
+    sent = stale = every = 0
+    for round_ in range(30):
+        clients = system.records.trained(round_)
+        work = {int(w): clients[owner[clients] == w] for w in np.unique(owner[clients])}
+        message = loop._fedbuff_message(round_, work)
+        loop._keep_version(round_, model(round_))
+        sent += len(message["bases"])
+        every += len(set(message["start_versions"].tolist()) - {round_})  # without keeping
+        for worker, mine in work.items():  # each worker as ClientWorker's runtime keeps them
+            versions = message["start_versions"][np.searchsorted(message["clients"], mine)]
+            stale += len(set(versions.tolist()) - {round_})
+            starts = ClientRuntime.versions_on_device(
+                workers[worker], sorted(set(versions.tolist()) | {round_}),
+                {**message["bases"], round_: model(round_)})
+            assert {v: start.vector.tolist() for v, start in starts.items()} == {
+                v: [float(v)] * 2 for v in starts}  # each start is its version's model
+    assert stale > 30  # workers train stale clients in most rounds...
+    assert sent < every / 2  # ...from versions they mostly keep from their earlier calls
 
 
 def test_a_trace_file_gives_profiles_and_windows(tmp_path):

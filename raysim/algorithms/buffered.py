@@ -54,8 +54,7 @@ def train_buffered(runtime: ClientRuntime, clients: Sequence[int], round_: int,
     versions: list[int] = buffered["start_versions"][index].tolist()
     staleness_weights: list[float] = buffered["weights"][index].tolist()
     starts = runtime.versions_on_device(  # each version put on the device once per run
-        {v: message["model"] if v == now else buffered["bases"][v]
-         for v in sorted(set(versions) | {now})})
+        sorted(set(versions) | {now}), {**buffered["bases"], now: message["model"]})
     terms = {version: proximal(start) for version, start in starts.items()}
     prox = None if terms[now] is None else (  # FedProx: anchored at the client's start
         [terms[version][0] for version in versions], terms[now][1])
@@ -95,10 +94,13 @@ def buffered_partial(models: Sequence[Weights], client_weights: Sequence[float],
                      ) -> BufferedPartial:
     """A group's partial (:class:`BufferedPartial`) from its clients' trained models, weights
     a_c, staleness weights s_c and start versions."""
-    weights = [a * s for a, s in zip(client_weights, staleness_weights, strict=True)]
+    weights: list[float] = []
     by_version: dict[int, float] = {}
-    for version, weight in zip(versions, weights, strict=True):
-        by_version[version] = by_version.get(version, 0.0) + weight
+    for client_weight, staleness, version in zip(client_weights, staleness_weights, versions,
+                                                 strict=True):
+        weight = client_weight * staleness
+        weights.append(weight)
+        by_version[version] = by_version[version] + weight if version in by_version else weight
     return BufferedPartial(WeightedSum.of(models, weights), float(sum(client_weights)),
                            by_version)
 

@@ -64,11 +64,11 @@ class FedAvg(Algorithm[FedAvgParams | FedProxParams, State]):
         privacy = self.context.privacy
         weighted = self.params.weighted and privacy is None  # DP: one vote each
         if self.context.fedbuff_server_lr is not None:
-            return buffered.buffered_partial(
-                [r.upload["model"] for _, r in results],
-                [float(r.num_samples) if weighted else 1.0 for _, r in results],
-                [r.metrics[buffered.WEIGHT] for _, r in results],
-                [int(r.metrics[buffered.VERSION]) for _, r in results])
+            models, sizes, staleness, versions = zip(*[
+                (r.upload["model"], float(r.num_samples) if weighted else 1.0,
+                 r.metrics[buffered.WEIGHT], int(r.metrics[buffered.VERSION]))
+                for _, r in results], strict=True)
+            return buffered.buffered_partial(models, sizes, staleness, versions)
         partial = mean_partial([r.upload["model"] for _, r in results],
                                [r.num_samples for _, r in results], weighted)
         if privacy is not None and privacy.adaptive is not None:  # and the within-clip bits

@@ -225,6 +225,9 @@ class RoundLoop:
         """Relayed client states per destination worker, not yet delivered."""
         self.system = system
         """With ``system:``: the simulated clock's plan of every round (who trains, when)."""
+        self.kept_versions: dict[int, set[int]] = {}
+        """FedBuff: the server versions each worker keeps on its device (those its last call
+        used; none known for a new loop, as after a restart)."""
         self.history: dict[int, Weights] = dict(progress.durable.server_versions)
         """FedBuff: the global models (flat vectors) of earlier versions that later rounds'
         clients start from (after a rollback or a resume, those the durable state kept)."""
@@ -266,13 +269,13 @@ class RoundLoop:
         started = time.perf_counter()
         sampled = self.sample_clients(round_)
         message = self.algorithm.broadcast(state, round_)
-        if self.system is not None and self.system.asynchronous:
-            message["fedbuff"] = self._fedbuff_message(round_, state)
         owners = self.worker_of_client[sampled]
         work = {int(w): sampled[owners == w] for w in np.unique(owners)}
         moves = self._moves(round_)
         for w in [*self.in_flight, *moves]:
             work.setdefault(w, sampled[:0])
+        if self.system is not None and self.system.asynchronous:
+            message["fedbuff"] = self._fedbuff_message(round_, work)
         incoming = {w: self.in_flight.pop(w, []) for w in sorted(work)}
         audit = any(callback.audits(round_) for callback in self.callbacks)
         handle = self.workers.run_round(round_, message, dict(sorted(work.items())), incoming,
@@ -304,7 +307,9 @@ class RoundLoop:
         else:
             if root is not None and self.system is not None and self.system.asynchronous:
                 # FedBuff: the server subtracts the start versions' share of the uploads
-                root = dataclasses.replace(root, message=outcome.dispatch.message["fedbuff"])
+                round_ = outcome.round
+                root = dataclasses.replace(root, message={"version": round_, "bases": {
+                    v: self.history[v] for v in root.version_weights if v != round_}})
             outcome.state = self.algorithm.aggregate(state, [] if root is None else [root],
                                                      outcome.round)
         outcome.aggregated = time.perf_counter()
@@ -378,15 +383,22 @@ class RoundLoop:
         return np.sort(numpy_rng(self.seed, "sample", round_).choice(total, count,
                                                                      replace=False))
 
-    def _fedbuff_message(self, round_: int, state: Any) -> dict[str, Any]:
+    def _fedbuff_message(self, round_: int, work: dict[int, np.ndarray]) -> dict[str, Any]:
         """FedBuff: each client's start version and staleness weight, and the global models of
-        the earlier versions they start from (kept only while a later round needs them)."""
+        the earlier versions they start from that a worker of the round does not keep (a worker
+        keeps the versions its last call used, the broadcast of that round among them, so most
+        rounds send none; :meth:`ClientRuntime.versions_on_device`)."""
         assert self.system is not None
         last_use = self.system.last_use
         for version in [v for v in self.history if last_use.get(v, -1) < round_]:
             del self.history[version]
         clients, versions, weights = self.system.records.buffered(round_)
-        bases = {v: self.history[v] for v in np.unique(versions).tolist() if v != round_}
+        missing: set[int] = set()
+        for worker, mine in work.items():
+            wanted = set(versions[np.searchsorted(clients, mine)].tolist()) | {round_}
+            missing |= wanted - self.kept_versions.get(worker, set())
+            self.kept_versions[worker] = wanted
+        bases = {v: self.history[v] for v in sorted(missing) if v != round_}
         return {"clients": clients, "start_versions": versions, "weights": weights,
                 "bases": bases, "version": round_}
 

@@ -346,13 +346,19 @@ class ClientRuntime:
         (the broadcast) converted once."""
         return convert_once(weights, lambda w: on_device(w, self.device))
 
-    def versions_on_device(self, models: Mapping[int, Weights]) -> dict[int, FlatWeights]:
+    def versions_on_device(self, wanted: Sequence[int], sent: Mapping[int, Weights]
+                           ) -> dict[int, FlatWeights]:
         """Server models by version (FedBuff's start versions) on the worker's device: a
-        version kept from the previous call is not converted again, and versions not asked
-        for are dropped. A version's model never changes within a run."""
+        version kept from the previous call is used as it is (a version's model never changes
+        within a run), any other is converted from ``sent``; versions not wanted are dropped.
+        The driver sends only the versions this worker does not keep (it keeps what its last
+        call wanted)."""
+        missing = [v for v in wanted if v not in self._versions and v not in sent]
+        if missing:
+            raise RuntimeError(f"server versions {missing} were neither sent nor kept on this "
+                               "worker (the driver's record of the versions it keeps is wrong)")
         self._versions = {version: self._versions[version] if version in self._versions
-                          else on_device(weights, self.device)
-                          for version, weights in models.items()}
+                          else on_device(sent[version], self.device) for version in wanted}
         return dict(self._versions)
 
     def _train_vectorized(self, clients: Sequence[int], round_: int, weights: Sequence[Weights],
