@@ -25,6 +25,11 @@ along the reduction tree, against the same clients from one model: ``fedbuff_wor
 client's proximal anchor is its own start version. ``--hidden`` sets the MLP's hidden layers
 (W3: 32, about 1,000 parameters; 1024 1024: about 1.08 M, where moving weights costs).
 
+``run_overhead_paired_mean`` and ``run_overhead_paired_t``: the mean of the paired differences
+and its t statistic, leaving out the first pair (it includes the pool's start). ``--runs-only``
+skips the in-process probes, so that ``PYTHONPATH=<older checkout>`` times an older tree's runs
+with this script (alternate the trees' invocations: the machine drifts between minutes).
+
 ``--cold N`` measures instead what a user's command costs: ``raysim run`` of each config as a
 new process (its own Ray, workers and driver started from nothing), the configurations
 alternating N times; one JSON line per configuration with the median seconds of the command
@@ -234,6 +239,9 @@ def main() -> None:
                         default=["sync", "deadline", "overselect", "fedbuff"])
     parser.add_argument("--algorithm", choices=["fedavg", "fedprox"], default="fedavg")
     parser.add_argument("--hidden", type=int, nargs="+", default=[32])
+    parser.add_argument("--runs-only", action="store_true",
+                        help="only the end-to-end runs (no in-process probes: runs against an "
+                        "older tree with PYTHONPATH=<checkout>)")
     parser.add_argument("--cold", type=int, default=0, metavar="N",
                         help="time N alternations of `raysim run` as new processes instead")
     args = parser.parse_args()
@@ -268,7 +276,12 @@ def main() -> None:
                # between minutes cancels within a pair
                "run_overhead_paired": round(float(np.median(
                    np.array(wholes[label]) / np.array(wholes[None]))) - 1, 3)}
-        if label is not None:
+        if label is not None and args.repeats > 2:  # the first pair includes the pool's start
+            pairs = np.array(wholes[label][1:]) / np.array(wholes[None][1:]) - 1
+            row["run_overhead_paired_mean"] = round(float(pairs.mean()), 4)
+            row["run_overhead_paired_t"] = round(float(
+                pairs.mean() / (pairs.std(ddof=1) / np.sqrt(len(pairs)))), 2)
+        if label is not None and not args.runs_only:
             raw = with_system(base, label)
             plan, planning = timed_plan(raw)
             row["planning_seconds_whole_run"] = round(planning, 4)
