@@ -232,7 +232,7 @@ class _OneStepRuntime:
 
     device = __import__("torch").device("cpu")
 
-    def versions_on_device(self, wanted, sent):
+    def versions_on_device(self, wanted, sent, keep=()):
         return {version: sent[version] for version in wanted}
 
     def train_many(self, clients, round_, starts, states, prox=None):
@@ -253,7 +253,7 @@ def test_stale_clients_train_from_their_start_version_and_their_updates_apply_to
     current, base = _flat([5.0, 5.0]), _flat([2.0, 3.0])
     message = {"model": current, "fedbuff": {
         "clients": np.array([0, 1]), "start_versions": np.array([4, 3]), "version": 4,
-        "bases": {3: base}, "weights": np.array([1.0, 0.7])}}
+        "bases": {3: base}, "weights": np.array([1.0, 0.7]), "keep": [3, 4]}}
     trained = train_buffered(_OneStepRuntime(), [0, 1], 4, message, lambda start: None)
     # the fresh client trained from the current model, the stale one from its base
     assert [model.vector.tolist() for model, *_ in trained] == [[6.0, 6.0], [3.0, 4.0]]
@@ -279,7 +279,7 @@ def test_fedprox_under_fedbuff_trains_every_client_in_one_call_anchored_at_its_s
     class LoggingRuntime:
         device = torch.device("cpu")
 
-        def versions_on_device(self, wanted, sent):
+        def versions_on_device(self, wanted, sent, keep=()):
             return {version: sent[version] for version in wanted}
 
         def train_many(self, clients, round_, starts, states, prox=None):
@@ -289,7 +289,7 @@ def test_fedprox_under_fedbuff_trains_every_client_in_one_call_anchored_at_its_s
     v2, v3, v4 = flat([1.0, 1.0]), flat([2.0, 3.0]), flat([5.0, 5.0])
     message = {"model": v4, "fedbuff": {
         "clients": np.array([0, 1, 2, 3]), "start_versions": np.array([4, 3, 2, 3]),
-        "version": 4, "bases": {2: v2, 3: v3}, "weights": np.ones(4)}}
+        "version": 4, "bases": {2: v2, 3: v3}, "weights": np.ones(4), "keep": []}}
     train_buffered(LoggingRuntime(), [0, 1, 2, 3], 4, message, lambda start: (start, 0.1))
     (clients, starts, (anchors, mu)), = calls
     assert clients == [0, 1, 2, 3] and mu == 0.1
@@ -335,11 +335,11 @@ def test_the_driver_sends_a_worker_only_the_start_versions_it_does_not_keep():
             stale += len(set(versions.tolist()) - {round_})
             starts = ClientRuntime.versions_on_device(
                 workers[worker], sorted(set(versions.tolist()) | {round_}),
-                {**message["bases"], round_: model(round_)})
+                {**message["bases"], round_: model(round_)}, message["keep"])
             assert {v: start.vector.tolist() for v, start in starts.items()} == {
                 v: [float(v)] * 2 for v in starts}  # each start is its version's model
     assert stale > 30  # workers train stale clients in most rounds...
-    assert sent < every / 2  # ...from versions they mostly keep from their earlier calls
+    assert sent <= every / 10  # ...from versions they keep from their earlier calls
 
 
 def test_a_trace_file_gives_profiles_and_windows(tmp_path):

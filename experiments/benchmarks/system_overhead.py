@@ -16,7 +16,9 @@ columns and their Parquet write), and ``clock_share_of_plain_round`` = (planning
 per round) / the run without ``system:``'s seconds per round. For FedBuff also its work on a
 client worker alone (``fedbuff_worker_ms``: training from several start versions and the
 staleness-weighted partials with their sums by start version, per client group and merged
-along the reduction tree, against the same clients from one model: ``fedbuff_worker_extra``).
+along the reduction tree, against the same clients from one model: ``fedbuff_worker_extra``),
+and the stale start versions FedBuff's rounds use against those the driver sends
+(``stale_versions_used``, ``stale_versions_sent``).
 
     python experiments/benchmarks/system_overhead.py [--repeats 3] [--policies sync fedbuff]
         [--algorithm fedprox] [--hidden 1024 1024]
@@ -144,7 +146,8 @@ def fedbuff_worker_ms(raw: dict[str, Any], plan: Any, round_: int = 30,
              for v in set(versions.tolist()) if v != round_}
     message = {"model": current, "fedbuff": {"clients": buffered_clients,
                                              "start_versions": versions, "weights": weights,
-                                             "bases": bases, "version": round_}}
+                                             "bases": bases, "version": round_,
+                                             "keep": sorted(bases)}}
     groups = sorted(set(worker.group_of[clients].tolist()))
     members = {g: [i for i, c in enumerate(clients) if worker.group_of[c] == g] for g in groups}
 
@@ -174,6 +177,36 @@ def fedbuff_worker_ms(raw: dict[str, Any], plan: Any, round_: int = 30,
     sync, fed = (float(np.median(timings[k])) for k in ("sync", "fedbuff"))
     return {"fedbuff_worker_clients": len(clients), "fedbuff_worker_ms": round(fed, 3),
             "sync_worker_ms": round(sync, 3), "fedbuff_worker_extra": round(fed / sync - 1, 3)}
+
+
+def stale_versions_sent(plan: Any, num_clients: int, workers: int = 2) -> dict[str, int]:
+    """FedBuff's messages over the run: the stale start versions its rounds' clients use
+    (each was in every message before session 26) and those the driver sends (the versions
+    some worker of the round does not keep), on the engine's layout of ``workers`` workers
+    (contiguous client groups of equal load)."""
+    from types import SimpleNamespace
+
+    from raysim.engine.placement import assign_groups, client_groups
+    from raysim.engine.round_loop import Durable, LoopProgress, RoundLoop
+
+    groups = client_groups(num_clients, 64)
+    owner = np.zeros(num_clients, dtype=np.int64)
+    for worker, owned in enumerate(assign_groups([float(len(g)) for g in groups], workers)):
+        for group in owned:
+            owner[groups[group]] = worker
+    loop = RoundLoop(SimpleNamespace(global_weights=lambda state: state), seed=0,
+                     num_clients=num_clients, clients_per_round=0, rounds=len(plan.rounds),
+                     worker_of_client=owner, workers=None, sink=None,
+                     progress=LoopProgress(Durable(0, None, {}), 0), system=plan)
+    used = sent = 0
+    for round_ in range(len(plan.rounds)):  # what the round loop does per round
+        clients = plan.records.trained(round_)
+        work = {int(w): clients[owner[clients] == w] for w in np.unique(owner[clients])}
+        message = loop._fedbuff_message(round_, work)
+        loop._keep_version(round_, {"w": np.zeros(1, dtype=np.float32)})
+        used += len(set(message["start_versions"].tolist()) - {round_})
+        sent += len(message["bases"])
+    return {"stale_versions_used": used, "stale_versions_sent": sent}
 
 
 def recording_seconds_per_round(plan: Any) -> float:
@@ -294,6 +327,7 @@ def main() -> None:
                 (recording + row["planning_seconds_per_round"]) / plain, 4)
             if label == "fedbuff":
                 row.update(fedbuff_worker_ms(raw, plan, round_=min(30, len(plan.rounds) - 1)))
+                row.update(stale_versions_sent(plan, raw["partition"]["num_clients"]))
         print(json.dumps(row), flush=True)
 
 

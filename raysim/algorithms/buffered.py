@@ -54,7 +54,8 @@ def train_buffered(runtime: ClientRuntime, clients: Sequence[int], round_: int,
     versions: list[int] = buffered["start_versions"][index].tolist()
     staleness_weights: list[float] = buffered["weights"][index].tolist()
     starts = runtime.versions_on_device(  # each version put on the device once per run
-        sorted(set(versions) | {now}), {**buffered["bases"], now: message["model"]})
+        sorted(set(versions) | {now}), {**buffered["bases"], now: message["model"]},
+        buffered["keep"])
     terms = {version: proximal(start) for version, start in starts.items()}
     prox = None if terms[now] is None else (  # FedProx: anchored at the client's start
         [terms[version][0] for version in versions], terms[now][1])

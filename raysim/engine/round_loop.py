@@ -226,8 +226,9 @@ class RoundLoop:
         self.system = system
         """With ``system:``: the simulated clock's plan of every round (who trains, when)."""
         self.kept_versions: dict[int, set[int]] = {}
-        """FedBuff: the server versions each worker keeps on its device (those its last call
-        used; none known for a new loop, as after a restart)."""
+        """FedBuff: the server versions each worker keeps on its device (as
+        :meth:`ClientRuntime.versions_on_device` keeps them; none known for a new loop, as
+        after a restart)."""
         self.history: dict[int, Weights] = dict(progress.durable.server_versions)
         """FedBuff: the global models (flat vectors) of earlier versions that later rounds'
         clients start from (after a rollback or a resume, those the durable state kept)."""
@@ -384,23 +385,26 @@ class RoundLoop:
                                                                      replace=False))
 
     def _fedbuff_message(self, round_: int, work: dict[int, np.ndarray]) -> dict[str, Any]:
-        """FedBuff: each client's start version and staleness weight, and the global models of
-        the earlier versions they start from that a worker of the round does not keep (a worker
-        keeps the versions its last call used, the broadcast of that round among them, so most
-        rounds send none; :meth:`ClientRuntime.versions_on_device`)."""
+        """FedBuff: each client's start version and staleness weight, the versions a later round
+        still starts clients from (``keep``), and the global models of the earlier versions
+        the round's clients start from that their worker does not keep (a worker keeps the
+        versions its calls used while a later round needs them, each round's broadcast among
+        them, so rounds rarely send one; :meth:`ClientRuntime.versions_on_device`)."""
         assert self.system is not None
         last_use = self.system.last_use
         for version in [v for v in self.history if last_use.get(v, -1) < round_]:
             del self.history[version]
         clients, versions, weights = self.system.records.buffered(round_)
+        keep = sorted(v for v in [*self.history, round_] if last_use.get(v, -1) > round_)
         missing: set[int] = set()
         for worker, mine in work.items():
             wanted = set(versions[np.searchsorted(clients, mine)].tolist()) | {round_}
-            missing |= wanted - self.kept_versions.get(worker, set())
-            self.kept_versions[worker] = wanted
+            kept = self.kept_versions.get(worker, set())
+            missing |= wanted - kept
+            self.kept_versions[worker] = wanted | (kept & set(keep))
         bases = {v: self.history[v] for v in sorted(missing) if v != round_}
         return {"clients": clients, "start_versions": versions, "weights": weights,
-                "bases": bases, "version": round_}
+                "bases": bases, "version": round_, "keep": keep}
 
     def _keep_version(self, round_: int, state: Any) -> None:
         """FedBuff: keep this round's global model if a later round starts clients from it, as

@@ -346,20 +346,22 @@ class ClientRuntime:
         (the broadcast) converted once."""
         return convert_once(weights, lambda w: on_device(w, self.device))
 
-    def versions_on_device(self, wanted: Sequence[int], sent: Mapping[int, Weights]
-                           ) -> dict[int, FlatWeights]:
+    def versions_on_device(self, wanted: Sequence[int], sent: Mapping[int, Weights],
+                           keep: Sequence[int] = ()) -> dict[int, FlatWeights]:
         """Server models by version (FedBuff's start versions) on the worker's device: a
-        version kept from the previous call is used as it is (a version's model never changes
-        within a run), any other is converted from ``sent``; versions not wanted are dropped.
-        The driver sends only the versions this worker does not keep (it keeps what its last
-        call wanted)."""
+        version kept from an earlier call is used as it is (a version's model never changes
+        within a run), any other is converted from ``sent``. Kept afterwards: the versions
+        wanted now and, of those kept before, the ones in ``keep`` (versions a later round
+        starts clients from); the driver sends only versions this worker does not keep."""
         missing = [v for v in wanted if v not in self._versions and v not in sent]
         if missing:
             raise RuntimeError(f"server versions {missing} were neither sent nor kept on this "
                                "worker (the driver's record of the versions it keeps is wrong)")
-        self._versions = {version: self._versions[version] if version in self._versions
-                          else on_device(sent[version], self.device) for version in wanted}
-        return dict(self._versions)
+        starts = {version: self._versions[version] if version in self._versions
+                  else on_device(sent[version], self.device) for version in wanted}
+        self._versions = {**{v: self._versions[v] for v in keep if v in self._versions},
+                          **starts}
+        return starts
 
     def _train_vectorized(self, clients: Sequence[int], round_: int, weights: Sequence[Weights],
                           optimizer_states: Sequence[Any], prox: Proximal | None,
