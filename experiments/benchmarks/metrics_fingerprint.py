@@ -102,6 +102,8 @@ def print_fingerprints(name: str, raw: dict, output: Path) -> None:
             frame = load(outcome.run_dir, table)
         except (FileNotFoundError, ValueError):
             continue
+        if table == "system" and frame.empty:  # (a run without ``system:``)
+            continue
         print(f"{name} {table}: {fingerprint(frame)}", flush=True)
 
 
