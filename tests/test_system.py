@@ -215,15 +215,14 @@ def test_the_buffered_update_applies_stale_updates_to_the_current_model():
     weight = staleness_weight(1, 0.5)
     partial = buffered_partial([fresh, stale], [1.0, 1.0], [1.0, weight], [4, 3])
     assert partial.version_weights == {4: 1.0, 3: weight}
-    message = {"version": 4, "bases": {3: base}}
-    partial.message = message
-    new = buffered_update(current, partial, server_lr=1.0)["w"]
+    partial.bases = {3: base}
+    new = buffered_update(current, partial, 4, server_lr=1.0)["w"]
     # g + (1 x (fresh - g) + w x (stale - base)) / 2
     expected = np.array([1 + (1 + weight * 0.25) / 2, 1 + (2 + weight * 1.0) / 2])
     np.testing.assert_allclose(new, expected, rtol=1e-6)
     again = buffered_partial([fresh, stale], [1.0, 1.0], [1.0, weight], [4, 3])
-    again.message = message
-    halfway = buffered_update(current, again, server_lr=0.5)["w"]
+    again.bases = partial.bases
+    halfway = buffered_update(current, again, 4, server_lr=0.5)["w"]
     np.testing.assert_allclose(halfway, 1 + 0.5 * (expected - 1), rtol=1e-6)
 
 
@@ -259,8 +258,8 @@ def test_stale_clients_train_from_their_start_version_and_their_updates_apply_to
     assert [model.vector.tolist() for model, *_ in trained] == [[6.0, 6.0], [3.0, 4.0]]
     assert [(weight, version) for *_, weight, version in trained] == [(1.0, 4), (0.7, 3)]
     partial = buffered_partial([model for model, *_ in trained], [1.0, 1.0], [1.0, 0.7], [4, 3])
-    partial.message = message["fedbuff"]
-    new = buffered_update(current, partial, 1.0)["w"]
+    partial.bases = message["fedbuff"]["bases"]
+    new = buffered_update(current, partial, 4, 1.0)["w"]
     # each update (+1) applies to the current model, weighted 1 and 0.7, over A = 2
     np.testing.assert_allclose(new, [5.85, 5.85], rtol=1e-6)
 

@@ -12,7 +12,7 @@ server's target is
 
 where W_v = sum of a_c s_c over the clients that started from version v. The workers send the
 first sum (a float64 weighted sum of the trained models, as FedAvg's) and the W_v; the server
-subtracts the start versions' share in float64 (it has the versions: the round's message).
+subtracts the start versions' share in float64 (the driver keeps the versions).
 The new model is g + server_lr (X - g) (X itself at server_lr 1). Without staleness (every
 client from g, s_c = 1) W_now = A and X is FedAvg's weighted mean of the w_c to the bit.
 
@@ -69,13 +69,13 @@ def train_buffered(runtime: ClientRuntime, clients: Sequence[int], round_: int,
 class BufferedPartial(MergeablePartial):
     """A range of groups' partial: the sum of a_c s_c x trained model (``model``), the sum of
     a_c (``client_weight``) and W_v, the sum of a_c s_c by start version v
-    (``version_weights``). On the driver the round loop attaches the round's FedBuff message
-    (``message``: the current version and the start versions' models) before the update."""
+    (``version_weights``). On the driver the round loop attaches the models of the stale start
+    versions (``bases``, from its history) before the update."""
 
     model: WeightedSum
     client_weight: float
     version_weights: dict[int, float]
-    message: dict[str, Any] | None = None
+    bases: dict[int, Weights] | None = None
 
     def merge(self, other: BufferedPartial) -> BufferedPartial:
         """Add the right neighbour's partial into this one (in place)."""
@@ -106,16 +106,15 @@ def buffered_partial(models: Sequence[Weights], client_weights: Sequence[float],
                            by_version)
 
 
-def buffered_update(current: Weights, partial: BufferedPartial, server_lr: float
+def buffered_update(current: Weights, partial: BufferedPartial, now: int, server_lr: float
                     ) -> dict[str, np.ndarray]:
-    """The new global model from the merged partial and the round's FedBuff message attached
-    to it (see the module docstring)."""
-    total, weight, message = partial.model, partial.client_weight, partial.message
-    assert message is not None, "the round loop attaches the round's FedBuff message"
-    now = message["version"]
+    """The new global model of round ``now`` (the current version) from the merged partial and
+    the stale start versions' models attached to it (see the module docstring)."""
+    total, weight, bases = partial.model, partial.client_weight, partial.bases
+    assert bases is not None, "the round loop attaches the stale start versions' models"
     shares = partial.version_weights
     stale = [version for version in sorted(shares) if version != now]
-    models = [message["bases"][version] for version in stale]
+    models = [bases[version] for version in stale]
     factors = [-shares[version] for version in stale]
     rest = weight - shares.get(now, 0.0)
     if rest != 0:

@@ -308,9 +308,8 @@ class RoundLoop:
         else:
             if root is not None and self.system is not None and self.system.asynchronous:
                 # FedBuff: the server subtracts the start versions' share of the uploads
-                round_ = outcome.round
-                root = dataclasses.replace(root, message={"version": round_, "bases": {
-                    v: self.history[v] for v in root.version_weights if v != round_}})
+                root = dataclasses.replace(root, bases={
+                    v: self.history[v] for v in root.version_weights if v != outcome.round})
             outcome.state = self.algorithm.aggregate(state, [] if root is None else [root],
                                                      outcome.round)
         outcome.aggregated = time.perf_counter()
