@@ -12,8 +12,11 @@ CONFIG = Path(__file__).parents[1] / "experiments" / "scale" / "synthetic_10k.ya
 
 
 def test_ten_thousand_clients_sampled_per_round_with_flat_memory(ray_session, tmp_path):
+    # results flushed every 0.1 s: Arrow's memory pool, allocated once by the first Parquet
+    # write (about 20-40 MB), is in place before round 100 (at the default 2 s the first
+    # flush fell before or after it by chance, and with it the test)
     config = load_config(CONFIG, ["training.rounds=300", "evaluation.every=100",
-                                  "training.clients_per_round=50"])
+                                  "training.clients_per_round=50", "engine.flush_seconds=0.1"])
     outcome = run_experiment(config, output=str(tmp_path), progress=False)[0]
     assert outcome.error is None
     clients = load(outcome.run_dir, "clients")

@@ -203,7 +203,8 @@ def test_fedbuff_weighs_each_arrival_by_its_staleness():
 
 
 def test_the_buffered_update_applies_stale_updates_to_the_current_model():
-    from raysim.algorithms.buffered import buffered_partial, buffered_update
+    from raysim.algorithms.aggregators import WeightedSum
+    from raysim.algorithms.buffered import BufferedPartial, buffered_update, group_totals
     from raysim.training.weights import FlatWeights
 
     def flat(values):
@@ -213,16 +214,18 @@ def test_the_buffered_update_applies_stale_updates_to_the_current_model():
     current, base = flat([1.0, 1.0]), flat([0.25, -1.0])  # versions 4 and 3
     fresh, stale = flat([2.0, 3.0]), flat([0.5, 0.0])  # fresh from current, stale from base
     weight = staleness_weight(1, 0.5)
-    partial = buffered_partial([fresh, stale], [1.0, 1.0], [1.0, weight], [4, 3])
-    assert partial.version_weights == {4: 1.0, 3: weight}
-    partial.bases = {3: base}
-    new = buffered_update(current, partial, 4, server_lr=1.0)["w"]
+    totals = group_totals([1.0, 1.0], [1.0, weight], [4, 3])
+    assert (totals.client_weight, totals.version_weights) == (2.0, {4: 1.0, 3: weight})
+
+    def partial():
+        return BufferedPartial(WeightedSum.of([fresh, stale], [1.0, weight]),
+                               group_totals([1.0, 1.0], [1.0, weight], [4, 3]), {3: base})
+
+    new = buffered_update(current, partial(), 4, server_lr=1.0)["w"]
     # g + (1 x (fresh - g) + w x (stale - base)) / 2
     expected = np.array([1 + (1 + weight * 0.25) / 2, 1 + (2 + weight * 1.0) / 2])
     np.testing.assert_allclose(new, expected, rtol=1e-6)
-    again = buffered_partial([fresh, stale], [1.0, 1.0], [1.0, weight], [4, 3])
-    again.bases = partial.bases
-    halfway = buffered_update(current, again, 4, server_lr=0.5)["w"]
+    halfway = buffered_update(current, partial(), 4, server_lr=0.5)["w"]
     np.testing.assert_allclose(halfway, 1 + 0.5 * (expected - 1), rtol=1e-6)
 
 
@@ -247,18 +250,25 @@ def _flat(values):
 
 
 def test_stale_clients_train_from_their_start_version_and_their_updates_apply_to_the_current():
-    from raysim.algorithms.buffered import buffered_partial, buffered_update, train_buffered
+    from raysim.algorithms.buffered import (
+        BufferedPartial,
+        buffered_update,
+        group_totals,
+        train_buffered,
+    )
 
     current, base = _flat([5.0, 5.0]), _flat([2.0, 3.0])
     message = {"model": current, "fedbuff": {
         "clients": np.array([0, 1]), "start_versions": np.array([4, 3]), "version": 4,
         "bases": {3: base}, "weights": np.array([1.0, 0.7]), "keep": [3, 4]}}
-    trained = train_buffered(_OneStepRuntime(), [0, 1], 4, message, lambda start: None)
+    trained, buffer = train_buffered(_OneStepRuntime(), [0, 1], 4, message,
+                                     lambda start: None)
     # the fresh client trained from the current model, the stale one from its base
-    assert [model.vector.tolist() for model, *_ in trained] == [[6.0, 6.0], [3.0, 4.0]]
-    assert [(weight, version) for *_, weight, version in trained] == [(1.0, 4), (0.7, 3)]
-    partial = buffered_partial([model for model, *_ in trained], [1.0, 1.0], [1.0, 0.7], [4, 3])
-    partial.bases = message["fedbuff"]["bases"]
+    assert [model.vector.tolist() for model, _ in trained] == [[6.0, 6.0], [3.0, 4.0]]
+    assert buffer.staleness == {0: 1.0, 1: 0.7}
+    partial = BufferedPartial(buffer.partial([0, 1], [model for model, _ in trained], [1.0, 1.0]),
+                              group_totals([1.0, 1.0], [1.0, 0.7], [4, 3]),
+                              message["fedbuff"]["bases"])
     new = buffered_update(current, partial, 4, 1.0)["w"]
     # each update (+1) applies to the current model, weighted 1 and 0.7, over A = 2
     np.testing.assert_allclose(new, [5.85, 5.85], rtol=1e-6)

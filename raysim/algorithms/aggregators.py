@@ -149,23 +149,40 @@ class WeightedSum:
 
     def mean(self) -> dict[str, np.ndarray]:
         """The weighted mean cast back to each entry's dtype (integers rounded), as numpy."""
+        host32, extras = self._mean_parts()
+        result: dict[str, np.ndarray] = {}
+        for (name, shape, dtype), (start, stop) in zip(self.entries, _spans(self.entries),
+                                                      strict=True):
+            result[name] = host32[start:stop].reshape(shape) if dtype == "float32" \
+                else extras[name]
+        return result
+
+    def mean_flat(self) -> FlatWeights:
+        """:meth:`mean` as a host :class:`FlatWeights` (the float32 vector as computed, with no
+        per-entry arrays): what travels, is kept and is summed again in one piece."""
+        host32, extras = self._mean_parts()
+        layout = tuple((name, shape) for name, shape, dtype in self.entries
+                       if dtype == "float32")
+        return FlatWeights(host32, layout, extras)
+
+    def _mean_parts(self) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+        """The mean's float32 vector (host numpy) and its other entries by name."""
         vector, floats = self.vector, _float_count(self.entries)
         # divided in float64 and rounded to float32 as it is stored: no float64 mean vector
         # (a fresh one every round, page-faulted in on the driver where memory is slow)
         host32 = to_host(torch.div(vector[:floats], self.total_weight, out=torch.empty(
             floats, dtype=torch.float32, device=vector.device)))
-        rest = to_host(vector[floats:] / self.total_weight)
-        result: dict[str, np.ndarray] = {}
-        for (name, shape, dtype), (start, stop) in zip(self.entries, _spans(self.entries),
-                                                      strict=True):
-            if dtype == "float32":
-                result[name] = host32[start:stop].reshape(shape)
-            else:
-                values = rest[start - floats:stop - floats]
-                if np.issubdtype(np.dtype(dtype), np.integer):
-                    values = np.rint(values)
-                result[name] = values.astype(dtype).reshape(shape)
-        return result
+        extras: dict[str, np.ndarray] = {}
+        if len(self.entries) and self.length > floats:
+            rest = to_host(vector[floats:] / self.total_weight)
+            for (name, shape, dtype), (start, stop) in zip(self.entries, _spans(self.entries),
+                                                          strict=True):
+                if dtype != "float32":
+                    values = rest[start - floats:stop - floats]
+                    if np.issubdtype(np.dtype(dtype), np.integer):
+                        values = np.rint(values)
+                    extras[name] = values.astype(dtype).reshape(shape)
+        return host32, extras
 
     @property
     def sums(self) -> dict[str, np.ndarray]:
@@ -215,36 +232,15 @@ def weighted_mean(partials: Sequence[WeightedSum]) -> dict[str, np.ndarray]:
     return total.mean()
 
 
-class MergeablePartial:
-    """A partial with its own merge (e.g. FedBuff's, :class:`raysim.algorithms.buffered.
-    BufferedPartial`): a typed record merged in a few operations, where a dict of its fields
-    would be merged key by key through :func:`merge_partials`' generic cases (a cost paid at
-    every node of the reduction tree, every round)."""
-
-    __slots__ = ()
-
-    def merge(self, other: Any) -> Any:
-        """Add ``other`` (the right neighbour's partial, of the same type) into this one and
-        return the result."""
-        raise NotImplementedError
-
-    def settle(self) -> None:
-        """Compute every deferred sum inside now (see :func:`settle`)."""
-        raise NotImplementedError
-
-
 def merge_partials(left: Any, right: Any) -> Any:
     """The merge of two partials of adjacent client ranges (``left`` first), for the
-    reduction tree: weighted sums add (in place into ``left``), a :class:`MergeablePartial`
-    merges itself, lists concatenate, dicts merge key by key (a key on one side only is kept),
-    numbers add, None is the identity."""
+    reduction tree: weighted sums add (in place into ``left``), lists concatenate, dicts merge
+    key by key (a key on one side only is kept), numbers add, None is the identity."""
     if left is None:
         return right
     if right is None:
         return left
     if isinstance(left, WeightedSum) and isinstance(right, WeightedSum):
-        return left.merge(right)
-    if isinstance(left, MergeablePartial) and type(right) is type(left):
         return left.merge(right)
     if isinstance(left, list) and isinstance(right, list):
         return left + right
@@ -264,7 +260,7 @@ def settle(partial: Any) -> None:
     """Compute every deferred :class:`WeightedSum` inside ``partial`` (nested in mappings,
     lists, tuples or objects with a ``partial`` attribute) now, so the models it adds may
     change afterwards."""
-    if isinstance(partial, (WeightedSum, MergeablePartial)):
+    if isinstance(partial, WeightedSum):
         partial.settle()
     elif isinstance(partial, Mapping) and not isinstance(partial, FlatWeights):
         for value in partial.values():

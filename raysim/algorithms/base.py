@@ -243,6 +243,12 @@ class Algorithm(ABC, Generic[ParamsT, StateT]):
         per round)."""
         return rounds_done
 
+    def buffer_client_weights(self, sizes: np.ndarray) -> list[float]:
+        """FedBuff (methods that take ``system.policy: fedbuff``): each client's weight a_c in
+        the server's update, from the clients' sample counts ``sizes`` (as :meth:`reduce`
+        weighs their uploads)."""
+        raise NotImplementedError(f"{type(self).__name__} takes no asynchronous rounds")
+
     def merge(self, left: Any, right: Any) -> Any:
         """Merge the partials of two adjacent ranges of client groups (``left`` first), along
         the fixed reduction tree (default: :func:`~raysim.algorithms.aggregators.merge_partials`:

@@ -11,8 +11,11 @@ server's target is
       = (sum_c a_c s_c w_c - sum_{v != now} W_v b_v + (A - W_now) g) / A
 
 where W_v = sum of a_c s_c over the clients that started from version v. The workers send the
-first sum (a float64 weighted sum of the trained models, as FedAvg's) and the W_v; the server
-subtracts the start versions' share in float64 (the driver keeps the versions).
+first sum (a float64 weighted sum of the trained models, reduced as FedAvg's); the driver
+computes A and the W_v from its plan of the round
+(:class:`raysim.engine.buffering.BufferWeighting`, while the workers train, in the order the
+reduction tree would add them) and subtracts the start
+versions' share in float64 (the driver keeps the versions).
 The new model is g + server_lr (X - g) (X itself at server_lr 1). Without staleness (every
 client from g, s_c = 1) W_now = A and X is FedAvg's weighted mean of the w_c to the bit.
 
@@ -29,25 +32,21 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from raysim.algorithms.aggregators import MergeablePartial, WeightedSum
-from raysim.training.weights import Weights
+from raysim.algorithms.aggregators import WeightedSum
+from raysim.training.weights import FlatWeights, Weights
 
 if TYPE_CHECKING:
     from raysim.training.runtime import ClientRuntime
 
-WEIGHT = "fedbuff_weight"
-"""The ``clients`` column of each buffered client's staleness weight."""
-VERSION = "fedbuff_start_version"
-"""The ``clients`` column of the server version each buffered client trained from."""
-
 
 def train_buffered(runtime: ClientRuntime, clients: Sequence[int], round_: int,
                    message: dict[str, Any], proximal: Any
-                   ) -> list[tuple[Weights, Any, float, int]]:
-    """Train each client from its start version; returns (trained model, outcome, staleness
-    weight, start version) per client in order. ``proximal(start)``: the proximal term for
-    clients that start from ``start`` (FedProx: each client anchored at its own start
-    version). Every client trains in one call."""
+                   ) -> tuple[list[tuple[Weights, Any]], RoundBuffer]:
+    """Train each client from its start version; returns (trained model, outcome) per client
+    in order, and the clients' start versions and staleness weights (what the round's group
+    partials weigh them by). ``proximal(start)``: the proximal term for clients that start
+    from ``start`` (FedProx: each client anchored at its own start version). Every client
+    trains in one call."""
     buffered = message["fedbuff"]
     now = buffered["version"]
     index = np.searchsorted(buffered["clients"], clients)
@@ -61,58 +60,71 @@ def train_buffered(runtime: ClientRuntime, clients: Sequence[int], round_: int,
         [terms[version][0] for version in versions], terms[now][1])
     trained = runtime.train_many(clients, round_, [starts[v] for v in versions],
                                  [None] * len(clients), prox=prox)
-    return [(weights, outcome, weight, version) for (weights, outcome), weight, version
-            in zip(trained, staleness_weights, versions, strict=True)]
+    return trained, RoundBuffer(dict(zip(clients, staleness_weights, strict=True)))
+
+
+@dataclass(frozen=True, slots=True)
+class RoundBuffer:
+    """A worker's clients of one FedBuff round: each one's staleness weight (from the round's
+    message)."""
+
+    staleness: dict[int, float]
+
+    def partial(self, clients: Sequence[int], models: Sequence[Weights],
+                client_weights: Sequence[float]) -> WeightedSum:
+        """A group's partial: the sum of a_c s_c x trained model, in client order."""
+        staleness = self.staleness
+        return WeightedSum.of(models, [client_weight * staleness[client] for client, client_weight
+                                       in zip(clients, client_weights, strict=True)])
 
 
 @dataclass(slots=True)
-class BufferedPartial(MergeablePartial):
-    """A range of groups' partial: the sum of a_c s_c x trained model (``model``), the sum of
-    a_c (``client_weight``) and W_v, the sum of a_c s_c by start version v
-    (``version_weights``). On the driver the round loop attaches the models of the stale start
-    versions (``bases``, from its history) before the update."""
+class BufferTotals:
+    """A range of groups' A, the sum of the client weights a_c (``client_weight``), and W_v,
+    the sum of a_c s_c by start version v (``version_weights``)."""
 
-    model: WeightedSum
     client_weight: float
     version_weights: dict[int, float]
-    bases: dict[int, Weights] | None = None
 
-    def merge(self, other: BufferedPartial) -> BufferedPartial:
-        """Add the right neighbour's partial into this one (in place)."""
-        self.model = self.model.merge(other.model)
+    def merge(self, other: BufferTotals) -> BufferTotals:
+        """Add the right neighbour's totals into these (in place)."""
         self.client_weight += other.client_weight
         shares = self.version_weights
         for version, weight in other.version_weights.items():
             shares[version] = shares[version] + weight if version in shares else weight
         return self
 
-    def settle(self) -> None:
-        self.model.settle()
 
-
-def buffered_partial(models: Sequence[Weights], client_weights: Sequence[float],
-                     staleness_weights: Sequence[float], versions: Sequence[int]
-                     ) -> BufferedPartial:
-    """A group's partial (:class:`BufferedPartial`) from its clients' trained models, weights
-    a_c, staleness weights s_c and start versions."""
-    weights: list[float] = []
+def group_totals(client_weights: Sequence[float], staleness_weights: Sequence[float],
+                 versions: Sequence[int]) -> BufferTotals:
+    """One client group's totals from its clients' weights a_c, staleness weights s_c and
+    start versions, in client order."""
     by_version: dict[int, float] = {}
     for client_weight, staleness, version in zip(client_weights, staleness_weights, versions,
                                                  strict=True):
         weight = client_weight * staleness
-        weights.append(weight)
         by_version[version] = by_version[version] + weight if version in by_version else weight
-    return BufferedPartial(WeightedSum.of(models, weights), float(sum(client_weights)),
-                           by_version)
+    return BufferTotals(float(sum(client_weights)), by_version)
+
+
+@dataclass(slots=True)
+class BufferedPartial:
+    """A round's reduced uploads as the server's update takes them: the sum of
+    a_c s_c x trained model over the tree (``model``), the round's :class:`BufferTotals` and
+    the models of its stale start versions (``bases``, from the driver's history)."""
+
+    model: WeightedSum
+    totals: BufferTotals
+    bases: dict[int, Weights]
 
 
 def buffered_update(current: Weights, partial: BufferedPartial, now: int, server_lr: float
-                    ) -> dict[str, np.ndarray]:
+                    ) -> FlatWeights:
     """The new global model of round ``now`` (the current version) from the merged partial and
-    the stale start versions' models attached to it (see the module docstring)."""
-    total, weight, bases = partial.model, partial.client_weight, partial.bases
-    assert bases is not None, "the round loop attaches the stale start versions' models"
-    shares = partial.version_weights
+    the stale start versions' models attached to it (see the module docstring), as a host
+    FlatWeights: the round loop keeps it as a start version and sums it again in one piece."""
+    total, bases = partial.model, partial.bases
+    weight, shares = partial.totals.client_weight, partial.totals.version_weights
     stale = [version for version in sorted(shares) if version != now]
     models = [bases[version] for version in stale]
     factors = [-shares[version] for version in stale]
@@ -122,10 +134,13 @@ def buffered_update(current: Weights, partial: BufferedPartial, now: int, server
     if models:
         total = total.merge(WeightedSum.of(models, factors))
     total.total_weight = weight
-    target = total.mean()
+    target = total.mean_flat()
     if server_lr == 1.0:
         return target
-    now_values = {name: np.asarray(value) for name, value in dict(current).items()}
-    return {name: (now_values[name] + server_lr * (target[name] - now_values[name])).astype(
-        target[name].dtype) if np.issubdtype(target[name].dtype, np.floating) else target[name]
-        for name in target}
+    assert isinstance(target.vector, np.ndarray)
+    now_vector = np.concatenate([np.asarray(current[name], dtype=np.float32).reshape(-1)
+                                 for name, _ in target.layout]) if target.layout else \
+        np.zeros(0, dtype=np.float32)
+    # per value as g + lr (X - g) in float32 (the stored dtype); other entries as averaged
+    return FlatWeights(now_vector + server_lr * (target.vector - now_vector), target.layout,
+                       target.extras)

@@ -31,6 +31,10 @@ class FedAvg(Algorithm[FedAvgParams | FedProxParams, State]):
     private_uploads: ClassVar[tuple[str, ...]] = ("model",)
     asynchronous_refusal: ClassVar[str | None] = None
 
+    buffer: buffered.RoundBuffer | None = None
+    """FedBuff, on a worker: the start version and staleness weight of each client of the
+    round its last :meth:`local_updates` trained (what :meth:`reduce` weighs them by)."""
+
     def init_server_state(self, initial_weights: Weights) -> State:
         privacy = self.context.privacy
         if privacy is not None and privacy.adaptive is not None:
@@ -45,10 +49,10 @@ class FedAvg(Algorithm[FedAvgParams | FedProxParams, State]):
     def local_updates(self, runtime: ClientRuntime, clients: Sequence[int], round_: int,
                       message: dict[str, Any], states: Sequence[Any]) -> list[ClientResult]:
         if "fedbuff" in message:  # asynchronous: each client from its own start version
-            return [ClientResult.trained({"model": weights}, None, outcome,
-                                         **{buffered.WEIGHT: weight, buffered.VERSION: version})
-                    for weights, outcome, weight, version in buffered.train_buffered(
-                        runtime, clients, round_, message, self.proximal)]
+            trained, self.buffer = buffered.train_buffered(runtime, clients, round_, message,
+                                                           self.proximal)
+            return [ClientResult.trained({"model": weights}, None, outcome)
+                    for weights, outcome in trained]
         start = message["model"]
         trained = runtime.train_many(clients, round_, [start] * len(clients),
                                      [None] * len(clients), prox=self.proximal(start))
@@ -64,17 +68,22 @@ class FedAvg(Algorithm[FedAvgParams | FedProxParams, State]):
         privacy = self.context.privacy
         weighted = self.params.weighted and privacy is None  # DP: one vote each
         if self.context.fedbuff_server_lr is not None:
-            models, sizes, staleness, versions = zip(*[
-                (r.upload["model"], float(r.num_samples) if weighted else 1.0,
-                 r.metrics[buffered.WEIGHT], int(r.metrics[buffered.VERSION]))
-                for _, r in results], strict=True)
-            return buffered.buffered_partial(models, sizes, staleness, versions)
+            assert self.buffer is not None, "local_updates saw the round's buffer"
+            return self.buffer.partial([c for c, _ in results],
+                                       [r.upload["model"] for _, r in results],
+                                       [float(r.num_samples) if weighted else 1.0
+                                        for _, r in results])  # as buffer_client_weights
         partial = mean_partial([r.upload["model"] for _, r in results],
                                [r.num_samples for _, r in results], weighted)
         if privacy is not None and privacy.adaptive is not None:  # and the within-clip bits
             return {"model": partial, "within_clip": sum(
                 r.metrics["dp_model_within_clip"] for _, r in results)}
         return partial
+
+    def buffer_client_weights(self, sizes: np.ndarray) -> list[float]:
+        """FedBuff: each client's weight a_c, its sample count (unweighted: 1), as
+        :meth:`reduce` weighs its upload (FedBuff runs without ``privacy:``)."""
+        return sizes.astype(float).tolist() if self.params.weighted else [1.0] * len(sizes)
 
     def aggregate(self, state: State, partials: Sequence[Any], round_: int) -> State:
         privacy = self.context.privacy

@@ -16,6 +16,7 @@ import numpy as np
 import ray
 
 from raysim.engine import turns
+from raysim.engine.buffering import BufferWeighting
 from raysim.engine.checkpoint import Checkpoint, load_checkpoint, remove_checkpoint, truncate_results
 from raysim.engine.placement import assign_groups, client_groups, per_sample_costs
 from raysim.engine.ray_workers import RayWorkers
@@ -322,6 +323,7 @@ class Driver:
             spec.evaluation.every, rounds,
             lambda state, round_: self._evaluator.evaluate(workers, state, round_,
                                                            layout.clients_by_worker, sink))
+        system = self._system()
         loop = RoundLoop(
             self.algorithm, seed=context.seed, num_clients=context.num_clients,
             clients_per_round=context.clients_per_round, rounds=rounds,
@@ -338,8 +340,16 @@ class Driver:
                        *([LiveMetrics(self._streams)] if self._streams else []),
                        *([PrivacyAccounting(privacy, spec.rounds)] if privacy else [])],
             report=self._set_progress, poisson_rate=None if privacy is None else privacy.rate,
-            system=self._system())
+            system=system, buffering=self._buffering(system, layout))
         return loop.run()
+
+    def _buffering(self, system: SystemPlan | None, layout: _Layout) -> BufferWeighting | None:
+        """FedBuff: what the round loop computes each round's totals from (None otherwise)."""
+        if system is None or not system.asynchronous:
+            return None
+        sizes = self.spec.setup.partition.sizes()
+        return BufferWeighting(self.algorithm.buffer_client_weights(sizes),
+                               layout.group_of_client)
 
     def _send_groups(self, workers: list[Any], group_of_client: np.ndarray,
                      worker_of_client: np.ndarray) -> None:

@@ -19,7 +19,6 @@ again, but neither evaluated nor recorded twice.
 
 from __future__ import annotations
 
-import dataclasses
 import math
 import time
 from collections import defaultdict
@@ -30,6 +29,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 import numpy as np
 import torch
 
+from raysim.algorithms.buffered import BufferedPartial, BufferTotals
 from raysim.engine.memory import resident_memory_mb
 from raysim.engine.reduction_tree import Subtree, combine
 from raysim.privacy.sampling import poisson_sample
@@ -38,6 +38,7 @@ from raysim.training.evaluation import METRICS
 from raysim.training.weights import Weights, on_device, payload_bytes
 
 if TYPE_CHECKING:
+    from raysim.engine.buffering import BufferWeighting
     from raysim.system.plan import SystemPlan
 
 
@@ -206,7 +207,8 @@ class RoundLoop:
                  rounds: int, worker_of_client: np.ndarray, workers: Workers, sink: Sink,
                  progress: LoopProgress, callbacks: Sequence[RoundCallback] = (),
                  report: Callable[..., None] = lambda **fields: None,
-                 poisson_rate: float | None = None, system: SystemPlan | None = None):
+                 poisson_rate: float | None = None, system: SystemPlan | None = None,
+                 buffering: BufferWeighting | None = None):
         self.algorithm = algorithm
         self.seed = seed
         self.num_clients = num_clients
@@ -225,6 +227,10 @@ class RoundLoop:
         """Relayed client states per destination worker, not yet delivered."""
         self.system = system
         """With ``system:``: the simulated clock's plan of every round (who trains, when)."""
+        self.buffering = buffering
+        """FedBuff: what each round's totals (A, W_v) are computed from."""
+        self.buffer_totals: dict[int, BufferTotals | None] = {}
+        """FedBuff: the totals of the rounds dispatched and not yet aggregated."""
         self.kept_versions: dict[int, set[int]] = {}
         """FedBuff: the server versions each worker keeps on its device (as
         :meth:`ClientRuntime.versions_on_device` keeps them; none known for a new loop, as
@@ -283,6 +289,9 @@ class RoundLoop:
                                         moves, audit)
         if self.system is not None and self.system.asynchronous:  # while the workers train
             self._keep_version(round_, state)
+            assert self.buffering is not None, "FedBuff's driver weighs the buffer"
+            self.buffer_totals[round_] = self.buffering.totals(
+                *self.system.records.buffered(round_))
         dispatch = Dispatch(round_, handle, message, len(sampled), started)
         for callback in self.callbacks:
             callback.after_dispatch(self, dispatch)
@@ -308,8 +317,11 @@ class RoundLoop:
         else:
             if root is not None and self.system is not None and self.system.asynchronous:
                 # FedBuff: the server subtracts the start versions' share of the uploads
-                root = dataclasses.replace(root, bases={
-                    v: self.history[v] for v in root.version_weights if v != outcome.round})
+                totals = self.buffer_totals.pop(outcome.round)
+                assert totals is not None  # (the round's clients sent the root)
+                root = BufferedPartial(root, totals, {v: self.history[v] for v in
+                                                      totals.version_weights
+                                                      if v != outcome.round})
             outcome.state = self.algorithm.aggregate(state, [] if root is None else [root],
                                                      outcome.round)
         outcome.aggregated = time.perf_counter()
@@ -390,11 +402,9 @@ class RoundLoop:
         versions its calls used while a later round needs them, each round's broadcast among
         them, so rounds rarely send one; :meth:`ClientRuntime.versions_on_device`)."""
         assert self.system is not None
-        last_use = self.system.last_use
-        for version in [v for v in self.history if last_use.get(v, -1) < round_]:
-            del self.history[version]
+        self.history = self.versions_needed_from(round_)  # (the others' last use passed)
         clients, versions, weights = self.system.records.buffered(round_)
-        keep = sorted(v for v in [*self.history, round_] if last_use.get(v, -1) > round_)
+        keep = self.system.kept_after[round_]
         missing: set[int] = set()
         for worker, mine in work.items():
             wanted = set(versions[np.searchsorted(clients, mine)].tolist()) | {round_}
@@ -418,11 +428,11 @@ class RoundLoop:
         """FedBuff: the global models of versions before ``next_round`` that a round from
         ``next_round`` on starts clients from (what a durable state must keep besides the
         current model; empty without FedBuff)."""
-        if self.system is None or not self.system.asynchronous:
+        if self.system is None or not self.system.asynchronous or next_round == 0:
             return {}
-        last_use = self.system.last_use
-        return {version: state for version, state in self.history.items()
-                if version < next_round and last_use.get(version, -1) >= next_round}
+        history = self.history
+        return {version: history[version] for version in self.system.kept_after[next_round - 1]
+                if version in history}
 
     def _moves(self, round_: int) -> dict[int, np.ndarray]:
         """Per source worker: rows (client, destination client, destination worker)."""

@@ -136,9 +136,12 @@ def _as_tables(parts: list[_Rows | dict[str, np.ndarray]]
                 one_by_one(pa.table)
         run.clear()
 
+    signature: tuple[Any, ...] = ()
     for part in parts:
-        if run and _signature(run[0]) != _signature(part):
+        part_signature = _signature(part)
+        if run and part_signature != signature:
             close_run()
+        signature = part_signature
         run.append(part)
     close_run()
     return tables, errors
@@ -149,4 +152,5 @@ def _signature(part: _Rows | dict[str, np.ndarray]) -> tuple[Any, ...]:
     and dtypes."""
     if isinstance(part, _Rows):
         return ("rows",)
-    return tuple((key, np.asarray(value).dtype) for key, value in part.items())
+    return tuple((key, value.dtype if isinstance(value, np.ndarray) else np.asarray(value).dtype)
+                 for key, value in part.items())

@@ -44,6 +44,17 @@ class SystemPlan:
         return {int(version): plan.round
                 for plan in self.rounds for version in np.unique(plan.start_versions)}
 
+    @functools.cached_property
+    def kept_after(self) -> tuple[tuple[int, ...], ...]:
+        """FedBuff: for each round r, the server versions up to r (ascending) that a round
+        after r still starts clients from: what the driver and the workers keep after round
+        r, and what a durable state after round r holds besides the current model."""
+        kept: list[list[int]] = [[] for _ in self.rounds]
+        for version, last in sorted(self.last_use.items()):
+            for round_ in range(max(version, 0), min(last, len(kept))):
+                kept[round_].append(version)
+        return tuple(tuple(versions) for versions in kept)
+
 
 ArchitectureKey = tuple[str, tuple[int, ...]]
 """An architecture's config (JSON) and the input shape a client feeds it."""
@@ -110,4 +121,8 @@ def system_plan(config: SystemConfig, workload: Workload, rounds: int,
         plans = synchronous_plan(profiles, workload, rounds, clients_per_round, config.policy,
                                  seed, config.deadline_s, config.over_selection)
     tiers = np.array([profile.tier for profile in profiles], dtype=object)
-    return SystemPlan(config.policy, tuple(plans), tiers, ClockRecords(plans, tiers))
+    plan = SystemPlan(config.policy, tuple(plans), tiers,
+                      ClockRecords(plans, tiers, buffered=config.policy == "fedbuff"))
+    if plan.asynchronous:
+        _ = plan.kept_after  # (computed here, in the planning thread, not between rounds)
+    return plan

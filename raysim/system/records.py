@@ -17,6 +17,9 @@ from raysim.system.clock import OUTCOME_DTYPE, TRAINED, RoundPlan
 
 CLOCK_COLUMNS = ("sim_download_s", "sim_compute_s", "sim_upload_s", "sim_finish_s")
 """The ``clients`` table's columns of each trained client's simulated times."""
+BUFFER_COLUMNS = ("fedbuff_weight", "fedbuff_start_version")
+"""FedBuff: the ``clients`` table's columns of each trained client's staleness weight and
+the server version it trained from (as floats, like the algorithms' other client columns)."""
 
 
 class ClockRecords:
@@ -24,7 +27,8 @@ class ClockRecords:
     (by client, then start), and the trained clients (ascending, each once) with their
     simulated times and, for FedBuff, start versions and staleness weights."""
 
-    def __init__(self, rounds: Sequence[RoundPlan], tiers: Sequence[str] | np.ndarray = ()):
+    def __init__(self, rounds: Sequence[RoundPlan], tiers: Sequence[str] | np.ndarray = (),
+                 buffered: bool = False):
         count = len(rounds)
         sizes = np.array([len(plan.clients) for plan in rounds], dtype=np.int64)
         position = np.repeat(np.arange(count, dtype=np.int64), sizes)  # each row's round
@@ -60,8 +64,10 @@ class ClockRecords:
         used = np.flatnonzero(trained)
         used = used[np.lexsort((client[used], position[used]))]
         self._trained = client[used]
-        self._clock = np.stack([download[used], compute[used], upload[used], finish[used]],
-                               axis=1)
+        self._clock_names = CLOCK_COLUMNS + (BUFFER_COLUMNS if buffered else ())
+        self._clock = np.stack([download[used], compute[used], upload[used], finish[used],
+                                *([weight[used], version[used].astype(float)] if buffered
+                                  else [])], axis=1)
         self._versions, self._weights = version[used], weight[used]
         self._trained_bounds = np.searchsorted(position[used], np.arange(count + 1))
         dropped = np.bincount(position[~trained], minlength=count)
@@ -92,8 +98,9 @@ class ClockRecords:
         return self._trained[lo:hi], self._versions[lo:hi], self._weights[lo:hi]
 
     def clock_columns(self, round_: int, clients: np.ndarray) -> dict[str, np.ndarray]:
-        """Each trained client's simulated times, aligned with the ``clients`` rows (NaN for a
-        row whose client did not train in the round)."""
+        """Each trained client's simulated times (:data:`CLOCK_COLUMNS`) and, for FedBuff, its
+        staleness weight and start version (:data:`BUFFER_COLUMNS`), aligned with the
+        ``clients`` rows (NaN for a row whose client did not train in the round)."""
         lo, hi = self._trained_bounds[round_], self._trained_bounds[round_ + 1]
         ids, times = self._trained[lo:hi], self._clock[lo:hi]
         rows = np.asarray(clients, dtype=np.int64)
@@ -102,6 +109,6 @@ class ClockRecords:
             inside = np.minimum(position, max(len(ids) - 1, 0))
             found = (position < len(ids)) & (ids[inside] == rows) if len(ids) else \
                 np.zeros(len(rows), dtype=bool)
-            times = np.full((len(rows), len(CLOCK_COLUMNS)), np.nan)
+            times = np.full((len(rows), len(self._clock_names)), np.nan)
             times[found] = self._clock[lo:hi][position[found]]
-        return {key: times[:, k] for k, key in enumerate(CLOCK_COLUMNS)}
+        return {key: times[:, k] for k, key in enumerate(self._clock_names)}

@@ -292,6 +292,9 @@ def set_weights(model: nn.Module, weights: Weights) -> None:
             tensor.copy_(as_tensor(source[name]))
 
 
+_SCALARS = (int, float, bool, np.int64, np.float64)
+
+
 def payload_bytes(payload: Any) -> int:
     """Bytes a payload would take on the wire: array data, recursively; 8 bytes per scalar."""
     if isinstance(payload, np.ndarray):
@@ -306,6 +309,8 @@ def payload_bytes(payload: Any) -> int:
             return sum(value.nbytes for value in values)
         return sum(payload_bytes(value) for value in values)
     if isinstance(payload, (list, tuple)):
+        if all(type(value) in _SCALARS for value in payload):
+            return 8 * len(payload)
         return sum(payload_bytes(value) for value in payload)
     if payload is None:
         return 0
