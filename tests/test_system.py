@@ -229,6 +229,37 @@ def test_the_buffered_update_applies_stale_updates_to_the_current_model():
     np.testing.assert_allclose(halfway, 1 + 0.5 * (expected - 1), rtol=1e-6)
 
 
+def test_the_drivers_round_totals_add_what_the_workers_group_partials_would_in_their_order():
+    """A and the W_v from the driver's plan equal, to the bit, the group totals (client order)
+    merged along the reduction tree as two workers holding groups [0, 3) and [3, 8) and the
+    driver would merge them (random weights of different magnitudes: another order of the
+    additions gives other bits)."""
+    from raysim.algorithms.buffered import BufferTotals, group_totals
+    from raysim.engine.buffering import BufferWeighting
+    from raysim.engine.reduction_tree import combine, subtree_roots
+
+    rng = np.random.default_rng(7)
+    group_of_client = np.repeat(np.arange(8), 5)
+    sizes = (10.0 ** rng.uniform(-3, 3, size=40)).tolist()
+    clients = np.sort(rng.choice(40, size=23, replace=False))
+    versions = rng.integers(3, 7, size=23)
+    staleness = 10.0 ** rng.uniform(-2, 0, size=23)
+    driver = BufferWeighting(sizes, group_of_client).totals(clients, versions, staleness)
+    leaves = {}
+    for group in sorted(set(group_of_client[clients].tolist())):
+        inside = group_of_client[clients] == group
+        leaves[group] = group_totals([sizes[c] for c in clients[inside]],
+                                     staleness[inside].tolist(), versions[inside].tolist())
+    roots = [root for lo, hi in ((0, 3), (3, 8)) for root in subtree_roots(
+        {g: t for g, t in leaves.items() if lo <= g < hi}, lo, hi, BufferTotals.merge)]
+    workers = combine(roots, BufferTotals.merge)
+    assert driver is not None and workers is not None
+    assert driver.client_weight == workers.client_weight
+    assert driver.version_weights == workers.version_weights
+    in_order = sum(sizes[c] for c in clients.tolist())  # (one flat sum: not the tree's bits)
+    assert in_order == pytest.approx(driver.client_weight)
+
+
 class _OneStepRuntime:
     """Training adds 1 to every weight of the model a client starts from."""
 
@@ -427,6 +458,13 @@ def test_stale_updates_change_the_model_and_the_clock_is_worker_independent(ray_
     np.testing.assert_allclose(trained["staleness_weight"],
                                (1 + trained["staleness"]) ** -0.5)
     assert {"sim_compute_s", "sim_finish_s"} <= set(clients.columns)
+    # each trained client's start version and weight in `clients` are the plan's
+    planned = trained.set_index(["round", "client"]).sort_index()
+    recorded = clients.set_index(["round", "client"]).sort_index()
+    assert np.array_equal(recorded["fedbuff_start_version"].to_numpy(),
+                          planned["start_version"].to_numpy().astype(float))
+    assert np.array_equal(recorded["fedbuff_weight"].to_numpy(),
+                          planned["staleness_weight"].to_numpy())
 
 
 def test_a_run_clocks_each_client_by_the_flops_torch_counts_for_its_model(ray_session,
