@@ -204,7 +204,7 @@ def test_fedbuff_weighs_each_arrival_by_its_staleness():
 
 def test_the_buffered_update_applies_stale_updates_to_the_current_model():
     from raysim.algorithms.aggregators import WeightedSum
-    from raysim.algorithms.buffered import BufferedPartial, buffered_update, group_totals
+    from raysim.algorithms.buffered import BufferedPartial, BufferTotals, buffered_update
     from raysim.training.weights import FlatWeights
 
     def flat(values):
@@ -214,12 +214,10 @@ def test_the_buffered_update_applies_stale_updates_to_the_current_model():
     current, base = flat([1.0, 1.0]), flat([0.25, -1.0])  # versions 4 and 3
     fresh, stale = flat([2.0, 3.0]), flat([0.5, 0.0])  # fresh from current, stale from base
     weight = staleness_weight(1, 0.5)
-    totals = group_totals([1.0, 1.0], [1.0, weight], [4, 3])
-    assert (totals.client_weight, totals.version_weights) == (2.0, {4: 1.0, 3: weight})
 
-    def partial():
+    def partial():  # A = 2 clients of weight 1; W_4 = 1, W_3 = the stale one's weight
         return BufferedPartial(WeightedSum.of([fresh, stale], [1.0, weight]),
-                               group_totals([1.0, 1.0], [1.0, weight], [4, 3]), {3: base})
+                               BufferTotals(2.0, {4: 1.0, 3: weight}), {3: base})
 
     new = buffered_update(current, partial(), 4, server_lr=1.0)["w"]
     # g + (1 x (fresh - g) + w x (stale - base)) / 2
@@ -230,34 +228,46 @@ def test_the_buffered_update_applies_stale_updates_to_the_current_model():
 
 
 def test_the_drivers_round_totals_add_what_the_workers_group_partials_would_in_their_order():
-    """A and the W_v from the driver's plan equal, to the bit, the group totals (client order)
-    merged along the reduction tree as two workers holding groups [0, 3) and [3, 8) and the
-    driver would merge them (random weights of different magnitudes: another order of the
-    additions gives other bits)."""
-    from raysim.algorithms.buffered import BufferTotals, group_totals
+    """A and the W_v the driver computes with array operations equal, to the bit, sums in
+    the order of the engine's reduction: per group in client order, merged along the
+    reduction tree as two workers holding groups [0, 3) and [3, 8) and the driver would
+    merge them (random weights of different magnitudes: another order of the additions
+    gives other bits)."""
     from raysim.engine.buffering import BufferWeighting
     from raysim.engine.reduction_tree import combine, subtree_roots
+
+    def group(clients):  # (A, W_v) of one group, adding in client order
+        by_version: dict[int, float] = {}
+        for c in clients:
+            weight, version = sizes[c] * staleness[position[c]], versions[position[c]]
+            by_version[version] = by_version[version] + weight if version in by_version \
+                else weight
+        return sum(sizes[c] for c in clients), by_version
+
+    def merge(left, right):  # a tree node: the left partial first, as BufferedPartial's
+        shares = dict(left[1])
+        for version, weight in right[1].items():
+            shares[version] = shares[version] + weight if version in shares else weight
+        return left[0] + right[0], shares
 
     rng = np.random.default_rng(7)
     group_of_client = np.repeat(np.arange(8), 5)
     sizes = (10.0 ** rng.uniform(-3, 3, size=40)).tolist()
-    clients = np.sort(rng.choice(40, size=23, replace=False))
-    versions = rng.integers(3, 7, size=23)
-    staleness = 10.0 ** rng.uniform(-2, 0, size=23)
-    driver = BufferWeighting(sizes, group_of_client).totals(clients, versions, staleness)
-    leaves = {}
-    for group in sorted(set(group_of_client[clients].tolist())):
-        inside = group_of_client[clients] == group
-        leaves[group] = group_totals([sizes[c] for c in clients[inside]],
-                                     staleness[inside].tolist(), versions[inside].tolist())
+    trained = np.sort(rng.choice(40, size=23, replace=False))
+    versions = rng.integers(3, 7, size=23).tolist()
+    staleness = (10.0 ** rng.uniform(-2, 0, size=23)).tolist()
+    position = {c: i for i, c in enumerate(trained.tolist())}
+    driver = BufferWeighting(np.array(sizes), group_of_client).totals(
+        trained, np.array(versions), np.array(staleness))
+    leaves = {g: group([c for c in trained.tolist() if group_of_client[c] == g])
+              for g in sorted(set(group_of_client[trained].tolist()))}
     roots = [root for lo, hi in ((0, 3), (3, 8)) for root in subtree_roots(
-        {g: t for g, t in leaves.items() if lo <= g < hi}, lo, hi, BufferTotals.merge)]
-    workers = combine(roots, BufferTotals.merge)
-    assert driver is not None and workers is not None
-    assert driver.client_weight == workers.client_weight
-    assert driver.version_weights == workers.version_weights
-    in_order = sum(sizes[c] for c in clients.tolist())  # (one flat sum: not the tree's bits)
-    assert in_order == pytest.approx(driver.client_weight)
+        {g: t for g, t in leaves.items() if lo <= g < hi}, lo, hi, merge)]
+    client_weight, version_weights = combine(roots, merge)
+    assert driver is not None
+    assert driver.client_weight == client_weight and driver.version_weights == version_weights
+    assert BufferWeighting(np.array(sizes), group_of_client).totals(
+        trained[:0], np.array([], dtype=int), np.array([])) is None
 
 
 class _OneStepRuntime:
@@ -283,8 +293,8 @@ def _flat(values):
 def test_stale_clients_train_from_their_start_version_and_their_updates_apply_to_the_current():
     from raysim.algorithms.buffered import (
         BufferedPartial,
+        BufferTotals,
         buffered_update,
-        group_totals,
         train_buffered,
     )
 
@@ -298,7 +308,7 @@ def test_stale_clients_train_from_their_start_version_and_their_updates_apply_to
     assert [model.vector.tolist() for model, _ in trained] == [[6.0, 6.0], [3.0, 4.0]]
     assert buffer.staleness == {0: 1.0, 1: 0.7}
     partial = BufferedPartial(buffer.partial([0, 1], [model for model, _ in trained], [1.0, 1.0]),
-                              group_totals([1.0, 1.0], [1.0, 0.7], [4, 3]),
+                              BufferTotals(2.0, {4: 1.0, 3: 0.7}),
                               message["fedbuff"]["bases"])
     new = buffered_update(current, partial, 4, 1.0)["w"]
     # each update (+1) applies to the current model, weighted 1 and 0.7, over A = 2

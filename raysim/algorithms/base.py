@@ -243,7 +243,7 @@ class Algorithm(ABC, Generic[ParamsT, StateT]):
         per round)."""
         return rounds_done
 
-    def buffer_client_weights(self, sizes: np.ndarray) -> list[float]:
+    def buffer_client_weights(self, sizes: np.ndarray) -> np.ndarray:
         """FedBuff (methods that take ``system.policy: fedbuff``): each client's weight a_c in
         the server's update, from the clients' sample counts ``sizes`` (as :meth:`reduce`
         weighs their uploads)."""

@@ -80,31 +80,12 @@ class RoundBuffer:
 
 @dataclass(slots=True)
 class BufferTotals:
-    """A range of groups' A, the sum of the client weights a_c (``client_weight``), and W_v,
-    the sum of a_c s_c by start version v (``version_weights``)."""
+    """A round's A, the sum of the trained clients' weights a_c (``client_weight``), and W_v,
+    the sum of a_c s_c by start version v (``version_weights``); the driver computes them
+    (:class:`raysim.engine.buffering.BufferWeighting`)."""
 
     client_weight: float
     version_weights: dict[int, float]
-
-    def merge(self, other: BufferTotals) -> BufferTotals:
-        """Add the right neighbour's totals into these (in place)."""
-        self.client_weight += other.client_weight
-        shares = self.version_weights
-        for version, weight in other.version_weights.items():
-            shares[version] = shares[version] + weight if version in shares else weight
-        return self
-
-
-def group_totals(client_weights: Sequence[float], staleness_weights: Sequence[float],
-                 versions: Sequence[int]) -> BufferTotals:
-    """One client group's totals from its clients' weights a_c, staleness weights s_c and
-    start versions, in client order."""
-    by_version: dict[int, float] = {}
-    for client_weight, staleness, version in zip(client_weights, staleness_weights, versions,
-                                                 strict=True):
-        weight = client_weight * staleness
-        by_version[version] = by_version[version] + weight if version in by_version else weight
-    return BufferTotals(float(sum(client_weights)), by_version)
 
 
 @dataclass(slots=True)

@@ -80,10 +80,10 @@ class FedAvg(Algorithm[FedAvgParams | FedProxParams, State]):
                 r.metrics["dp_model_within_clip"] for _, r in results)}
         return partial
 
-    def buffer_client_weights(self, sizes: np.ndarray) -> list[float]:
+    def buffer_client_weights(self, sizes: np.ndarray) -> np.ndarray:
         """FedBuff: each client's weight a_c, its sample count (unweighted: 1), as
         :meth:`reduce` weighs its upload (FedBuff runs without ``privacy:``)."""
-        return sizes.astype(float).tolist() if self.params.weighted else [1.0] * len(sizes)
+        return sizes.astype(float) if self.params.weighted else np.ones(len(sizes))
 
     def aggregate(self, state: State, partials: Sequence[Any], round_: int) -> State:
         privacy = self.context.privacy

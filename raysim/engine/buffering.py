@@ -10,8 +10,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from raysim.algorithms.buffered import BufferTotals, group_totals
-from raysim.engine.reduction_tree import Subtree, combine
+from raysim.algorithms.buffered import BufferTotals
 
 
 @dataclass(frozen=True)
@@ -19,26 +18,28 @@ class BufferWeighting:
     """What the driver computes each FedBuff round's totals from: every client's weight a_c
     (:meth:`~raysim.algorithms.base.Algorithm.buffer_client_weights`) and client group."""
 
-    client_weights: list[float]
+    client_weights: np.ndarray
     group_of_client: np.ndarray
 
     def totals(self, clients: np.ndarray, versions: np.ndarray, staleness: np.ndarray
                ) -> BufferTotals | None:
         """The round's totals from its trained clients (ascending) with their start versions
-        and staleness weights: per group in client order, then merged along the reduction
-        tree, so that each sum adds the same numbers in the same order as if the workers'
-        group partials carried it (None: no client trained)."""
-        weights = self.client_weights
-        ids: list[int] = clients.tolist()
-        groups: list[int] = self.group_of_client[clients].tolist()
-        versions_of: list[int] = versions.tolist()
-        staleness_of: list[float] = staleness.tolist()
-        leaves = []
-        start = 0
-        for stop in range(1, len(ids) + 1):
-            if stop == len(ids) or groups[stop] != groups[start]:
-                leaves.append(Subtree((groups[start], groups[start] + 1), group_totals(
-                    [weights[c] for c in ids[start:stop]], staleness_of[start:stop],
-                    versions_of[start:stop])))
-                start = stop
-        return combine(leaves, BufferTotals.merge)
+        and staleness weights (None: no client trained).
+
+        Each sum adds the same numbers in the same order as the workers' group partials
+        merged along the reduction tree would: per group in client order (``bincount`` adds
+        its inputs in order), then pairwise up the tree's levels, left first (a group or
+        version without clients adds an exact 0.0 where the tree would skip it)."""
+        if not len(clients):
+            return None
+        groups = self.group_of_client[clients]
+        client_weights = self.client_weights[clients]
+        distinct, column = np.unique(versions, return_inverse=True)
+        leaves = 1 << int(groups.max()).bit_length()  # the tree's width (a power of two)
+        totals = np.bincount(groups, client_weights, minlength=leaves)
+        shares = np.bincount(groups * len(distinct) + column, client_weights * staleness,
+                             minlength=leaves * len(distinct)).reshape(leaves, len(distinct))
+        while len(totals) > 1:
+            totals, shares = totals[0::2] + totals[1::2], shares[0::2] + shares[1::2]
+        return BufferTotals(float(totals[0]), dict(zip(distinct.tolist(), shares[0].tolist(),
+                                                       strict=True)))
