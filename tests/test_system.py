@@ -233,7 +233,7 @@ def test_the_drivers_round_totals_add_what_the_workers_group_partials_would_in_t
     reduction tree as two workers holding groups [0, 3) and [3, 8) and the driver would
     merge them (random weights of different magnitudes: another order of the additions
     gives other bits)."""
-    from raysim.engine.buffering import BufferWeighting
+    from raysim.algorithms.buffered import BufferWeighting
     from raysim.engine.reduction_tree import combine, subtree_roots
 
     def group(clients):  # (A, W_v) of one group, adding in client order

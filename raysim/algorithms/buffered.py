@@ -12,9 +12,8 @@ server's target is
 
 where W_v = sum of a_c s_c over the clients that started from version v. The workers send the
 first sum (a float64 weighted sum of the trained models, reduced as FedAvg's); the driver
-computes A and the W_v from its plan of the round
-(:class:`raysim.engine.buffering.BufferWeighting`, while the workers train, in the order the
-reduction tree would add them) and subtracts the start
+computes A and the W_v with its plan of the rounds (:class:`BufferWeighting`, in the order
+the reduction tree would add them) and subtracts the start
 versions' share in float64 (the driver keeps the versions).
 The new model is g + server_lr (X - g) (X itself at server_lr 1). Without staleness (every
 client from g, s_c = 1) W_now = A and X is FedAvg's weighted mean of the w_c to the bit.
@@ -82,10 +81,44 @@ class RoundBuffer:
 class BufferTotals:
     """A round's A, the sum of the trained clients' weights a_c (``client_weight``), and W_v,
     the sum of a_c s_c by start version v (``version_weights``); the driver computes them
-    (:class:`raysim.engine.buffering.BufferWeighting`)."""
+    (:class:`BufferWeighting`)."""
 
     client_weight: float
     version_weights: dict[int, float]
+
+
+@dataclass(frozen=True)
+class BufferWeighting:
+    """What the driver computes each FedBuff round's totals from, with the clock's plan (in the
+    planning thread, before the rounds): every client's weight a_c
+    (:meth:`~raysim.algorithms.base.Algorithm.buffer_client_weights`) and client group (of
+    the engine's fixed reduction tree, :mod:`raysim.engine.reduction_tree`)."""
+
+    client_weights: np.ndarray
+    group_of_client: np.ndarray
+
+    def totals(self, clients: np.ndarray, versions: np.ndarray, staleness: np.ndarray
+               ) -> BufferTotals | None:
+        """The round's totals from its trained clients (ascending) with their start versions
+        and staleness weights (None: no client trained).
+
+        Each sum adds the same numbers in the same order as the workers' group partials
+        merged along the reduction tree would: per group in client order (``bincount`` adds
+        its inputs in order), then pairwise up the tree's levels, left first (a group or
+        version without clients adds an exact 0.0 where the tree would skip it)."""
+        if not len(clients):
+            return None
+        groups = self.group_of_client[clients]
+        client_weights = self.client_weights[clients]
+        distinct, column = np.unique(versions, return_inverse=True)
+        leaves = 1 << int(groups.max()).bit_length()  # the tree's width (a power of two)
+        totals = np.bincount(groups, client_weights, minlength=leaves)
+        shares = np.bincount(groups * len(distinct) + column, client_weights * staleness,
+                             minlength=leaves * len(distinct)).reshape(leaves, len(distinct))
+        while len(totals) > 1:
+            totals, shares = totals[0::2] + totals[1::2], shares[0::2] + shares[1::2]
+        return BufferTotals(float(totals[0]), dict(zip(distinct.tolist(), shares[0].tolist(),
+                                                       strict=True)))
 
 
 @dataclass(slots=True)

@@ -15,10 +15,15 @@ from typing import Any
 import numpy as np
 import ray
 
+from raysim.algorithms.buffered import BufferWeighting
 from raysim.engine import turns
-from raysim.engine.buffering import BufferWeighting
 from raysim.engine.checkpoint import Checkpoint, load_checkpoint, remove_checkpoint, truncate_results
-from raysim.engine.placement import assign_groups, client_groups, per_sample_costs
+from raysim.engine.placement import (
+    assign_groups,
+    client_groups,
+    group_of_client,
+    per_sample_costs,
+)
 from raysim.engine.ray_workers import RayWorkers
 from raysim.engine.round_callbacks import (
     Checkpointing,
@@ -211,8 +216,13 @@ class Driver:
         assert self.spec.clock is not None
         setup = self.spec.setup
         flops = worker.clock_flops.remote(setup.context, setup.partition.num_clients)
+        buffering = None
+        if self.spec.clock.system.policy == "fedbuff":  # and each round's totals
+            buffering = BufferWeighting(
+                self.algorithm.buffer_client_weights(setup.partition.sizes()), group_of_client(
+                    client_groups(setup.partition.num_clients, self.spec.engine.client_groups)))
         return PlanInBackground(self.spec.clock, setup.context, setup.partition,
-                                setup.initial_weights, lambda: ray.get(flops))
+                                setup.initial_weights, lambda: ray.get(flops), buffering)
 
     def _system(self) -> SystemPlan | None:
         """The clock's plan (waits for the planning thread; raises what planning raised)."""
@@ -235,12 +245,12 @@ class Driver:
                                                      num_workers)):
             for g in owned:
                 owner_of_group[g] = worker
-        group_of_client = np.concatenate([np.full(len(g), i) for i, g in enumerate(groups)])
-        worker_of_client = np.array([owner_of_group[g] for g in group_of_client])
+        group_of_each = group_of_client(groups)
+        worker_of_client = np.array([owner_of_group[g] for g in group_of_each])
         clients_by_worker: dict[int, list[int]] = defaultdict(list)
         for g, clients in enumerate(groups):
             clients_by_worker[owner_of_group[g]].extend(int(c) for c in clients)
-        return _Layout(groups, owner_of_group, group_of_client, worker_of_client,
+        return _Layout(groups, owner_of_group, group_of_each, worker_of_client,
                        dict(clients_by_worker))
 
     # ----- rounds -----
@@ -323,7 +333,6 @@ class Driver:
             spec.evaluation.every, rounds,
             lambda state, round_: self._evaluator.evaluate(workers, state, round_,
                                                            layout.clients_by_worker, sink))
-        system = self._system()
         loop = RoundLoop(
             self.algorithm, seed=context.seed, num_clients=context.num_clients,
             clients_per_round=context.clients_per_round, rounds=rounds,
@@ -340,16 +349,8 @@ class Driver:
                        *([LiveMetrics(self._streams)] if self._streams else []),
                        *([PrivacyAccounting(privacy, spec.rounds)] if privacy else [])],
             report=self._set_progress, poisson_rate=None if privacy is None else privacy.rate,
-            system=system, buffering=self._buffering(system, layout))
+            system=self._system())
         return loop.run()
-
-    def _buffering(self, system: SystemPlan | None, layout: _Layout) -> BufferWeighting | None:
-        """FedBuff: what the round loop computes each round's totals from (None otherwise)."""
-        if system is None or not system.asynchronous:
-            return None
-        sizes = self.spec.setup.partition.sizes()
-        return BufferWeighting(self.algorithm.buffer_client_weights(sizes),
-                               layout.group_of_client)
 
     def _send_groups(self, workers: list[Any], group_of_client: np.ndarray,
                      worker_of_client: np.ndarray) -> None:

@@ -22,6 +22,11 @@ def client_groups(num_clients: int, num_groups: int) -> list[np.ndarray]:
     return np.array_split(np.arange(num_clients), min(num_groups, num_clients))
 
 
+def group_of_client(groups: list[np.ndarray]) -> np.ndarray:
+    """Each client's group (the index of the group of :func:`client_groups` holding it)."""
+    return np.concatenate([np.full(len(g), i) for i, g in enumerate(groups)])
+
+
 BALANCE_TOLERANCE = 1.05
 """Aligned boundaries may leave the busiest worker this much above the finest split's."""
 

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 import numpy as np
 import torch
 
-from raysim.algorithms.buffered import BufferedPartial, BufferTotals
+from raysim.algorithms.buffered import BufferedPartial
 from raysim.engine.memory import resident_memory_mb
 from raysim.engine.reduction_tree import Subtree, combine
 from raysim.privacy.sampling import poisson_sample
@@ -38,7 +38,6 @@ from raysim.training.evaluation import METRICS
 from raysim.training.weights import Weights, on_device, payload_bytes
 
 if TYPE_CHECKING:
-    from raysim.engine.buffering import BufferWeighting
     from raysim.system.plan import SystemPlan
 
 
@@ -207,8 +206,7 @@ class RoundLoop:
                  rounds: int, worker_of_client: np.ndarray, workers: Workers, sink: Sink,
                  progress: LoopProgress, callbacks: Sequence[RoundCallback] = (),
                  report: Callable[..., None] = lambda **fields: None,
-                 poisson_rate: float | None = None, system: SystemPlan | None = None,
-                 buffering: BufferWeighting | None = None):
+                 poisson_rate: float | None = None, system: SystemPlan | None = None):
         self.algorithm = algorithm
         self.seed = seed
         self.num_clients = num_clients
@@ -227,10 +225,6 @@ class RoundLoop:
         """Relayed client states per destination worker, not yet delivered."""
         self.system = system
         """With ``system:``: the simulated clock's plan of every round (who trains, when)."""
-        self.buffering = buffering
-        """FedBuff: what each round's totals (A, W_v) are computed from."""
-        self.buffer_totals: dict[int, BufferTotals | None] = {}
-        """FedBuff: the totals of the rounds dispatched and not yet aggregated."""
         self.kept_versions: dict[int, set[int]] = {}
         """FedBuff: the server versions each worker keeps on its device (as
         :meth:`ClientRuntime.versions_on_device` keeps them; none known for a new loop, as
@@ -289,9 +283,6 @@ class RoundLoop:
                                         moves, audit)
         if self.system is not None and self.system.asynchronous:  # while the workers train
             self._keep_version(round_, state)
-            assert self.buffering is not None, "FedBuff's driver weighs the buffer"
-            self.buffer_totals[round_] = self.buffering.totals(
-                *self.system.records.buffered(round_))
         dispatch = Dispatch(round_, handle, message, len(sampled), started)
         for callback in self.callbacks:
             callback.after_dispatch(self, dispatch)
@@ -317,7 +308,7 @@ class RoundLoop:
         else:
             if root is not None and self.system is not None and self.system.asynchronous:
                 # FedBuff: the server subtracts the start versions' share of the uploads
-                totals = self.buffer_totals.pop(outcome.round)
+                totals = self.system.buffer_totals[outcome.round]
                 assert totals is not None  # (the round's clients sent the root)
                 root = BufferedPartial(root, totals, {v: self.history[v] for v in
                                                       totals.version_weights

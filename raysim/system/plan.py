@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from raysim.algorithms.buffered import BufferTotals, BufferWeighting
 from raysim.schema import SystemConfig
 from raysim.system.clock import RoundPlan, Workload, synchronous_plan
 from raysim.system.fedbuff_clock import fedbuff_plan
@@ -33,6 +34,9 @@ class SystemPlan:
     needs no more of the profiles: the clock was computed from them already)."""
     records: ClockRecords
     """Every round's rows and trained clients, computed with the plan."""
+    buffer_totals: tuple[BufferTotals | None, ...] = ()
+    """FedBuff: every round's totals A and W_v (:class:`~raysim.algorithms.buffered.
+    BufferWeighting`; None for a round without a trained client)."""
 
     @property
     def asynchronous(self) -> bool:
@@ -109,8 +113,10 @@ def client_work(context: RunContext, sizes: np.ndarray, flops: Mapping[Architect
 
 
 def system_plan(config: SystemConfig, workload: Workload, rounds: int,
-                clients_per_round: int, seed: int) -> SystemPlan:
-    """The clock's plan of every round for a run's seed."""
+                clients_per_round: int, seed: int, buffering: BufferWeighting | None = None
+                ) -> SystemPlan:
+    """The clock's plan of every round for a run's seed (FedBuff, with ``buffering``: and
+    every round's totals)."""
     profiles = site_profiles(config, len(workload.train_gflop), seed)
     if config.policy == "fedbuff":
         buffer = config.buffer_size or clients_per_round
@@ -121,8 +127,10 @@ def system_plan(config: SystemConfig, workload: Workload, rounds: int,
         plans = synchronous_plan(profiles, workload, rounds, clients_per_round, config.policy,
                                  seed, config.deadline_s, config.over_selection)
     tiers = np.array([profile.tier for profile in profiles], dtype=object)
-    plan = SystemPlan(config.policy, tuple(plans), tiers,
-                      ClockRecords(plans, tiers, buffered=config.policy == "fedbuff"))
+    records = ClockRecords(plans, tiers, buffered=config.policy == "fedbuff")
+    totals = () if buffering is None or config.policy != "fedbuff" else tuple(
+        buffering.totals(*records.buffered(round_)) for round_ in range(len(plans)))
+    plan = SystemPlan(config.policy, tuple(plans), tiers, records, totals)
     if plan.asynchronous:
         _ = plan.kept_after  # (computed here, in the planning thread, not between rounds)
     return plan
