@@ -307,7 +307,8 @@ def test_stale_clients_train_from_their_start_version_and_their_updates_apply_to
     # the fresh client trained from the current model, the stale one from its base
     assert [model.vector.tolist() for model, _ in trained] == [[6.0, 6.0], [3.0, 4.0]]
     assert buffer.staleness == {0: 1.0, 1: 0.7}
-    partial = BufferedPartial(buffer.partial([0, 1], [model for model, _ in trained], [1.0, 1.0]),
+    partial = BufferedPartial(buffer.partial([0, 1], [model for model, _ in trained],
+                                             np.ones(2)),
                               BufferTotals(2.0, {4: 1.0, 3: 0.7}),
                               message["fedbuff"]["bases"])
     new = buffered_update(current, partial, 4, 1.0)["w"]

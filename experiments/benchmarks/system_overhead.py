@@ -15,8 +15,8 @@ the workers are configured; measured here on its own), the config check of ``sys
 columns and their Parquet write), and ``clock_share_of_plain_round`` = (planning + recording
 per round) / the run without ``system:``'s seconds per round. For FedBuff also its work on a
 client worker alone (``fedbuff_worker_ms``: training from several start versions and the
-staleness-weighted partials with their sums by start version, per client group and merged
-along the reduction tree, against the same clients from one model: ``fedbuff_worker_extra``),
+staleness-weighted partials per client group, merged along the reduction tree, against the
+same clients from one model: ``fedbuff_worker_extra``),
 and the stale start versions FedBuff's rounds use against those the driver sends
 (``stale_versions_used``, ``stale_versions_sent``).
 
@@ -119,7 +119,8 @@ def fedbuff_worker_ms(raw: dict[str, Any], plan: Any, round_: int = 30,
     """FedBuff's own work on a client worker, measured alone (in-process, one thread): one
     worker's half of round ``round_``'s buffer (the plan's clients with even ids) trained
     from the plan's start versions, reduced per client group (the engine's 64) into
-    staleness-weighted partials and merged along the reduction tree, against the same clients
+    staleness-weighted partials (the driver's plan holds their sums by start version) and
+    merged along the reduction tree, against the same clients
     trained from the round's model with FedAvg's partials; median ms of each over ``repeats``
     alternating calls."""
     import torch
@@ -166,7 +167,7 @@ def fedbuff_worker_ms(raw: dict[str, Any], plan: Any, round_: int = 30,
         trained, buffer = buffered.train_buffered(runtime, clients, round_, message, proximal)
         reduced(lambda ids: buffer.partial(
             [clients[i] for i in ids], [trained[i][0] for i in ids],
-            [float(trained[i][1].num_samples) for i in ids]))
+            np.array([float(trained[i][1].num_samples) for i in ids])))
 
     timings: dict[str, list[float]] = {"sync": [], "fedbuff": []}
     for _ in range(repeats):

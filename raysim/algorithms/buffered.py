@@ -42,8 +42,8 @@ def train_buffered(runtime: ClientRuntime, clients: Sequence[int], round_: int,
                    message: dict[str, Any], proximal: Any
                    ) -> tuple[list[tuple[Weights, Any]], RoundBuffer]:
     """Train each client from its start version; returns (trained model, outcome) per client
-    in order, and the clients' start versions and staleness weights (what the round's group
-    partials weigh them by). ``proximal(start)``: the proximal term for clients that start
+    in order, and the clients' staleness weights (what the round's group partials weigh them
+    by). ``proximal(start)``: the proximal term for clients that start
     from ``start`` (FedProx: each client anchored at its own start version). Every client
     trains in one call."""
     buffered = message["fedbuff"]
@@ -70,11 +70,11 @@ class RoundBuffer:
     staleness: dict[int, float]
 
     def partial(self, clients: Sequence[int], models: Sequence[Weights],
-                client_weights: Sequence[float]) -> WeightedSum:
+                client_weights: np.ndarray) -> WeightedSum:
         """A group's partial: the sum of a_c s_c x trained model, in client order."""
         staleness = self.staleness
         return WeightedSum.of(models, [client_weight * staleness[client] for client, client_weight
-                                       in zip(clients, client_weights, strict=True)])
+                                       in zip(clients, client_weights.tolist(), strict=True)])
 
 
 @dataclass(slots=True)

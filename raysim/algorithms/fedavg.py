@@ -32,8 +32,8 @@ class FedAvg(Algorithm[FedAvgParams | FedProxParams, State]):
     asynchronous_refusal: ClassVar[str | None] = None
 
     buffer: buffered.RoundBuffer | None = None
-    """FedBuff, on a worker: the start version and staleness weight of each client of the
-    round its last :meth:`local_updates` trained (what :meth:`reduce` weighs them by)."""
+    """FedBuff, on a worker: the staleness weight of each client of the round its last
+    :meth:`local_updates` trained (what :meth:`reduce` weighs them by)."""
 
     def init_server_state(self, initial_weights: Weights) -> State:
         privacy = self.context.privacy
@@ -69,10 +69,9 @@ class FedAvg(Algorithm[FedAvgParams | FedProxParams, State]):
         weighted = self.params.weighted and privacy is None  # DP: one vote each
         if self.context.fedbuff_server_lr is not None:
             assert self.buffer is not None, "local_updates saw the round's buffer"
-            return self.buffer.partial([c for c, _ in results],
-                                       [r.upload["model"] for _, r in results],
-                                       [float(r.num_samples) if weighted else 1.0
-                                        for _, r in results])  # as buffer_client_weights
+            return self.buffer.partial(  # a_c as the driver's totals take it
+                [c for c, _ in results], [r.upload["model"] for _, r in results],
+                self.buffer_client_weights(np.array([r.num_samples for _, r in results])))
         partial = mean_partial([r.upload["model"] for _, r in results],
                                [r.num_samples for _, r in results], weighted)
         if privacy is not None and privacy.adaptive is not None:  # and the within-clip bits

@@ -396,20 +396,21 @@ class RoundLoop:
         self.history = self.versions_needed_from(round_)  # (the others' last use passed)
         clients, versions, weights = self.system.records.buffered(round_)
         keep = self.system.kept_after[round_]
+        kept_later = set(keep)
         missing: set[int] = set()
         for worker, mine in work.items():
             wanted = set(versions[np.searchsorted(clients, mine)].tolist()) | {round_}
             kept = self.kept_versions.get(worker, set())
             missing |= wanted - kept
-            self.kept_versions[worker] = wanted | (kept & set(keep))
+            self.kept_versions[worker] = wanted | (kept & kept_later)
         bases = {v: self.history[v] for v in sorted(missing) if v != round_}
         return {"clients": clients, "start_versions": versions, "weights": weights,
                 "bases": bases, "version": round_, "keep": keep}
 
     def _keep_version(self, round_: int, state: Any) -> None:
         """FedBuff: keep this round's global model if a later round starts clients from it, as
-        one flat vector, flattened once (it travels in every such round's message; not in this
-        round's own, whose clients start from the broadcast)."""
+        one flat vector (the stale versions the server's update subtracts, and the start
+        versions a worker that does not keep them is sent)."""
         assert self.system is not None
         if self.system.last_use.get(round_, -1) > round_:
             self.history[round_] = on_device(self.algorithm.global_weights(state),

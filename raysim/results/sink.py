@@ -152,5 +152,4 @@ def _signature(part: _Rows | dict[str, np.ndarray]) -> tuple[Any, ...]:
     and dtypes."""
     if isinstance(part, _Rows):
         return ("rows",)
-    return tuple((key, value.dtype if isinstance(value, np.ndarray) else np.asarray(value).dtype)
-                 for key, value in part.items())
+    return tuple((key, np.asarray(value).dtype) for key, value in part.items())

@@ -115,7 +115,7 @@ def client_work(context: RunContext, sizes: np.ndarray, flops: Mapping[Architect
 def system_plan(config: SystemConfig, workload: Workload, rounds: int,
                 clients_per_round: int, seed: int, buffering: BufferWeighting | None = None
                 ) -> SystemPlan:
-    """The clock's plan of every round for a run's seed (FedBuff, with ``buffering``: and
+    """The clock's plan of every round for a run's seed (and, given FedBuff's ``buffering``,
     every round's totals)."""
     profiles = site_profiles(config, len(workload.train_gflop), seed)
     if config.policy == "fedbuff":
@@ -128,7 +128,7 @@ def system_plan(config: SystemConfig, workload: Workload, rounds: int,
                                  seed, config.deadline_s, config.over_selection)
     tiers = np.array([profile.tier for profile in profiles], dtype=object)
     records = ClockRecords(plans, tiers, buffered=config.policy == "fedbuff")
-    totals = () if buffering is None or config.policy != "fedbuff" else tuple(
+    totals = () if buffering is None else tuple(
         buffering.totals(*records.buffered(round_)) for round_ in range(len(plans)))
     plan = SystemPlan(config.policy, tuple(plans), tiers, records, totals)
     if plan.asynchronous:
