@@ -204,7 +204,12 @@ def test_fedbuff_weighs_each_arrival_by_its_staleness():
 
 def test_the_buffered_update_applies_stale_updates_to_the_current_model():
     from raysim.algorithms.aggregators import WeightedSum
-    from raysim.algorithms.buffered import BufferedPartial, BufferTotals, buffered_update
+    from raysim.algorithms.buffered import (
+        BufferedPartial,
+        BufferTotals,
+        buffered_update,
+        server_correction,
+    )
     from raysim.training.weights import FlatWeights
 
     def flat(values):
@@ -216,14 +221,15 @@ def test_the_buffered_update_applies_stale_updates_to_the_current_model():
     weight = staleness_weight(1, 0.5)
 
     def partial():  # A = 2 clients of weight 1; W_4 = 1, W_3 = the stale one's weight
-        return BufferedPartial(WeightedSum.of([fresh, stale], [1.0, weight]),
-                               BufferTotals(2.0, {4: 1.0, 3: weight}), {3: base})
+        totals = BufferTotals(2.0, {4: 1.0, 3: weight})
+        return BufferedPartial(WeightedSum.of([fresh, stale], [1.0, weight]), totals,
+                               server_correction(current, totals, {3: base}, 4))
 
-    new = buffered_update(current, partial(), 4, server_lr=1.0)["w"]
+    new = buffered_update(current, partial(), server_lr=1.0)["w"]
     # g + (1 x (fresh - g) + w x (stale - base)) / 2
     expected = np.array([1 + (1 + weight * 0.25) / 2, 1 + (2 + weight * 1.0) / 2])
     np.testing.assert_allclose(new, expected, rtol=1e-6)
-    halfway = buffered_update(current, partial(), 4, server_lr=0.5)["w"]
+    halfway = buffered_update(current, partial(), server_lr=0.5)["w"]
     np.testing.assert_allclose(halfway, 1 + 0.5 * (expected - 1), rtol=1e-6)
 
 
@@ -270,10 +276,22 @@ def test_the_drivers_round_totals_add_what_the_workers_group_partials_would_in_t
         trained[:0], np.array([], dtype=int), np.array([])) is None
 
 
+def _schedule(round_, clients, versions, weights, keep):
+    """A worker's FedBuff schedule whose only trained clients are ``clients`` in ``round_``."""
+    from raysim.algorithms.buffered import BufferSchedule
+
+    bounds = np.array([0] * (round_ + 1) + [len(clients)])
+    return BufferSchedule(np.array(clients), np.array(versions), np.array(weights), bounds,
+                          ((),) * round_ + (tuple(keep),))
+
+
 class _OneStepRuntime:
     """Training adds 1 to every weight of the model a client starts from."""
 
     device = __import__("torch").device("cpu")
+
+    def __init__(self, buffer_schedule):
+        self.buffer_schedule = buffer_schedule
 
     def versions_on_device(self, wanted, sent, keep=()):
         return {version: sent[version] for version in wanted}
@@ -295,23 +313,22 @@ def test_stale_clients_train_from_their_start_version_and_their_updates_apply_to
         BufferedPartial,
         BufferTotals,
         buffered_update,
+        server_correction,
         train_buffered,
     )
 
     current, base = _flat([5.0, 5.0]), _flat([2.0, 3.0])
-    message = {"model": current, "fedbuff": {
-        "clients": np.array([0, 1]), "start_versions": np.array([4, 3]), "version": 4,
-        "bases": {3: base}, "weights": np.array([1.0, 0.7]), "keep": [3, 4]}}
-    trained, buffer = train_buffered(_OneStepRuntime(), [0, 1], 4, message,
-                                     lambda start: None)
+    message = {"model": current, "fedbuff": {"bases": {3: base}}}
+    runtime = _OneStepRuntime(_schedule(4, [0, 1], [4, 3], [1.0, 0.7], [3, 4]))
+    trained, buffer = train_buffered(runtime, [0, 1], 4, message, lambda start: None)
     # the fresh client trained from the current model, the stale one from its base
     assert [model.vector.tolist() for model, _ in trained] == [[6.0, 6.0], [3.0, 4.0]]
     assert buffer.staleness == {0: 1.0, 1: 0.7}
+    totals = BufferTotals(2.0, {4: 1.0, 3: 0.7})
     partial = BufferedPartial(buffer.partial([0, 1], [model for model, _ in trained],
-                                             np.ones(2)),
-                              BufferTotals(2.0, {4: 1.0, 3: 0.7}),
-                              message["fedbuff"]["bases"])
-    new = buffered_update(current, partial, 4, 1.0)["w"]
+                                             np.ones(2)), totals,
+                              server_correction(current, totals, message["fedbuff"]["bases"], 4))
+    new = buffered_update(current, partial, 1.0)["w"]
     # each update (+1) applies to the current model, weighted 1 and 0.7, over A = 2
     np.testing.assert_allclose(new, [5.85, 5.85], rtol=1e-6)
 
@@ -329,6 +346,7 @@ def test_fedprox_under_fedbuff_trains_every_client_in_one_call_anchored_at_its_s
 
     class LoggingRuntime:
         device = torch.device("cpu")
+        buffer_schedule = _schedule(4, [0, 1, 2, 3], [4, 3, 2, 3], np.ones(4), [])
 
         def versions_on_device(self, wanted, sent, keep=()):
             return {version: sent[version] for version in wanted}
@@ -338,9 +356,7 @@ def test_fedprox_under_fedbuff_trains_every_client_in_one_call_anchored_at_its_s
             return [(start, None) for start in starts]
 
     v2, v3, v4 = flat([1.0, 1.0]), flat([2.0, 3.0]), flat([5.0, 5.0])
-    message = {"model": v4, "fedbuff": {
-        "clients": np.array([0, 1, 2, 3]), "start_versions": np.array([4, 3, 2, 3]),
-        "version": 4, "bases": {2: v2, 3: v3}, "weights": np.ones(4), "keep": []}}
+    message = {"model": v4, "fedbuff": {"bases": {2: v2, 3: v3}}}
     train_buffered(LoggingRuntime(), [0, 1, 2, 3], 4, message, lambda start: (start, 0.1))
     (clients, starts, (anchors, mu)), = calls
     assert clients == [0, 1, 2, 3] and mu == 0.1
@@ -373,20 +389,25 @@ def test_the_driver_sends_a_worker_only_the_start_versions_it_does_not_keep():
                      workers=None, sink=None, progress=LoopProgress(Durable(0, None, {}), 0),
                      system=system)
     workers = [SimpleNamespace(_versions={}, device=torch.device("cpu")) for _ in range(2)]
+    schedules = [system.buffer_schedule(owner == w) for w in range(2)]  # sent once
     sent = stale = every = 0
     for round_ in range(30):
-        clients = system.records.trained(round_)
+        clients, round_versions, round_weights = system.records.buffered(round_)
         work = {int(w): clients[owner[clients] == w] for w in np.unique(owner[clients])}
         message = loop._fedbuff_message(round_, work)
         loop._keep_version(round_, model(round_))
         sent += len(message["bases"])
-        every += len(set(message["start_versions"].tolist()) - {round_})  # without keeping
+        every += len(set(round_versions.tolist()) - {round_})  # without keeping
         for worker, mine in work.items():  # each worker as ClientWorker's runtime keeps them
-            versions = message["start_versions"][np.searchsorted(message["clients"], mine)]
-            stale += len(set(versions.tolist()) - {round_})
+            versions, weights = schedules[worker].starts(round_, mine)
+            position = np.searchsorted(clients, mine)  # the worker's part is the plan's
+            assert versions == round_versions[position].tolist()
+            assert weights == round_weights[position].tolist()
+            stale += len(set(versions) - {round_})
             starts = ClientRuntime.versions_on_device(
-                workers[worker], sorted(set(versions.tolist()) | {round_}),
-                {**message["bases"], round_: model(round_)}, message["keep"])
+                workers[worker], sorted(set(versions) | {round_}),
+                {**message["bases"], round_: model(round_)},
+                schedules[worker].kept_after[round_])
             assert {v: start.vector.tolist() for v, start in starts.items()} == {
                 v: [float(v)] * 2 for v in starts}  # each start is its version's model
     assert stale > 30  # workers train stale clients in most rounds...

@@ -41,6 +41,7 @@ and the median over the N alternations of its difference to the run without ``sy
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 import tempfile
@@ -140,15 +141,16 @@ def fedbuff_worker_ms(raw: dict[str, Any], plan: Any, round_: int = 30,
     worker = Worker(raw)
     runtime = worker.runtime
     current = on_device(worker.start, runtime.device)
-    buffered_clients, versions, weights = plan.records.buffered(round_)
+    buffered_clients, versions, _ = plan.records.buffered(round_)
     clients = [c for c in buffered_clients.tolist() if c % 2 == 0]
     bases = {v: FlatWeights(torch.as_tensor(current.vector) * (1 - 0.001 * (round_ - v)),
                             current.layout, current.extras)
              for v in set(versions.tolist()) if v != round_}
-    message = {"model": current, "fedbuff": {"clients": buffered_clients,
-                                             "start_versions": versions, "weights": weights,
-                                             "bases": bases, "version": round_,
-                                             "keep": sorted(bases)}}
+    message = {"model": current, "fedbuff": {"bases": bases}}
+    schedule = plan.buffer_schedule(np.arange(len(plan.tiers)) % 2 == 0)  # the even clients
+    runtime.buffer_schedule = dataclasses.replace(  # keeping the stale versions between calls
+        schedule, kept_after=(*plan.kept_after[:round_], tuple(sorted(bases)),
+                              *plan.kept_after[round_ + 1:]))
     groups = sorted(set(worker.group_of[clients].tolist()))
     members = {g: [i for i, c in enumerate(clients) if worker.group_of[c] == g] for g in groups}
 
@@ -205,7 +207,7 @@ def stale_versions_sent(plan: Any, num_clients: int, workers: int = 2) -> dict[s
         work = {int(w): clients[owner[clients] == w] for w in np.unique(owner[clients])}
         message = loop._fedbuff_message(round_, work)
         loop._keep_version(round_, {"w": np.zeros(1, dtype=np.float32)})
-        used += len(set(message["start_versions"].tolist()) - {round_})
+        used += len(set(plan.records.buffered(round_)[1].tolist()) - {round_})
         sent += len(message["bases"])
     return {"stale_versions_used": used, "stale_versions_sent": sent}
 

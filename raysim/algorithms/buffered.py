@@ -13,8 +13,9 @@ server's target is
 where W_v = sum of a_c s_c over the clients that started from version v. The workers send the
 first sum (a float64 weighted sum of the trained models, reduced as FedAvg's); the driver
 computes A and the W_v with its plan of the rounds (:class:`BufferWeighting`, in the order
-the reduction tree would add them) and subtracts the start
-versions' share in float64 (the driver keeps the versions).
+the reduction tree would add them) and the start versions' share in float64 while the
+workers train (:func:`server_correction`; the driver keeps the versions), and adds it to the
+workers' sum when their replies arrive.
 The new model is g + server_lr (X - g) (X itself at server_lr 1). Without staleness (every
 client from g, s_c = 1) W_now = A and X is FedAvg's weighted mean of the w_c to the bit.
 
@@ -38,25 +39,51 @@ if TYPE_CHECKING:
     from raysim.training.runtime import ClientRuntime
 
 
+@dataclass(frozen=True)
+class BufferSchedule:
+    """One worker's part of FedBuff's plan, sent to it once before the rounds (not with every
+    round's message): each round's trained clients of this worker (ascending), each one's
+    start version and staleness weight, and the server versions a later round still starts
+    clients from (what the worker keeps after the round)."""
+
+    clients: np.ndarray
+    """int64, by round, then client."""
+    start_versions: np.ndarray
+    """int64, aligned with ``clients``."""
+    staleness_weights: np.ndarray
+    """float64, aligned with ``clients``."""
+    bounds: np.ndarray
+    """Round r's rows are ``bounds[r]:bounds[r + 1]``."""
+    kept_after: tuple[tuple[int, ...], ...]
+
+    def starts(self, round_: int, clients: Sequence[int]) -> tuple[list[int], list[float]]:
+        """The start versions and staleness weights of ``clients`` (ascending, all trained
+        in round ``round_`` on this worker)."""
+        lo, hi = int(self.bounds[round_]), int(self.bounds[round_ + 1])
+        index = lo + np.searchsorted(self.clients[lo:hi], clients)
+        return self.start_versions[index].tolist(), self.staleness_weights[index].tolist()
+
+
 def train_buffered(runtime: ClientRuntime, clients: Sequence[int], round_: int,
                    message: dict[str, Any], proximal: Any
                    ) -> tuple[list[tuple[Weights, Any]], RoundBuffer]:
-    """Train each client from its start version; returns (trained model, outcome) per client
-    in order, and the clients' staleness weights (what the round's group partials weigh them
-    by). ``proximal(start)``: the proximal term for clients that start
-    from ``start`` (FedProx: each client anchored at its own start version). Every client
-    trains in one call."""
-    buffered = message["fedbuff"]
-    now = buffered["version"]
-    index = np.searchsorted(buffered["clients"], clients)
-    versions: list[int] = buffered["start_versions"][index].tolist()
-    staleness_weights: list[float] = buffered["weights"][index].tolist()
+    """Train each client from its start version (from the worker's
+    :class:`BufferSchedule`, ``runtime.buffer_schedule``); returns (trained model, outcome) per
+    client in order, and the clients' staleness weights (what the round's group partials
+    weigh them by). The message carries the round's model (version ``round_``) and, under
+    ``fedbuff``, the ``bases``: start versions this worker does not keep.
+    ``proximal(start)``: the proximal term for clients that start from ``start`` (FedProx:
+    each client anchored at its own start version). Every client trains in one call."""
+    schedule = runtime.buffer_schedule
+    assert schedule is not None, "the driver sends FedBuff's schedule before the rounds"
+    versions, staleness_weights = schedule.starts(round_, clients)
     starts = runtime.versions_on_device(  # each version put on the device once per run
-        sorted(set(versions) | {now}), {**buffered["bases"], now: message["model"]},
-        buffered["keep"])
+        sorted(set(versions) | {round_}), {**message["fedbuff"]["bases"],
+                                           round_: message["model"]},
+        schedule.kept_after[round_])
     terms = {version: proximal(start) for version, start in starts.items()}
-    prox = None if terms[now] is None else (  # FedProx: anchored at the client's start
-        [terms[version][0] for version in versions], terms[now][1])
+    prox = None if terms[round_] is None else (  # FedProx: anchored at the client's start
+        [terms[version][0] for version in versions], terms[round_][1])
     trained = runtime.train_many(clients, round_, [starts[v] for v in versions],
                                  [None] * len(clients), prox=prox)
     return trained, RoundBuffer(dict(zip(clients, staleness_weights, strict=True)))
@@ -64,8 +91,8 @@ def train_buffered(runtime: ClientRuntime, clients: Sequence[int], round_: int,
 
 @dataclass(frozen=True, slots=True)
 class RoundBuffer:
-    """A worker's clients of one FedBuff round: each one's staleness weight (from the round's
-    message)."""
+    """A worker's clients of one FedBuff round: each one's staleness weight (from its
+    :class:`BufferSchedule`)."""
 
     staleness: dict[int, float]
 
@@ -121,33 +148,44 @@ class BufferWeighting:
                                                        strict=True)))
 
 
-@dataclass(slots=True)
-class BufferedPartial:
-    """A round's reduced uploads as the server's update takes them: the sum of
-    a_c s_c x trained model over the tree (``model``), the round's :class:`BufferTotals` and
-    the models of its stale start versions (``bases``, from the driver's history)."""
-
-    model: WeightedSum
-    totals: BufferTotals
-    bases: dict[int, Weights]
-
-
-def buffered_update(current: Weights, partial: BufferedPartial, now: int, server_lr: float
-                    ) -> FlatWeights:
-    """The new global model of round ``now`` (the current version) from the merged partial and
-    the stale start versions' models attached to it (see the module docstring), as a host
-    FlatWeights: the round loop keeps it as a start version and sums it again in one piece."""
-    total, bases = partial.model, partial.bases
-    weight, shares = partial.totals.client_weight, partial.totals.version_weights
+def server_correction(current: Weights, totals: BufferTotals, bases: dict[int, Weights],
+                      now: int) -> WeightedSum | None:
+    """The start versions' share that the server's update of round ``now`` adds to the
+    workers' sum, -sum_{v != now} W_v b_v + (A - W_now) g (see the module docstring), computed
+    now (None: nothing to add). It needs only the plan's totals, the kept start versions
+    ``bases`` and the current model ``current``, so the driver computes it while the workers
+    train, off the path between their replies and the next round's dispatch."""
+    weight, shares = totals.client_weight, totals.version_weights
     stale = [version for version in sorted(shares) if version != now]
     models = [bases[version] for version in stale]
     factors = [-shares[version] for version in stale]
     rest = weight - shares.get(now, 0.0)
     if rest != 0:
         models, factors = [*models, current], [*factors, rest]
-    if models:
-        total = total.merge(WeightedSum.of(models, factors))
-    total.total_weight = weight
+    return WeightedSum.of(models, factors).settle() if models else None
+
+
+@dataclass(slots=True)
+class BufferedPartial:
+    """A round's reduced uploads as the server's update takes them: the sum of
+    a_c s_c x trained model over the tree (``model``), the round's :class:`BufferTotals` and
+    the start versions' share (:func:`server_correction`, computed while the workers
+    trained)."""
+
+    model: WeightedSum
+    totals: BufferTotals
+    correction: WeightedSum | None
+
+
+def buffered_update(current: Weights, partial: BufferedPartial, server_lr: float
+                    ) -> FlatWeights:
+    """The new global model from the merged partial and the start versions' share attached to
+    it (see the module docstring), as a host FlatWeights: the round loop keeps it as a start
+    version and sums it again in one piece."""
+    total = partial.model
+    if partial.correction is not None:  # (the same bits as adding its terms here)
+        total = total.merge(partial.correction)
+    total.total_weight = partial.totals.client_weight
     target = total.mean_flat()
     if server_lr == 1.0:
         return target

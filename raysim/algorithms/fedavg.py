@@ -88,8 +88,7 @@ class FedAvg(Algorithm[FedAvgParams | FedProxParams, State]):
         privacy = self.context.privacy
         if self.context.fedbuff_server_lr is not None:
             assert not isinstance(state, AdaptivelyClipped)  # (privacy and system exclude)
-            return buffered.buffered_update(state, partials[0], round_,
-                                            self.context.fedbuff_server_lr)
+            return buffered.buffered_update(state, partials[0], self.context.fedbuff_server_lr)
         if privacy is None:
             return weighted_mean(partials)
         seed = self.context.seed

@@ -29,7 +29,8 @@ from typing import TYPE_CHECKING, Any, Protocol
 import numpy as np
 import torch
 
-from raysim.algorithms.buffered import BufferedPartial
+from raysim.algorithms.aggregators import WeightedSum
+from raysim.algorithms.buffered import BufferedPartial, server_correction
 from raysim.engine.memory import resident_memory_mb
 from raysim.engine.reduction_tree import Subtree, combine
 from raysim.privacy.sampling import poisson_sample
@@ -232,6 +233,9 @@ class RoundLoop:
         self.history: dict[int, Weights] = dict(progress.durable.server_versions)
         """FedBuff: the global models (flat vectors) of earlier versions that later rounds'
         clients start from (after a rollback or a resume, those the durable state kept)."""
+        self.corrections: dict[int, WeightedSum | None] = {}
+        """FedBuff: each dispatched round's start-version share of its server update
+        (computed while its workers train, taken when it is aggregated)."""
 
     def run(self) -> dict[str, Any]:
         """Every round from the durable state on; returns the last recorded rounds row."""
@@ -283,6 +287,7 @@ class RoundLoop:
                                         moves, audit)
         if self.system is not None and self.system.asynchronous:  # while the workers train
             self._keep_version(round_, state)
+            self.corrections[round_] = self._correction(round_, state)
         dispatch = Dispatch(round_, handle, message, len(sampled), started)
         for callback in self.callbacks:
             callback.after_dispatch(self, dispatch)
@@ -303,16 +308,15 @@ class RoundLoop:
         """The new server state from the workers' subtrees, merged up the reduction tree."""
         root = combine([s for reply in outcome.replies for s in reply.groups],
                        self.algorithm.merge)
+        correction = self.corrections.pop(outcome.round, None)
         if root is None and self.system is not None and not outcome.dispatch.receivers:
             outcome.state = state  # the clock left this round without a finished client
         else:
             if root is not None and self.system is not None and self.system.asynchronous:
-                # FedBuff: the server subtracts the start versions' share of the uploads
+                # FedBuff: the start versions' share, computed while the workers trained
                 totals = self.system.buffer_totals[outcome.round]
                 assert totals is not None  # (the round's clients sent the root)
-                root = BufferedPartial(root, totals, {v: self.history[v] for v in
-                                                      totals.version_weights
-                                                      if v != outcome.round})
+                root = BufferedPartial(root, totals, correction)
             outcome.state = self.algorithm.aggregate(state, [] if root is None else [root],
                                                      outcome.round)
         outcome.aggregated = time.perf_counter()
@@ -387,25 +391,23 @@ class RoundLoop:
                                                                      replace=False))
 
     def _fedbuff_message(self, round_: int, work: dict[int, np.ndarray]) -> dict[str, Any]:
-        """FedBuff: each client's start version and staleness weight, the versions a later round
-        still starts clients from (``keep``), and the global models of the earlier versions
-        the round's clients start from that their worker does not keep (a worker keeps the
-        versions its calls used while a later round needs them, each round's broadcast among
-        them, so rounds rarely send one; :meth:`ClientRuntime.versions_on_device`)."""
+        """FedBuff: the global models of the earlier versions the round's clients start from
+        that their worker does not keep (``bases``). Each worker has its clients' start
+        versions and staleness weights from its part of the plan, sent before the rounds
+        (:class:`~raysim.algorithms.buffered.BufferSchedule`), and keeps the versions its calls
+        used while a later round needs them, each round's broadcast among them, so rounds
+        rarely send one (:meth:`ClientRuntime.versions_on_device`)."""
         assert self.system is not None
         self.history = self.versions_needed_from(round_)  # (the others' last use passed)
-        clients, versions, weights = self.system.records.buffered(round_)
-        keep = self.system.kept_after[round_]
-        kept_later = set(keep)
+        clients, versions, _ = self.system.records.buffered(round_)
+        kept_later = set(self.system.kept_after[round_])
         missing: set[int] = set()
         for worker, mine in work.items():
             wanted = set(versions[np.searchsorted(clients, mine)].tolist()) | {round_}
             kept = self.kept_versions.get(worker, set())
             missing |= wanted - kept
             self.kept_versions[worker] = wanted | (kept & kept_later)
-        bases = {v: self.history[v] for v in sorted(missing) if v != round_}
-        return {"clients": clients, "start_versions": versions, "weights": weights,
-                "bases": bases, "version": round_, "keep": keep}
+        return {"bases": {v: self.history[v] for v in sorted(missing) if v != round_}}
 
     def _keep_version(self, round_: int, state: Any) -> None:
         """FedBuff: keep this round's global model if a later round starts clients from it, as
@@ -415,6 +417,17 @@ class RoundLoop:
         if self.system.last_use.get(round_, -1) > round_:
             self.history[round_] = on_device(self.algorithm.global_weights(state),
                                              torch.device("cpu"))
+
+    def _correction(self, round_: int, state: Any) -> WeightedSum | None:
+        """FedBuff: the start versions' share of round ``round_``'s server update
+        (:func:`~raysim.algorithms.buffered.server_correction`; None when no client trains)."""
+        assert self.system is not None
+        totals = self.system.buffer_totals[round_]
+        if totals is None:
+            return None
+        return server_correction(self.algorithm.global_weights(state), totals,
+                                 {v: self.history[v] for v in totals.version_weights
+                                  if v != round_}, round_)
 
     def versions_needed_from(self, next_round: int) -> dict[int, Weights]:
         """FedBuff: the global models of versions before ``next_round`` that a round from

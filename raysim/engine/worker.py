@@ -15,6 +15,7 @@ import torch
 
 from raysim.algorithms.aggregators import settle
 from raysim.algorithms.base import Algorithm, RunContext
+from raysim.algorithms.buffered import BufferSchedule
 from raysim.data.partition import Partition
 from raysim.engine.gpu import cap_gpu_memory, gpu_memory_errors
 from raysim.engine.memory import freeze_imported_objects, keep_freed_memory, resident_memory_mb
@@ -143,10 +144,14 @@ class ClientWorker:
                 "training_path_reason": self.runtime.path_reason,
                 **(self.gpu_share.describe() if self.gpu_share else {})}
 
-    def set_groups(self, clients: np.ndarray, groups: np.ndarray) -> dict[str, object]:
+    def set_groups(self, clients: np.ndarray, groups: np.ndarray,
+                   buffer_schedule: BufferSchedule | None = None) -> dict[str, object]:
         """The fixed client group of each client this worker holds (a contiguous range of
         groups: the worker merges them into subtrees of the fixed reduction tree); their
-        training rows go onto the worker's device for the run. Returns where the data lives."""
+        training rows go onto the worker's device for the run. ``buffer_schedule``: FedBuff's
+        plan for these clients (each round's start versions and staleness weights). Returns
+        where the data lives."""
+        self.runtime.buffer_schedule = buffer_schedule
         self.group_of = dict(zip(clients.tolist(), groups.tolist(), strict=True))
         gpu_cap = self.gpu_share.cap_bytes if self.gpu_share else None
         self.residency = StateResidency(state_cap_bytes(self.device, gpu_cap))

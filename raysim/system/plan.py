@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from raysim.algorithms.buffered import BufferTotals, BufferWeighting
+from raysim.algorithms.buffered import BufferSchedule, BufferTotals, BufferWeighting
 from raysim.schema import SystemConfig
 from raysim.system.clock import RoundPlan, Workload, synchronous_plan
 from raysim.system.fedbuff_clock import fedbuff_plan
@@ -58,6 +58,12 @@ class SystemPlan:
             for round_ in range(max(version, 0), min(last, len(kept))):
                 kept[round_].append(version)
         return tuple(tuple(versions) for versions in kept)
+
+    def buffer_schedule(self, owned: np.ndarray) -> BufferSchedule:
+        """FedBuff: the part of the plan a worker holding the clients where ``owned`` is true
+        needs (sent to it once, before the rounds)."""
+        clients, versions, weights, bounds = self.records.buffered_of(owned)
+        return BufferSchedule(clients, versions, weights, bounds, self.kept_after)
 
 
 ArchitectureKey = tuple[str, tuple[int, ...]]

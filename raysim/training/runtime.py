@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 import torch
@@ -40,6 +40,9 @@ from raysim.training.weights import (
     release_state,
     set_weights,
 )
+
+if TYPE_CHECKING:
+    from raysim.algorithms.buffered import BufferSchedule
 
 
 @dataclass
@@ -187,6 +190,8 @@ class ClientRuntime:
         self._model_params = context.model
         self._models: dict[str, nn.Module] = {}
         self._versions: dict[int, FlatWeights] = {}
+        self.buffer_schedule: BufferSchedule | None = None
+        """FedBuff: this worker's part of the plan (the driver sends it before the rounds)."""
         self._initial: dict[str, Weights] = {context.model.model_dump_json():
                                              data.initial_weights}
         if len({a.model_dump_json() for a in self.architectures}) > 1 or any(
