@@ -357,14 +357,14 @@ class Driver:
         """Tell each worker the fixed group of every client it holds (the worker puts their
         training rows on its device) and, for FedBuff, its part of the clock's plan; where each
         worker's data lives goes into the manifest."""
-        system = self._system()  # FedBuff: each worker's part of the plan, sent once
-        schedules = [system.buffer_schedule(worker_of_client == w)
-                     if system is not None and system.asynchronous else None
-                     for w in range(len(workers))]
-        residence = turns.get([worker.set_groups.remote(np.flatnonzero(worker_of_client == w),
-                                                        group_of_client[worker_of_client == w],
-                                                        schedules[w])
-                               for w, worker in enumerate(workers)])
+        calls = [worker.set_groups.remote(np.flatnonzero(worker_of_client == w),
+                                          group_of_client[worker_of_client == w])
+                 for w, worker in enumerate(workers)]
+        system = self._system()  # (the plan, while the workers place their data)
+        if system is not None and system.asynchronous:  # sent once, queued behind set_groups
+            calls += [worker.set_buffer_schedule.remote(
+                system.buffer_schedule(worker_of_client == w)) for w, worker in enumerate(workers)]
+        residence = turns.get(calls)[:len(workers)]
         update_manifest(self.run_dir, worker_data=residence)
 
 
