@@ -414,6 +414,69 @@ def test_the_driver_sends_a_worker_only_the_start_versions_it_does_not_keep():
     assert sent <= every / 10  # ...from versions they keep from their earlier calls
 
 
+def test_the_round_loops_fedbuff_update_applies_every_stale_update_to_the_current_model():
+    """Through the round loop (its dispatch, the server correction it computes while the
+    workers train, and its aggregation): each client's update of +1 from its own start
+    version moves the current model by s_c / A, whichever version it started from."""
+    from types import SimpleNamespace
+
+    import torch
+
+    from raysim.algorithms.aggregators import WeightedSum, merge_partials
+    from raysim.algorithms.buffered import BufferWeighting, buffered_update
+    from raysim.engine.reduction_tree import Subtree
+    from raysim.engine.round_loop import Durable, LoopProgress, RoundLoop, RoundReply
+    from raysim.system.plan import SystemPlan
+    from raysim.system.records import ClockRecords
+    from raysim.training.weights import FlatWeights
+
+    profiles = _profiles(*[(1.0 + c % 5, 100.0, 100.0) for c in range(24)])
+    plans = fedbuff_plan(profiles, Workload(np.full(24, 40.0), 1e3, 1e3), 20, buffer_size=8,
+                         concurrency=16, exponent=0.5, seed=0)
+    tiers = np.full(24, "", dtype=object)
+    records = ClockRecords(plans, tiers)
+    weighting = BufferWeighting(np.ones(24), np.arange(24))  # a_c = 1, a group per client
+    system = SystemPlan("fedbuff", tuple(plans), tiers, records,
+                        tuple(weighting.totals(*records.buffered(r)) for r in range(20)))
+    owner = np.arange(24) % 2
+    models: dict[int, FlatWeights] = {}  # the global model of each version, as dispatched
+
+    class OneStepWorkers:
+        """Each client's trained model is its start version's model + 1."""
+
+        def run_round(self, round_, message, work, incoming, moves, audit=False):
+            models[round_] = message["model"]
+            clients, versions, weights = records.buffered(round_)
+            trained = [WeightedSum.of([FlatWeights(models[int(v)].vector + 1,
+                                                   models[int(v)].layout)], [float(s)])
+                       for v, s in zip(versions, weights, strict=True)]
+            return [RoundReply([Subtree((int(c), int(c) + 1), t)
+                                for c, t in zip(clients, trained, strict=True)
+                                if owner[c] == w], {}, {}, {}) for w in work]
+
+        def collect(self, handle):
+            return handle
+
+    algorithm = SimpleNamespace(
+        global_weights=lambda state: state, broadcast=lambda state, r: {"model": state},
+        migration=lambda r: None, merge=merge_partials,
+        aggregate=lambda state, partials, r: buffered_update(state, partials[0], 1.0))
+    loop = RoundLoop(algorithm, seed=0, num_clients=24, clients_per_round=8, rounds=20,
+                     worker_of_client=owner, workers=OneStepWorkers(), sink=None,
+                     progress=LoopProgress(Durable(0, None, {}), 0), system=system)
+    state = FlatWeights(torch.tensor([0.5, -2.0]), (("w", (2,)),))
+    stale = 0
+    for round_ in range(20):
+        outcome = loop.collect(loop.dispatch(round_, state))
+        new = loop.aggregate(outcome, state)
+        _, versions, weights = records.buffered(round_)
+        stale += int((versions < round_).sum())
+        step = weights.sum() / len(weights)  # sum of s_c x (+1) over A = the buffer's size
+        np.testing.assert_allclose(new.vector, state.vector.numpy() + step, rtol=1e-6)
+        state = FlatWeights(torch.as_tensor(new.vector), new.layout)
+    assert stale > 20  # most rounds have clients that started from an earlier version
+
+
 def test_a_trace_file_gives_profiles_and_windows(tmp_path):
     path = tmp_path / "sites.csv"
     pd.DataFrame({"client": [0, 1, 1], "speed_gflops": [5.0, 1.0, 1.0],
