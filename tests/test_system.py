@@ -278,7 +278,7 @@ def test_the_drivers_round_totals_add_what_the_workers_group_partials_would_in_t
 
 def _schedule(round_, clients, versions, weights, keep):
     """A worker's FedBuff schedule whose only trained clients are ``clients`` in ``round_``."""
-    from raysim.algorithms.buffered import BufferSchedule
+    from raysim.training.buffer_schedule import BufferSchedule
 
     bounds = np.array([0] * (round_ + 1) + [len(clients)])
     return BufferSchedule(np.array(clients), np.array(versions), np.array(weights), bounds,

@@ -39,39 +39,15 @@ if TYPE_CHECKING:
     from raysim.training.runtime import ClientRuntime
 
 
-@dataclass(frozen=True)
-class BufferSchedule:
-    """One worker's part of FedBuff's plan, sent to it once before the rounds (not with every
-    round's message): each round's trained clients of this worker (ascending), each one's
-    start version and staleness weight, and the server versions a later round still starts
-    clients from (what the worker keeps after the round)."""
-
-    clients: np.ndarray
-    """int64, by round, then client."""
-    start_versions: np.ndarray
-    """int64, aligned with ``clients``."""
-    staleness_weights: np.ndarray
-    """float64, aligned with ``clients``."""
-    bounds: np.ndarray
-    """Round r's rows are ``bounds[r]:bounds[r + 1]``."""
-    kept_after: tuple[tuple[int, ...], ...]
-
-    def starts(self, round_: int, clients: Sequence[int]) -> tuple[list[int], list[float]]:
-        """The start versions and staleness weights of ``clients`` (ascending, all trained
-        in round ``round_`` on this worker)."""
-        lo, hi = int(self.bounds[round_]), int(self.bounds[round_ + 1])
-        index = lo + np.searchsorted(self.clients[lo:hi], clients)
-        return self.start_versions[index].tolist(), self.staleness_weights[index].tolist()
-
-
 def train_buffered(runtime: ClientRuntime, clients: Sequence[int], round_: int,
                    message: dict[str, Any], proximal: Any
                    ) -> tuple[list[tuple[Weights, Any]], RoundBuffer]:
-    """Train each client from its start version (from the worker's
-    :class:`BufferSchedule`, ``runtime.buffer_schedule``); returns (trained model, outcome) per
-    client in order, and the clients' staleness weights (what the round's group partials
-    weigh them by). The message carries the round's model (version ``round_``) and, under
-    ``fedbuff``, the ``bases``: start versions this worker does not keep.
+    """Train each client from its start version (from the worker's part of the plan,
+    ``runtime.buffer_schedule``, a :class:`~raysim.training.buffer_schedule.BufferSchedule`);
+    returns (trained model, outcome) per client in order, and the clients' staleness weights
+    (what the round's group partials weigh them by). The message carries the round's model
+    (version ``round_``) and, under ``fedbuff``, the ``bases``: start versions this worker
+    does not keep.
     ``proximal(start)``: the proximal term for clients that start from ``start`` (FedProx:
     each client anchored at its own start version). Every client trains in one call."""
     schedule = runtime.buffer_schedule
@@ -92,7 +68,7 @@ def train_buffered(runtime: ClientRuntime, clients: Sequence[int], round_: int,
 @dataclass(frozen=True, slots=True)
 class RoundBuffer:
     """A worker's clients of one FedBuff round: each one's staleness weight (from its
-    :class:`BufferSchedule`)."""
+    :class:`~raysim.training.buffer_schedule.BufferSchedule`)."""
 
     staleness: dict[int, float]
 

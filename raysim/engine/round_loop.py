@@ -394,7 +394,7 @@ class RoundLoop:
         """FedBuff: the global models of the earlier versions the round's clients start from
         that their worker does not keep (``bases``). Each worker has its clients' start
         versions and staleness weights from its part of the plan, sent before the rounds
-        (:class:`~raysim.algorithms.buffered.BufferSchedule`), and keeps the versions its calls
+        (:class:`~raysim.training.buffer_schedule.BufferSchedule`), and keeps the versions its calls
         used while a later round needs them, each round's broadcast among them, so rounds
         rarely send one (:meth:`ClientRuntime.versions_on_device`)."""
         assert self.system is not None

@@ -15,7 +15,6 @@ import torch
 
 from raysim.algorithms.aggregators import settle
 from raysim.algorithms.base import Algorithm, RunContext
-from raysim.algorithms.buffered import BufferSchedule
 from raysim.data.partition import Partition
 from raysim.engine.gpu import cap_gpu_memory, gpu_memory_errors
 from raysim.engine.memory import freeze_imported_objects, keep_freed_memory, resident_memory_mb
@@ -24,6 +23,7 @@ from raysim.engine.round_loop import RoundReply
 from raysim.privacy.uploads import privatize_uploads
 from raysim.schema import StrictModel
 from raysim.system.plan import ArchitectureKey, architecture_flops
+from raysim.training.buffer_schedule import BufferSchedule
 from raysim.training.context import ClientData
 from raysim.training.evaluation import classification_metrics, predict_proba
 from raysim.training.membership import audit_sets, membership_auc

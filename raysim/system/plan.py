@@ -10,12 +10,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from raysim.algorithms.buffered import BufferSchedule, BufferTotals, BufferWeighting
+from raysim.algorithms.buffered import BufferTotals, BufferWeighting
 from raysim.schema import SystemConfig
 from raysim.system.clock import RoundPlan, Workload, synchronous_plan
 from raysim.system.fedbuff_clock import fedbuff_plan
 from raysim.system.profiles import site_profiles
 from raysim.system.records import ClockRecords
+from raysim.training.buffer_schedule import BufferSchedule
 from raysim.training.context import RunContext
 
 TRAINING_FLOPS_PER_FORWARD = 3.0

@@ -42,7 +42,7 @@ from raysim.training.weights import (
 )
 
 if TYPE_CHECKING:
-    from raysim.algorithms.buffered import BufferSchedule
+    from raysim.training.buffer_schedule import BufferSchedule
 
 
 @dataclass
