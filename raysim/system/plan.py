@@ -14,7 +14,7 @@ from raysim.algorithms.buffered import BufferTotals, BufferWeighting
 from raysim.schema import SystemConfig
 from raysim.system.clock import RoundPlan, Workload, synchronous_plan
 from raysim.system.fedbuff_clock import fedbuff_plan
-from raysim.system.profiles import site_profiles
+from raysim.system.profiles import SiteProfile, site_profiles
 from raysim.system.records import ClockRecords
 from raysim.training.buffer_schedule import BufferSchedule
 from raysim.training.context import RunContext
@@ -120,11 +120,13 @@ def client_work(context: RunContext, sizes: np.ndarray, flops: Mapping[Architect
 
 
 def system_plan(config: SystemConfig, workload: Workload, rounds: int,
-                clients_per_round: int, seed: int, buffering: BufferWeighting | None = None
-                ) -> SystemPlan:
+                clients_per_round: int, seed: int, buffering: BufferWeighting | None = None,
+                profiles: list[SiteProfile] | None = None) -> SystemPlan:
     """The clock's plan of every round for a run's seed (and, given FedBuff's ``buffering``,
-    every round's totals)."""
-    profiles = site_profiles(config, len(workload.train_gflop), seed)
+    every round's totals). ``profiles``: the sites' profiles, when already drawn
+    (:func:`~raysim.system.profiles.site_profiles` of the config, clients and seed)."""
+    if profiles is None:
+        profiles = site_profiles(config, len(workload.train_gflop), seed)
     if config.policy == "fedbuff":
         buffer = config.buffer_size or clients_per_round
         concurrency = config.concurrency or 2 * buffer

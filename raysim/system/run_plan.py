@@ -14,6 +14,7 @@ from raysim.data import Partition
 from raysim.schema import SystemConfig
 from raysim.system.clock import Workload
 from raysim.system.plan import ArchitectureKey, SystemPlan, client_work, system_plan
+from raysim.system.profiles import SiteProfile, site_profiles
 from raysim.training.context import RunContext
 from raysim.training.weights import payload_bytes
 
@@ -29,15 +30,23 @@ class ClockSettings:
 
 def plan_for_run(settings: ClockSettings, context: RunContext, partition: Partition,
                  initial_weights: Any, flops: Mapping[ArchitectureKey, float],
-                 buffering: BufferWeighting | None = None) -> SystemPlan:
-    """Every round's clock for the run: the sites' profiles, each client's training GFLOPs
-    (its architecture at its input size (``flops``: :func:`architecture_flops` of the
-    context), its data) and the model's bytes both ways (FedScale's assumption: an upload is
-    model-sized); FedBuff, with ``buffering``: and every round's totals."""
+                 buffering: BufferWeighting | None = None,
+                 profiles: list[SiteProfile] | None = None) -> SystemPlan:
+    """Every round's clock for the run: the sites' profiles (``profiles`` when already drawn:
+    :func:`run_profiles`), each client's training GFLOPs (its architecture at its input size
+    (``flops``: :func:`architecture_flops` of the context), its data) and the model's bytes
+    both ways (FedScale's assumption: an upload is model-sized); FedBuff, with
+    ``buffering``: and every round's totals."""
     work = client_work(context, partition.sizes(), flops)
     size = float(payload_bytes(initial_weights))
     return system_plan(settings.system, Workload(work, size, size), context.training.rounds,
-                       settings.clients_per_round, context.seed, buffering)
+                       settings.clients_per_round, context.seed, buffering, profiles)
+
+
+def run_profiles(settings: ClockSettings, context: RunContext, partition: Partition
+                 ) -> list[SiteProfile]:
+    """The run's sites' profiles (they need no FLOPs: drawn while a worker counts them)."""
+    return site_profiles(settings.system, partition.num_clients, context.seed)
 
 
 class PlanInBackground:
@@ -52,8 +61,9 @@ class PlanInBackground:
 
         def plan() -> None:
             try:
+                profiles = run_profiles(settings, context, partition)  # before the FLOPs come
                 self._plan = plan_for_run(settings, context, partition, initial_weights,
-                                          flops(), buffering)
+                                          flops(), buffering, profiles)
             except BaseException as error:  # re-raised by result() in the driver's thread
                 self._error = error
 
