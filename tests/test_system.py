@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pandas as pd
@@ -297,7 +298,11 @@ class _OneStepRuntime:
         return {version: sent[version] for version in wanted}
 
     def train_many(self, clients, round_, starts, states, prox=None):
-        return [(_flat((start.vector + 1).tolist()), None) for start in starts]
+        return [(_flat((start.vector + 1).tolist()), _ONE_SAMPLE) for start in starts]
+
+
+_ONE_SAMPLE = SimpleNamespace(num_samples=1)
+"""A training outcome of one sample."""
 
 
 def _flat(values):
@@ -320,13 +325,13 @@ def test_stale_clients_train_from_their_start_version_and_their_updates_apply_to
     current, base = _flat([5.0, 5.0]), _flat([2.0, 3.0])
     message = {"model": current, "fedbuff": {"bases": {3: base}}}
     runtime = _OneStepRuntime(_schedule(4, [0, 1], [4, 3], [1.0, 0.7], [3, 4]))
-    trained, buffer = train_buffered(runtime, [0, 1], 4, message, lambda start: None)
+    trained, buffer = train_buffered(runtime, [0, 1], 4, message, lambda start: None,
+                                     lambda sizes: sizes.astype(float))
     # the fresh client trained from the current model, the stale one from its base
     assert [model.vector.tolist() for model, _ in trained] == [[6.0, 6.0], [3.0, 4.0]]
-    assert buffer.staleness == {0: 1.0, 1: 0.7}
+    assert buffer.weights == {0: 1.0, 1: 0.7}  # a_c s_c with a_c = 1 sample
     totals = BufferTotals(2.0, {4: 1.0, 3: 0.7})
-    partial = BufferedPartial(buffer.partial([0, 1], [model for model, _ in trained],
-                                             np.ones(2)), totals,
+    partial = BufferedPartial(buffer.partial([0, 1], [model for model, _ in trained]), totals,
                               server_correction(current, totals, message["fedbuff"]["bases"], 4))
     new = buffered_update(current, partial, 1.0)["w"]
     # each update (+1) applies to the current model, weighted 1 and 0.7, over A = 2
@@ -353,11 +358,12 @@ def test_fedprox_under_fedbuff_trains_every_client_in_one_call_anchored_at_its_s
 
         def train_many(self, clients, round_, starts, states, prox=None):
             calls.append((list(clients), starts, prox))
-            return [(start, None) for start in starts]
+            return [(start, _ONE_SAMPLE) for start in starts]
 
     v2, v3, v4 = flat([1.0, 1.0]), flat([2.0, 3.0]), flat([5.0, 5.0])
     message = {"model": v4, "fedbuff": {"bases": {2: v2, 3: v3}}}
-    train_buffered(LoggingRuntime(), [0, 1, 2, 3], 4, message, lambda start: (start, 0.1))
+    train_buffered(LoggingRuntime(), [0, 1, 2, 3], 4, message, lambda start: (start, 0.1),
+                   lambda sizes: sizes.astype(float))
     (clients, starts, (anchors, mu)), = calls
     assert clients == [0, 1, 2, 3] and mu == 0.1
     assert [a.vector.tolist() for a in anchors] == [s.vector.tolist() for s in starts] == [
@@ -365,8 +371,6 @@ def test_fedprox_under_fedbuff_trains_every_client_in_one_call_anchored_at_its_s
 
 
 def test_the_driver_sends_a_worker_only_the_start_versions_it_does_not_keep():
-    from types import SimpleNamespace
-
     import torch
 
     from raysim.engine.round_loop import Durable, LoopProgress, RoundLoop
@@ -418,8 +422,6 @@ def test_the_round_loops_fedbuff_update_applies_every_stale_update_to_the_curren
     """Through the round loop (its dispatch, the server correction it computes while the
     workers train, and its aggregation): each client's update of +1 from its own start
     version moves the current model by s_c / A, whichever version it started from."""
-    from types import SimpleNamespace
-
     import torch
 
     from raysim.algorithms.aggregators import WeightedSum, merge_partials

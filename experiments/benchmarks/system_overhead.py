@@ -166,10 +166,10 @@ def fedbuff_worker_ms(raw: dict[str, Any], plan: Any, round_: int = 30,
                                          [trained[i][1].num_samples for i in ids], True))
 
     def fedbuff() -> None:
-        trained, buffer = buffered.train_buffered(runtime, clients, round_, message, proximal)
-        reduced(lambda ids: buffer.partial(
-            [clients[i] for i in ids], [trained[i][0] for i in ids],
-            np.array([float(trained[i][1].num_samples) for i in ids])))
+        trained, buffer = buffered.train_buffered(runtime, clients, round_, message, proximal,
+                                                  lambda sizes: sizes.astype(float))
+        reduced(lambda ids: buffer.partial([clients[i] for i in ids],
+                                           [trained[i][0] for i in ids]))
 
     timings: dict[str, list[float]] = {"sync": [], "fedbuff": []}
     for _ in range(repeats):

@@ -26,7 +26,7 @@ training); the server's subtraction costs one weighted sum of the round's few st
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -40,12 +40,14 @@ if TYPE_CHECKING:
 
 
 def train_buffered(runtime: ClientRuntime, clients: Sequence[int], round_: int,
-                   message: dict[str, Any], proximal: Any
+                   message: dict[str, Any], proximal: Any,
+                   client_weights: Callable[[np.ndarray], np.ndarray]
                    ) -> tuple[list[tuple[Weights, Any]], RoundBuffer]:
     """Train each client from its start version (from the worker's part of the plan,
     ``runtime.buffer_schedule``, a :class:`~raysim.training.buffer_schedule.BufferSchedule`);
-    returns (trained model, outcome) per client in order, and the clients' staleness weights
-    (what the round's group partials weigh them by). The message carries the round's model
+    returns (trained model, outcome) per client in order, and each client's a_c s_c (what the
+    round's group partials weigh it by; ``client_weights``: the a_c of sample counts,
+    :meth:`~raysim.algorithms.base.Algorithm.buffer_client_weights`). The message carries the round's model
     (version ``round_``) and, under ``fedbuff``, the ``bases``: start versions this worker
     does not keep.
     ``proximal(start)``: the proximal term for clients that start from ``start`` (FedProx:
@@ -62,22 +64,23 @@ def train_buffered(runtime: ClientRuntime, clients: Sequence[int], round_: int,
         [terms[version][0] for version in versions], terms[round_][1])
     trained = runtime.train_many(clients, round_, [starts[v] for v in versions],
                                  [None] * len(clients), prox=prox)
-    return trained, RoundBuffer(dict(zip(clients, staleness_weights, strict=True)))
+    sizes = np.array([outcome.num_samples for _, outcome in trained])
+    weights = client_weights(sizes) * np.array(staleness_weights)  # a_c s_c, once a round
+    return trained, RoundBuffer(dict(zip(clients, weights.tolist(), strict=True)))
 
 
 @dataclass(frozen=True, slots=True)
 class RoundBuffer:
-    """A worker's clients of one FedBuff round: each one's staleness weight (from its
+    """A worker's clients of one FedBuff round: each one's weight a_c s_c (its client weight
+    times its staleness weight from the worker's
     :class:`~raysim.training.buffer_schedule.BufferSchedule`)."""
 
-    staleness: dict[int, float]
+    weights: dict[int, float]
 
-    def partial(self, clients: Sequence[int], models: Sequence[Weights],
-                client_weights: np.ndarray) -> WeightedSum:
+    def partial(self, clients: Sequence[int], models: Sequence[Weights]) -> WeightedSum:
         """A group's partial: the sum of a_c s_c x trained model, in client order."""
-        staleness = self.staleness
-        return WeightedSum.of(models, [client_weight * staleness[client] for client, client_weight
-                                       in zip(clients, client_weights.tolist(), strict=True)])
+        weights = self.weights
+        return WeightedSum.of(models, [weights[client] for client in clients])
 
 
 @dataclass(slots=True)

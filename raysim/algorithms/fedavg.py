@@ -50,7 +50,8 @@ class FedAvg(Algorithm[FedAvgParams | FedProxParams, State]):
                       message: dict[str, Any], states: Sequence[Any]) -> list[ClientResult]:
         if "fedbuff" in message:  # asynchronous: each client from its own start version
             trained, self.buffer = buffered.train_buffered(runtime, clients, round_, message,
-                                                           self.proximal)
+                                                           self.proximal,
+                                                           self.buffer_client_weights)
             return [ClientResult.trained({"model": weights}, None, outcome)
                     for weights, outcome in trained]
         start = message["model"]
@@ -69,9 +70,8 @@ class FedAvg(Algorithm[FedAvgParams | FedProxParams, State]):
         weighted = self.params.weighted and privacy is None  # DP: one vote each
         if self.context.fedbuff_server_lr is not None:
             assert self.buffer is not None, "local_updates saw the round's buffer"
-            return self.buffer.partial(  # a_c as the driver's totals take it
-                [c for c, _ in results], [r.upload["model"] for _, r in results],
-                self.buffer_client_weights(np.array([r.num_samples for _, r in results])))
+            return self.buffer.partial(  # a_c s_c as the driver's totals take them
+                [c for c, _ in results], [r.upload["model"] for _, r in results])
         partial = mean_partial([r.upload["model"] for _, r in results],
                                [r.num_samples for _, r in results], weighted)
         if privacy is not None and privacy.adaptive is not None:  # and the within-clip bits
@@ -80,8 +80,8 @@ class FedAvg(Algorithm[FedAvgParams | FedProxParams, State]):
         return partial
 
     def buffer_client_weights(self, sizes: np.ndarray) -> np.ndarray:
-        """FedBuff: each client's weight a_c, its sample count (unweighted: 1), as
-        :meth:`reduce` weighs its upload (FedBuff runs without ``privacy:``)."""
+        """FedBuff: each client's weight a_c, its sample count (unweighted: 1), as the
+        workers' group partials weigh its upload (FedBuff runs without ``privacy:``)."""
         return sizes.astype(float) if self.params.weighted else np.ones(len(sizes))
 
     def aggregate(self, state: State, partials: Sequence[Any], round_: int) -> State:
