@@ -406,7 +406,7 @@ def test_the_driver_sends_a_worker_only_the_start_versions_it_does_not_keep():
             versions, weights = schedules[worker].starts(round_, mine)
             position = np.searchsorted(clients, mine)  # the worker's part is the plan's
             assert versions == round_versions[position].tolist()
-            assert weights == round_weights[position].tolist()
+            assert weights.tolist() == round_weights[position].tolist()
             stale += len(set(versions) - {round_})
             starts = ClientRuntime.versions_on_device(
                 workers[worker], sorted(set(versions) | {round_}),

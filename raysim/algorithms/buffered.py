@@ -47,9 +47,9 @@ def train_buffered(runtime: ClientRuntime, clients: Sequence[int], round_: int,
     ``runtime.buffer_schedule``, a :class:`~raysim.training.buffer_schedule.BufferSchedule`);
     returns (trained model, outcome) per client in order, and each client's a_c s_c (what the
     round's group partials weigh it by; ``client_weights``: the a_c of sample counts,
-    :meth:`~raysim.algorithms.base.Algorithm.buffer_client_weights`). The message carries the round's model
-    (version ``round_``) and, under ``fedbuff``, the ``bases``: start versions this worker
-    does not keep.
+    :meth:`~raysim.algorithms.base.Algorithm.buffer_client_weights`). The message carries
+    the round's model (version ``round_``) and, under ``fedbuff``, the ``bases``: start
+    versions this worker does not keep.
     ``proximal(start)``: the proximal term for clients that start from ``start`` (FedProx:
     each client anchored at its own start version). Every client trains in one call."""
     schedule = runtime.buffer_schedule
@@ -65,7 +65,7 @@ def train_buffered(runtime: ClientRuntime, clients: Sequence[int], round_: int,
     trained = runtime.train_many(clients, round_, [starts[v] for v in versions],
                                  [None] * len(clients), prox=prox)
     sizes = np.array([outcome.num_samples for _, outcome in trained])
-    weights = client_weights(sizes) * np.array(staleness_weights)  # a_c s_c, once a round
+    weights = client_weights(sizes) * staleness_weights  # a_c s_c, once a round
     return trained, RoundBuffer(dict(zip(clients, weights.tolist(), strict=True)))
 
 

@@ -32,8 +32,8 @@ class FedAvg(Algorithm[FedAvgParams | FedProxParams, State]):
     asynchronous_refusal: ClassVar[str | None] = None
 
     buffer: buffered.RoundBuffer | None = None
-    """FedBuff, on a worker: the staleness weight of each client of the round its last
-    :meth:`local_updates` trained (what :meth:`reduce` weighs them by)."""
+    """FedBuff, on a worker: the weight a_c s_c of each client of the round its last
+    :meth:`local_updates` trained (what :meth:`reduce` weighs their uploads by)."""
 
     def init_server_state(self, initial_weights: Weights) -> State:
         privacy = self.context.privacy

@@ -26,9 +26,9 @@ class BufferSchedule:
     """Round r's rows are ``bounds[r]:bounds[r + 1]``."""
     kept_after: tuple[tuple[int, ...], ...]
 
-    def starts(self, round_: int, clients: Sequence[int]) -> tuple[list[int], list[float]]:
-        """The start versions and staleness weights of ``clients`` (ascending, all trained
-        in round ``round_`` on this worker)."""
+    def starts(self, round_: int, clients: Sequence[int]) -> tuple[list[int], np.ndarray]:
+        """The start versions (as ints) and staleness weights of ``clients`` (ascending, all
+        trained in round ``round_`` on this worker)."""
         lo, hi = int(self.bounds[round_]), int(self.bounds[round_ + 1])
         index = lo + np.searchsorted(self.clients[lo:hi], clients)
-        return self.start_versions[index].tolist(), self.staleness_weights[index].tolist()
+        return self.start_versions[index].tolist(), self.staleness_weights[index]
