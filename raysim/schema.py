@@ -365,6 +365,12 @@ class EngineConfig(StrictModel):
         "cpus_per_worker. Like cpus_per_worker, a different value can change the last digits "
         "of results (floating-point reduction order); e.g. num_workers x cpus_per_worker uses "
         "every CPU of the run")
+    reduction_threads: int | None = Field(
+        None, ge=1, le=8,
+        description="threads the driver sums the workers' partials and divides the mean with "
+        "(elementwise work: the results' bits do not depend on it); default: the CPUs of the "
+        "driver's node that no actor reserved when the run starts, 1 to 8 (e.g. a GPU node "
+        "with more CPUs than workers)")
     placement: Literal["spread", "pack"] = Field(
         "spread",
         description="spread: a run's workers go to as many nodes as possible; pack: as few",

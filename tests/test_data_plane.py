@@ -125,14 +125,19 @@ def _whole_vector_sum(models: list[dict[str, np.ndarray]], weights: list[float]
     return total
 
 
-@pytest.mark.parametrize("block", [5, 64, 1 << 17])
-def test_blocked_sums_and_merges_give_the_whole_vector_bits(monkeypatch, block):
+@pytest.mark.parametrize(("block", "threads"), [(5, 1), (64, 1), (1 << 17, 1), (5, 3),
+                                               (8, 2), (1 << 17, 3)])
+def test_blocked_sums_and_merges_give_the_whole_vector_bits(monkeypatch, block, threads):
     """Group sums merged along a tree, with a partial read back from the object store (read
-    only) in it, evaluated in blocks that cut entries and models apart: the same float64 bits
-    as whole-vector sums and in-place merges (float32 and float64 entries, an integer one)."""
+    only) in it, evaluated in blocks that cut entries and models apart, the blocks split
+    between threads as on a driver host with spare CPUs: the same float64 bits as whole-vector
+    sums and in-place merges (float32 and float64 entries, an integer one), and the mean's
+    float32 bits of dividing the whole vector."""
     from raysim.algorithms import blocked_sum
     from raysim.engine.reduction_tree import reduce_span
     monkeypatch.setattr(blocked_sum, "CPU_BLOCK_VALUES", block)
+    monkeypatch.setattr(blocked_sum, "_threads", [1])
+    assert blocked_sum.set_threads(threads) == threads
     rng = np.random.default_rng(3)
 
     def model() -> dict[str, np.ndarray]:
@@ -155,6 +160,11 @@ def test_blocked_sums_and_merges_give_the_whole_vector_bits(monkeypatch, block):
     assert root.vector.dtype == torch.float64
     assert torch.equal(root.vector, reference)
     assert root.total_weight == sum(map(sum, weights))
+    mean = root.mean()
+    expected_a = (reference[:21] / root.total_weight).float().numpy().reshape(7, 3)
+    assert np.array_equal(mean["a"], expected_a)
+    expected_b = (reference[21:32] / root.total_weight).float().numpy()
+    assert np.array_equal(mean["b"], expected_b)
 
 
 @pytest.mark.parametrize("vectorize", ["never", "always"])

@@ -170,8 +170,13 @@ class WeightedSum:
         vector, floats = self.vector, _float_count(self.entries)
         # divided in float64 and rounded to float32 as it is stored: no float64 mean vector
         # (a fresh one every round, page-faulted in on the driver where memory is slow)
-        host32 = to_host(torch.div(vector[:floats], self.total_weight, out=torch.empty(
-            floats, dtype=torch.float32, device=vector.device)))
+        mean32 = torch.empty(floats, dtype=torch.float32, device=vector.device)
+
+        def divide(start: int, stop: int) -> None:
+            torch.div(vector[start:stop], self.total_weight, out=mean32[start:stop])
+
+        blocked_sum.for_each_range(floats, vector.device, divide)
+        host32 = to_host(mean32)
         extras: dict[str, np.ndarray] = {}
         if len(self.entries) and self.length > floats:
             rest = to_host(vector[floats:] / self.total_weight)

@@ -12,11 +12,19 @@ whole-vector computation (``zero``, then ``sum += weight * float64(model)`` per 
 ``left += right``): sums are elementwise, so the blocking changes which coordinates are computed
 together, never a coordinate's value. On a GPU the block is the whole vector (one kernel per
 operation, as before).
+
+On a CPU the blocks can also be split between threads (:func:`set_threads`; the driver host
+uses the CPUs of its node that no worker reserved): each thread evaluates a contiguous range
+of blocks with buffers of its own, so each coordinate still goes through the same operations,
+and the bits do not depend on the number of threads.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import itertools
+import threading
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import torch
@@ -54,6 +62,62 @@ class Merge:
 Expression = Terms | Dense | Merge
 
 
+MAX_THREADS = 8
+"""The most threads :func:`set_threads` accepts: a sum of a few partials is bound by memory
+bandwidth, which a few cores already saturate."""
+
+_threads = [1]
+_pool: list[ThreadPoolExecutor | None] = [None]
+_pool_lock = threading.Lock()
+
+
+def set_threads(count: int) -> int:
+    """Split CPU evaluations (:func:`evaluate`, :func:`for_each_range`) between ``count``
+    threads of this process from now on (clamped to [1, :data:`MAX_THREADS`]); returns the
+    count used. Elementwise work only: the bits are the same for every count."""
+    _threads[0] = max(1, min(int(count), MAX_THREADS))
+    return _threads[0]
+
+
+def threads() -> int:
+    """The number of threads CPU evaluations are split between (:func:`set_threads`)."""
+    return _threads[0]
+
+
+def _executor() -> ThreadPoolExecutor:
+    with _pool_lock:
+        pool = _pool[0]
+        if pool is None:
+            pool = _pool[0] = ThreadPoolExecutor(MAX_THREADS, thread_name_prefix="raysim-sum")
+        return pool
+
+
+def block_ranges(length: int, device: torch.device) -> list[tuple[int, int]]:
+    """[start, stop) of the contiguous runs of whole blocks that the threads evaluate: one per
+    thread on a CPU (at most one per block), the whole vector elsewhere."""
+    if device.type != "cpu":
+        return [(0, length)]
+    blocks = -(-length // CPU_BLOCK_VALUES)
+    parts = max(1, min(threads(), blocks))
+    bounds = [CPU_BLOCK_VALUES * (blocks * part // parts) for part in range(parts + 1)]
+    return [(lo, min(hi, length)) for lo, hi in itertools.pairwise(bounds)
+            if lo < min(hi, length)] or [(0, length)]
+
+
+def for_each_range(length: int, device: torch.device,
+                   work: Callable[[int, int], None]) -> None:
+    """Call ``work(start, stop)`` for every range of :func:`block_ranges`, side by side in
+    threads when there are several (``work`` must touch only its own coordinates)."""
+    ranges = block_ranges(length, device)
+    if len(ranges) == 1:
+        work(*ranges[0])
+        return
+    futures = [_executor().submit(work, lo, hi) for lo, hi in ranges[1:]]
+    work(*ranges[0])
+    for future in futures:
+        future.result()
+
+
 def evaluate(expression: Expression, length: int, device: torch.device,
              out: torch.Tensor | None = None) -> torch.Tensor:
     """The float64 vector of ``expression`` (``length`` values on ``device``), written into
@@ -61,10 +125,14 @@ def evaluate(expression: Expression, length: int, device: torch.device,
     merge into a computed sum adds in place)."""
     result = torch.empty(length, dtype=torch.float64, device=device) if out is None else out
     block = CPU_BLOCK_VALUES if device.type == "cpu" else max(length, 1)
-    buffers = _Buffers(min(block, max(length, 1)), device)
-    for start in range(0, length, block):
-        _evaluate_into(expression, start, min(start + block, length),
-                       result[start:start + block], buffers, 0)
+
+    def evaluate_range(first: int, stop: int) -> None:
+        buffers = _Buffers(min(block, max(stop - first, 1)), device)
+        for start in range(first, stop, block):
+            end = min(start + block, stop)
+            _evaluate_into(expression, start, end, result[start:end], buffers, 0)
+
+    for_each_range(length, device, evaluate_range)
     return result
 
 

@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 import ray
 
+from raysim.algorithms import blocked_sum
 from raysim.algorithms.buffered import BufferWeighting
 from raysim.engine import turns
 from raysim.engine.checkpoint import Checkpoint, load_checkpoint, remove_checkpoint, truncate_results
@@ -148,7 +149,8 @@ class Driver:
             truncate_results(self.run_dir, checkpoint.next_part if checkpoint else 0)
         sink = ParquetSink(self.run_dir, self.spec.engine.flush_seconds)
         update_manifest(self.run_dir, driver={"pid": os.getpid(),
-                                              "node_id": ray.get_runtime_context().get_node_id()})
+                                              "node_id": ray.get_runtime_context().get_node_id(),
+                                              "reduction_threads": blocked_sum.threads()})
         self._streams = self._open_streams()
         try:
             self._set_progress(status="waiting for resources")
@@ -381,6 +383,19 @@ class _FirstDispatchStamp(RoundCallback):
             update_manifest(self.run_dir, first_dispatch_at=time.time())
 
 
+def spare_node_cpus() -> int:
+    """The CPUs of this process's Ray node that no actor reserved (1 when Ray cannot say):
+    what the driver host may use beside the workers, e.g. on a GPU node with more CPUs than
+    workers. Read once per run, after its workers started."""
+    try:
+        from ray._private.state import available_resources_per_node
+
+        node = ray.get_runtime_context().get_node_id()
+        return max(1, math.floor(available_resources_per_node().get(node, {}).get("CPU", 0.0)))
+    except Exception:  # a Ray without this private table: one thread
+        return 1
+
+
 class DriverHost:
     """A pooled driver process: runs a :class:`Driver` per run it is given, each in a thread of
     its own taking turns with the others (:mod:`.turns`); one run, or several runs of a cohort
@@ -397,7 +412,9 @@ class DriverHost:
     def run(self, spec: RunSpec, workers: list[Any]) -> dict[str, Any]:
         """Run one run on ``workers``; returns its final rounds row. Server-side work (e.g.
         FedVCK's training on the synthetic sets) uses ``engine.server_threads`` threads
-        (default: a worker's, so that results do not depend on the number of workers)."""
+        (default: a worker's, so that results do not depend on the number of workers); the
+        sum of the workers' partials and the mean ``engine.reduction_threads`` (default: the
+        node's CPUs no actor reserved, :func:`spare_node_cpus`)."""
         import torch
 
         from raysim.engine.memory import freeze_imported_objects
@@ -407,6 +424,7 @@ class DriverHost:
         with turns.taking_turns():
             torch.set_num_threads(engine.server_threads
                                   or max(1, math.floor(engine.cpus_per_worker)))
+            blocked_sum.set_threads(engine.reduction_threads or spare_node_cpus())
             driver = self._drivers[spec.run_dir] = Driver(spec, workers)
             if spec.run_dir in self._stops:
                 driver.request_stop()
