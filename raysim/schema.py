@@ -315,8 +315,8 @@ class EngineConfig(StrictModel):
     vectorize: Literal["auto", "always", "never"] = Field(
         "auto",
         description="train many same-size clients in one torch.func call: auto picks it for "
-        "small dense models on CPU and for every BatchNorm-free model on GPU; always also for "
-        "BatchNorm models (each client's own running statistics)",
+        "small dense models on CPU and for every model on GPU (BatchNorm clients with their "
+        "own running statistics); always also for BatchNorm models and convolutions on CPU",
     )
     merge_seeds: Literal["auto", "never"] = Field(
         "auto",

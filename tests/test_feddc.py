@@ -136,7 +136,8 @@ def test_batchnorm_clients_train_together_with_their_own_running_statistics():
     start = get_weights(model)
     sgd = training.optimizer
     assert choose_path(model, sgd, torch.device("cpu"), "auto")[0] == "loop"
-    assert choose_path(model, sgd, torch.device("cuda"), "auto")[0] == "loop"
+    assert choose_path(model, sgd, torch.device("cuda"), "auto")[0] == "vectorized"
+    assert choose_path(model, sgd, torch.device("cuda"), "never")[0] == "loop"
 
     loop, vectorized = _loop_and_vectorized(5, dataset, params, training, indices, start)
     one = loop.train_many(clients, 1, [start] * 4, [None] * 4)
