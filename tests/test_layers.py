@@ -9,6 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 PACKAGE = Path(__file__).resolve().parents[1] / "raysim"
 
 LAYERS = {  # higher imports lower or equal, never the other way
@@ -84,7 +86,7 @@ def test_pooled_processes_preload_neither_pandas_nor_sklearn_nor_dynamo():
     # of them that much again: only client workers need torch._dynamo (they import it when
     # created), only a driver reads tables or computes metrics
     out = _printed_by_python(
-        "import importlib, sys; from raysim.engine.startup import WORKER_MODULES; "
+        "import importlib, sys; from raysim.engine.cluster import WORKER_MODULES; "
         "[importlib.import_module(m) for m in WORKER_MODULES]; "
         "print(sorted(m for m in ('pandas', 'sklearn', 'torch._dynamo') if m in sys.modules))")
     assert out == "[]"
@@ -112,11 +114,28 @@ def test_medmnist_metadata_is_read_without_the_medmnist_package_init():
     assert out == '[[], true, true, true]'
 
 
-def test_the_warm_cluster_preloads_what_a_local_ray_preloads():
+def test_the_warm_cluster_starts_its_raylet_as_a_local_ray_does(monkeypatch, tmp_path):
     from raysim.engine import cluster, startup
 
-    # one list for both starts: a local Ray (startup) and `ray start` (cluster)
-    assert startup.WORKER_MODULES is cluster.WORKER_MODULES
+    # one set of raylet settings (the preload list, the early prestart) for both starts: a
+    # local Ray (startup) and `ray start` (cluster)
+    assert startup.raylet_environment is cluster.raylet_environment
+    started: list[dict[str, str]] = []
+
+    class Started(Exception):
+        pass
+
+    def popen(command, **options):
+        started.append(options["env"])
+        raise Started
+
+    monkeypatch.setenv("RAYSIM_CLUSTER_DIR", str(tmp_path / "cluster"))
+    monkeypatch.setenv("RAYSIM_CPU_SLOTS", str(tmp_path / "slots"))
+    monkeypatch.setattr(cluster.subprocess, "run", lambda *args, **kwargs: None)
+    monkeypatch.setattr(cluster.subprocess, "Popen", popen)
+    with pytest.raises(Started):
+        cluster.start_cluster(cpus=1)
+    assert started[0].items() >= cluster.raylet_environment().items()
 
 
 def test_loading_every_shipped_config_imports_neither_torch_nor_ray():

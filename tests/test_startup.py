@@ -182,13 +182,29 @@ def session_processes():
                          if arg.endswith(".py") or arg.endswith(("raylet", "gcs_server")))
     return sorted(found)
 
+def raylet_settings():
+    # the RAY_ settings in the environment this session's raylet started with
+    session = os.path.basename(ray._private.worker._global_node.get_session_dir_path())
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            argv = open(f"/proc/{pid}/cmdline", "rb").read().decode().split("\\0")
+            if not argv[0].endswith("raylet") or not any(session in a for a in argv):
+                continue
+            environ = open(f"/proc/{pid}/environ", "rb").read().decode().split("\\0")
+        except OSError:
+            continue
+        return dict(v.split("=", 1) for v in environ
+                    if v.startswith(("RAY_preload", "RAY_enable_worker_prestart")))
+    return None
+
 print(json.dumps(ray.get(Probe.remote().modules.remote())))
 print(json.dumps(session_processes()))
+print(json.dumps(raylet_settings()))
 stop_local_ray()
 """
 
 
-def test_a_local_ray_starts_its_worker_processes_with_torch_and_the_engine_imported_and_no_unused_services(
+def test_a_local_ray_starts_its_worker_processes_early_with_the_engine_and_no_unused_services(
         tmp_path):
     config = quickstart_raw(engine={"num_workers": 1, "cpus_per_worker": 1})
     done = subprocess.run(
@@ -196,11 +212,17 @@ def test_a_local_ray_starts_its_worker_processes_with_torch_and_the_engine_impor
         timeout=180, cwd=tmp_path,
         env={**os.environ, "RAYSIM_CPU_SLOTS": str(tmp_path / "slots")})
     assert done.returncode == 0, done.stderr
-    modules, programs = (json.loads(line) for line in done.stdout.strip().splitlines()[-2:])
+    modules, programs, settings = (json.loads(line)
+                                   for line in done.stdout.strip().splitlines()[-3:])
     assert modules == ["raysim.engine.driver", "raysim.engine.worker", "torch"]  # dynamo: clients
     # Ray's GCS and raylet, without the API server, the autoscaler monitor and the log monitor
     # (dashboard.py, monitor.py, log_monitor.py), which a raysim run never uses
     assert programs == ["gcs_server", "raylet"]
+    # the raylet preloads the engine and starts its worker processes as soon as it is up, not
+    # when the driver has connected (its agents started)
+    assert settings == {"RAY_preload_python_modules": "raysim.engine.worker,raysim.engine.driver",
+                        "RAY_enable_worker_prestart": "1"}
+    assert "RAY_enable_worker_prestart" not in os.environ  # (only for the start)
 
 
 _CONSOLE = """

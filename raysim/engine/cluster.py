@@ -43,6 +43,21 @@ they accept work (Ray's ``preload_python_modules``): the engine, and torch. Not 
 PRELOAD_VARIABLE = "RAY_preload_python_modules"
 """The environment variable the raylet reads the preload list from when it starts."""
 
+PRESTART_VARIABLE = "RAY_enable_worker_prestart"
+"""The raylet's setting that starts its worker processes (one per CPU) as soon as it is up,
+rather than when the first driver connects. The driver's connection waits for the raylet's
+agents (about 1 s on the development machine, 2.3 s on a 16-CPU GPU machine); the worker
+processes' import chain (torch, the engine, then ``torch._dynamo`` in the client workers) is
+the critical path of a cold command, so it starts that much earlier. Measured on an H200
+(session 29): spawned at 5.2 s after the command, their first round at 15.5 s."""
+
+
+def raylet_environment() -> dict[str, str]:
+    """The settings a raysim Ray's raylet reads from its environment when it starts (a local
+    Ray and the warm cluster alike): the preload list and the early prestart of its worker
+    processes (a Ray without a setting ignores it)."""
+    return {PRELOAD_VARIABLE: ",".join(WORKER_MODULES), PRESTART_VARIABLE: "1"}
+
 
 def state_directory() -> Path:
     """Where the cluster's record and ``ray start``'s output live (per user;
@@ -146,8 +161,7 @@ def start_cluster(cpus: int | None = None, gpus: float | None = None,
                "--no-monitor", "--include-log-monitor=false"]
     if gpus is not None:
         command.append(f"--num-gpus={gpus:g}")
-    environment = {**os.environ, PRELOAD_VARIABLE: ",".join(WORKER_MODULES),
-                   "RAY_AUTH_MODE": "token"}
+    environment = {**os.environ, **raylet_environment(), "RAY_AUTH_MODE": "token"}
     # `ray start` needs the token to exist (a local `ray.init` creates one, `ray start` does
     # not); this keeps an existing one
     subprocess.run([*ray_cli, "get-auth-token", "--generate"], capture_output=True,

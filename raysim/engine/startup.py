@@ -15,7 +15,7 @@ import os
 import socket
 import tempfile
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -26,9 +26,8 @@ import ray
 
 from raysim.config import ExperimentConfig
 from raysim.engine.cluster import (
-    PRELOAD_VARIABLE,
-    WORKER_MODULES,
     ClusterInfo,
+    raylet_environment,
     running_cluster,
 )
 from raysim.engine.cpu_slots import CpuSlots
@@ -122,22 +121,23 @@ def _package_directory() -> Iterator[None]:
 
 
 @contextmanager
-def _preloading(modules: Iterable[str]) -> Iterator[None]:
-    """Have the Ray started in the block import ``modules`` in its worker processes as they
-    start. Ray starts one worker process per CPU with its raylet, before any actor is asked
-    for; with this they import torch and raysim while the invocation still starts up
-    (imports, data), so a worker actor placed on one is ready in a fraction of the time.
-    Ray's ``preload_python_modules`` setting, read by the raylet from the environment when
-    it starts (a Ray without the setting ignores it)."""
-    before = os.environ.get(PRELOAD_VARIABLE)
-    os.environ[PRELOAD_VARIABLE] = ",".join(modules)
+def _raylet_settings(settings: Mapping[str, str]) -> Iterator[None]:
+    """Have the Ray started in the block read ``settings`` (:func:`raylet_environment`): its
+    raylet reads them from the environment when it starts. With Ray's ``preload_python_modules``
+    its worker processes import torch and raysim as they start, before any actor is asked for,
+    so a worker actor placed on one is ready in a fraction of the time; with
+    ``enable_worker_prestart`` they start as soon as the raylet is up, while the invocation
+    still starts up (imports, data, Ray's agents)."""
+    before = {name: os.environ.get(name) for name in settings}
+    os.environ.update(settings)
     try:
         yield
     finally:
-        if before is None:
-            os.environ.pop(PRELOAD_VARIABLE, None)
-        else:
-            os.environ[PRELOAD_VARIABLE] = before
+        for name, value in before.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
 
 
 UNUSED_RAY_SERVICES = ("start_api_server", "start_monitor", "start_log_monitor")
@@ -294,7 +294,7 @@ def _start_ray(config: ExperimentConfig, before_waiting: Callable[[], object] | 
             waiting_since = time.time()
             held = _SLOTS.acquire(needed)
             CPU_WAIT[0] += time.time() - waiting_since
-    with _preloading(WORKER_MODULES), _without_unused_ray_services():
+    with _raylet_settings(raylet_environment()), _without_unused_ray_services():
         # address="local": a new Ray of this process's own, whatever RAY_ADDRESS or a
         # stale /tmp/ray/ray_current_cluster of a dead cluster says
         ray.init(address="local", num_cpus=held, logging_level=logging.ERROR,
