@@ -58,10 +58,20 @@ class TrainOutcome:
 
 
 @dataclass
-class _Trained:
-    """One client's training with its summed loss still on the device."""
+class StepLosses:
+    """One client's training losses, step by step, still on the device: each step's mean
+    batch loss (detached) and its batch size. Their sum weighted by the batch sizes is taken
+    on the host (:func:`losses_to_host`), so a step queues no kernel for it."""
 
-    total_loss: torch.Tensor
+    losses: list[torch.Tensor]
+    sizes: list[int]
+
+
+@dataclass
+class _Trained:
+    """One client's training with its losses still on the device."""
+
+    total_loss: StepLosses
     seen: int
     num_samples: int
     steps: int
@@ -73,12 +83,27 @@ class _Trained:
                             self.optimizer_state)
 
 
-def losses_to_host(totals: Sequence[torch.Tensor]) -> list[float]:
-    """Summed losses on a device as Python floats, read back together (one wait for the
-    device, not one per client). Tests count its calls."""
-    if not totals:
-        return []
-    return torch.stack(list(totals)).tolist()
+def losses_to_host(totals: Sequence[StepLosses]) -> list[float]:
+    """Each client's summed loss, sum over steps of loss x batch size, as a Python float; the
+    step losses of all clients are read back together (one wait for the device, not one per
+    client or step). The sum is taken in the losses' dtype, step after step from zero: the
+    bits of accumulating ``loss * size`` into a zero tensor on the device. Tests count its
+    calls."""
+    steps = [loss for total in totals for loss in total.losses]
+    if not steps:
+        return [0.0] * len(totals)
+    values = torch.stack(steps).cpu().numpy()
+    dtype = values.dtype.type
+    sums, position = [], 0
+    for total in totals:
+        count = len(total.losses)
+        products = values[position:position + count] * np.asarray(total.sizes, values.dtype)
+        position += count
+        summed = dtype(0)
+        for product in products:
+            summed = dtype(summed + product)
+        sums.append(float(summed))
+    return sums
 
 
 def make_optimizer(parameters: Any, config: OptimizerConfig) -> torch.optim.Optimizer:
@@ -412,7 +437,7 @@ class ClientRuntime:
         trained = self._train_on_device(
             model, client, round_, regularizer=regularizer, optimizer_state=optimizer_state,
             steps_scale=steps_scale, plan=plan, torch_seed=torch_seed, from_start=from_start)
-        return trained.outcome(float(trained.total_loss))
+        return trained.outcome(losses_to_host([trained.total_loss])[0])
 
     def _train_on_device(self, model: nn.Module, client: int, round_: int, *,
                          regularizer: Callable[[], torch.Tensor] | None,
@@ -460,7 +485,7 @@ class ClientRuntime:
             client, round_, optimizer, batch_loss, epochs=epochs, steps=steps,
             batch_size=batch_size, stream=stream, regularizer=regularizer, data=data, plan=plan,
             torch_seed=torch_seed, first_step=first_step)
-        return float(total_loss) / max(seen, 1), samples, taken
+        return losses_to_host([total_loss])[0] / max(seen, 1), samples, taken
 
     def _fit_on_device(self, client: int, round_: int, optimizer: torch.optim.Optimizer,
                        batch_loss: Callable[[torch.Tensor, torch.Tensor], torch.Tensor], *,
@@ -472,8 +497,8 @@ class ClientRuntime:
                        plan_index: list[torch.Tensor] | None = None,
                        torch_seed: int | None = None,
                        first_step: Callable[[], None] | None = None
-                       ) -> tuple[torch.Tensor, int, int, int]:
-        """:meth:`fit`'s loop; returns (the summed loss on the device, samples seen, the
+                       ) -> tuple[StepLosses, int, int, int]:
+        """:meth:`fit`'s loop; returns (the step losses on the device, samples seen, the
         client's training-set size, steps). ``plan_index``: ``plan`` already on the device."""
         x, y = self.client_data(client) if data is None else data
         # only the CPU generator (torch.manual_seed also seeds every accelerator backend,
@@ -490,13 +515,14 @@ class ClientRuntime:
                 round_, np.array([client]), stream)]
         if plan_index is None:
             plan_index = plan_on_device(plan, self.device)
-        total_loss = torch.zeros((), device=self.device)
+        total_loss = StepLosses([], [])
         seen = 0
         for positions, index in zip(plan, plan_index, strict=True):
             inputs, targets = x[index], y[index]
             optimizer.zero_grad(set_to_none=True)
             loss = batch_loss(inputs, targets)
-            total_loss += loss.detach() * len(positions)
+            total_loss.losses.append(loss.detach())
+            total_loss.sizes.append(len(positions))
             if regularizer is not None:
                 loss = loss + regularizer()
             loss.backward()
