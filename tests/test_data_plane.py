@@ -282,6 +282,18 @@ def test_a_clients_normalised_data_is_kept_on_a_cpu_within_its_budget(monkeypatc
     assert first[0] is not again[0] and torch.equal(first[0], again[0])
 
 
+def test_a_gpu_keeps_normalised_data_only_within_what_the_data_cap_leaves():
+    """On a GPU the normalised inputs are kept too, but the resident rows and the kept inputs
+    together stay within the data's share of the worker's memory cap."""
+    cuda, cpu, mib = torch.device("cuda"), torch.device("cpu"), 2**20
+    budget = resident_data.NORMALISED_CACHE_BYTES
+    assert resident_data.normalised_cache_bytes(cuda, 10_000 * mib, 100 * mib) == budget
+    assert resident_data.normalised_cache_bytes(cuda, 300 * mib, 100 * mib) == 200 * mib
+    assert resident_data.normalised_cache_bytes(cuda, 100 * mib, 100 * mib) == 0
+    assert resident_data.normalised_cache_bytes(cuda, None, 100 * mib) == budget
+    assert resident_data.normalised_cache_bytes(cpu, 300 * mib, 100 * mib) == budget
+
+
 _FAULTS_PER_BLOCK = """
 import resource, sys, torch
 if sys.argv[1] == "keep":
