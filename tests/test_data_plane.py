@@ -293,6 +293,20 @@ def test_a_gpu_keeps_normalised_data_only_within_what_the_data_cap_leaves():
     assert resident_data.normalised_cache_bytes(cuda, None, 100 * mib) == budget
     assert resident_data.normalised_cache_bytes(cpu, 300 * mib, 100 * mib) == budget
 
+    # a device other than the CPU ("meta": shapes only) keeps a client's normalised inputs
+    from raysim.data.dataset import DataInfo
+
+    info = DataInfo("images", "image", 2, (1, 4, 4), (0.5,), (0.5,))
+    rows = np.zeros((6, 4, 4), dtype=np.uint8)
+    indices = [np.arange(0, 3), np.arange(3, 6)]
+    meta = torch.device("meta")
+    held = resident_data.ResidentData(rows, np.zeros(6, dtype=np.int64), indices, [0, 1], info,
+                                      meta, cap_bytes=mib)
+    assert held.resident and held.client(1)[0] is held.client(1)[0]
+    full = resident_data.ResidentData(rows, np.zeros(6, dtype=np.int64), indices, [0, 1], info,
+                                      meta, cap_bytes=held.nbytes)  # the rows fill the cap
+    assert full.resident and full.client(1)[0] is not full.client(1)[0]
+
 
 _FAULTS_PER_BLOCK = """
 import resource, sys, torch

@@ -229,3 +229,48 @@ def test_runs_from_a_directory_where_a_folder_named_raysim_shadows_the_package(t
     assert completed.returncode == 0, completed.stderr[-2000:]
     assert "No module named" not in completed.stderr
     assert len(list((tmp_path / "out").glob("quickstart-*/seed_0/manifest.json"))) == 1
+
+
+def test_the_driver_sums_on_the_cpus_of_its_node_that_no_actor_reserved(ray_session):
+    """``engine.reduction_threads``' default: the CPUs of the node no actor reserved (the
+    session's 4 logical CPUs, then 3 while an actor holds one)."""
+    from raysim.engine.driver import spare_node_cpus
+    from raysim.engine.pool import POOL
+
+    POOL.clear()  # idle pooled actors of earlier tests hold CPUs
+
+    def settled(expected: int) -> int:
+        deadline = time.monotonic() + 20
+        while (spare := spare_node_cpus()) != expected and time.monotonic() < deadline:
+            time.sleep(0.1)  # (Ray's resource view lags an actor's start and end)
+        return spare
+
+    assert settled(4) == 4
+
+    @ray_session.remote(num_cpus=1)
+    class Holder:
+        def ready(self) -> bool:
+            return True
+
+    holder = Holder.remote()
+    assert ray_session.get(holder.ready.remote(), timeout=60)
+    assert settled(3) == 3
+    ray_session.kill(holder)
+    assert settled(4) == 4
+
+
+def test_a_run_records_the_reduction_threads_its_driver_used(ray_session, tmp_path):
+    """A run's driver sums with the CPUs its worker left (the session has 4), or with the
+    configured count; the manifest says which."""
+    from raysim.engine.pool import POOL
+
+    counts = []
+    for threads in (None, 1):
+        POOL.clear()
+        engine = {"num_workers": 1, "cpus_per_worker": 1, "reduction_threads": threads}
+        config = parse_config(quickstart_raw(engine=engine, training={"rounds": 1}))
+        outcome = run_experiment(config, output=str(tmp_path / str(threads)),
+                                 progress=False)[0]
+        manifest = json.loads((outcome.run_dir / "manifest.json").read_text())
+        counts.append(manifest["driver"]["reduction_threads"])
+    assert counts[0] >= 2 and counts[1] == 1

@@ -95,13 +95,13 @@ def _executor() -> ThreadPoolExecutor:
 def block_ranges(length: int, device: torch.device) -> list[tuple[int, int]]:
     """[start, stop) of the contiguous runs of whole blocks that the threads evaluate: one per
     thread on a CPU (at most one per block), the whole vector elsewhere."""
-    if device.type != "cpu":
-        return [(0, length)]
     blocks = -(-length // CPU_BLOCK_VALUES)
-    parts = max(1, min(threads(), blocks))
-    bounds = [CPU_BLOCK_VALUES * (blocks * part // parts) for part in range(parts + 1)]
-    return [(lo, min(hi, length)) for lo, hi in itertools.pairwise(bounds)
-            if lo < min(hi, length)] or [(0, length)]
+    parts = min(threads(), blocks)
+    if device.type != "cpu" or parts <= 1:
+        return [(0, length)]
+    bounds = [min(length, CPU_BLOCK_VALUES * (blocks * part // parts))
+              for part in range(parts + 1)]
+    return list(itertools.pairwise(bounds))
 
 
 def for_each_range(length: int, device: torch.device,

@@ -32,9 +32,9 @@ CPU in host memory, on a GPU within what the data's share of the worker's memory
 def normalised_cache_bytes(device: torch.device, cap_bytes: int | None, data_bytes: int) -> int:
     """Bytes of normalised inputs a worker keeps: :data:`NORMALISED_CACHE_BYTES`, and on a
     device with a cap for its data no more than the cap leaves beside the resident rows (the
-    data never takes more than its share of the device's memory). On a GPU this saves each
-    client's gather and normalisation kernels every round (5 % of the pfl shape's per-client
-    loop on an H200, session 29's profile)."""
+    data never takes more than its share of the device's memory). On a GPU a client's gather
+    and normalisation kernels took 5 % of the pfl shape's per-client loop (an H200 profile,
+    session 29); what keeping them saves there is not measured."""
     if device.type == "cpu" or cap_bytes is None:
         return NORMALISED_CACHE_BYTES
     return max(0, min(NORMALISED_CACHE_BYTES, cap_bytes - data_bytes))

@@ -66,20 +66,24 @@ class StepLosses:
     losses: list[torch.Tensor]
     sizes: list[int]
 
+    @property
+    def seen(self) -> int:
+        """Samples seen (with repeats): the sum of the batch sizes."""
+        return sum(self.sizes)
+
 
 @dataclass
 class _Trained:
     """One client's training with its losses still on the device."""
 
-    total_loss: StepLosses
-    seen: int
+    losses: StepLosses
     num_samples: int
     steps: int
     optimizer_state: dict[str, Any] | None
 
     def outcome(self, total_loss: float) -> TrainOutcome:
         """The outcome, given the summed loss read back to the host."""
-        return TrainOutcome(total_loss / max(self.seen, 1), self.num_samples, self.steps,
+        return TrainOutcome(total_loss / max(self.losses.seen, 1), self.num_samples, self.steps,
                             self.optimizer_state)
 
 
@@ -336,7 +340,7 @@ class ClientRuntime:
             models.append(release_state(model))  # no copy
         # the losses to the host together: on a GPU, reading one per client would make the
         # host wait for each client's kernels before it queues the next client's
-        totals = losses_to_host([t.total_loss for t in trained])
+        totals = losses_to_host([t.losses for t in trained])
         return [(model, t.outcome(total)) for model, t, total in zip(
             models, trained, totals, strict=True)]
 
@@ -437,7 +441,7 @@ class ClientRuntime:
         trained = self._train_on_device(
             model, client, round_, regularizer=regularizer, optimizer_state=optimizer_state,
             steps_scale=steps_scale, plan=plan, torch_seed=torch_seed, from_start=from_start)
-        return trained.outcome(losses_to_host([trained.total_loss])[0])
+        return trained.outcome(losses_to_host([trained.losses])[0])
 
     def _train_on_device(self, model: nn.Module, client: int, round_: int, *,
                          regularizer: Callable[[], torch.Tensor] | None,
@@ -452,12 +456,12 @@ class ClientRuntime:
             optimizer.load_state_dict(optimizer_state)
         loss_fn = loss_function(training_loss(self.training.loss, self.info.multi_label))
         model.train()
-        total_loss, seen, samples, taken = self._fit_on_device(
+        losses, samples, taken = self._fit_on_device(
             client, round_, optimizer, lambda inputs, targets: loss_fn(model(inputs), targets),
             epochs=self.training.epochs, steps=steps, regularizer=regularizer, plan=plan,
             plan_index=plan_index, torch_seed=torch_seed,
             first_step=None if from_start is None else lambda: from_start.step(optimizer))
-        return _Trained(total_loss, seen, samples, taken,
+        return _Trained(losses, samples, taken,
                         optimizer.state_dict() if optimizer.state else None)
 
     def fit(self, client: int, round_: int, optimizer: torch.optim.Optimizer,
@@ -481,11 +485,11 @@ class ClientRuntime:
         ops (dropout) from (seed, "torch"/"torch-<stream>", round, client), so the result is
         the same on any worker.
         """
-        total_loss, seen, samples, taken = self._fit_on_device(
+        losses, samples, taken = self._fit_on_device(
             client, round_, optimizer, batch_loss, epochs=epochs, steps=steps,
             batch_size=batch_size, stream=stream, regularizer=regularizer, data=data, plan=plan,
             torch_seed=torch_seed, first_step=first_step)
-        return losses_to_host([total_loss])[0] / max(seen, 1), samples, taken
+        return losses_to_host([losses])[0] / max(losses.seen, 1), samples, taken
 
     def _fit_on_device(self, client: int, round_: int, optimizer: torch.optim.Optimizer,
                        batch_loss: Callable[[torch.Tensor, torch.Tensor], torch.Tensor], *,
@@ -497,9 +501,9 @@ class ClientRuntime:
                        plan_index: list[torch.Tensor] | None = None,
                        torch_seed: int | None = None,
                        first_step: Callable[[], None] | None = None
-                       ) -> tuple[StepLosses, int, int, int]:
-        """:meth:`fit`'s loop; returns (the step losses on the device, samples seen, the
-        client's training-set size, steps). ``plan_index``: ``plan`` already on the device."""
+                       ) -> tuple[StepLosses, int, int]:
+        """:meth:`fit`'s loop; returns (the step losses on the device, the client's
+        training-set size, steps). ``plan_index``: ``plan`` already on the device."""
         x, y = self.client_data(client) if data is None else data
         # only the CPU generator (torch.manual_seed also seeds every accelerator backend,
         # which costs about a millisecond per call)
@@ -515,14 +519,13 @@ class ClientRuntime:
                 round_, np.array([client]), stream)]
         if plan_index is None:
             plan_index = plan_on_device(plan, self.device)
-        total_loss = StepLosses([], [])
-        seen = 0
+        losses = StepLosses([], [])
         for positions, index in zip(plan, plan_index, strict=True):
             inputs, targets = x[index], y[index]
             optimizer.zero_grad(set_to_none=True)
             loss = batch_loss(inputs, targets)
-            total_loss.losses.append(loss.detach())
-            total_loss.sizes.append(len(positions))
+            losses.losses.append(loss.detach())
+            losses.sizes.append(len(positions))
             if regularizer is not None:
                 loss = loss + regularizer()
             loss.backward()
@@ -531,5 +534,4 @@ class ClientRuntime:
             else:
                 first_step()
                 first_step = None
-            seen += len(positions)
-        return total_loss, seen, len(y), len(plan)
+        return losses, len(y), len(plan)
