@@ -15,6 +15,8 @@ import yaml
 from conftest import quickstart_raw
 
 from raysim.cli import main
+from raysim.config import parse_config
+from raysim.engine.concurrency import processes_at_start, runs_at_once
 
 
 def test_first_runs_actors_start_while_the_data_is_prepared_and_serve_the_run(
@@ -223,6 +225,59 @@ def test_a_local_ray_starts_its_worker_processes_early_with_the_engine_and_no_un
     assert settings == {"RAY_preload_python_modules": "raysim.engine.worker,raysim.engine.driver",
                         "RAY_enable_worker_prestart": "1"}
     assert "RAY_enable_worker_prestart" not in os.environ  # (only for the start)
+
+
+_PRESTART_PROBE = """
+import json, os, sys
+os.cpu_count = lambda: 16  # a node with more CPUs than the runs use (before raysim reads it)
+import ray
+from raysim.config import parse_config
+from raysim.engine.startup import ensure_ray, stop_local_ray
+
+configs = [parse_config(json.loads(raw)) for raw in sys.argv[1:]]
+ensure_ray(configs[0], runs=configs)
+session = os.path.basename(ray._private.worker._global_node.get_session_dir_path())
+for pid in filter(str.isdigit, os.listdir("/proc")):
+    try:
+        argv = open(f"/proc/{pid}/cmdline", "rb").read().decode().split("\\0")
+    except OSError:
+        continue
+    if argv[0].endswith("raylet") and any(session in arg for arg in argv):
+        print(json.dumps({"cpus": ray.cluster_resources()["CPU"], "prestart": [
+            arg for arg in argv if arg.startswith("--num_prestart_python_workers=")]}))
+stop_local_ray()
+"""
+
+
+def test_a_local_ray_starts_ahead_of_time_only_the_processes_of_the_first_runs(tmp_path):
+    # 16 CPUs (faked), three seeds of two 1-CPU workers: all three runs fit at once, each with
+    # its driver host: 9 processes, not Ray's one per CPU
+    three_seeds = quickstart_raw(engine={"num_workers": 2, "cpus_per_worker": 1})
+    three_seeds["seeds"] = [0, 1, 2]
+    done = subprocess.run(
+        [sys.executable, "-c", _PRESTART_PROBE, json.dumps(three_seeds)], capture_output=True,
+        text=True, timeout=180, cwd=tmp_path,
+        env={**os.environ, "RAYSIM_CPU_SLOTS": str(tmp_path / "slots")})
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout.strip().splitlines()[-1]) == {
+        "cpus": 16.0, "prestart": ["--num_prestart_python_workers=9"]}
+
+
+def test_the_processes_started_ahead_of_time_are_those_of_the_runs_that_fit_at_once():
+    def config(workers: int, seeds: list[int], cpus_per_worker: float = 1.0):
+        return parse_config(quickstart_raw(
+            seeds=seeds, engine={"num_workers": workers, "cpus_per_worker": cpus_per_worker}))
+
+    assert processes_at_start([config(4, [0])], cpus=16) == 5
+    assert processes_at_start([config(2, [0, 1, 2])], cpus=16) == 9
+    # ten seeds of 4 workers: 4 runs fit on 16 CPUs (20 processes), at most one per CPU
+    assert processes_at_start([config(4, list(range(10)))], cpus=16) == 16
+    # two configs: as many runs as the most demanding config fits (13 // 4 CPUs: 3), in order
+    assert processes_at_start([config(2, [0], 2.0), config(2, [0, 1], 1.0)], cpus=13) == 9
+    assert processes_at_start([config(2, [0])], cpus=2) == 2  # the development machine
+    assert runs_at_once([config(2, [0])], cpus=16, gpus=1) == 8  # no GPU asked for
+    gpu = parse_config(quickstart_raw(engine={"num_workers": 4, "gpus_per_worker": 0.25}))
+    assert runs_at_once([gpu], cpus=16, gpus=1) == 1
 
 
 _CONSOLE = """

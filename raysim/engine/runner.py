@@ -19,6 +19,7 @@ from raysim.algorithms import ALGORITHMS
 from raysim.config import ExperimentConfig, parse_config
 from raysim.data import ArrayDataset, Partition
 from raysim.engine.cohorts import Cohort, RunKey, plan_cohorts
+from raysim.engine.concurrency import runs_at_once
 from raysim.engine.driver import RunSpec
 from raysim.engine.interrupt import STOP
 from raysim.engine.pool import POOL, WorkerShape
@@ -114,7 +115,8 @@ def run_experiments(experiments: dict[str, ExperimentConfig], *, data_root: str 
     else:
         notices = []
         for config in experiments.values():
-            notices += [n for n in ensure_ray(config) if n not in notices]
+            notices += [n for n in ensure_ray(config, runs=list(experiments.values()))
+                        if n not in notices]
     for notice in notices:
         print(notice, file=sys.stderr)
     phases.setdefault("ray_ready_at", time.time())
@@ -338,17 +340,9 @@ def prestart_actors(experiments: dict[str, ExperimentConfig]) -> None:
 
 
 def _concurrent_runs(configs: Any) -> int:
-    """How many runs fit on the cluster at once (each run's workers reserve their resources;
-    starting more drivers than that would only make idle processes wait)."""
+    """How many runs fit on the cluster at once (:func:`runs_at_once` on its resources)."""
     resources = ray.cluster_resources()
-    fits = []
-    for config in configs:
-        engine = config.engine
-        by_cpu = resources.get("CPU", 0) / (engine.num_workers * engine.cpus_per_worker)
-        fits.append(by_cpu)
-        if engine.gpus_per_worker and resources.get("GPU", 0):
-            fits.append(resources["GPU"] / (engine.num_workers * engine.gpus_per_worker))
-    return max(1, math.floor(min(fits) + 1e-9))
+    return runs_at_once(configs, resources.get("CPU", 0), resources.get("GPU", 0))
 
 
 def _run_spec(config: ExperimentConfig, dataset: ArrayDataset, partition: Partition,

@@ -15,7 +15,7 @@ import os
 import socket
 import tempfile
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -30,6 +30,7 @@ from raysim.engine.cluster import (
     raylet_environment,
     running_cluster,
 )
+from raysim.engine.concurrency import processes_at_start
 from raysim.engine.cpu_slots import CpuSlots
 from raysim.engine.watchdog import start_watchdog
 from raysim.errors import ConfigError
@@ -68,8 +69,10 @@ def start_alongside(experiments: Iterable[ExperimentConfig], load: Callable[[], 
         with ThreadPoolExecutor(1, thread_name_prefix="raysim-load") as executor:
             loading = executor.submit(timed_load)
             notices: list[str] = []
-            for config in experiments:
-                notices += [n for n in ensure_ray(config, loading.result) if n not in notices]
+            configs = list(experiments)
+            for config in configs:
+                notices += [n for n in ensure_ray(config, loading.result, runs=configs)
+                            if n not in notices]
             phases["ray_ready_at"] = time.time()
             phases["cpu_wait_s"] = CPU_WAIT[0]
             if _JOINED is not None:
@@ -174,6 +177,43 @@ def _without_unused_ray_services() -> Iterator[None]:
             setattr(Node, name, method)
 
 
+PRESTART_FLAG = "--num_prestart_python_workers="
+"""The raylet's command-line flag for how many worker processes it starts ahead of time
+(with ``enable_worker_prestart``: as soon as it is up)."""
+
+
+@contextmanager
+def _prestarting(count: int) -> Iterator[None]:
+    """Have the raylet started in the block start ``count`` worker processes ahead of time.
+    Ray starts one per CPU it is given, and a raysim Ray's preload makes each import torch and
+    the engine (about 315 MB each on the development machine, and seconds of CPU): on a node
+    with many CPUs that is dozens of processes for a run that uses a few. ``ray.init`` has no
+    option for it, so the block rewrites the flag in the raylet's command line as Ray's
+    ``services.start_ray_process`` receives it; a Ray without that function or flag starts
+    as many as it would."""
+    try:
+        from ray._private import services
+    except ImportError:
+        yield
+        return
+    original = getattr(services, "start_ray_process", None)
+    if original is None:
+        yield
+        return
+
+    def start(command: list[str], process_type: str, *args: Any, **kwargs: Any) -> Any:
+        if process_type == "raylet":
+            command = [f"{PRESTART_FLAG}{count}" if part.startswith(PRESTART_FLAG) else part
+                       for part in command]
+        return original(command, process_type, *args, **kwargs)
+
+    services.start_ray_process = start
+    try:
+        yield
+    finally:
+        services.start_ray_process = original
+
+
 _SLOTS: CpuSlots | None = None
 """The machine's CPU slots this process holds while its local Ray runs."""
 
@@ -249,11 +289,12 @@ def _unreachable(address: str, source: str, reason: str) -> str:
             "`--set engine.address=local` (or unset RAY_ADDRESS).")
 
 
-def _start_ray(config: ExperimentConfig, before_waiting: Callable[[], object] | None = None
-               ) -> list[str]:
+def _start_ray(config: ExperimentConfig, before_waiting: Callable[[], object] | None = None,
+               runs: Sequence[ExperimentConfig] = ()) -> list[str]:
     """Join the configured cluster, or start a local Ray with the CPUs no other raysim
-    invocation on this machine holds (waiting for enough of them, after ``before_waiting()``);
-    returns notices."""
+    invocation on this machine holds (waiting for enough of them, after ``before_waiting()``),
+    which starts the worker processes that the first of ``runs`` (default: ``config``'s)
+    use ahead of time; returns notices."""
     global _SLOTS, _JOINED
     target = cluster_to_join(config.engine.address)
     if target is not None:
@@ -294,7 +335,9 @@ def _start_ray(config: ExperimentConfig, before_waiting: Callable[[], object] | 
             waiting_since = time.time()
             held = _SLOTS.acquire(needed)
             CPU_WAIT[0] += time.time() - waiting_since
-    with _raylet_settings(raylet_environment()), _without_unused_ray_services():
+    prestart = processes_at_start(runs or [config], held)
+    with (_raylet_settings(raylet_environment()), _without_unused_ray_services(),
+          _prestarting(prestart)):
         # address="local": a new Ray of this process's own, whatever RAY_ADDRESS or a
         # stale /tmp/ray/ray_current_cluster of a dead cluster says
         ray.init(address="local", num_cpus=held, logging_level=logging.ERROR,
@@ -306,14 +349,16 @@ def _start_ray(config: ExperimentConfig, before_waiting: Callable[[], object] | 
     return []
 
 
-def ensure_ray(config: ExperimentConfig, before_waiting: Callable[[], object] | None = None
-               ) -> list[str]:
+def ensure_ray(config: ExperimentConfig, before_waiting: Callable[[], object] | None = None,
+               runs: Sequence[ExperimentConfig] = ()) -> list[str]:
     """Connect to the configured cluster or start a local one; returns one-line notices.
-    ``before_waiting``: called before waiting for CPUs that another invocation holds."""
+    ``before_waiting``: called before waiting for CPUs that another invocation holds;
+    ``runs``: the invocation's configs, whose first runs' processes a local Ray starts
+    ahead of time (default: ``config``'s)."""
     notices: list[str] = []
     if not ray.is_initialized():
         with _package_directory():
-            notices = _start_ray(config, before_waiting)
+            notices = _start_ray(config, before_waiting, runs)
     resources = ray.cluster_resources()
     engine = config.engine
     needed_cpus = engine.num_workers * engine.cpus_per_worker
