@@ -27,7 +27,13 @@ fi
 fi
 if want startup; then
 clean; log "cold start-up (pfl, 4 x 0.25 GPU)"
-timeout 80 python3 experiments/benchmarks/gpu_startup.py --repeats 2 --rounds 5 2>$OUT/startup.err | tee $OUT/gpu_startup.jsonl
+if [ -d .gpu/before/raysim ]; then  # cold commands alternated with the baseline tree
+  timeout 200 python3 experiments/benchmarks/gpu_startup.py --repeats 3 --rounds 3 --baseline-tree .gpu/before 2>$OUT/startup.err | tee $OUT/gpu_startup.jsonl
+else
+  timeout 80 python3 experiments/benchmarks/gpu_startup.py --repeats 2 --rounds 5 2>$OUT/startup.err | tee $OUT/gpu_startup.jsonl
+fi
+clean; log "cold start-up timeline (the worker processes Ray starts, and when)"
+timeout 60 python3 experiments/benchmarks/device/startup_timeline.py 2>>$OUT/startup.err > $OUT/startup_timeline.jsonl; grep -c IDLE $OUT/startup_timeline.jsonl; tail -1 $OUT/startup_timeline.jsonl
 clean; log "start-up joining a warm cluster (raysim cluster start)"
 python3 -m raysim.cli cluster start && timeout 60 python3 experiments/benchmarks/gpu_startup.py --repeats 2 --rounds 5 2>>$OUT/startup.err | sed 's/^{/{"cluster": "warm", /' | tee -a $OUT/gpu_startup.jsonl
 python3 -m raysim.cli cluster stop
