@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import functools
 import math
+import warnings
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -203,9 +204,12 @@ class WeightedSum:
 def _weighted_sum_from_host(vector: np.ndarray, total_weight: float, entries: Entries
                             ) -> WeightedSum:
     """Unpickle a WeightedSum: a CPU tensor on the (possibly read-only) object-store array,
-    copied only if something merges into it."""
-    return WeightedSum(torch.from_numpy(vector), total_weight, entries,
-                       owned=vector.flags.writeable)
+    copied only if something merges into it (so torch's warning about tensors on read-only
+    arrays does not apply)."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="The given NumPy array is not writable")
+        tensor = torch.from_numpy(vector)
+    return WeightedSum(tensor, total_weight, entries, owned=vector.flags.writeable)
 
 
 def _pieces(model: Weights, entries: Entries, float_layout: Layout
