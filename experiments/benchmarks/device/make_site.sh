@@ -3,7 +3,7 @@
 # into .gpu/ (git-ignored via .git/info/exclude; carry it: `carry: [".gpu"]`), under the 64 MiB
 # a device call may carry: Ray 2.60 without jars/rllib/tune/serve/data/train/llm/tests and
 # with its binaries stripped (104 MB -> a 27 MB xz tarball), plus jsonschema, pydantic and
-# medmnist (only its INFO table is used), and py-spy for profiles.
+# medmnist (only its INFO table is used), and py-spy for profiles. Byte-compiled for 3.12.
 #   bash experiments/benchmarks/device/make_site.sh   (from the repository root; needs python3.12)
 set -eu
 if [ -z "${PY:-}" ]; then  # a Python 3.12 that runs (a pyenv shim may not)
@@ -26,6 +26,9 @@ rm -rf jars rllib tune serve data train llm dashboard/client air/examples
 find . -name tests -type d -prune -exec rm -rf {} +
 strip core/src/ray/raylet/raylet core/src/ray/gcs/gcs_server _raylet.so
 cd ../..
+# byte-compiled for the device's Python, as `pip install` would: otherwise every process of a
+# cold command (the CLI, Ray's agents, each worker) compiles Ray's sources it imports
+"$PY" -m compileall -q -j 0 site
 tar -cJf site.tar.xz site && rm -rf site wheels
 python3 -m pip download -q --no-deps --only-binary=:all: -d . medmnist==3.0.2
 download -d . py-spy
