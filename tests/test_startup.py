@@ -16,6 +16,7 @@ from conftest import quickstart_raw
 
 from raysim.cli import main
 from raysim.config import parse_config
+from raysim.engine import startup
 from raysim.engine.concurrency import processes_at_start, runs_at_once
 
 
@@ -276,8 +277,34 @@ def test_the_processes_started_ahead_of_time_are_those_of_the_runs_that_fit_at_o
     assert processes_at_start([config(2, [0], 2.0), config(2, [0, 1], 1.0)], cpus=13) == 9
     assert processes_at_start([config(2, [0])], cpus=2) == 2  # the development machine
     assert runs_at_once([config(2, [0])], cpus=16, gpus=1) == 8  # no GPU asked for
-    gpu = parse_config(quickstart_raw(engine={"num_workers": 4, "gpus_per_worker": 0.25}))
+    gpu = parse_config(quickstart_raw(engine={"num_workers": 4, "gpus_per_worker": 0.25},
+                                      seeds=list(range(8))))
     assert runs_at_once([gpu], cpus=16, gpus=1) == 1
+    # eight seeds of 4 x 0.25 GPU on a 16-CPU, 1-GPU node: one run at a time, not four
+    assert processes_at_start([gpu], cpus=16, gpus=1) == 5
+    assert processes_at_start([gpu], cpus=16, gpus=2) == 10
+    assert processes_at_start([gpu], cpus=16) == 16
+
+
+def test_the_start_counts_the_gpus_ray_will_find_and_may_use(monkeypatch):
+    from ray._private import accelerators
+
+    class EightGpus:
+        @staticmethod
+        def get_current_node_num_accelerators() -> int:
+            return 8
+
+        @staticmethod
+        def get_current_process_visible_accelerator_ids() -> list[str] | None:
+            visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+            return None if visible is None else visible.split(",")
+
+    monkeypatch.setattr(accelerators, "get_accelerator_manager_for_resource",
+                        lambda resource: EightGpus if resource == "GPU" else None)
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    assert startup._gpus_ray_will_detect() == 8.0
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1")
+    assert startup._gpus_ray_will_detect() == 2.0
 
 
 _CONSOLE = """

@@ -25,12 +25,12 @@ def runs_at_once(configs: Iterable[ExperimentConfig], cpus: float, gpus: float =
     return max(1, math.floor(min(fits, default=1.0) + 1e-9))
 
 
-def processes_at_start(configs: Sequence[ExperimentConfig], cpus: int) -> int:
+def processes_at_start(configs: Sequence[ExperimentConfig], cpus: int, gpus: float = 0.0
+                       ) -> int:
     """The worker processes the invocation's first runs use: the workers and the driver host
-    of each run (seed) that fits on ``cpus`` at once, in the invocation's order, at most one
-    per CPU and at least one. GPUs are not known before Ray starts, so on a GPU machine this
-    can count more runs than fit: an upper bound. Seeds that share worker processes
+    of each run (seed) that fits on ``cpus`` and ``gpus`` at once, in the invocation's order,
+    at most one per CPU and at least one. An upper bound: seeds that share worker processes
     (``engine.merge_seeds``) use fewer."""
     runs = [config for config in configs for _ in config.seeds]
-    first = runs[:runs_at_once(configs, cpus)]
+    first = runs[:runs_at_once(configs, cpus, gpus)]
     return max(1, min(cpus, sum(config.engine.num_workers + 1 for config in first)))

@@ -214,6 +214,23 @@ def _prestarting(count: int) -> Iterator[None]:
         services.start_ray_process = original
 
 
+def _gpus_ray_will_detect() -> float:
+    """The GPUs a local Ray started now would find on this machine (Ray's own detection,
+    ``CUDA_VISIBLE_DEVICES`` respected), without initialising CUDA in this process; 0 when
+    this Ray cannot say."""
+    try:
+        from ray._private.accelerators import get_accelerator_manager_for_resource
+
+        manager = get_accelerator_manager_for_resource("GPU")
+        if manager is None:
+            return 0.0
+        count = manager.get_current_node_num_accelerators() or 0
+        visible = manager.get_current_process_visible_accelerator_ids()
+        return float(count if visible is None else min(count, len(visible)))
+    except Exception:  # (a Ray without this layout, or a driver library that fails)
+        return 0.0
+
+
 _SLOTS: CpuSlots | None = None
 """The machine's CPU slots this process holds while its local Ray runs."""
 
@@ -335,7 +352,7 @@ def _start_ray(config: ExperimentConfig, before_waiting: Callable[[], object] | 
             waiting_since = time.time()
             held = _SLOTS.acquire(needed)
             CPU_WAIT[0] += time.time() - waiting_since
-    prestart = processes_at_start(runs or [config], held)
+    prestart = processes_at_start(runs or [config], held, _gpus_ray_will_detect())
     with (_raylet_settings(raylet_environment()), _without_unused_ray_services(),
           _prestarting(prestart)):
         # address="local": a new Ray of this process's own, whatever RAY_ADDRESS or a
