@@ -1,6 +1,14 @@
 """raysim's per-client work on one worker against the plain PyTorch loop (issue #32's target:
 <= 5 % overhead per client), for W2, W3 and W4, on one thread, in one process (no Ray: what
-a client worker does between receiving the broadcast and sending its partial).
+a client worker does between receiving the broadcast and sending its partial). Also ``pfl``,
+the pfl-research CIFAR-10 shape of ``gpu_vectorized.py`` (1,000 clients x 50 generated
+28x28x3 images, 50 per round, CNN 32/64 + 128, batch 10, one epoch).
+
+On a GPU (``--device cuda``, the default where one is) both sides run there, the clock read
+after synchronising; with ``--vectorize never`` raysim takes the per-client loop there (the
+path whose ratio to the plain loop issue #32 asks for). Beside ``gpu_vectorized.py``'s figures
+for the same shapes through Ray, this splits a gap between raysim's per-client code and what
+running in a Ray worker adds.
 
 - ``raysim``: the algorithm's ``local_updates`` through :class:`ClientRuntime` (the path raysim
   chooses for the model: vectorised or per-client loop) for a worker's half of the round's
@@ -13,8 +21,8 @@ a client worker does between receiving the broadcast and sending its partial).
 Rounds alternate between the two (this machine's speed drifts); prints one JSON line per
 workload with the median ms per client of each, and ``overhead`` = raysim / plain - 1.
 
-    python experiments/benchmarks/per_client_overhead.py [--workloads W2 W3 W4] [--rounds 7]
-        [--data-root ../shared/data/medmnist]
+    python experiments/benchmarks/per_client_overhead.py [--workloads W2 W3 W4 pfl] [--rounds 7]
+        [--data-root ../shared/data/medmnist] [--device cpu|cuda] [--vectorize auto|never|always]
 """
 
 from __future__ import annotations
@@ -36,6 +44,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tests"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from fixtures import write_medmnist_npz
+from gpu_vectorized import WORKLOADS
+from gpu_vectorized import config as bench_config
 from vs_flower import workloads
 
 from raysim.algorithms import ALGORITHMS
@@ -59,10 +69,24 @@ def w4() -> dict:
             "evaluation": {"every": 0}, "seeds": [0]}
 
 
+CPU = torch.device("cpu")
+
+
+def pfl(scratch: Path) -> dict:
+    """The pfl shape (``gpu_vectorized.py``) as a raysim config, on a generated file."""
+    spec = WORKLOADS["pfl"]
+    write_medmnist_npz(scratch, "pathmnist", n_train=spec["clients"] * spec["samples"],
+                       n_test=200, channels=3, num_classes=9)
+    dataset = {"name": "pathmnist", "root": str(scratch), "download": False,
+               "verify_checksum": False}
+    return bench_config(spec, dataset, 40, {})
+
+
 class Worker:
     """One worker's round of a config, two ways."""
 
-    def __init__(self, raw: dict[str, Any], vectorize: str = "auto"):
+    def __init__(self, raw: dict[str, Any], vectorize: str = "auto",
+                 device: torch.device = CPU):
         config = parse_config(raw)
         dataset, partition = prepare(config, None)[0]
         self.context = run_context(config, dataset, 0, partition.num_clients)
@@ -71,7 +95,7 @@ class Worker:
             RunContext(0, dataset.info, config.model, config.training, partition.num_clients,
                        self.context.clients_per_round),
             ClientData(dataset.train_x, dataset.train_y, partition.train, self.start),
-            torch.device("cpu"), vectorize=vectorize)
+            device, vectorize=vectorize)
         self.algorithm = ALGORITHMS["fedavg"](config.algorithm, self.context)
         per_round = self.context.clients_per_round
         self.clients = list(range(0, per_round, 2))  # one of two workers' share
@@ -118,21 +142,29 @@ class Worker:
                 total[k].add_(v)
 
 
-def measure(name: str, raw: dict[str, Any], rounds: int, vectorize: str = "auto"
-            ) -> dict[str, Any]:
+def measure(name: str, raw: dict[str, Any], rounds: int, vectorize: str = "auto",
+            device: torch.device = CPU) -> dict[str, Any]:
     """Median ms per client of raysim's worker round and the plain loop, alternating
     (``vectorize``: the runtime's path setting, auto/always/never)."""
-    worker = Worker(raw, vectorize)
+    worker = Worker(raw, vectorize, device)
     timings: dict[str, list[float]] = {"raysim": [], "plain": []}
+
+    def synchronise() -> None:
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+
     for round_ in range(rounds + 1):
         for label in ("raysim", "plain"):
+            synchronise()
             started = time.perf_counter()
             getattr(worker, label)(round_)
+            synchronise()
             if round_:  # the first round warms up
                 timings[label].append((time.perf_counter() - started) * 1000
                                       / len(worker.clients))
     raysim, plain = (float(np.median(timings[k])) for k in ("raysim", "plain"))
-    return {"workload": name, "path": worker.runtime.path, "clients": len(worker.clients),
+    return {"workload": name, "device": str(device), "path": worker.runtime.path,
+            "clients": len(worker.clients),
             "raysim_ms_per_client": round(raysim, 3), "plain_ms_per_client": round(plain, 3),
             "overhead": round(raysim / plain - 1, 3)}
 
@@ -157,14 +189,20 @@ def main() -> None:
     parser.add_argument("--workloads", nargs="+", default=["W2", "W3", "W4"])
     parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--data-root", default="../shared/data/medmnist")
+    parser.add_argument("--device", choices=["cpu", "cuda"],
+                        default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument("--vectorize", choices=["auto", "never", "always"], default="auto")
     args = parser.parse_args()
+    device = torch.device(args.device)
     with benchmark_data(args.data_root, "pneumoniamnist.npz",
                         lambda d: write_medmnist_npz(d, n_train=1200, n_test=50), 1
-                        ) as (root, real):
+                        ) as (root, real), tempfile.TemporaryDirectory() as scratch:
         configs = {**workloads(root, real), "W4": w4()}
+        if "pfl" in args.workloads:
+            configs["pfl"] = pfl(Path(scratch))
         for name in args.workloads:
-            print(json.dumps({**measure(name, configs[name], args.rounds), "real_data": real}),
-                  flush=True)
+            measured = measure(name, configs[name], args.rounds, args.vectorize, device)
+            print(json.dumps({**measured, "real_data": real and name != "pfl"}), flush=True)
 
 
 if __name__ == "__main__":

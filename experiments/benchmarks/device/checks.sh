@@ -20,6 +20,8 @@ want() { [ "$GROUP" = all ] || [ "$GROUP" = "$1" ]; }
 if want throughput; then
 log "pfl w2 (20 rounds)"
 timeout 230 python3 experiments/benchmarks/gpu_vectorized.py --workload pfl w2 --rounds 20 --data-root /none 2>$OUT/vectorized.err | tee $OUT/gpu_vectorized.jsonl
+clean; log "per-client loop against the plain loop in one process (no Ray)"
+timeout 120 python3 experiments/benchmarks/per_client_overhead.py --workloads pfl W2 --rounds 9 --vectorize never --data-root /none 2>>$OUT/vectorized.err | tee $OUT/per_client_cuda.jsonl
 if [ -d .gpu/before/raysim ]; then
   clean; log "per-client loop on the baseline tree"
   PYTHONPATH=/tmp/site:$PWD/.gpu/before:$PWD timeout 150 python3 experiments/benchmarks/gpu_vectorized.py --workload pfl w2 --rounds 20 --data-root /none --engines raysim_loop_1gpu 2>>$OUT/vectorized.err | sed 's/^{/{"tree": "baseline", /' | tee $OUT/gpu_loop_baseline.jsonl
