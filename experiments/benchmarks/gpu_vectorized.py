@@ -31,7 +31,9 @@ PyTorch loop in this process on the same device (one model, weights loaded per c
 fresh SGD per client, sample-weighted averaging) and the on-device reference, the best
 in-process shape of the same round (one process, every sampled client's weights on the
 device, all clients of a round in one ``torch.func`` vmap call per step, the new global the
-mean of the stacked rows; weights never leave the device). Prints one JSON line per
+mean of the stacked rows; weights never leave the device), and (except for ``feddc``) the
+plain loop again inside a Ray worker process with the resources of the one-worker
+configurations, which separates what the Ray worker costs from raysim's own code. Prints one JSON line per
 configuration with rounds/s, ``over_plain`` and ``over_limit`` (the ratio to the reference).
 Without a GPU every configuration runs on the CPU (``gpus_per_worker`` ignored; use fewer
 ``--rounds``), so the ratios are measured on every machine.
@@ -164,6 +166,31 @@ def plain_loop(spec: dict, dataset: dict, rounds: int, device: torch.device) -> 
     return rounds_per_second(one_round, rounds, device)
 
 
+def plain_loop_in_ray_worker(spec: dict, dataset: dict, rounds: int, device: torch.device,
+                             cpus: int) -> float:
+    """:func:`plain_loop` run inside a Ray worker process with the resources of raysim's
+    one-worker configurations (``cpus`` CPUs and, on a GPU, the whole GPU), on a Ray of its
+    own: beside the plain loop in this process, what running in a Ray worker (its threads,
+    ``OMP_NUM_THREADS``, ``CUDA_VISIBLE_DEVICES``) alone costs the same loop."""
+    import ray
+
+    gpus = 1 if device.type == "cuda" else 0
+    ray.init(address="local", num_cpus=max(cpus, 1), num_gpus=gpus, include_dashboard=False,
+             log_to_driver=False)
+    try:
+        remote = ray.remote(num_cpus=cpus, num_gpus=gpus)(_plain_loop_with_threads)
+        return float(ray.get(remote.remote(spec, dataset, rounds, device.type, cpus)))
+    finally:
+        ray.shutdown()
+
+
+def _plain_loop_with_threads(spec: dict, dataset: dict, rounds: int, device_type: str,
+                             threads: int) -> float:
+    """:func:`plain_loop` with ``threads`` torch threads, as a raysim worker sets them."""
+    torch.set_num_threads(threads)
+    return plain_loop(spec, dataset, rounds, torch.device(device_type))
+
+
 def feddc_plain_loop(spec: dict, dataset: dict, rounds: int, device: torch.device) -> float:
     """Rounds per second of a plain FedDC loop: every client's model a state dict on the
     device, loaded into one model per client, one SGD step, stored back; the models
@@ -291,6 +318,8 @@ def main() -> None:
     parser.add_argument("--workload", nargs="+", choices=list(WORKLOADS), default=list(WORKLOADS))
     parser.add_argument("--engines", nargs="+", choices=list(ENGINES), default=list(ENGINES))
     parser.add_argument("--rounds", type=int, default=100)
+    parser.add_argument("--no-plain-in-ray", dest="plain_in_ray", action="store_false",
+                        help="skip the plain loop run inside a Ray worker process")
     parser.add_argument("--data-root", default="../shared/data/medmnist")
     parser.add_argument("--feddc-clients", type=int, default=None,
                         help="FedDC slice clients (default 150 on a GPU, 20 on a CPU)")
@@ -335,6 +364,13 @@ def main() -> None:
                               "configuration": "on_device_vmap_reference",
                               "rounds_per_s": round(limit, 3),
                               "over_plain": round(limit / plain, 3)}), flush=True)
+            if not feddc and args.plain_in_ray:
+                cpus = 1 if device.type == "cuda" else (os.cpu_count() or 1)
+                in_ray = plain_loop_in_ray_worker(spec, dataset, args.rounds, device, cpus)
+                print(json.dumps({"workload": workload, "device": name,
+                                  "configuration": "plain_pytorch_loop_in_ray_worker",
+                                  "rounds_per_s": round(in_ray, 3),
+                                  "over_plain": round(in_ray / plain, 3)}), flush=True)
             engines = BATCHNORM_ENGINES if feddc else {k: ENGINES[k] for k in args.engines}
             for label, engine in engines.items():
                 if device.type == "cpu":  # the workers share the machine's cores, as the
