@@ -11,8 +11,10 @@ config runs 4 workers x 0.25 GPU (the issue's shape); without one, 2 workers on 
 ``--baseline-tree DIR`` alternates every command with one that runs another checkout of raysim
 (``DIR`` first on ``PYTHONPATH``, e.g. a ``git worktree`` of the commit before a change), on
 the same file, so before and after are measured in one invocation on one machine.
+``--config PATH`` runs that config instead (e.g. the quickstart).
 
     python experiments/benchmarks/gpu_startup.py [--repeats 3] [--rounds 5] [--baseline-tree DIR]
+        [--config PATH]
 """
 
 from __future__ import annotations
@@ -56,6 +58,8 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--baseline-tree", help="another raysim checkout to alternate with")
+    parser.add_argument("--config", help="run this config instead of the pfl shape (e.g. "
+                        "experiments/quickstart.yaml; --rounds then does not apply)")
     args = parser.parse_args()
     import torch
 
@@ -66,6 +70,8 @@ def main() -> None:
                            num_classes=9)
         config = scratch / "pfl.yaml"
         config.write_text(yaml.safe_dump(pfl_config(scratch / "data", args.rounds, gpu)))
+        if args.config:
+            config = Path(args.config).resolve()
         trees = {"this": None}
         if args.baseline_tree:
             trees = {"baseline": str(Path(args.baseline_tree).resolve()), "this": None}

@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 from numpy.lib import format as npy_format
 
+from raysim.data.cache import cache_root
 from raysim.data.dataset import ArrayDataset, DataInfo, Task
 from raysim.errors import ConfigError, DataError, MissingDataError
 
@@ -185,9 +186,7 @@ def _fetch(path: Path, url: str, download: bool) -> None:
 
 def _checksum_cache() -> Path:
     """Where verified MD5s are remembered (``RAYSIM_CACHE`` or ~/.cache/raysim)."""
-    root = os.environ.get("RAYSIM_CACHE") or Path(
-        os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "raysim"
-    return Path(root) / "checksums.json"
+    return cache_root() / "checksums.json"
 
 
 def _file_md5(path: Path) -> str:
