@@ -157,6 +157,20 @@ def test_prestart_tops_up_to_the_needed_actors_and_frees_idle_workers_of_other_s
     POOL.discard(workers)
 
 
+_SESSION_RAYLET = """
+def session_raylet():
+    # (pid, command line) of the raylet of this process's Ray session
+    session = os.path.basename(ray._private.worker._global_node.get_session_dir_path())
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            argv = open(f"/proc/{pid}/cmdline", "rb").read().decode().split("\\0")
+        except OSError:
+            continue
+        if argv[0].endswith("raylet") and any(session in arg for arg in argv):
+            return pid, argv
+    raise RuntimeError("no raylet of this session")
+"""
+
 _PROBE = """
 import json, os, sys
 import ray
@@ -164,6 +178,7 @@ from raysim.config import parse_config
 from raysim.engine.startup import ensure_ray, stop_local_ray
 
 ensure_ray(parse_config(json.loads(sys.argv[1])))
+""" + _SESSION_RAYLET + """
 
 @ray.remote(num_cpus=1)
 class Probe:  # defined here, so it imports nothing of raysim or torch itself
@@ -188,18 +203,10 @@ def session_processes():
 
 def raylet_settings():
     # the RAY_ settings in the environment this session's raylet started with
-    session = os.path.basename(ray._private.worker._global_node.get_session_dir_path())
-    for pid in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            argv = open(f"/proc/{pid}/cmdline", "rb").read().decode().split("\\0")
-            if not argv[0].endswith("raylet") or not any(session in a for a in argv):
-                continue
-            environ = open(f"/proc/{pid}/environ", "rb").read().decode().split("\\0")
-        except OSError:
-            continue
-        return dict(v.split("=", 1) for v in environ
-                    if v.startswith(("RAY_preload", "RAY_enable_worker_prestart")))
-    return None
+    pid, _ = session_raylet()
+    environ = open(f"/proc/{pid}/environ", "rb").read().decode().split("\\0")
+    return dict(v.split("=", 1) for v in environ
+                if v.startswith(("RAY_preload", "RAY_enable_worker_prestart")))
 
 print(json.dumps(ray.get(Probe.remote().modules.remote())))
 print(json.dumps(session_processes()))
@@ -234,35 +241,37 @@ import json, os, sys
 os.cpu_count = lambda: 16  # a node with more CPUs than the runs use (before raysim reads it)
 import ray
 from raysim.config import parse_config
-from raysim.engine.startup import ensure_ray, stop_local_ray
+from raysim.engine import startup
 
-configs = [parse_config(json.loads(raw)) for raw in sys.argv[1:]]
-ensure_ray(configs[0], runs=configs)
-session = os.path.basename(ray._private.worker._global_node.get_session_dir_path())
-for pid in filter(str.isdigit, os.listdir("/proc")):
-    try:
-        argv = open(f"/proc/{pid}/cmdline", "rb").read().decode().split("\\0")
-    except OSError:
-        continue
-    if argv[0].endswith("raylet") and any(session in arg for arg in argv):
-        print(json.dumps({"cpus": ray.cluster_resources()["CPU"], "prestart": [
-            arg for arg in argv if arg.startswith("--num_prestart_python_workers=")]}))
-stop_local_ray()
+gpus = float(sys.argv[1])  # the GPUs the start is told Ray will find
+startup._gpus_ray_will_detect = lambda: gpus
+configs = [parse_config(json.loads(raw)) for raw in sys.argv[2:]]
+startup.ensure_ray(configs[0], runs=configs)
+""" + _SESSION_RAYLET + """
+_, argv = session_raylet()
+print(json.dumps({"cpus": ray.cluster_resources()["CPU"], "prestart": [
+    arg for arg in argv if arg.startswith("--num_prestart_python_workers=")]}))
+startup.stop_local_ray()
 """
 
 
-def test_a_local_ray_starts_ahead_of_time_only_the_processes_of_the_first_runs(tmp_path):
-    # 16 CPUs (faked), three seeds of two 1-CPU workers: all three runs fit at once, each with
-    # its driver host: 9 processes, not Ray's one per CPU
-    three_seeds = quickstart_raw(engine={"num_workers": 2, "cpus_per_worker": 1})
-    three_seeds["seeds"] = [0, 1, 2]
+@pytest.mark.parametrize(("gpus", "engine", "seeds", "processes"), [
+    # three seeds of two 1-CPU workers: all three runs fit at once, each with its driver host
+    (0, {"num_workers": 2, "cpus_per_worker": 1}, [0, 1, 2], 9),
+    # eight seeds of 4 x 0.25 GPU on one GPU: one run at a time (4 would fit on the CPUs)
+    (1, {"num_workers": 4, "cpus_per_worker": 1, "gpus_per_worker": 0.25}, list(range(8)), 5),
+])
+def test_a_local_ray_starts_ahead_of_time_only_the_processes_of_the_first_runs(
+        tmp_path, gpus, engine, seeds, processes):
+    # on a node of 16 CPUs (faked), not Ray's one process per CPU
+    config = quickstart_raw(engine=engine, seeds=seeds)
     done = subprocess.run(
-        [sys.executable, "-c", _PRESTART_PROBE, json.dumps(three_seeds)], capture_output=True,
-        text=True, timeout=180, cwd=tmp_path,
+        [sys.executable, "-c", _PRESTART_PROBE, str(gpus), json.dumps(config)],
+        capture_output=True, text=True, timeout=180, cwd=tmp_path,
         env={**os.environ, "RAYSIM_CPU_SLOTS": str(tmp_path / "slots")})
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout.strip().splitlines()[-1]) == {
-        "cpus": 16.0, "prestart": ["--num_prestart_python_workers=9"]}
+        "cpus": 16.0, "prestart": [f"--num_prestart_python_workers={processes}"]}
 
 
 def test_the_processes_started_ahead_of_time_are_those_of_the_runs_that_fit_at_once():

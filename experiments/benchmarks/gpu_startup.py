@@ -66,12 +66,13 @@ def main() -> None:
     gpu = torch.cuda.is_available()
     with tempfile.TemporaryDirectory() as scratch_dir:
         scratch = Path(scratch_dir)
-        write_medmnist_npz(scratch / "data", "pathmnist", n_train=50_000, n_test=200, channels=3,
-                           num_classes=9)
-        config = scratch / "pfl.yaml"
-        config.write_text(yaml.safe_dump(pfl_config(scratch / "data", args.rounds, gpu)))
         if args.config:
             config = Path(args.config).resolve()
+        else:  # the pfl shape on a generated file
+            write_medmnist_npz(scratch / "data", "pathmnist", n_train=50_000, n_test=200,
+                               channels=3, num_classes=9)
+            config = scratch / "pfl.yaml"
+            config.write_text(yaml.safe_dump(pfl_config(scratch / "data", args.rounds, gpu)))
         trees = {"this": None}
         if args.baseline_tree:
             trees = {"baseline": str(Path(args.baseline_tree).resolve()), "this": None}

@@ -44,8 +44,9 @@ PRELOAD_VARIABLE = "RAY_preload_python_modules"
 """The environment variable the raylet reads the preload list from when it starts."""
 
 PRESTART_VARIABLE = "RAY_enable_worker_prestart"
-"""The raylet's setting that starts its worker processes (one per CPU) as soon as it is up,
-rather than when the first driver connects. Without it they were spawned 1.1 s after the
+"""The raylet's setting that starts its worker processes as soon as it is up, rather than
+when the first driver connects (as many as its prestart count: one per CPU, or for a local
+Ray what ``startup._prestarting`` sets). Without it they were spawned 1.1 s after the
 raylet on the development machine and 2.3 s after it on an H200 machine (session 29), once
 Ray's two agents had started. The worker processes' import chain (torch, the engine, then
 ``torch._dynamo`` in the client workers) is the critical path of a cold command, so it starts

@@ -187,10 +187,10 @@ def _prestarting(count: int) -> Iterator[None]:
     """Have the raylet started in the block start ``count`` worker processes ahead of time.
     Ray starts one per CPU it is given, and a raysim Ray's preload makes each import torch and
     the engine (seconds of CPU, and 184 MiB of private memory each on the development
-    machine): on a node with many CPUs, dozens of processes for a run that uses a few. ``ray.init`` has no
-    option for it, so the block rewrites the flag in the raylet's command line as Ray's
-    ``services.start_ray_process`` receives it; a Ray without that function or flag starts
-    as many as it would."""
+    machine): on a node with many CPUs, dozens of processes for a run that uses a few.
+    ``ray.init`` has no option for it, so the block rewrites the flag in the raylet's command
+    line as Ray's ``services.start_ray_process`` receives it; a Ray without that function or
+    flag starts as many as it would."""
     try:
         from ray._private import services
     except ImportError:
