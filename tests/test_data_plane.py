@@ -506,6 +506,44 @@ def test_a_model_bound_to_its_start_that_takes_no_step_ends_on_its_own_copy():
     assert FirstStepFromStart.bind(model, other, OptimizerConfig(), None) is None
 
 
+def test_off_the_cpu_a_large_model_is_copied_in_and_out_never_rebound(monkeypatch):
+    """Handing a model's vector over and writing the first step from the start are for large
+    vectors on a CPU only: on a GPU (here torch's meta device) the copy they save is one
+    short kernel. A start off the CPU is not bound (the optimizer steps the plain way), and a
+    model whose vector does not qualify hands over a copy and keeps its own vector. Fails
+    when either choice ignores the device."""
+    from raysim.data.dataset import DataInfo
+    from raysim.models import build_model
+    from raysim.schema import OptimizerConfig
+    from raysim.training import first_step, weights
+    from raysim.training.first_step import FirstStepFromStart
+
+    large = weights.RELEASE_MIN_VALUES
+    assert weights.saves_a_pass(torch.zeros(large))
+    assert not weights.saves_a_pass(torch.zeros(large - 1))
+    assert not weights.saves_a_pass(torch.empty(large, device="meta"))
+
+    info = DataInfo("p", "tabular", 3, (30,), (0.0,), (1.0,))
+    params = parse_config({"name": "m", "dataset": {"name": "synthetic"},
+                           "model": {"name": "mlp", "hidden": LARGE},
+                           "algorithm": {"name": "fedavg"}}).model
+    model = build_model(params, info)
+    own = weights.bound_vector(model)
+    start = weights.flat_state(model)
+    assert weights.release_state(model).vector is own  # on the CPU: handed over
+    bound = FirstStepFromStart.bind(model, start, OptimizerConfig(), None)  # and bound
+    assert bound is not None
+    bound.finish()
+    own = weights.bound_vector(model)
+    monkeypatch.setattr(weights, "saves_a_pass", lambda vector: False)  # as on a GPU
+    monkeypatch.setattr(first_step, "saves_a_pass", lambda vector: False)
+    assert FirstStepFromStart.bind(model, start, OptimizerConfig(), None) is None
+    assert weights.bound_vector(model) is own
+    released = weights.release_state(model)
+    assert released.vector is not own and torch.equal(released.vector, own)
+    assert weights.bound_vector(model) is own
+
+
 @pytest.mark.parametrize("name", ["convnet", "shufflenetv2"])
 def test_binding_a_model_to_a_flat_vector_changes_no_number(name):
     """A model whose state is bound to one flat vector trains to the same bits as the same

@@ -46,11 +46,13 @@ from __future__ import annotations
 
 import argparse
 import json
+import multiprocessing
 import os
 import sys
 import tempfile
 import time
 from collections.abc import Callable
+from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -171,14 +173,31 @@ def plain_loop_in_ray_worker(spec: dict, dataset: dict, rounds: int, device: tor
     """:func:`plain_loop` run inside a Ray worker process with the resources of raysim's
     one-worker configurations (``cpus`` CPUs and, on a GPU, the whole GPU), on a Ray of its
     own: beside the plain loop in this process, what running in a Ray worker (its threads,
-    ``OMP_NUM_THREADS``, ``CUDA_VISIBLE_DEVICES``) alone costs the same loop."""
+    ``OMP_NUM_THREADS``, ``CUDA_VISIBLE_DEVICES``) alone costs the same loop. Run in a child
+    process, so that its Ray is never the one raysim's runs of an earlier workload left up."""
+    context = multiprocessing.get_context("spawn")
+    with ProcessPoolExecutor(1, mp_context=context) as child:
+        return child.submit(_plain_loop_on_own_ray, spec, dataset, rounds, device.type,
+                            cpus).result()
+
+
+def _plain_loop_on_own_ray(spec: dict, dataset: dict, rounds: int, device_type: str,
+                           cpus: int) -> float:
+    """(In the child process.) The Ray's workers import this script's module by name."""
+    import gpu_vectorized
     import ray
+    folder = Path(__file__).resolve().parent
+    here = [str(folder), str(folder.parents[1] / "tests")]
+    os.environ["PYTHONPATH"] = os.pathsep.join(
+        here + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p])
+    remote_loop = gpu_vectorized._plain_loop_with_threads
+    device = torch.device(device_type)
 
     gpus = 1 if device.type == "cuda" else 0
     ray.init(address="local", num_cpus=max(cpus, 1), num_gpus=gpus, include_dashboard=False,
              log_to_driver=False)
     try:
-        remote = ray.remote(num_cpus=cpus, num_gpus=gpus)(_plain_loop_with_threads)
+        remote = ray.remote(num_cpus=cpus, num_gpus=gpus)(remote_loop)
         return float(ray.get(remote.remote(spec, dataset, rounds, device.type, cpus)))
     finally:
         ray.shutdown()

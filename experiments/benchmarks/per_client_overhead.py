@@ -23,13 +23,16 @@ workload with the median ms per client of each, and ``overhead`` = raysim / plai
 
     python experiments/benchmarks/per_client_overhead.py [--workloads W2 W3 W4 pfl] [--rounds 7]
         [--data-root ../shared/data/medmnist] [--device cpu|cuda] [--vectorize auto|never|always]
+        [--profile TOP]
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import cProfile
 import json
+import pstats
 import sys
 import tempfile
 import time
@@ -39,6 +42,8 @@ from typing import Any
 
 import numpy as np
 import torch
+from torch.autograd import DeviceType
+from torch.profiler import ProfilerActivity, profile
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tests"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -143,9 +148,11 @@ class Worker:
 
 
 def measure(name: str, raw: dict[str, Any], rounds: int, vectorize: str = "auto",
-            device: torch.device = CPU) -> dict[str, Any]:
+            device: torch.device = CPU, profile: int = 0) -> dict[str, Any]:
     """Median ms per client of raysim's worker round and the plain loop, alternating
-    (``vectorize``: the runtime's path setting, auto/always/never)."""
+    (``vectorize``: the runtime's path setting, auto/always/never). ``profile`` > 0: then one
+    more round of each side under cProfile and one under torch's profiler, printed as
+    :func:`profile_round` lines."""
     worker = Worker(raw, vectorize, device)
     timings: dict[str, list[float]] = {"raysim": [], "plain": []}
 
@@ -163,10 +170,50 @@ def measure(name: str, raw: dict[str, Any], rounds: int, vectorize: str = "auto"
                 timings[label].append((time.perf_counter() - started) * 1000
                                       / len(worker.clients))
     raysim, plain = (float(np.median(timings[k])) for k in ("raysim", "plain"))
+    for label in ("raysim", "plain") if profile else ():
+        print(json.dumps({"workload": name, "side": label,
+                          **profile_round(worker, label, rounds + 1, device, profile)}),
+              flush=True)
     return {"workload": name, "device": str(device), "path": worker.runtime.path,
             "clients": len(worker.clients),
             "raysim_ms_per_client": round(raysim, 3), "plain_ms_per_client": round(plain, 3),
             "overhead": round(raysim / plain - 1, 3)}
+
+
+def profile_round(worker: Worker, label: str, round_: int, device: torch.device, top: int
+                  ) -> dict[str, Any]:
+    """Where one round of a side goes, per client: the ``top`` functions by their own time
+    under cProfile (calls and ms per client), and the operations torch ran: kernels launched
+    on a GPU (what a launch-bound loop pays for), top-level aten operations on a CPU."""
+    clients = len(worker.clients)
+    work = getattr(worker, label)
+    profiler = cProfile.Profile()
+    profiler.enable()
+    work(round_)
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    profiler.disable()
+    table = pstats.Stats(profiler).stats  # type: ignore[attr-defined]
+    rows = sorted(((own, calls, f"{Path(file).name}:{line}({function})")
+                   for (file, line, function), (_, calls, own, _, _) in table.items()),
+                  reverse=True)[:top]
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda"
+                                           else [])
+    with profile(activities=activities) as traced:
+        work(round_ + 1)
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+    events = traced.events()
+    if device.type == "cuda":
+        operations = sum(1 for e in events if e.device_type == DeviceType.CUDA)
+    else:
+        operations = sum(1 for e in events if e.name.startswith("aten::") and (
+            e.cpu_parent is None or not e.cpu_parent.name.startswith("aten::")))
+    return {"operations_per_client": round(operations / clients, 2),
+            "operations": "kernels" if device.type == "cuda" else "aten",
+            "own_time_ms_per_client": [[name, round(calls / clients, 2),
+                                        round(own * 1000 / clients, 4)]
+                                       for own, calls, name in rows]}
 
 
 @contextlib.contextmanager
@@ -192,6 +239,10 @@ def main() -> None:
     parser.add_argument("--device", choices=["cpu", "cuda"],
                         default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--vectorize", choices=["auto", "never", "always"], default="auto")
+    parser.add_argument("--profile", type=int, default=0, metavar="TOP",
+                        help="also print where a round of each side goes: the TOP functions "
+                        "by own time (cProfile) and the kernels (GPU) or aten operations "
+                        "(CPU) per client")
     args = parser.parse_args()
     device = torch.device(args.device)
     with benchmark_data(args.data_root, "pneumoniamnist.npz",
@@ -201,7 +252,8 @@ def main() -> None:
         if "pfl" in args.workloads:
             configs["pfl"] = pfl(Path(scratch))
         for name in args.workloads:
-            measured = measure(name, configs[name], args.rounds, args.vectorize, device)
+            measured = measure(name, configs[name], args.rounds, args.vectorize, device,
+                               args.profile)
             uses_file = configs[name]["dataset"]["name"] == "pneumoniamnist"
             print(json.dumps({**measured, "real_data": real and uses_file}), flush=True)
 

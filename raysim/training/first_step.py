@@ -16,7 +16,8 @@ The arithmetic is torch's single-tensor SGD's (``grad.add(param, alpha=weight_de
 are the same bits as the plain way's (a test compares the two paths for every SGD setting).
 Models with buffers (BatchNorm's running statistics change in the forward pass, which would
 write into the start), other optimizers, a loaded optimizer state, small models (rebinding
-costs more than copying) and starts in another layout take the plain way.
+costs more than copying), starts in another layout and models on a GPU take the plain way
+(:func:`raysim.training.weights.saves_a_pass`).
 """
 
 from __future__ import annotations
@@ -26,12 +27,12 @@ from torch import nn
 
 from raysim.schema import OptimizerConfig
 from raysim.training.weights import (
-    RELEASE_MIN_VALUES,
     FlatWeights,
     bind_vector,
     bound_vector,
     model_layout,
     parameter_views,
+    saves_a_pass,
 )
 
 
@@ -54,13 +55,14 @@ class FirstStepFromStart:
              optimizer_state: object | None) -> FirstStepFromStart | None:
         """The model bound to read ``start`` when its first step can be written from it,
         else None (the model untouched: load the start into it the plain way)."""
-        if config.name != "sgd" or optimizer_state is not None or start.extras:
+        if config.name != "sgd" or optimizer_state is not None or start.extras \
+                or not saves_a_pass(start.vector):
             return None
         views = parameter_views(model)
         own = bound_vector(model)
         vector = start.vector
         if views is None or own is None or not isinstance(vector, torch.Tensor) \
-                or start.layout != model_layout(model) or own.numel() < RELEASE_MIN_VALUES \
+                or start.layout != model_layout(model) \
                 or vector.device != own.device or vector.dtype != own.dtype \
                 or vector.data_ptr() == own.data_ptr():
             return None

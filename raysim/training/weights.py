@@ -144,14 +144,25 @@ RELEASE_MIN_VALUES = 1 << 18
 the model to a fresh one, and :func:`release_state` copies."""
 
 
+def saves_a_pass(vector: object) -> bool:
+    """Whether handing a model's vector over (:func:`release_state`) or writing its first step
+    from the start (:class:`raysim.training.first_step.FirstStepFromStart`) is worth its
+    rebinding of the model: for a vector of at least :data:`RELEASE_MIN_VALUES` values on a
+    CPU, where the copy they save is a pass over memory. On a GPU that copy is one short
+    kernel, while the rebinding (Python per parameter) and the first step's per-parameter
+    writes cost more than it on a launch-bound loop (measured on an H200, session 31)."""
+    return isinstance(vector, torch.Tensor) and vector.device.type == "cpu" \
+        and vector.numel() >= RELEASE_MIN_VALUES
+
+
 def release_state(model: nn.Module) -> FlatWeights:
     """The model's state as :class:`FlatWeights` without a copy: the flat vector its float32
     state is a view of is handed over, and the model is bound to a fresh **uninitialised**
     vector; call :func:`set_weights` before the model is used again. For a model whose state
     cannot be bound to a flat vector, or a small one (:data:`RELEASE_MIN_VALUES`), a copy
-    (:func:`flat_state`)."""
+    (:func:`flat_state`); also one on a GPU (:func:`saves_a_pass`)."""
     vector = bound_vector(model)
-    if vector is None or vector.numel() < RELEASE_MIN_VALUES:
+    if vector is None or not saves_a_pass(vector):
         return flat_state(model)
     state = FlatWeights(vector, model_layout(model), _extras(state_tensors(model)))
     bind_vector(model, torch.empty_like(vector))
