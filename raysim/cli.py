@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+from raysim.engine.bytecode import use_cached_bytecode
 from raysim.errors import RaysimError
 
 _IMPORTED_AT = time.time()  # the console script's start (its first import)
@@ -418,6 +419,7 @@ def main(argv: Sequence[str] | None = None, started_at: float | None = None) -> 
     when the command started (the console script passes its import time; default: now)."""
     global _STARTED_AT
     _STARTED_AT = started_at or time.time()
+    use_cached_bytecode()  # before torch is imported (raysim.engine.bytecode)
     args = _parser().parse_args(argv)
     handlers = {"run": _run, "sweep": _sweep, "validate": _validate, "costs": _costs,
                 "report": _report, "cluster": _cluster}

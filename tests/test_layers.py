@@ -21,7 +21,7 @@ LAYERS = {  # higher imports lower or equal, never the other way
     "training": 4, "condensation": 4, "privacy": 4,
     "models": 3,
     "data": 2, "results": 2,
-    "schema": 1, "errors": 1, "seeding": 1, "lazy": 1,
+    "schema": 1, "errors": 1, "seeding": 1, "lazy": 1, "cache": 1,
 }
 
 

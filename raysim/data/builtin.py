@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from raysim.data.cache import cache_root
+from raysim.cache import cache_root
 from raysim.data.dataset import ArrayDataset, DataInfo
 
 BUILTIN_DATASETS = ("breast-cancer", "digits", "synthetic", "synthetic-susy", "synthetic-100")

@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 from numpy.lib import format as npy_format
 
-from raysim.data.cache import cache_root
+from raysim.cache import cache_root
 from raysim.data.dataset import ArrayDataset, DataInfo, Task
 from raysim.errors import ConfigError, DataError, MissingDataError
 

@@ -27,6 +27,7 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from raysim.engine.bytecode import bytecode_settings
 from raysim.engine.cpu_slots import CpuSlots
 from raysim.engine.watchdog import start_time, start_watchdog
 from raysim.errors import RaysimError
@@ -56,8 +57,11 @@ that much earlier (on the development machine 0.75 s; on a GPU machine not yet m
 def raylet_environment() -> dict[str, str]:
     """The settings a raysim Ray's raylet reads from its environment when it starts (a local
     Ray and the warm cluster alike): the preload list and the early prestart of its worker
-    processes (a Ray without a setting ignores it)."""
-    return {PRELOAD_VARIABLE: ",".join(WORKER_MODULES), PRESTART_VARIABLE: "1"}
+    processes (a Ray without a setting ignores it), and, for an environment that keeps no
+    compiled bytecode, raysim's bytecode cache, which its worker processes inherit
+    (:mod:`raysim.engine.bytecode`)."""
+    return {PRELOAD_VARIABLE: ",".join(WORKER_MODULES), PRESTART_VARIABLE: "1",
+            **bytecode_settings()}
 
 
 def state_directory() -> Path:

@@ -1,4 +1,5 @@
-"""raysim's cache directory: remembered checksums of data files and the built-in datasets."""
+"""raysim's cache directory: remembered checksums of data files, the built-in datasets, and (where
+the environment keeps none) compiled bytecode."""
 
 from __future__ import annotations
 
