@@ -28,12 +28,16 @@ if [ -d .gpu/before/raysim ]; then
 fi
 fi
 if want startup; then
+clean; log "one cold command first: where torch keeps no bytecode, it fills raysim's bytecode cache"
+timeout 60 python3 experiments/benchmarks/gpu_startup.py --repeats 1 --rounds 1 2>$OUT/startup.err | sed 's/^{/{"cache": "filled", /' | tee $OUT/gpu_startup_fill.jsonl
 clean; log "cold start-up (pfl, 4 x 0.25 GPU)"
 if [ -d .gpu/before/raysim ]; then  # cold commands alternated with the baseline tree
-  timeout 200 python3 experiments/benchmarks/gpu_startup.py --repeats 3 --rounds 3 --baseline-tree .gpu/before 2>$OUT/startup.err | tee $OUT/gpu_startup.jsonl
+  timeout 140 python3 experiments/benchmarks/gpu_startup.py --repeats 2 --rounds 3 --baseline-tree .gpu/before 2>>$OUT/startup.err | tee $OUT/gpu_startup.jsonl
 else
-  timeout 80 python3 experiments/benchmarks/gpu_startup.py --repeats 2 --rounds 5 2>$OUT/startup.err | tee $OUT/gpu_startup.jsonl
+  timeout 80 python3 experiments/benchmarks/gpu_startup.py --repeats 2 --rounds 5 2>>$OUT/startup.err | tee $OUT/gpu_startup.jsonl
 fi
+clean; log "a worker's import chain with and without bytecode"
+timeout 45 python3 experiments/benchmarks/bytecode_cache.py --repeats 2 2>>$OUT/startup.err | tee $OUT/bytecode_cache.jsonl
 clean; log "cold start-up timeline (the worker processes Ray starts, and when)"
 timeout 60 python3 experiments/benchmarks/device/startup_timeline.py 2>>$OUT/startup.err > $OUT/startup_timeline.jsonl; grep -c IDLE $OUT/startup_timeline.jsonl; tail -1 $OUT/startup_timeline.jsonl
 clean; log "start-up joining a warm cluster (raysim cluster start)"
