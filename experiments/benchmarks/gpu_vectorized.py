@@ -95,6 +95,15 @@ ENGINES = {
 }
 
 
+def pfl_dataset(root: Path) -> dict:
+    """The pfl shape's generated file (CIFAR-10-shaped: 28x28x3 images in PathMNIST's layout)
+    written under ``root``; returns the config's dataset section for it."""
+    spec = WORKLOADS["pfl"]
+    write_medmnist_npz(root, "pathmnist", n_train=spec["clients"] * spec["samples"],
+                       n_test=200, channels=3, num_classes=9)
+    return {"name": "pathmnist", "root": str(root), "download": False, "verify_checksum": False}
+
+
 def config(spec: dict, dataset: dict, rounds: int, engine: dict) -> dict:
     """The workload as a raysim config on ``engine`` (1 CPU per worker unless it says)."""
     training = {"rounds": rounds, "batch_size": spec["batch"],
@@ -190,15 +199,12 @@ def _plain_loop_on_own_ray(spec: dict, dataset: dict, rounds: int, device_type: 
     here = [str(folder), str(folder.parents[1] / "tests")]
     os.environ["PYTHONPATH"] = os.pathsep.join(
         here + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p])
-    remote_loop = gpu_vectorized._plain_loop_with_threads
-    device = torch.device(device_type)
-
-    gpus = 1 if device.type == "cuda" else 0
+    gpus = 1 if device_type == "cuda" else 0
     ray.init(address="local", num_cpus=max(cpus, 1), num_gpus=gpus, include_dashboard=False,
              log_to_driver=False)
     try:
-        remote = ray.remote(num_cpus=cpus, num_gpus=gpus)(remote_loop)
-        return float(ray.get(remote.remote(spec, dataset, rounds, device.type, cpus)))
+        remote = ray.remote(num_cpus=cpus, num_gpus=gpus)(gpu_vectorized._plain_loop_with_threads)
+        return float(ray.get(remote.remote(spec, dataset, rounds, device_type, cpus)))
     finally:
         ray.shutdown()
 
@@ -355,12 +361,7 @@ def main() -> None:
         for workload in args.workload:
             spec = WORKLOADS[workload]
             if workload == "pfl":
-                root = scratch / "pfl"
-                write_medmnist_npz(root, "pathmnist", n_train=spec["clients"] * spec["samples"],
-                                   n_test=200, channels=3, num_classes=9)
-                dataset = {"name": "pathmnist", "root": str(root), "download": False,
-                           "verify_checksum": False}
-                real = False
+                dataset, real = pfl_dataset(scratch / "pfl"), False
             elif spec.get("size", 28) != 28:  # (no real file at this size here)
                 root = scratch / workload
                 write_medmnist_npz(root, spec["flag"], n_train=spec["clients"] * spec["samples"],

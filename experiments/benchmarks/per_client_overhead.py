@@ -49,7 +49,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tests"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from fixtures import write_medmnist_npz
-from gpu_vectorized import WORKLOADS
+from gpu_vectorized import WORKLOADS, pfl_dataset
 from gpu_vectorized import config as bench_config
 from vs_flower import workloads
 
@@ -79,12 +79,13 @@ CPU = torch.device("cpu")
 
 def pfl(scratch: Path) -> dict:
     """The pfl shape (``gpu_vectorized.py``) as a raysim config, on a generated file."""
-    spec = WORKLOADS["pfl"]
-    write_medmnist_npz(scratch, "pathmnist", n_train=spec["clients"] * spec["samples"],
-                       n_test=200, channels=3, num_classes=9)
-    dataset = {"name": "pathmnist", "root": str(scratch), "download": False,
-               "verify_checksum": False}
-    return bench_config(spec, dataset, 40, {})
+    return bench_config(WORKLOADS["pfl"], pfl_dataset(scratch), 40, {})
+
+
+def synchronise(device: torch.device) -> None:
+    """Wait for the device's queued work (a GPU's clock is read after it)."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
 
 
 class Worker:
@@ -155,17 +156,12 @@ def measure(name: str, raw: dict[str, Any], rounds: int, vectorize: str = "auto"
     :func:`profile_round` lines."""
     worker = Worker(raw, vectorize, device)
     timings: dict[str, list[float]] = {"raysim": [], "plain": []}
-
-    def synchronise() -> None:
-        if device.type == "cuda":
-            torch.cuda.synchronize(device)
-
     for round_ in range(rounds + 1):
         for label in ("raysim", "plain"):
-            synchronise()
+            synchronise(device)
             started = time.perf_counter()
             getattr(worker, label)(round_)
-            synchronise()
+            synchronise(device)
             if round_:  # the first round warms up
                 timings[label].append((time.perf_counter() - started) * 1000
                                       / len(worker.clients))
@@ -190,8 +186,7 @@ def profile_round(worker: Worker, label: str, round_: int, device: torch.device,
     profiler = cProfile.Profile()
     profiler.enable()
     work(round_)
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
+    synchronise(device)
     profiler.disable()
     table = pstats.Stats(profiler).stats  # type: ignore[attr-defined]
     rows = sorted(((own, calls, f"{Path(file).name}:{line}({function})")
@@ -201,8 +196,7 @@ def profile_round(worker: Worker, label: str, round_: int, device: torch.device,
                                            else [])
     with profile(activities=activities) as traced:
         work(round_ + 1)
-        if device.type == "cuda":
-            torch.cuda.synchronize(device)
+        synchronise(device)
     events = traced.events()
     if device.type == "cuda":
         operations = sum(1 for e in events if e.device_type == DeviceType.CUDA)

@@ -5,7 +5,7 @@ beside the source (``__pycache__``) for the next process. Some environments keep
 installed without compiling them (``uv``'s default, ``pip install --no-compile``) into an image
 that is read-only or has ``PYTHONDONTWRITEBYTECODE`` set (a common container setting). There
 every process compiles every module it imports, every time. On the H200 machine lent in session
-31 (such an environment) each worker process took 3.6-4.7 s to import torch and 4.3-4.4 s for
+31 (such an environment) a fresh process took 3.6-4.7 s to import torch and 4.3-4.4 s for
 ``torch._dynamo``; with torch's bytecode compiled, 1.9-2.3 s for torch, and a cold pfl command
 dispatched its first round after 10.3-10.8 s instead of 14.8-15.6 s (BENCHMARKS.md, session 31).
 

@@ -8,11 +8,7 @@
 # `checks.sh [throughput|startup|feddc|all]` (default all): each group fits one call of
 # 600 s; all of them together may not, so a short lease runs the groups it needs most.
 set -u
-T0=$(date +%s)
-log() { echo "== $(( $(date +%s) - T0 )) s: $*"; }
-tar -xJf .gpu/site.tar.xz -C /tmp && python3 -m zipfile -e .gpu/medmnist-3.0.2-py3-none-any.whl /tmp/site || exit 1
-export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1 RAY_USAGE_STATS_ENABLED=0
-clean() { pkill -9 -f raylet; pkill -9 -f gcs_server; pkill -9 -f 'ray::'; pkill -9 -f default_worker; sleep 1; } 2>/dev/null
+source experiments/benchmarks/device/preamble.sh
 nvidia-smi -L; nproc
 python3 -c "import torch, ray, pydantic, raysim, medmnist.info; print('torch', torch.__version__, 'ray', ray.__version__, torch.cuda.get_device_name())" || exit 1
 GROUP=${1:-all}

@@ -3,15 +3,10 @@
 # carry=[".gpu"], timeout_s=420)` after make_site.sh, with d6a32b8's package in .gpu/before/raysim.
 # Steps in priority order; each is skipped when less than its limit is left of BUDGET seconds.
 set -u
-T0=$(date +%s); BUDGET=${BUDGET:-390}
-log() { echo "== $(( $(date +%s) - T0 )) s: $*"; }
-fits() { [ $(( BUDGET - $(date +%s) + T0 )) -ge "$1" ] || { log "skipped: $2"; return 1; }; }
-tar -xJf .gpu/site.tar.xz -C /tmp && python3 -m zipfile -e .gpu/medmnist-3.0.2-py3-none-any.whl /tmp/site || exit 1
-export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1 RAY_USAGE_STATS_ENABLED=0
-clean() { pkill -9 -f raylet; pkill -9 -f gcs_server; pkill -9 -f 'ray::'; pkill -9 -f default_worker; sleep 1; } 2>/dev/null
+BUDGET=${BUDGET:-390}
+source experiments/benchmarks/device/preamble.sh
 nvidia-smi -L; nproc
 python3 -c "import torch, ray, pydantic, raysim, medmnist.info; print('torch', torch.__version__, 'ray', ray.__version__, torch.cuda.get_device_name())" || exit 1
-B=experiments/benchmarks
 log "cold start-up, alternated with the baseline tree (pfl, 4 x 0.25 GPU)"
 fits 110 startup && timeout 110 python3 $B/gpu_startup.py --repeats 2 --rounds 3 --baseline-tree .gpu/before 2>$OUT/startup.err | tee $OUT/gpu_startup.jsonl
 clean; log "cold start-up timeline"

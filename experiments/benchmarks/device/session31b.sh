@@ -3,13 +3,8 @@
 # carry=[".gpu"], timeout_s=240)`: where a worker's imports go, where the per-client loop's
 # time goes on the GPU, and W2's throughput lines the first call lost (ray.init twice).
 set -u
-T0=$(date +%s); BUDGET=${BUDGET:-220}
-log() { echo "== $(( $(date +%s) - T0 )) s: $*"; }
-fits() { [ $(( BUDGET - $(date +%s) + T0 )) -ge "$1" ] || { log "skipped: $2"; return 1; }; }
-tar -xJf .gpu/site.tar.xz -C /tmp && python3 -m zipfile -e .gpu/medmnist-3.0.2-py3-none-any.whl /tmp/site || exit 1
-export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1 RAY_USAGE_STATS_ENABLED=0
-clean() { pkill -9 -f raylet; pkill -9 -f gcs_server; pkill -9 -f 'ray::'; pkill -9 -f default_worker; sleep 1; } 2>/dev/null
-B=experiments/benchmarks
+BUDGET=${BUDGET:-220}
+source experiments/benchmarks/device/preamble.sh
 env | grep -i "^PYTHON" ; log "import chain of a worker process"
 fits 50 imports && timeout 50 python3 $B/device/import_times.py --slowest 15 2>$OUT/imports.err | tee $OUT/import_times.jsonl | cut -c1-400
 log "per-client loop on cuda, profiled"

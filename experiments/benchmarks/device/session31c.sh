@@ -4,13 +4,8 @@
 # loop's change (no rebinding on a GPU, index_select) alternated with the tree before it, the
 # pfl loop through Ray, and a worker's imports and a cold command with torch's bytecode compiled.
 set -u
-T0=$(date +%s); BUDGET=${BUDGET:-285}
-log() { echo "== $(( $(date +%s) - T0 )) s: $*"; }
-fits() { [ $(( BUDGET - $(date +%s) + T0 )) -ge "$1" ] || { log "skipped: $2"; return 1; }; }
-tar -xJf .gpu/site.tar.xz -C /tmp && python3 -m zipfile -e .gpu/medmnist-3.0.2-py3-none-any.whl /tmp/site || exit 1
-export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1 RAY_USAGE_STATS_ENABLED=0
-clean() { pkill -9 -f raylet; pkill -9 -f gcs_server; pkill -9 -f 'ray::'; pkill -9 -f default_worker; sleep 1; } 2>/dev/null
-B=experiments/benchmarks
+BUDGET=${BUDGET:-285}
+source experiments/benchmarks/device/preamble.sh
 SITE=$(python3 -c "import torch, os; print(os.path.dirname(os.path.dirname(torch.__file__)))")
 python3 -c "import torch, importlib.util as u, os; print('bytecode of torch/__init__ exists:', os.path.exists(u.cache_from_source(torch.__file__)), '| dynamo:', os.path.exists(u.cache_from_source(os.path.join(os.path.dirname(torch.__file__), '_dynamo', 'convert_frame.py'))), '| site writable:', os.access('$SITE/torch', os.W_OK))"
 for pass in 1 2; do

@@ -1,0 +1,11 @@
+# Sourced by the device scripts (checks.sh, session31*.sh) on the lent machine, from the
+# repository root: the carried site unpacked and on PYTHONPATH, and the helpers they share.
+# log MSG: a line with the seconds since the start; fits SECONDS STEP: whether that much is
+# left of BUDGET (seconds; unset: no budget); clean: end every Ray process between steps.
+T0=$(date +%s)
+log() { echo "== $(( $(date +%s) - T0 )) s: $*"; }
+fits() { [ -z "${BUDGET:-}" ] || [ $(( BUDGET - $(date +%s) + T0 )) -ge "$1" ] || { log "skipped: $2"; return 1; }; }
+clean() { pkill -9 -f raylet; pkill -9 -f gcs_server; pkill -9 -f 'ray::'; pkill -9 -f default_worker; sleep 1; } 2>/dev/null
+tar -xJf .gpu/site.tar.xz -C /tmp && python3 -m zipfile -e .gpu/medmnist-3.0.2-py3-none-any.whl /tmp/site || exit 1
+export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1 RAY_USAGE_STATS_ENABLED=0
+B=experiments/benchmarks
