@@ -14,9 +14,11 @@ from raysim.engine.runner import run_experiment
 from raysim.results import load
 
 
-def measure_raysim(raw: dict, output: Path) -> dict:
+def measure_raysim(raw: dict, output: Path, intervals: bool = False) -> dict:
     """Run one raysim experiment; rounds per second from the first to the last round's end
-    (round 0 and start-up excluded; start-up reported separately)."""
+    (round 0 and start-up excluded; start-up reported separately). ``intervals``: also the
+    seconds between consecutive rounds' ends (``raysim_round_seconds``), which show whether
+    the first rounds after start-up run slower than the later ones."""
     started = time.perf_counter()
     outcome = run_experiment(parse_config(raw), output=str(output), progress=False)[0]
     if outcome.error is not None:
@@ -24,7 +26,11 @@ def measure_raysim(raw: dict, output: Path) -> dict:
     total = time.perf_counter() - started
     rounds = load(outcome.run_dir)
     span = rounds["wall_time"].iloc[-1] - rounds["wall_time"].iloc[0]
-    return {"raysim_rounds_per_s": (len(rounds) - 1) / span, "raysim_startup_s": total - span}
+    measured = {"raysim_rounds_per_s": (len(rounds) - 1) / span, "raysim_startup_s": total - span}
+    if intervals:
+        measured["raysim_round_seconds"] = [round(float(s), 4)
+                                            for s in rounds["wall_time"].diff().iloc[1:]]
+    return measured
 
 
 def medmnist_source(data_root: str, flag: str, scratch: Path, n_train: int, n_test: int

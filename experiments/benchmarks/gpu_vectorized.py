@@ -34,7 +34,8 @@ device, all clients of a round in one ``torch.func`` vmap call per step, the new
 mean of the stacked rows; weights never leave the device), and (except for ``feddc``) the
 plain loop again inside a Ray worker process with the resources of the one-worker
 configurations, which separates what the Ray worker costs from raysim's own code. Prints one JSON line per
-configuration with rounds/s, ``over_plain`` and ``over_limit`` (the ratio to the reference).
+configuration with rounds/s, ``over_plain`` and ``over_limit`` (the ratio to the reference),
+and for raysim's the seconds between consecutive rounds (``round_seconds``).
 Without a GPU every configuration runs on the CPU (``gpus_per_worker`` ignored; use fewer
 ``--rounds``), so the ratios are measured on every machine.
 
@@ -398,7 +399,7 @@ def main() -> None:
                         1, (os.cpu_count() or 1) // engine["num_workers"])}
                 try:
                     measured = measure_raysim(config(spec, dataset, args.rounds, engine),
-                                              scratch / label)
+                                              scratch / label, intervals=True)
                 except (RuntimeError, ConfigError) as error:  # (4 workers on a 2-CPU machine)
                     print(json.dumps({"workload": workload, "configuration": label,
                                       "error": str(error)}), flush=True)
@@ -409,7 +410,9 @@ def main() -> None:
                                   "seconds_per_round": round(1 / rate, 3),
                                   "startup_s": round(measured["raysim_startup_s"], 1),
                                   "over_plain": round(rate / plain, 3),
-                                  "over_limit": round(rate / limit, 3)}), flush=True)
+                                  "over_limit": round(rate / limit, 3),
+                                  "round_seconds": measured["raysim_round_seconds"]}),
+                      flush=True)
 
 
 if __name__ == "__main__":
