@@ -645,8 +645,7 @@ def test_the_per_client_loop_waits_for_its_device_once_per_round_not_once_per_cl
             return function(*args, **kwargs)
         return counted
 
-    spies = [(runtime_module, "plan_on_device", "transfers"),
-             (runtime_module, "plans_on_device", "transfers"),
+    spies = [(runtime_module, "plans_on_device", "transfers"),
              (runtime_module, "losses_to_host", "reads"),
              (torch.Tensor, "__float__", "reads"), (torch.Tensor, "item", "reads")]
     originals = [(owner, name, getattr(owner, name)) for owner, name, _ in spies]
@@ -664,6 +663,46 @@ def test_the_per_client_loop_waits_for_its_device_once_per_round_not_once_per_cl
             monkeypatch.setattr(owner, name, original)
         waits.append(dict(counts))
     assert waits[0] == waits[1] == {"transfers": 1, "reads": 1}, waits
+
+
+def test_a_clients_batches_are_gathered_once_per_round_with_the_bits_of_one_gather_per_step(
+        monkeypatch):
+    """The per-client loop takes a client's round of batches (here 4 steps) from one gather of
+    its inputs and one of its labels, not two per step (on a GPU two kernel launches per
+    step), and trains to the same bits as gathering every batch on its own (what it does when
+    the round's rows would take more than ``GATHER_ONCE_BYTES``)."""
+    from raysim.training import vectorized as vectorized_module
+
+    config = parse_config({**_config(6, "never").model_dump(mode="json"),
+                           "partition": {"scheme": "iid", "num_clients": 6,
+                                         "samples_per_client": 8},
+                           "training": {"rounds": 2, "local_epochs": 1, "batch_size": 2,
+                                        "optimizer": {"name": "sgd", "lr": 0.1}}})
+    (worker,), _, _ = _workers(config, 1, monkeypatch)
+    runtime = worker.runtime
+    start = runtime.initial_weights
+    gathers = [0]
+    original = torch.Tensor.index_select
+
+    def counted(self: torch.Tensor, *args: Any, **kwargs: Any) -> torch.Tensor:
+        gathers[0] += 1
+        return original(self, *args, **kwargs)
+
+    def trained() -> list[torch.Tensor]:
+        gathers[0] = 0
+        monkeypatch.setattr(torch.Tensor, "index_select", counted)
+        result = runtime.train_many([0, 1, 2], 1, [start] * 3, [None] * 3)
+        monkeypatch.setattr(torch.Tensor, "index_select", original)
+        assert [outcome.steps for _, outcome in result] == [4, 4, 4]
+        return [torch.as_tensor(weights.vector).clone() for weights, _ in result]
+
+    once = trained()
+    assert gathers[0] == 3 * 2  # inputs and labels, once per client
+    monkeypatch.setattr(vectorized_module, "GATHER_ONCE_BYTES", 0)
+    per_step = trained()
+    assert gathers[0] == 3 * 4 * 2
+    assert all(torch.equal(a, b) for a, b in zip(once, per_step, strict=True))
+    assert not torch.equal(once[0], torch.as_tensor(on_device(start, torch.device("cpu")).vector))
 
 
 @pytest.mark.parametrize("vectorize", ["always", "never"])

@@ -25,8 +25,8 @@ from raysim.training.vectorized import (
     LOOP,
     VECTORIZED,
     choose_path,
-    plan_on_device,
     plans_on_device,
+    step_batches,
 )
 from raysim.training.weights import (
     FlatWeights,
@@ -448,7 +448,7 @@ class ClientRuntime:
                          optimizer_state: dict[str, Any] | None, steps_scale: int,
                          plan: list[np.ndarray] | None, torch_seed: int | None,
                          from_start: FirstStepFromStart | None,
-                         plan_index: list[torch.Tensor] | None = None) -> _Trained:
+                         plan_index: torch.Tensor | None = None) -> _Trained:
         """:meth:`train` with the summed loss left on the device (no wait for the kernels)."""
         steps = self._local_steps(steps_scale)
         optimizer = make_optimizer(model.parameters(), self.training.optimizer)
@@ -498,12 +498,13 @@ class ClientRuntime:
                        regularizer: Callable[[], torch.Tensor] | None = None,
                        data: tuple[torch.Tensor, torch.Tensor] | None = None,
                        plan: list[np.ndarray] | None = None,
-                       plan_index: list[torch.Tensor] | None = None,
+                       plan_index: torch.Tensor | None = None,
                        torch_seed: int | None = None,
                        first_step: Callable[[], None] | None = None
                        ) -> tuple[StepLosses, int, int]:
         """:meth:`fit`'s loop; returns (the step losses on the device, the client's
-        training-set size, steps). ``plan_index``: ``plan`` already on the device."""
+        training-set size, steps). ``plan_index``: ``plan``'s steps concatenated, already on
+        the device (:func:`~raysim.training.vectorized.plans_on_device`)."""
         x, y = self.client_data(client) if data is None else data
         # only the CPU generator (torch.manual_seed also seeds every accelerator backend,
         # which costs about a millisecond per call)
@@ -518,12 +519,10 @@ class ClientRuntime:
                 len(y), batch_size or self.training.batch_size, epochs, steps, self.seed,
                 round_, np.array([client]), stream)]
         if plan_index is None:
-            plan_index = plan_on_device(plan, self.device)
+            plan_index = plans_on_device([plan], self.device)[0]
         losses = StepLosses([], [])
-        for positions, index in zip(plan, plan_index, strict=True):
-            # (index_select: the same rows as x[index], without Python's indexing parse,
-            # which a GPU's launch-bound loop pays twice per step)
-            inputs, targets = x.index_select(0, index), y.index_select(0, index)
+        for positions, (inputs, targets) in zip(plan, step_batches(x, y, plan, plan_index),
+                                                strict=True):
             optimizer.zero_grad(set_to_none=True)
             loss = batch_loss(inputs, targets)
             losses.losses.append(loss.detach())

@@ -8,7 +8,8 @@ convolutions are slower than a loop, so :func:`choose_path` keeps ConvNets on th
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import itertools
+from collections.abc import Iterator, Sequence
 
 import numpy as np
 import torch
@@ -189,16 +190,44 @@ def plan_on_device(plan: Sequence[np.ndarray], device: torch.device) -> list[tor
 
 
 def plans_on_device(plans: Sequence[Sequence[np.ndarray]], device: torch.device
-                    ) -> list[list[torch.Tensor]]:
-    """Several clients' batch positions (:func:`plan_on_device` of each) copied to the device
-    in one transfer for all of them: on a GPU a copy from host memory waits for the kernels
-    queued before it, so one per client would stop the host from queueing ahead."""
-    steps = plan_on_device([step for plan in plans for step in plan], device)
-    grouped, start = [], 0
-    for plan in plans:
-        grouped.append(steps[start:start + len(plan)])
-        start += len(plan)
-    return grouped
+                    ) -> list[torch.Tensor]:
+    """Several clients' batch positions on the device, each client's steps concatenated in
+    order into one index (what :func:`step_batches` takes), copied in one transfer for all of
+    them: on a GPU a copy from host memory waits for the kernels queued before it, so one per
+    client would stop the host from queueing ahead."""
+    lengths = [sum(int(np.asarray(step).size) for step in plan) for plan in plans]
+    steps = [np.asarray(step).reshape(-1) for plan in plans for step in plan]
+    flat = torch.from_numpy(np.concatenate(steps) if steps else np.zeros(0, dtype=np.int64))
+    flat = flat.to(device)
+    bounds = np.concatenate([[0], np.cumsum(lengths)]).tolist()
+    return [flat[first:stop] for first, stop in itertools.pairwise(bounds)]
+
+
+GATHER_ONCE_BYTES = 64 * 2**20
+"""Up to this many bytes of a client's round of batches (inputs), :func:`step_batches`
+gathers the client's rows once for all its steps; above it (large images, many epochs), one
+batch at a time, so the copy never holds more than a batch."""
+
+
+def step_batches(x: torch.Tensor, y: torch.Tensor, plan: Sequence[np.ndarray],
+                 index: torch.Tensor) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+    """Each step's (inputs, targets) of ``plan``: rows of ``x`` and ``y`` at ``index`` (the
+    steps' positions concatenated, on the data's device). Gathered with one ``index_select``
+    of each for the whole round where the rows take at most :data:`GATHER_ONCE_BYTES`, the
+    steps then slices of it: the same rows as one gather per step (a gather copies exactly),
+    without two kernel launches per step, which a GPU's launch-bound loop pays for."""
+    row_bytes = x[:1].numel() * x.element_size()
+    once = index.numel() * row_bytes <= GATHER_ONCE_BYTES
+    rows_x, rows_y = (x.index_select(0, index), y.index_select(0, index)) if once else (x, y)
+    offset = 0
+    for positions in plan:  # (narrow: a view, without Python's indexing parse)
+        size = len(positions)
+        if once:
+            yield rows_x.narrow(0, offset, size), rows_y.narrow(0, offset, size)
+        else:
+            part = index.narrow(0, offset, size)
+            yield x.index_select(0, part), y.index_select(0, part)
+        offset += size
 
 
 def _stack_rows(rows: list[torch.Tensor]) -> torch.Tensor:
