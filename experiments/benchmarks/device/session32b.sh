@@ -1,15 +1,15 @@
 #!/bin/bash
 # Session 32's second device call (issue #32), as run: `device.run("bash experiments/benchmarks/device/session32b.sh",
-# carry=[".gpu"], timeout_s=390)`, with d37231d's package (before one gather per client and
+# carry=[".gpu"], timeout_s=410)`, with d37231d's package (before one gather per client and
 # round) in .gpu/base32/raysim. The CUDA tests on this tree; the pfl per-client loop through Ray
 # against the plain loop, alternated with d37231d, two pairs; then two more cold starts with
 # the bytecode cache (after the command that fills it).
 set -u
-BUDGET=${BUDGET:-370}
+BUDGET=${BUDGET:-380}
 source experiments/benchmarks/device/preamble.sh
 python3 -c "import torch, ray, raysim; print('torch', torch.__version__, 'ray', ray.__version__, torch.cuda.get_device_name())" || exit 1
 log "tests on CUDA"
-fits 80 tests && timeout 80 python3 -m pytest -q -p no:cacheprovider tests/test_gpu.py tests/test_data_plane.py > $OUT/tests.txt 2>&1; tail -3 $OUT/tests.txt
+fits 90 tests && timeout 90 python3 -m pytest -q -p no:cacheprovider tests/test_gpu.py tests/test_data_plane.py > $OUT/tests.txt 2>&1; tail -3 $OUT/tests.txt
 for pass in 1 2; do
   clean; log "pfl loop through Ray against the plain loop, pass $pass: this tree"
   fits 55 this && timeout 70 python3 $B/gpu_vectorized.py --workload pfl --rounds 20 --data-root /none --engines raysim_loop_1gpu --no-plain-in-ray 2>>$OUT/vectorized.err | sed 's/^{/{"tree": "this", /' | tee -a $OUT/gpu_pfl_loop_ab.jsonl | cut -c1-260
