@@ -6,8 +6,8 @@ installed without compiling them (``uv``'s default, ``pip install --no-compile``
 that is read-only or has ``PYTHONDONTWRITEBYTECODE`` set (a common container setting). There
 every process compiles every module it imports, every time. On the H200 machine lent in session
 31 (such an environment) a fresh process took 3.6-4.7 s to import torch and 4.3-4.4 s for
-``torch._dynamo``; with torch's bytecode compiled, 1.9-2.3 s for torch, and a cold pfl command
-dispatched its first round after 10.3-10.8 s instead of 14.8-15.6 s (BENCHMARKS.md, session 31).
+``torch._dynamo``. With this cache filled, a cold pfl command there (session 32) dispatched its
+first round after 6.98 and 7.76 s, against 16.4 and 15.15 s without it (BENCHMARKS.md).
 
 When torch has no bytecode beside its source and Python would not write any there, raysim's
 processes (the command's own, and its Ray's: worker processes, driver hosts, the warm
