@@ -157,3 +157,13 @@ def test_torch_free_params_match_the_registries():
     assert {cls.params_class for cls in ALGORITHMS.values()} == set(ALGORITHM_PARAMS)
     assert len(ALGORITHMS) == len(ALGORITHM_PARAMS)
     assert [entry.params for entry in MODELS.values()] == list(MODEL_PARAMS)
+
+
+def test_the_raylets_store_connect_settings_keep_a_value_the_user_set(monkeypatch):
+    from raysim.engine import cluster
+
+    monkeypatch.delenv("RAY_raylet_client_connect_timeout_milliseconds", raising=False)
+    monkeypatch.setenv("RAY_raylet_client_num_connect_attempts", "7")
+    settings = cluster.raylet_environment()
+    assert settings["RAY_raylet_client_connect_timeout_milliseconds"] == "50"
+    assert settings["RAY_raylet_client_num_connect_attempts"] == "7"

@@ -206,7 +206,8 @@ def raylet_settings():
     pid, _ = session_raylet()
     environ = open(f"/proc/{pid}/environ", "rb").read().decode().split("\\0")
     return dict(v.split("=", 1) for v in environ
-                if v.startswith(("RAY_preload", "RAY_enable_worker_prestart")))
+                if v.startswith(("RAY_preload", "RAY_enable_worker_prestart",
+                                 "RAY_raylet_client_")))
 
 print(json.dumps(ray.get(Probe.remote().modules.remote())))
 print(json.dumps(session_processes()))
@@ -230,9 +231,12 @@ def test_a_local_ray_starts_its_worker_processes_early_with_the_engine_and_no_un
     # (dashboard.py, monitor.py, log_monitor.py), which a raysim run never uses
     assert programs == ["gcs_server", "raylet"]
     # the raylet preloads the engine and starts its worker processes as soon as it is up, not
-    # when the driver has connected (its agents started)
+    # when the driver has connected (its agents started); it retries connecting to its object
+    # store after 50 ms, not after Ray's 1 s, with the same 10 s of patience in all
     assert settings == {"RAY_preload_python_modules": "raysim.engine.worker,raysim.engine.driver",
-                        "RAY_enable_worker_prestart": "1"}
+                        "RAY_enable_worker_prestart": "1",
+                        "RAY_raylet_client_connect_timeout_milliseconds": "50",
+                        "RAY_raylet_client_num_connect_attempts": "200"}
     assert "RAY_enable_worker_prestart" not in os.environ  # (only for the start)
 
 
