@@ -73,9 +73,8 @@ def raylet_environment() -> dict[str, str]:
     Ray and the warm cluster alike): the preload list and the early prestart of its worker
     processes, the short wait between its attempts to connect to its object store
     (:data:`STORE_CONNECT_SETTINGS`; a Ray without a setting ignores it), and, for an
-    environment that keeps no
-    compiled bytecode, raysim's bytecode cache, which its worker processes inherit
-    (:mod:`raysim.engine.bytecode`)."""
+    environment that keeps no compiled bytecode, raysim's bytecode cache, which its worker
+    processes inherit (:mod:`raysim.engine.bytecode`)."""
     return {PRELOAD_VARIABLE: ",".join(WORKER_MODULES), PRESTART_VARIABLE: "1",
             **{name: os.environ.get(name, value) for name, value in STORE_CONNECT_SETTINGS.items()},
             **bytecode_settings()}
