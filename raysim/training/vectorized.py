@@ -174,33 +174,27 @@ def _anchor(prox: Proximal | None, param_names: list[str], layout: Layout, sizes
     return {n: views[n] for n in param_names}, 0
 
 
-def plan_on_device(plan: Sequence[np.ndarray], device: torch.device) -> list[torch.Tensor]:
-    """A round's batch positions copied to the device in one transfer (one copy per step
-    would make every step wait for the previous one's kernels on a GPU)."""
-    if not plan:
-        return []
-    if device.type == "cpu":  # no transfer to batch: views of the plan's arrays
-        return [torch.from_numpy(np.asarray(positions)) for positions in plan]
-    flat = torch.from_numpy(np.concatenate([np.asarray(p).reshape(-1) for p in plan])).to(device)
-    steps, start = [], 0
-    for positions in plan:
-        steps.append(flat[start:start + positions.size].view(positions.shape))
-        start += positions.size
-    return steps
-
-
 def plans_on_device(plans: Sequence[Sequence[np.ndarray]], device: torch.device
                     ) -> list[torch.Tensor]:
     """Several clients' batch positions on the device, each client's steps concatenated in
     order into one index (what :func:`step_batches` takes), copied in one transfer for all of
     them: on a GPU a copy from host memory waits for the kernels queued before it, so one per
     client would stop the host from queueing ahead."""
-    lengths = [sum(int(np.asarray(step).size) for step in plan) for plan in plans]
-    steps = [np.asarray(step).reshape(-1) for plan in plans for step in plan]
-    flat = torch.from_numpy(np.concatenate(steps) if steps else np.zeros(0, dtype=np.int64))
+    arrays = [np.asarray(positions).reshape(-1) for plan in plans for positions in plan]
+    flat = torch.from_numpy(np.concatenate(arrays) if arrays else np.zeros(0, dtype=np.int64))
     flat = flat.to(device)
-    bounds = np.concatenate([[0], np.cumsum(lengths)]).tolist()
+    sizes = [sum(int(np.asarray(positions).size) for positions in plan) for plan in plans]
+    bounds = itertools.accumulate(sizes, initial=0)
     return [flat[first:stop] for first, stop in itertools.pairwise(bounds)]
+
+
+def plan_on_device(plan: Sequence[np.ndarray], device: torch.device) -> list[torch.Tensor]:
+    """A round's batch positions on the device, one tensor of each step's shape, copied in one
+    transfer (:func:`plans_on_device` with each step as a plan of its own)."""
+    if device.type == "cpu":  # no transfer to batch: views of the plan's arrays
+        return [torch.from_numpy(np.asarray(positions)) for positions in plan]
+    steps = plans_on_device([[positions] for positions in plan], device)
+    return [step.view(np.shape(positions)) for step, positions in zip(steps, plan, strict=True)]
 
 
 GATHER_ONCE_BYTES = 64 * 2**20

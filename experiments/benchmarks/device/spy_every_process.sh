@@ -19,19 +19,17 @@ while kill -0 $COMMAND 2>/dev/null && [ $(date +%s) -lt $END ]; do
       ray::*) TITLE[$pid]=${args%% *} ;;
       *dashboard/agent.py*|*runtime_env/agent*) TITLE[$pid]=agent ;;
     esac
-  done < <(pgrep -af "default_worker.py|ray::|dashboard/agent.py|runtime_env/agent")
-  for pid in $(pgrep -f "default_worker.py|ray::|dashboard/agent.py|runtime_env/agent"); do
     if [ -z "${SEEN[$pid]:-}" ]; then
       SEEN[$pid]=1
       left=$(( END - $(date +%s) )); [ $left -lt 1 ] && left=1
       $SPY record --idle -r 100 -p $pid -d $left --nonblocking --format raw -o $WORK/$pid.raw >/dev/null 2>&1 &
     fi
-  done
+  done < <(pgrep -af "default_worker.py|ray::|dashboard/agent.py|runtime_env/agent")
   sleep 0.05
 done
 wait $COMMAND
 sleep 1; pkill -INT -f "py-spy record.*-p" 2>/dev/null; sleep 1
 { sed "s/^/command;/" $WORK/command.raw
-  for f in $WORK/[0-9]*.raw; do [ -s $f ] && pid=$(basename $f .raw); sed "s/^/${TITLE[$pid]:-worker} $pid;/" $f; done; } > $OUT_RAW
+  for f in $WORK/[0-9]*.raw; do [ -s $f ] || continue; pid=$(basename $f .raw); sed "s/^/${TITLE[$pid]:-worker} $pid;/" $f; done; } > $OUT_RAW
 grep -v "^py-spy>" $WORK/command.log | tail -3
 rm -rf $WORK
