@@ -282,6 +282,61 @@ def test_a_clients_normalised_data_is_kept_on_a_cpu_within_its_budget(monkeypatc
     assert first[0] is not again[0] and torch.equal(first[0], again[0])
 
 
+def test_rgb_images_are_normalised_channels_first_with_the_values_of_the_definition():
+    """(x / 255 - mean) / std per channel, in float32, moved to NCHW: computed independently
+    in numpy, bit for bit."""
+    from raysim.data.dataset import DataInfo, normalise
+
+    info = DataInfo("rgb", "image", 3, (3, 5, 4), (0.5, 0.4, 0.3), (0.2, 0.25, 0.3))
+    stored = np.random.default_rng(0).integers(0, 256, (7, 5, 4, 3), dtype=np.uint8)
+    expected = ((stored.astype(np.float32) / np.float32(255.0)
+                 - np.array(info.mean, dtype=np.float32))
+                / np.array(info.std, dtype=np.float32)).transpose(0, 3, 1, 2)
+    out = normalise(torch.from_numpy(stored), info)
+    assert out.dtype == torch.float32 and out.is_contiguous() and out.shape == (7, 3, 5, 4)
+    assert np.array_equal(out.numpy(), expected)
+
+
+def test_the_vectorised_gather_normalises_a_workers_rows_once_within_the_budget(monkeypatch):
+    """Gathers of many clients' rows (the vectorised path's, every round) read a normalised
+    copy of the worker's rows made at the first gather, with the values of normalising the
+    gathered rows; without budget for it, every gather normalises its rows."""
+    config = _digits_config()
+    from raysim.data.dataset import to_tensor
+
+    calls = []
+    original = resident_data.normalise
+    monkeypatch.setattr(resident_data, "normalise",
+                        lambda batch, info: calls.append(len(batch)) or original(batch, info))
+    for budget, normalisations in ((resident_data.NORMALISED_CACHE_BYTES, 1), (0, 3)):
+        monkeypatch.setattr(resident_data, "NORMALISED_CACHE_BYTES", budget)
+        workers, _, _ = _workers(config, 1, monkeypatch)
+        runtime = workers[0].runtime
+        calls.clear()
+        for clients in ([0, 2], [1, 3], [3, 0, 1]):
+            rows = np.concatenate([runtime.client_indices[c] for c in clients])
+            x, y = runtime.gather(rows)
+            assert torch.equal(x, to_tensor(runtime.train_x[rows], runtime.info))
+            assert torch.equal(y, torch.from_numpy(runtime.train_y[rows]))
+        assert len(calls) == normalisations
+
+
+def test_a_vectorised_steps_rows_are_the_clients_planned_rows():
+    from raysim.training.vectorized import step_rows
+
+    generator = torch.Generator().manual_seed(0)
+    inputs = torch.randn(4, 6, 2, 3, generator=generator)
+    targets = torch.randint(0, 5, (4, 6), generator=generator)
+    rng = np.random.default_rng(0)
+    plan = [np.stack([rng.permutation(6)[:size] for _ in range(4)]) for size in (3, 3, 2)]
+    clients = torch.arange(4)[:, None]
+    steps = list(step_rows(inputs, targets, plan))
+    assert len(steps) == len(plan)
+    for positions, (x, y) in zip(plan, steps, strict=True):
+        index = torch.from_numpy(positions)
+        assert torch.equal(x, inputs[clients, index]) and torch.equal(y, targets[clients, index])
+
+
 def test_a_gpu_keeps_normalised_data_only_within_what_the_data_cap_leaves():
     """On a GPU the normalised inputs are kept too, but the resident rows and the kept inputs
     together stay within the data's share of the worker's memory cap."""

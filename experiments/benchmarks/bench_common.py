@@ -18,7 +18,11 @@ def measure_raysim(raw: dict, output: Path, intervals: bool = False) -> dict:
     """Run one raysim experiment; rounds per second from the first to the last round's end
     (round 0 and start-up excluded; start-up reported separately). ``intervals``: also the
     seconds between consecutive rounds' ends (``raysim_round_seconds``), which show whether
-    the first rounds after start-up run slower than the later ones."""
+    the first rounds after start-up run slower than the later ones, and the median over rounds
+    of the workers' local-update seconds (``raysim_local_update_s``: each round's sum over
+    its clients of ``train_seconds``, i.e. the time the workers spent in the algorithm's local
+    updates, summed over workers), which splits a round between the workers' training and the
+    rest (the hand-offs, the reductions, the driver)."""
     started = time.perf_counter()
     outcome = run_experiment(parse_config(raw), output=str(output), progress=False)[0]
     if outcome.error is not None:
@@ -30,6 +34,8 @@ def measure_raysim(raw: dict, output: Path, intervals: bool = False) -> dict:
     if intervals:
         measured["raysim_round_seconds"] = [round(float(s), 4)
                                             for s in rounds["wall_time"].diff().iloc[1:]]
+        local = load(outcome.run_dir, "clients").groupby("round")["train_seconds"].sum()
+        measured["raysim_local_update_s"] = float(local.iloc[1:].median())
     return measured
 
 

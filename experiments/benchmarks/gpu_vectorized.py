@@ -35,12 +35,17 @@ mean of the stacked rows; weights never leave the device), and (except for ``fed
 plain loop again inside a Ray worker process with the resources of the one-worker
 configurations, which separates what the Ray worker costs from raysim's own code. Prints one JSON line per
 configuration with rounds/s, ``over_plain`` and ``over_limit`` (the ratio to the reference),
-and for raysim's the seconds between consecutive rounds (``round_seconds``).
+and for raysim's the seconds between consecutive rounds (``round_seconds``) and the median
+time per round of the workers' local updates (``local_update_ms_median``, the clients'
+``train_seconds`` summed: the rest of a round is hand-offs, reductions and the driver).
 Without a GPU every configuration runs on the CPU (``gpus_per_worker`` ignored; use fewer
 ``--rounds``), so the ratios are measured on every machine.
 
     python experiments/benchmarks/gpu_vectorized.py [--workload w2 pfl feddc] [--rounds 100]
-        [--data-root ../shared/data/medmnist]
+        [--data-root ../shared/data/medmnist] [--model '{"name": "mlp", "hidden": [8]}']
+
+``--model`` replaces every workload's model: with a model this small the training is cheap
+and a round shows what raysim costs around it (the same round shapes, clients and batches).
 """
 
 from __future__ import annotations
@@ -339,6 +344,15 @@ def on_device_reference(spec: dict, dataset: dict, rounds: int, device: torch.de
     return rounds_per_second(one_round, rounds, device)
 
 
+EXTRA: dict = {}
+"""Fields every printed line carries (the model section, where ``--model`` replaced it)."""
+
+
+def emit(record: dict) -> None:
+    """Print one result line as JSON, with :data:`EXTRA`."""
+    print(json.dumps({**record, **EXTRA}), flush=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--workload", nargs="+", choices=list(WORKLOADS), default=list(WORKLOADS))
@@ -351,7 +365,15 @@ def main() -> None:
                         help="FedDC slice clients (default 150 on a GPU, 20 on a CPU)")
     parser.add_argument("--feddc-size", type=int, default=None,
                         help="FedDC slice image size (default 224 on a GPU, 28 on a CPU)")
+    parser.add_argument("--model", type=json.loads, default=None, metavar="JSON",
+                        help="replace every workload's model section, e.g. "
+                        "'{\"name\": \"mlp\", \"hidden\": [8]}': with a model this small the "
+                        "rounds measure what raysim costs around the training")
     args = parser.parse_args()
+    if args.model is not None:
+        for spec in WORKLOADS.values():
+            spec["model"] = args.model
+        EXTRA["model"] = args.model
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     WORKLOADS["feddc"].update(
         clients=args.feddc_clients or (150 if device.type == "cuda" else 20),
@@ -376,22 +398,22 @@ def main() -> None:
             feddc = workload == "feddc"
             plain = (feddc_plain_loop if feddc else plain_loop)(spec, dataset, args.rounds,
                                                                 device)
-            print(json.dumps({"workload": workload, "device": name, "real_data": real,
-                              "configuration": "plain_pytorch_loop",
-                              "rounds_per_s": round(plain, 3)}), flush=True)
+            emit({"workload": workload, "device": name, "real_data": real,
+                  "configuration": "plain_pytorch_loop",
+                  "rounds_per_s": round(plain, 3)})
             limit = (feddc_reference if feddc else on_device_reference)(spec, dataset,
                                                                          args.rounds, device)
-            print(json.dumps({"workload": workload, "device": name,
-                              "configuration": "on_device_vmap_reference",
-                              "rounds_per_s": round(limit, 3),
-                              "over_plain": round(limit / plain, 3)}), flush=True)
+            emit({"workload": workload, "device": name,
+                  "configuration": "on_device_vmap_reference",
+                  "rounds_per_s": round(limit, 3),
+                  "over_plain": round(limit / plain, 3)})
             if not feddc and args.plain_in_ray:
                 cpus = 1 if device.type == "cuda" else (os.cpu_count() or 1)
                 in_ray = plain_loop_in_ray_worker(spec, dataset, args.rounds, device, cpus)
-                print(json.dumps({"workload": workload, "device": name,
-                                  "configuration": "plain_pytorch_loop_in_ray_worker",
-                                  "rounds_per_s": round(in_ray, 3),
-                                  "over_plain": round(in_ray / plain, 3)}), flush=True)
+                emit({"workload": workload, "device": name,
+                      "configuration": "plain_pytorch_loop_in_ray_worker",
+                      "rounds_per_s": round(in_ray, 3),
+                      "over_plain": round(in_ray / plain, 3)})
             engines = BATCHNORM_ENGINES if feddc else {k: ENGINES[k] for k in args.engines}
             for label, engine in engines.items():
                 if device.type == "cpu":  # the workers share the machine's cores, as the
@@ -401,18 +423,19 @@ def main() -> None:
                     measured = measure_raysim(config(spec, dataset, args.rounds, engine),
                                               scratch / label, intervals=True)
                 except (RuntimeError, ConfigError) as error:  # (4 workers on a 2-CPU machine)
-                    print(json.dumps({"workload": workload, "configuration": label,
-                                      "error": str(error)}), flush=True)
+                    emit({"workload": workload, "configuration": label,
+                          "error": str(error)})
                     continue
                 rate = measured["raysim_rounds_per_s"]
-                print(json.dumps({"workload": workload, "device": name, "configuration": label,
-                                  "rounds_per_s": round(rate, 3),
-                                  "seconds_per_round": round(1 / rate, 3),
-                                  "startup_s": round(measured["raysim_startup_s"], 1),
-                                  "over_plain": round(rate / plain, 3),
-                                  "over_limit": round(rate / limit, 3),
-                                  "round_seconds": measured["raysim_round_seconds"]}),
-                      flush=True)
+                emit({"workload": workload, "device": name, "configuration": label,
+                      "rounds_per_s": round(rate, 3),
+                      "seconds_per_round": round(1 / rate, 3),
+                      "startup_s": round(measured["raysim_startup_s"], 1),
+                      "over_plain": round(rate / plain, 3),
+                      "over_limit": round(rate / limit, 3),
+                      "local_update_ms_median": round(
+                          1000 * measured["raysim_local_update_s"], 2),
+                      "round_seconds": measured["raysim_round_seconds"]})
 
 
 if __name__ == "__main__":

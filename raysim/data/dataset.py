@@ -93,9 +93,11 @@ def normalise(batch: torch.Tensor, info: DataInfo) -> torch.Tensor:
 
     if info.kind == "tabular":
         return batch.to(torch.float32)
-    batch = batch.to(torch.float32).div_(255.0)
     grey = batch.ndim == len(info.input_shape)  # no channel axis stored: one channel
+    # channels moved first while the values are still bytes: the strided copy moves a
+    # quarter of the memory it would move in float32 (the same values)
     batch = batch.unsqueeze(1) if grey else batch.movedim(-1, 1).contiguous()
+    batch = batch.to(torch.float32).div_(255.0)
     mean, std = _moments(tuple(info.mean), tuple(info.std), batch.device, batch.ndim)
     return batch.sub_(mean).div_(std)
 

@@ -63,6 +63,9 @@ class ResidentData:
         self._position[rows] = np.arange(len(rows))
         self._client_rows: dict[int, torch.Tensor] = {}
         self._normalised: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
+        self._normalised_rows: torch.Tensor | None = None
+        """Every held row's normalised inputs, made at the first :meth:`gather` that the
+        cache's budget allows (the vectorised path gathers many clients' rows every round)."""
         self._cache_left = normalised_cache_bytes(device, cap, self.nbytes) if self.resident \
             else 0
         if self.resident:
@@ -79,7 +82,21 @@ class ResidentData:
         """The rows ``indices`` (training-set positions) as normalised inputs and labels on
         the device (call :meth:`holds` first)."""
         local = torch.from_numpy(self._position[indices]).to(self.device)
+        rows = self._all_normalised()
+        if rows is not None:  # a gather of normalised rows: the same values, normalised once
+            return rows.index_select(0, local), self.y.index_select(0, local)
         return normalise(self.x[local], self.info), self.y[local]
+
+    def _all_normalised(self) -> torch.Tensor | None:
+        """Every held row's normalised inputs, made once when the normalised cache's budget
+        left holds them (else None: each gather normalises its rows): the vectorised path
+        gathers all of a worker's sampled clients every round (BENCHMARKS.md, session 33)."""
+        if self._normalised_rows is None and self.info.kind != "tabular":
+            size = self.x.numel() * torch.finfo(torch.float32).bits // 8
+            if size <= self._cache_left:
+                self._normalised_rows = normalise(self.x, self.info)
+                self._cache_left -= size
+        return self._normalised_rows
 
     def client(self, client: int) -> tuple[torch.Tensor, torch.Tensor] | None:
         """A held client's whole training set as normalised inputs and labels on the device

@@ -121,13 +121,11 @@ def train_vectorized(
         return total, data_loss
 
     step_fn = vmap(grad_and_value(client_loss, has_aux=True), in_dims=(0, 0, 0, 0, anchor_dim))
-    rows = torch.arange(count, device=device)[:, None]
     loss_sum = torch.zeros(count, device=device)
     seen = 0
     model.train()
-    for positions, index in zip(plan, plan_on_device(plan, device), strict=True):
-        grads, (_, data_loss) = step_fn(params, buffers, inputs[rows, index], targets[rows, index],
-                                        anchor)
+    for positions, (x, y) in zip(plan, step_rows(inputs, targets, plan), strict=True):
+        grads, (_, data_loss) = step_fn(params, buffers, x, y, anchor)
         loss_sum += data_loss.detach() * positions.shape[1]
         seen += positions.shape[1]
         with torch.no_grad():
@@ -147,6 +145,24 @@ def train_vectorized(
                    for i in range(count)]
     new_momentum = [velocity[i] if velocity is not None else None for i in range(count)]
     return new_weights, new_momentum, (loss_sum / max(seen, 1)).cpu().numpy()
+
+
+def step_rows(inputs: torch.Tensor, targets: torch.Tensor, plan: Sequence[np.ndarray]
+              ) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+    """Each step's (clients, batch, ...) inputs and targets: client c's rows ``plan[k][c]`` of
+    ``inputs[c]`` and ``targets[c]``. Gathered with ``index_select`` from the clients' rows
+    laid end to end, at positions computed on the host and sent in one transfer for all steps:
+    the same rows as ``inputs[clients, positions]`` (a gather copies exactly) without advanced
+    indexing's broadcast of two index tensors."""
+    count, samples = inputs.shape[0], inputs.shape[1]
+    flat_x = inputs.reshape(count * samples, *inputs.shape[2:])
+    flat_y = targets.reshape(count * samples, *targets.shape[2:])
+    offsets = np.arange(count, dtype=np.int64)[:, None] * samples
+    flat_plan = [np.asarray(positions, dtype=np.int64) + offsets for positions in plan]
+    for positions, index in zip(plan, plan_on_device(flat_plan, inputs.device), strict=True):
+        flat = index.reshape(-1)
+        yield (flat_x.index_select(0, flat).view(count, positions.shape[1], *inputs.shape[2:]),
+               flat_y.index_select(0, flat).view(count, positions.shape[1], *targets.shape[2:]))
 
 
 def _row_views(matrix: torch.Tensor, layout: Layout, sizes: list[int]
