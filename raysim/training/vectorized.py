@@ -150,19 +150,20 @@ def train_vectorized(
 def step_rows(inputs: torch.Tensor, targets: torch.Tensor, plan: Sequence[np.ndarray]
               ) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
     """Each step's (clients, batch, ...) inputs and targets: client c's rows ``plan[k][c]`` of
-    ``inputs[c]`` and ``targets[c]``. Gathered with ``index_select`` from the clients' rows
-    laid end to end, at positions computed on the host and sent in one transfer for all steps:
-    the same rows as ``inputs[clients, positions]`` (a gather copies exactly) without advanced
-    indexing's broadcast of two index tensors."""
+    ``inputs[c]`` and ``targets[c]``. The clients' rows laid end to end are one client's rows
+    to :func:`step_batches`, at positions computed on the host and sent in one transfer: the
+    same rows as ``inputs[clients, positions]`` (a gather copies exactly), without advanced
+    indexing's broadcast of two index tensors per step."""
     count, samples = inputs.shape[0], inputs.shape[1]
-    flat_x = inputs.reshape(count * samples, *inputs.shape[2:])
-    flat_y = targets.reshape(count * samples, *targets.shape[2:])
     offsets = np.arange(count, dtype=np.int64)[:, None] * samples
-    flat_plan = [np.asarray(positions, dtype=np.int64) + offsets for positions in plan]
-    for positions, index in zip(plan, plan_on_device(flat_plan, inputs.device), strict=True):
-        flat = index.reshape(-1)
-        yield (flat_x.index_select(0, flat).view(count, positions.shape[1], *inputs.shape[2:]),
-               flat_y.index_select(0, flat).view(count, positions.shape[1], *targets.shape[2:]))
+    flat_plan = [(np.asarray(positions, dtype=np.int64) + offsets).reshape(-1)
+                 for positions in plan]
+    index = plans_on_device([flat_plan], inputs.device)[0]
+    batches = step_batches(inputs.reshape(count * samples, *inputs.shape[2:]),
+                           targets.reshape(count * samples, *targets.shape[2:]), flat_plan, index)
+    for positions, (x, y) in zip(plan, batches, strict=True):
+        yield (x.view(count, positions.shape[1], *x.shape[1:]),
+               y.view(count, positions.shape[1], *y.shape[1:]))
 
 
 def _row_views(matrix: torch.Tensor, layout: Layout, sizes: list[int]
@@ -204,19 +205,11 @@ def plans_on_device(plans: Sequence[Sequence[np.ndarray]], device: torch.device
     return [flat[first:stop] for first, stop in itertools.pairwise(bounds)]
 
 
-def plan_on_device(plan: Sequence[np.ndarray], device: torch.device) -> list[torch.Tensor]:
-    """A round's batch positions on the device, one tensor of each step's shape, copied in one
-    transfer (:func:`plans_on_device` with each step as a plan of its own)."""
-    if device.type == "cpu":  # no transfer to batch: views of the plan's arrays
-        return [torch.from_numpy(np.asarray(positions)) for positions in plan]
-    steps = plans_on_device([[positions] for positions in plan], device)
-    return [step.view(np.shape(positions)) for step, positions in zip(steps, plan, strict=True)]
-
-
 GATHER_ONCE_BYTES = 64 * 2**20
-"""Up to this many bytes of a client's round of batches (inputs), :func:`step_batches`
-gathers the client's rows once for all its steps; above it (large images, many epochs), one
-batch at a time, so the copy never holds more than a batch."""
+"""Up to this many bytes of a round of batches (inputs: a client's, or on the vectorised path
+all the call's clients'), :func:`step_batches` gathers the rows once for all the steps; above
+it (large images, many epochs), one batch at a time, so the copy never holds more than a
+batch."""
 
 
 def step_batches(x: torch.Tensor, y: torch.Tensor, plan: Sequence[np.ndarray],
