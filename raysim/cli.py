@@ -15,6 +15,7 @@ from raysim.errors import RaysimError
 
 _IMPORTED_AT = time.time()  # the console script's start (its first import)
 _STARTED_AT = _IMPORTED_AT  # the running command's start, for the start-up phases
+_RUNS_STARTED = [False]  # whether the command got past start-up (Ray, data) to its runs
 
 
 def _directory(path: str) -> str:
@@ -125,8 +126,6 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-INVOCATION = "invocation.json"
-"""The options of the command that created a run root (``--resume`` reuses them)."""
 _REMEMBERED = {"run": ("variants", "overrides", "data_root"),
                "sweep": ("grid", "seeds", "overrides", "data_root")}
 
@@ -143,6 +142,8 @@ def _recall_invocation(args: argparse.Namespace, root: str) -> None:
     (``--variant``, ``--set``, ``--data-root``; a sweep's ``--grid`` and ``--seeds``)."""
     import json
 
+    from raysim.engine.resume import INVOCATION
+
     path = os.path.join(root, INVOCATION)
     if not os.path.isfile(path):
         return
@@ -158,7 +159,7 @@ def _resume_root(args: argparse.Namespace) -> str | None:
     if args.resume != "latest":
         return args.resume
     from raysim.config import load_experiments
-    from raysim.engine.startup import latest_run_root
+    from raysim.engine.resume import latest_run_root
 
     first = next(iter(load_experiments(args.config, args.overrides).values()))
     return str(latest_run_root(first, args.output))
@@ -227,13 +228,8 @@ def _execute(experiments: dict, args: argparse.Namespace, labels: dict | None = 
     Ray starts while a background thread imports the engine (torch) and prepares the data,
     and the first runs' actors start before the data is ready (:mod:`raysim.engine.startup`).
     """
-    from raysim.engine.startup import (
-        check_output,
-        check_run_root,
-        latest_run_root,
-        start_alongside,
-        stop_local_ray,
-    )
+    from raysim.engine.resume import check_output, check_run_root, latest_run_root, unfinished_runs
+    from raysim.engine.startup import start_alongside, stop_local_ray
 
     resume = args.resume
     if resume == "latest":
@@ -244,6 +240,9 @@ def _execute(experiments: dict, args: argparse.Namespace, labels: dict | None = 
     elif resume is not None:
         check_run_root(resume)
     if resume is not None:
+        if not unfinished_runs(experiments, resume):  # (refuses a changed config first)
+            print(f"every run of {resume} is complete; nothing to resume")
+            return 0
         print(f"resuming {resume}", file=sys.stderr)
     else:
         check_output(next(iter(experiments.values())), args.output)  # before Ray starts
@@ -259,6 +258,7 @@ def _execute(experiments: dict, args: argparse.Namespace, labels: dict | None = 
     closing_imports.shutdown(wait=False)
     from raysim.engine.interrupt import STOP
 
+    _RUNS_STARTED[0] = True
     try:
         with STOP.handling_signals():  # the first Ctrl-C stops at round boundaries
             outcomes = run_experiments(experiments, data_root=args.data_root,
@@ -307,6 +307,10 @@ def _execute(experiments: dict, args: argparse.Namespace, labels: dict | None = 
             stop_local_ray()
         lines = closing.result()
     failed = [o for o in outcomes if o.error]
+    for outcome in outcomes:
+        reason = (outcome.final or {}).get("stop_reason")
+        if not outcome.error and isinstance(reason, str):
+            print(f"{outcome.run_dir.relative_to(root)}: {reason}", file=sys.stderr)
     for outcome in failed:
         print(f"seed {outcome.seed} failed: {outcome.error} (rows written so far are kept in "
               f"{outcome.run_dir})", file=sys.stderr)
@@ -430,6 +434,14 @@ def main(argv: Sequence[str] | None = None, started_at: float | None = None) -> 
         return error.exit_code
     except KeyboardInterrupt as interrupt:
         root = getattr(interrupt, "root", None)
+        if args.command not in ("run", "sweep"):
+            print("interrupted", file=sys.stderr)
+            return 130
+        if root is None and not _RUNS_STARTED[0]:
+            print(f"interrupted during start-up: no run had started, so this command wrote "
+                  f"nothing (results of earlier commands are untouched); run `raysim "
+                  f"{args.command} ...` again to start.", file=sys.stderr)
+            return 130
         where = f" in {root}" if root else " in the results directory"
         again = (f"; continue exactly the interrupted work with `{_resume_command(args, root)}` "
                  f"(or `raysim {args.command} {args.config} --resume {root}`: the root "

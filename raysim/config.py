@@ -4,13 +4,14 @@ message per problem (unknown keys are errors)."""
 from __future__ import annotations
 
 import copy
+import difflib
 import re
 from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, Literal, Union
+from typing import TYPE_CHECKING, Annotated, Any, Literal, Union, get_args
 
 import yaml
-from pydantic import Field, ValidationError, model_validator
+from pydantic import BaseModel, Field, ValidationError, model_validator
 
 from raysim.algorithms.params import ALGORITHM_PARAMS
 from raysim.errors import ConfigError
@@ -133,10 +134,33 @@ class ExperimentConfig(StrictModel):
         return self.training.clients_per_round or self.partition.num_clients
 
 
+def _models_in(annotation: Any) -> list[type[BaseModel]]:
+    """The pydantic models an annotation holds (through Optional, unions, Annotated, lists)."""
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return [annotation]
+    return [model for argument in get_args(annotation) for model in _models_in(argument)]
+
+
+def keys_allowed_at(path: list[str]) -> list[str]:
+    """The keys a config section takes, the section named by pydantic's error location
+    ``path`` (which names a model's or algorithm's tag after ``model``/``algorithm``)."""
+    models: list[type[BaseModel]] = [ExperimentConfig]
+    for part in path:
+        inside = [found for model in models if part in model.model_fields
+                  for found in _models_in(model.model_fields[part].annotation)]
+        tagged = [model for model in models if "name" in model.model_fields
+                  and part in get_args(model.model_fields["name"].annotation)]
+        models = inside or tagged
+    return sorted({key for model in models for key in model.model_fields})
+
+
 def _describe_allowed(error: Mapping[str, Any]) -> str:
     kind, message = error["type"], error["msg"]
     if kind == "extra_forbidden":
-        return "this key is not allowed here (check its spelling and indentation)"
+        location = [str(part) for part in error["loc"]]
+        close = difflib.get_close_matches(location[-1], keys_allowed_at(location[:-1]), n=1)
+        return "this key is not allowed here (" + (
+            f"did you mean `{close[0]}`?" if close else "check its spelling and indentation") + ")"
     if kind == "union_tag_invalid":
         expected = error.get("ctx", {}).get("expected_tags", "")
         return f"unknown name; allowed names: {expected}"
@@ -157,7 +181,10 @@ def format_validation_error(error: ValidationError) -> str:
             location.pop(1)  # drop the discriminator tag pydantic inserts
         elif len(location) >= 4 and location[:2] == ["clients", "architectures"]:
             location.pop(3)
-        field = ".".join(location) or "(top level)"
+        if not location:  # a rule across sections: its message names the fields
+            problems.append(_describe_allowed(item))
+            continue
+        field = ".".join(location)
         value = item.get("input")
         if item["type"] == "union_tag_invalid":
             value = item.get("ctx", {}).get("tag", value)

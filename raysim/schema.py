@@ -159,8 +159,9 @@ class LoggingConfig(StrictModel):
     source of truth)."""
 
     tensorboard: str | None = Field(
-        None, description="directory of TensorBoard event files: one run per seed and variant "
-        "(`pip install -e '.[tensorboard]'`)")
+        None, description="directory of TensorBoard event files: one run per run root, variant "
+        "and seed, at <dir>/<name>-<timestamp>/[<variant>/]seed_<s> "
+        "(`pip install -e '.[tensorboard]'`; view with `tensorboard --logdir DIR`)")
     mlflow: str | None = Field(
         None, description="MLflow tracking URI, or `local` for a SQLite store in the results "
         "root (MLflow 3 retired its file store): one MLflow run per seed and variant with the "

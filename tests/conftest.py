@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import os
+import shutil
 import sys
 import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
@@ -13,9 +15,65 @@ import pytest
 sys.path.insert(0, str(Path(__file__).parent))
 # The suite's own CPU slots: `raysim run` subprocesses of the tests neither wait for nor take the
 # slots of experiments the user runs on this machine at the same time.
-os.environ["RAYSIM_CPU_SLOTS"] = tempfile.mkdtemp(prefix="raysim-test-cpu-slots-")
-os.environ["RAYSIM_CACHE"] = tempfile.mkdtemp(prefix="raysim-test-cache-")  # MD5s of test files
-os.environ["RAYSIM_CLUSTER_DIR"] = tempfile.mkdtemp(prefix="raysim-test-cluster-")  # no user cluster
+_SUITE_DIRS = {
+    "RAYSIM_CPU_SLOTS": tempfile.mkdtemp(prefix="raysim-test-cpu-slots-"),
+    "RAYSIM_CACHE": tempfile.mkdtemp(prefix="raysim-test-cache-"),  # MD5s of test files
+    "RAYSIM_CLUSTER_DIR": tempfile.mkdtemp(prefix="raysim-test-cluster-"),  # no user cluster
+    # every Ray the tests start (ray.init, `raysim run`, `ray start`) keeps its sessions and
+    # its `ray start` record here, not in the machine's /tmp/ray (a short path: Ray's sockets)
+    "RAY_TMPDIR": tempfile.mkdtemp(prefix="rst-"),
+}
+_MACHINE_RAY_RECORD = Path(os.environ.get("RAY_TMPDIR") or os.environ.get("TMPDIR") or "/tmp") \
+    / "ray" / "ray_current_cluster"
+_RECORD_BEFORE = _MACHINE_RAY_RECORD.exists()
+os.environ.update(_SUITE_DIRS)
+
+
+def _suite_ray_processes() -> list[str]:
+    """Processes still running that belong to a Ray the tests started (their command line or
+    environment names the suite's Ray directory)."""
+    found = []
+    marker = _SUITE_DIRS["RAY_TMPDIR"].encode()
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            command = (entry / "cmdline").read_bytes()
+            environment = (entry / "environ").read_bytes()
+        except OSError:
+            continue
+        if command.startswith(f"{sys.executable}\0-m\0raysim.engine.watchdog\0{os.getpid()}\0"
+                              .encode()):
+            continue  # follows the suite's process and ends a second after it (the watchdog)
+        if marker in command or marker in environment:
+            words = command.replace(b"\0", b" ").decode(errors="replace")
+            found.append(f"{entry.name}: {words[:120]}")
+    return found
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """Fail the suite when a test left a Ray process of its own or `ray start`'s cluster record
+    behind (that record makes other programs' ``ray.init`` join a dead cluster); then remove
+    the suite's temporary directories."""
+    deadline = time.monotonic() + 20  # Ray's processes exit a few seconds after shutdown
+    left = _suite_ray_processes()
+    while left and time.monotonic() < deadline:
+        time.sleep(0.5)
+        left = _suite_ray_processes()
+    records = [str(path) for path in Path(_SUITE_DIRS["RAY_TMPDIR"]).rglob("ray_current_cluster")]
+    if _MACHINE_RAY_RECORD.exists() and not _RECORD_BEFORE:
+        records.append(str(_MACHINE_RAY_RECORD))
+    for line in left:
+        os.kill(int(line.split(":")[0]), 9)
+    for directory in _SUITE_DIRS.values():
+        shutil.rmtree(directory, ignore_errors=True)
+    if left or records:
+        reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+        message = ("tests left Ray behind: " + "; ".join(
+            [*(f"process {line}" for line in left), *(f"cluster record {r}" for r in records)]))
+        if reporter is not None:
+            reporter.write_line(message, red=True)
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 REAL_MEDMNIST = Path(__file__).resolve().parents[2] / "shared" / "data" / "medmnist"
 

@@ -77,10 +77,25 @@ def test_failed_download_names_file_url_and_data_root(capsys, tmp_path, monkeypa
         raise urllib.error.URLError("network is unreachable")
 
     monkeypatch.setattr("urllib.request.urlopen", offline)
+    missing_root = tmp_path / "not" / "there"
     code, err = _run_with(capsys, tmp_path, {"name": "breastmnist", "size": 64,
-                                             "root": str(tmp_path)})
+                                             "root": str(missing_root)})
     assert code == 2
     assert "breastmnist_64.npz" in err and "--data-root" in err and "https://" in err
+    assert not (tmp_path / "not").exists()  # the failed download made no empty directory
+
+
+def test_a_misspelt_key_or_dataset_gets_the_name_it_resembles(capsys, tmp_path):
+    for raw, suggestion in ((quickstart_raw(trainig={"rounds": 3}), "did you mean `training`?"),
+                            (quickstart_raw(training={"rouns": 3}), "did you mean `rounds`?"),
+                            (quickstart_raw(model={"name": "mlp", "hiden": [4]}),
+                             "did you mean `hidden`?")):
+        code, err = run_cli(capsys, tmp_path, raw)
+        assert code == 2 and suggestion in err, err
+    code, err = _run_with(capsys, tmp_path, {"name": "pneumonimnist", "download": False})
+    assert code == 2 and "did you mean 'pneumoniamnist'?" in err
+    for built_in in ("synthetic", "synthetic-susy", "synthetic-100"):  # the whole list
+        assert built_in in err
 
 
 def test_checksum_mismatch_is_reported(capsys, tmp_path):
@@ -266,6 +281,27 @@ def test_resume_into_a_directory_that_is_not_a_run_root_exits_2_and_writes_nothi
                         "--no-progress", "--resume", str(stranger), command="run")
     assert code == 2 and "not a raysim run root" in err and "Traceback" not in err
     assert [p.name for p in stranger.iterdir()] == ["todo.txt"]
+
+
+def test_resume_of_an_empty_directory_or_a_results_parent_exits_2_naming_the_run_root(
+        capsys, tmp_path):
+    raw = quickstart_raw(training={"rounds": 1})
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    code, err = run_cli(capsys, tmp_path, raw, "--no-progress", "--resume", str(empty),
+                        command="run")
+    assert code == 2 and "it is empty" in err and "Traceback" not in err
+    assert not any(empty.iterdir())
+    parent = tmp_path / "results"
+    for stamp in ("20260101-100000", "20260101-110000"):  # two earlier run roots
+        (parent / f"quickstart-{stamp}" / "seed_0").mkdir(parents=True)
+        (parent / f"quickstart-{stamp}" / "invocation.json").write_text("{}")
+    before = sorted(parent.rglob("*"))
+    code, err = run_cli(capsys, tmp_path, raw, "--no-progress", "--resume", str(parent),
+                        command="run")
+    assert code == 2 and "Traceback" not in err
+    assert f"did you mean '{parent / 'quickstart-20260101-110000'}'?" in err
+    assert sorted(parent.rglob("*")) == before  # nothing written into the parent
 
 
 @pytest.mark.parametrize("algorithm", ["fedvck", "feddm", "mhpflid"])

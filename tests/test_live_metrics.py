@@ -1,4 +1,4 @@
-"""Live metrics where researchers look (issue #37, item 8): `logging: {tensorboard: DIR,
+"""Live metrics where researchers look: `logging: {tensorboard: DIR,
 mlflow: URI}` streams every evaluated round, the config and the final summary, read back with
 the libraries themselves; Parquet stays the source of truth. Skipped where the extras are not
 installed (`pip install -e '.[tensorboard,mlflow]'`)."""
@@ -35,7 +35,7 @@ def test_tensorboard_and_mlflow_receive_every_evaluated_round_of_every_run(
         rounds = load(root / f"seed_{seed}")
         evaluated = rounds[rounds["accuracy"].notna()]
         assert evaluated["round"].tolist() == [1, 3]  # every 2 rounds and the last
-        events = EventAccumulator(str(tmp_path / "tb" / "quickstart" / f"seed_{seed}"))
+        events = EventAccumulator(str(tmp_path / "tb" / root.name / f"seed_{seed}"))
         events.Reload()
         scalars = events.Scalars("accuracy")
         assert [s.step for s in scalars] == [1, 3]
@@ -49,6 +49,66 @@ def test_tensorboard_and_mlflow_receive_every_evaluated_round_of_every_run(
         assert run.data.metrics["final_accuracy"] == pytest.approx(evaluated["accuracy"].iloc[-1])
         artifacts = [a.path for a in client.list_artifacts(run.info.run_id)]
         assert "learning_curves_accuracy.png" in artifacts
+
+
+def test_two_invocations_never_share_a_tensorboard_run(ray_session, tmp_path):
+    pytest.importorskip("tensorboard", reason="the tensorboard extra is not installed")
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    raw = quickstart_raw(training={"rounds": 3}, evaluation={"every": 1})
+    raw["logging"] = {"tensorboard": str(tmp_path / "tb")}
+    config = tmp_path / "run.yaml"
+    config.write_text(yaml.safe_dump(raw))
+    for _ in range(2):
+        assert main(["run", str(config), "--output", str(tmp_path / "out"), "--no-progress"]) == 0
+    roots = sorted(p.name for p in (tmp_path / "out").iterdir())
+    assert len(roots) == 2 and sorted(p.name for p in (tmp_path / "tb").iterdir()) == roots
+    for name in roots:
+        events = EventAccumulator(str(tmp_path / "tb" / name / "seed_0"))
+        events.Reload()
+        assert [s.step for s in events.Scalars("accuracy")] == [0, 1, 2]  # once each
+
+
+def test_the_mlflow_extra_serves_the_store_in_its_ui(ray_session, tmp_path):
+    pytest.importorskip("mlflow", reason="the mlflow extra is not installed")
+    import shutil
+    import socket
+    import subprocess
+    import time
+    import urllib.request
+
+    raw = quickstart_raw(training={"rounds": 2})
+    raw["logging"] = {"mlflow": "local"}
+    config = tmp_path / "run.yaml"
+    config.write_text(yaml.safe_dump(raw))
+    assert main(["run", str(config), "--output", str(tmp_path / "out"), "--no-progress"]) == 0
+    store = next((tmp_path / "out").iterdir()) / "mlflow.db"
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    mlflow = shutil.which("mlflow")
+    assert mlflow is not None, "the mlflow extra installs the `mlflow` command"
+    server = subprocess.Popen(  # the README's command
+        [mlflow, "ui", "--backend-store-uri", f"sqlite:///{store}", "--host", "127.0.0.1",
+         "--port", str(port)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+        start_new_session=True)
+    try:
+        deadline, page = time.monotonic() + 90, None
+        while page is None:
+            assert server.poll() is None, server.stderr.read().decode()[-2000:]
+            assert time.monotonic() < deadline, "the MLflow UI did not answer in 90 s"
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=5) as answer:
+                    page = answer.read().decode(errors="replace")
+            except OSError:
+                time.sleep(0.5)
+        assert "MLflow" in page or "mlflow" in page
+    finally:
+        import os
+        import signal
+
+        os.killpg(server.pid, signal.SIGTERM)
+        server.wait(timeout=30)
 
 
 def test_a_missing_extra_is_one_paragraph_and_exit_2(capsys, tmp_path, monkeypatch):

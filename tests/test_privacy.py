@@ -4,6 +4,7 @@ rounds table, calibration and the budget stop, and the refusals."""
 
 from __future__ import annotations
 
+import json
 import logging
 import math
 from dataclasses import replace
@@ -24,6 +25,8 @@ from raysim.privacy.accountant import default_delta
 from raysim.privacy.sampling import poisson_sample
 from raysim.privacy.settings import DpSettings, resolve
 from raysim.privacy.uploads import privatize_uploads
+from raysim.results import load
+from raysim.results.report import summary_table
 from raysim.schema import PrivacyConfig
 from raysim.training.weights import FlatWeights
 
@@ -191,6 +194,12 @@ def test_a_budget_stop_ends_the_run_early_and_its_last_row_says_why(ray_session,
     assert 0 < allowed < 4 and len(rounds) == allowed
     assert (rounds["epsilon"] <= 4.0).all()
     assert "privacy budget" in rounds["stop_reason"].iloc[-1]
+    run_dir = next((tmp_path / "stop").glob("*/seed_0"))
+    manifest = json.loads((run_dir / "manifest.json").read_text())
+    assert manifest["status"] == "stopped"  # not "completed": it ended before its rounds
+    assert manifest["stop_reason"] == rounds["stop_reason"].iloc[-1]
+    summary = summary_table(load(run_dir.parent))
+    assert summary[["completed", "stopped"]].values.tolist() == [[0, 1]]
 
 
 # ----- refusals -----

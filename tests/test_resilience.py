@@ -19,6 +19,7 @@ from conftest import quickstart_raw
 
 from raysim.cli import main
 from raysim.config import parse_config
+from raysim.engine import startup
 from raysim.engine.checkpoint import CHECKPOINT_FILE, load_checkpoint
 from raysim.engine.runner import run_experiment
 from raysim.engine.watchdog import descendants, start_time
@@ -161,7 +162,7 @@ def test_resume_after_sigkill_of_the_driver_process(ray_session, tmp_path):
 
 
 def test_resume_of_a_completed_run_keeps_it_and_a_changed_config_is_refused(
-        ray_session, tmp_path, capsys):
+        ray_session, tmp_path, capsys, monkeypatch):
     raw = quickstart_raw(training={"rounds": 3})
     config_path = tmp_path / "run.yaml"
     config_path.write_text(yaml.safe_dump(raw))
@@ -169,13 +170,25 @@ def test_resume_of_a_completed_run_keeps_it_and_a_changed_config_is_refused(
     assert main(["run", str(config_path), "--output", output, "--no-progress"]) == 0
     run_dir = next(Path(output).glob("*/seed_0"))
     parts = sorted(p.name for p in (run_dir / "rounds").iterdir())
-    assert main(["run", str(config_path), "--output", output, "--resume", "--no-progress"]) == 0
-    assert sorted(p.name for p in (run_dir / "rounds").iterdir()) == parts
+    written = {p: p.stat().st_mtime_ns for p in run_dir.parent.rglob("*") if p.is_file()}
     capsys.readouterr()
-    code = main(["run", str(config_path), "--output", output, "--resume", "--no-progress",
-                 "--set", "training.optimizer.lr=0.5"])
-    err = capsys.readouterr().err
-    assert code == 2 and "different config" in err and "training" in err
+
+    def no_start(*args, **kwargs):
+        raise AssertionError("Ray was started (or CPUs waited for) before the decision")
+
+    monkeypatch.setattr(startup, "start_alongside", no_start)
+    assert main(["run", str(config_path), "--output", output, "--resume", "--no-progress"]) == 0
+    out = capsys.readouterr().out
+    assert f"every run of {run_dir.parent} is complete; nothing to resume" in out
+    assert sorted(p.name for p in (run_dir / "rounds").iterdir()) == parts
+    assert {p: p.stat().st_mtime_ns for p in run_dir.parent.rglob("*") if p.is_file()} == written
+    for change in ("training.optimizer.lr=0.5", "seeds=[0,1]"):  # refused before any start
+        code = main(["run", str(config_path), "--output", output, "--resume", "--no-progress",
+                     "--set", change])
+        err = capsys.readouterr().err
+        assert code == 2 and "different config" in err and change.split(".")[0].split("=")[0] \
+            in err, err
+    assert not (run_dir.parent / "seed_1").exists()
     assert main(["run", str(config_path), "--output", str(tmp_path / "none"), "--resume",
                  "--no-progress"]) == 2
     assert "Nothing to resume" in capsys.readouterr().err

@@ -79,6 +79,28 @@ def test_fedbuff_drops_a_site_whose_window_closes_before_it_finishes():
     assert outcomes == {TRAINED, OFFLINE}
 
 
+def test_a_round_whose_every_client_drops_ends_when_the_last_one_dropped():
+    first_hour = Availability(((0.0, HOUR),), 24 * HOUR)
+    profiles = _profiles((1.0, 100.0, 100.0), (1.0, 100.0, 100.0),
+                         availability={0: first_hour, 1: first_hour})
+    workload = Workload(np.full(2, 2 * 3600.0), 1e3, 1e3)  # two hours each: both drop at 1 h
+    plan = synchronous_plan(profiles, workload, 1, 2, "sync", seed=0)[0]
+    assert (plan.outcomes == OFFLINE).all()
+    assert plan.end == pytest.approx(HOUR)  # not their would-be finish after two hours
+
+
+def test_fedbuff_frees_a_dropped_clients_slot_when_it_drops():
+    profiles = _profiles((1.0, 100.0, 100.0), (1.0, 100.0, 100.0), availability={
+        0: Availability(((0.0, HOUR),), 24 * HOUR),  # drops at 1 h (two hours of work)
+        1: Availability(((0.5 * HOUR, 20 * HOUR),), 24 * HOUR)})  # online from 0.5 h
+    workload = Workload(np.array([2 * 3600.0, 3600.0]), 1e3, 1e3)
+    plan = fedbuff_plan(profiles, workload, 1, buffer_size=1, concurrency=1, exponent=0.5,
+                        seed=0)[0]
+    assert plan.outcomes.tolist() == [TRAINED, OFFLINE] and plan.clients.tolist() == [1, 0]
+    assert plan.starts[0] == pytest.approx(HOUR)  # site 1 takes the slot when site 0 dropped
+    assert plan.end == pytest.approx(2 * HOUR, abs=1.0)
+
+
 def test_fedbuff_fills_free_slots_with_a_uniform_draw_of_the_idle_sites():
     # ten equal, always-available sites: every start is a seeded draw among the idle ones, so
     # each site starts about equally often (a draw that favours the lowest ids, or keeps the

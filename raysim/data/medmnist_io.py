@@ -4,6 +4,7 @@ metadata."""
 from __future__ import annotations
 
 import contextlib
+import difflib
 import functools
 import hashlib
 import importlib.util
@@ -24,6 +25,7 @@ import numpy as np
 from numpy.lib import format as npy_format
 
 from raysim.cache import cache_root
+from raysim.data.builtin import BUILTIN_DATASETS
 from raysim.data.dataset import ArrayDataset, DataInfo, Task
 from raysim.errors import ConfigError, DataError, MissingDataError
 
@@ -115,9 +117,11 @@ def load_medmnist(
     """
     info_table = medmnist_info()
     if flag not in info_table:
+        close = difflib.get_close_matches(flag, [*BUILTIN_DATASETS, *info_table], n=1)
         raise ConfigError(
             f"Invalid config field `dataset.name` = {flag!r}: not a MedMNIST subset or built-in "
-            f"dataset. Allowed: breast-cancer, digits, {', '.join(sorted(info_table))}. "
+            f"dataset{f' (did you mean {close[0]!r}?)' if close else ''}. Allowed: "
+            f"{', '.join(BUILTIN_DATASETS)}, {', '.join(sorted(info_table))}. "
             "Fix the name in the YAML file or with `--set dataset.name=...`."
         )
     meta = info_table[flag]
@@ -169,6 +173,7 @@ def _fetch(path: Path, url: str, download: bool) -> None:
     if not download:
         raise MissingDataError(f"MedMNIST file {path.name} is missing at {path} and downloading is off "
                         f"(dataset.download=false). {hint}.")
+    created = [d for d in (path.parent, *path.parent.parents) if not d.exists()]
     path.parent.mkdir(parents=True, exist_ok=True)
     try:
         with urllib.request.urlopen(url, timeout=60) as response, tempfile.NamedTemporaryFile(
@@ -177,6 +182,9 @@ def _fetch(path: Path, url: str, download: bool) -> None:
             shutil.copyfileobj(response, tmp)
         os.replace(tmp.name, path)
     except (urllib.error.URLError, OSError, TimeoutError) as exc:
+        for directory in created:  # a failed download leaves no empty --data-root behind
+            with contextlib.suppress(OSError):
+                directory.rmdir()
         raise MissingDataError(
             f"MedMNIST file {path.name} is missing at {path} and could not be downloaded from "
             f"{url} ({exc}). If this machine is offline, {hint[0].lower() + hint[1:]} on a "

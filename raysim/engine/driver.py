@@ -176,8 +176,12 @@ class Driver:
                 raise
             sink.flush()
             remove_checkpoint(self.run_dir)
-            update_manifest(self.run_dir, status="completed", finished=time.time())
-            self._set_progress(status="done")
+            reason = final.get("stop_reason") if isinstance(final.get("stop_reason"), str) \
+                else None  # the privacy budget ended the run before its configured rounds
+            update_manifest(self.run_dir, status="completed" if reason is None else "stopped",
+                            finished=time.time(), **({} if reason is None else
+                                                     {"stop_reason": reason}))
+            self._set_progress(status="done" if reason is None else "stopped")
             self._finish_streams(final, "completed")
             return final
         except BaseException as exc:
@@ -359,14 +363,15 @@ class Driver:
         """Tell each worker the fixed group of every client it holds (the worker puts their
         training rows on its device) and, for FedBuff, its part of the clock's plan; where each
         worker's data lives goes into the manifest."""
-        calls = [worker.set_groups.remote(np.flatnonzero(worker_of_client == w),
-                                          group_of_client[worker_of_client == w])
-                 for w, worker in enumerate(workers)]
-        system = self._system()  # (the plan, while the workers place their data)
-        if system is not None and system.asynchronous:  # sent once, queued behind set_groups
-            calls += [worker.set_buffer_schedule.remote(
-                system.buffer_schedule(worker_of_client == w)) for w, worker in enumerate(workers)]
-        residence = turns.get(calls)[:len(workers)]
+        clock = self.spec.clock
+        system = self._system() if clock is not None and clock.system.policy == "fedbuff" \
+            else None  # (other runs' plans go on while the workers place their data)
+        schedules = [None if system is None else system.buffer_schedule(worker_of_client == w)
+                     for w in range(len(workers))]
+        residence = turns.get([  # one call each: a shared host may run two calls at once
+            worker.set_groups.remote(np.flatnonzero(worker_of_client == w),
+                                     group_of_client[worker_of_client == w], schedules[w])
+            for w, worker in enumerate(workers)])
         update_manifest(self.run_dir, worker_data=residence)
 
 

@@ -88,9 +88,10 @@ class RunProgress:
                        + "".join(f", {d}" for d in details[1:]))
 
     def finished(self, key: Hashable, error: str | None, seconds: float | None = None,
-                 interrupted: int | None = None) -> None:
+                 interrupted: int | None = None, stopped: str | None = None) -> None:
         """A run ended (``error``: why it failed; ``interrupted``: it stopped on request before
-        this round, with a checkpoint)."""
+        this round, with a checkpoint; ``stopped``: why it ended before its configured rounds,
+        e.g. its privacy budget)."""
         if self.terminal or not self.show:
             return
         took = "" if seconds is None else f" in {_duration(seconds)}"
@@ -98,6 +99,8 @@ class RunProgress:
             text = f"failed{took}: {error}"
         elif interrupted is not None:
             text = f"stopped before round {interrupted}{took} (rows and checkpoint written)"
+        elif stopped is not None:
+            text = f"stopped{took}: {stopped}"
         else:
             text = f"completed {self.rounds[key]} rounds{took}"
         self._line(f"{self.labels[key]}: {text}")

@@ -16,7 +16,7 @@ import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from raysim.algorithms import ALGORITHMS
-from raysim.config import ExperimentConfig, parse_config
+from raysim.config import ExperimentConfig
 from raysim.data import ArrayDataset, Partition
 from raysim.engine.cohorts import Cohort, RunKey, plan_cohorts
 from raysim.engine.concurrency import runs_at_once
@@ -24,15 +24,11 @@ from raysim.engine.driver import RunSpec
 from raysim.engine.interrupt import STOP
 from raysim.engine.pool import POOL, WorkerShape
 from raysim.engine.progress import RunProgress, labels_of
-from raysim.engine.startup import (  # noqa: F401 (latest_run_root: part of this module's API)
-    Started,
-    ensure_ray,
-    latest_run_root,
-    new_run_root,
-)
+from raysim.engine.resume import FINISHED, INVOCATION, check_same_config, new_run_root, run_directory
+from raysim.engine.startup import Started, ensure_ray
 from raysim.engine.worker import WorkerSetup
 from raysim.engine.worker_host import RunBoundWorker
-from raysim.errors import ConfigError, RaysimError, RunInterrupted
+from raysim.errors import RaysimError, RunInterrupted
 from raysim.preparation import initial_weights, pooled, prepare, run_context
 from raysim.results.live import prepare_store
 from raysim.results.load import load
@@ -96,17 +92,16 @@ def run_experiments(experiments: dict[str, ExperimentConfig], *, data_root: str 
         phases["prepared_at"] = time.time()
     first = next(iter(experiments.values()))
     root = (Path(resume) if resume is not None else new_run_root(first, output)).absolute()
-    if invocation is not None and not (root / "invocation.json").exists():
+    if invocation is not None and not (root / INVOCATION).exists():
         root.mkdir(parents=True, exist_ok=True)
-        (root / "invocation.json").write_text(json.dumps(invocation, indent=1))
+        (root / INVOCATION).write_text(json.dumps(invocation, indent=1))
     for config in experiments.values():
         if config.logging.mlflow is not None:
             root.mkdir(parents=True, exist_ok=True)
             prepare_store(config.logging, root, [config.name])
     queue: list[tuple[str, int]] = [(label, seed) for label, config in experiments.items()
                                     for seed in config.seeds]
-    run_dirs = {key: root / key[0] / f"seed_{key[1]}" if key[0] else root / f"seed_{key[1]}"
-                for key in queue}
+    run_dirs = {key: run_directory(root, *key) for key in queue}
     finished = {key: final for key in queue
                 if (final := _completed_run(run_dirs[key], experiments[key[0]])) is not None}
     queue = [key for key in queue if key not in finished]
@@ -250,9 +245,6 @@ def _leave_slot(run_dir: Path, workers: list[RunBoundWorker]) -> bool:
     return True
 
 
-_RESUME_IGNORES = ("engine", "output", "seeds")  # may change between a run and its resumption
-
-
 def startup_phases(manifest: dict[str, Any]) -> dict[str, float] | None:
     """Seconds spent in each start-up phase of a run, from its manifest: ``imports`` (from the
     command's start to the runner: Python, raysim, the config; torch too unless Ray started
@@ -282,25 +274,12 @@ def startup_phases(manifest: dict[str, Any]) -> dict[str, float] | None:
 
 
 def _completed_run(run_dir: Path, config: ExperimentConfig) -> dict[str, Any] | None:
-    """For a run directory from an earlier invocation: its final rounds row if it completed,
-    None if it must (re)start. Raises ConfigError if it was made from a different config."""
+    """For a run directory from an earlier invocation: its final rounds row if it reached its
+    end, None if it must (re)start. Raises ConfigError if it was made from a different config."""
     if not (run_dir / MANIFEST).is_file():
         return None
-    manifest = read_manifest(run_dir)
-    stored = manifest["config"]
-    with contextlib.suppress(ConfigError, ValueError):  # newer fields compare at defaults
-        stored = parse_config(stored).model_dump(mode="json")
-    before = {k: v for k, v in stored.items() if k not in _RESUME_IGNORES}
-    now = {k: v for k, v in config.model_dump(mode="json").items() if k not in _RESUME_IGNORES}
-    if before != now:
-        changed = sorted(k for k in now.keys() | before.keys() if before.get(k) != now.get(k))
-        raise ConfigError(
-            f"Cannot resume {run_dir}: it was run with a different config (sections "
-            f"{', '.join(changed)} differ). Resume with the same config and --set overrides as "
-            "the original run (only engine settings may change), or start a new run without "
-            "--resume."
-        )
-    if manifest.get("status") != "completed":
+    check_same_config(run_dir, config)
+    if read_manifest(run_dir).get("status") not in FINISHED:
         return None
     rounds = load(run_dir, "rounds")
     return rounds.iloc[-1].to_dict() if not rounds.empty else {}
@@ -463,9 +442,12 @@ def _follow(queue: list[RunKey], start: Any, finish: Any, limit: int,
                     results[key] = (None, f"{type(cause).__name__}: {cause}", code)
                 finish(key, results[key][1] is None)
                 final = results[key][0]
+                stop_reason = (final or {}).get("stop_reason")
                 progress_view.finished(key, results[key][1],
                                        time.monotonic() - started_at[key],
-                                       interrupted=(final or {}).get("interrupted"))
+                                       interrupted=(final or {}).get("interrupted"),
+                                       stopped=stop_reason if isinstance(stop_reason, str)
+                                       else None)
                 del active[key]
     progress_view.close()
     return results

@@ -12,8 +12,6 @@ from __future__ import annotations
 import logging
 import math
 import os
-import socket
-import tempfile
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -30,11 +28,16 @@ from raysim.engine.cluster import (
     raylet_environment,
     running_cluster,
 )
+from raysim.engine.cluster_probe import (
+    PROBE_SECONDS,
+    accepts_connections,
+    gcs_answers,
+    ray_address_file,
+)
 from raysim.engine.concurrency import processes_at_start
 from raysim.engine.cpu_slots import CpuSlots
 from raysim.engine.watchdog import start_watchdog
 from raysim.errors import ConfigError
-from raysim.results.manifest import MANIFEST
 
 
 @dataclass
@@ -242,16 +245,18 @@ _JOINED: ClusterInfo | None = None
 """The warm cluster this process joined instead of starting a local Ray."""
 
 
-RAY_CURRENT_CLUSTER = Path(tempfile.gettempdir()) / "ray" / "ray_current_cluster"
+RAY_CURRENT_CLUSTER = ray_address_file()
 """Where `ray start` records the address of the cluster it started on this machine."""
 
 
-def cluster_to_join(configured: str | None) -> tuple[str, str] | None:
+def cluster_to_join(configured: str | None, notices: list[str] | None = None
+                    ) -> tuple[str, str] | None:
     """The Ray cluster a run joins, with where its address came from, or None to start a
     local Ray, following Ray's conventions: ``engine.address`` ("local" forces a local Ray,
     "auto" is the `ray start` cluster on this machine), else ``RAY_ADDRESS``, else a live
-    cluster that `ray start` started on this machine (a stale record of a dead one is
-    ignored). The warm raysim cluster is found separately (``running_cluster``)."""
+    cluster that `ray start` started on this machine. A record whose GCS does not answer
+    (a dead cluster, or another program on its port) is ignored, with a line in ``notices``.
+    The warm raysim cluster is found separately (``running_cluster``)."""
     if configured == "local":
         return None
     if configured and configured != "auto":
@@ -261,7 +266,7 @@ def cluster_to_join(configured: str | None) -> tuple[str, str] | None:
         return from_env, "RAY_ADDRESS"
     if from_env == "local":
         return None
-    recorded = _recorded_cluster()
+    recorded = _recorded_cluster(notices if notices is not None else [])
     if recorded is not None and (running_cluster() is None or configured == "auto"):
         return recorded, f"`ray start` on this machine, {RAY_CURRENT_CLUSTER}"
     if configured == "auto" or from_env == "auto":
@@ -273,30 +278,30 @@ def cluster_to_join(configured: str | None) -> tuple[str, str] | None:
     return None
 
 
-def _recorded_cluster() -> str | None:
-    """The address in `ray start`'s record on this machine when a cluster answers there."""
+def _recorded_cluster(notices: list[str]) -> str | None:
+    """The address in `ray start`'s record on this machine when a Ray GCS answers there."""
     try:
         address = RAY_CURRENT_CLUSTER.read_text().strip()
     except OSError:
         return None
-    return address if address and _answers(address) else None
-
-
-def _answers(address: str, timeout: float = 2.0) -> bool:
-    """Whether something accepts TCP connections at host:port (a Ray GCS would)."""
-    host, _, port = address.rpartition(":")
-    try:
-        with socket.create_connection((host or "127.0.0.1", int(port)), timeout=timeout):
-            return True
-    except (OSError, ValueError):
-        return False
+    if not address:
+        return None
+    if gcs_answers(address):
+        return address
+    notices.append(f"Ignored {RAY_CURRENT_CLUSTER}: it names a Ray cluster at {address} that "
+                   f"does not answer (no Ray GCS there within {PROBE_SECONDS:g} s), so this "
+                   "run starts a Ray of its own; `ray stop` removes the stale record.")
+    return None
 
 
 def _check_reachable(address: str, source: str) -> None:
-    """Fail fast, with one paragraph, on a host:port where nothing answers (``ray.init``
-    would retry for a minute)."""
-    if ":" in address and "://" not in address and not _answers(address):
-        raise ConfigError(_unreachable(address, source, "nothing accepts connections there"))
+    """Fail within :data:`PROBE_SECONDS`, with one paragraph, on a host:port where no Ray GCS
+    answers (``ray.init`` would retry for minutes)."""
+    if ":" in address and "://" not in address and not gcs_answers(address):
+        reason = ("nothing accepts connections there" if not accepts_connections(address)
+                  else f"something listens there, but no Ray GCS answered within "
+                  f"{PROBE_SECONDS:g} s")
+        raise ConfigError(_unreachable(address, source, reason))
 
 
 def _unreachable(address: str, source: str, reason: str) -> str:
@@ -313,7 +318,8 @@ def _start_ray(config: ExperimentConfig, before_waiting: Callable[[], object] | 
     which starts the worker processes that the first of ``runs`` (default: ``config``'s)
     use ahead of time; returns notices."""
     global _SLOTS, _JOINED
-    target = cluster_to_join(config.engine.address)
+    notices: list[str] = []
+    target = cluster_to_join(config.engine.address, notices)
     if target is not None:
         address, source = target
         _check_reachable(address, source)
@@ -322,7 +328,8 @@ def _start_ray(config: ExperimentConfig, before_waiting: Callable[[], object] | 
         except (ConnectionError, RuntimeError, ValueError) as error:
             raise ConfigError(_unreachable(address, source, str(error))) from None
         resources = ray.cluster_resources()
-        return [f"Joined the Ray cluster at {address} ({source}): {resources.get('CPU', 0):g} "
+        return [*notices, f"Joined the Ray cluster at {address} ({source}): "
+                f"{resources.get('CPU', 0):g} "
                 f"CPUs, {resources.get('GPU', 0):g} GPUs on {len(ray.nodes())} node(s); "
                 "`engine.address: local` runs on a Ray of this process's own instead."]
     warm = running_cluster() if config.engine.address != "local" else None
@@ -336,7 +343,7 @@ def _start_ray(config: ExperimentConfig, before_waiting: Callable[[], object] | 
                 "(the raysim command does), or stop the cluster with `raysim cluster stop` to "
                 "run on a Ray of this process's own.") from None
         _JOINED = warm
-        return [f"Joined the warm raysim cluster at {warm.address} ({warm.cpus} CPUs, started "
+        return [*notices, f"Joined the warm raysim cluster at {warm.address} ({warm.cpus} CPUs, started "
                 "with `raysim cluster start`; `raysim cluster stop` ends it)."]
     total = os.cpu_count() or 1
     if _SLOTS is None:
@@ -361,9 +368,9 @@ def _start_ray(config: ExperimentConfig, before_waiting: Callable[[], object] | 
                  log_to_driver=False, include_dashboard=False)
     start_watchdog()  # removes what Ray leaves if this process is SIGKILLed
     if held < total:
-        return [f"Another raysim invocation on this machine holds {total - held} of its {total} "
+        return [*notices, f"Another raysim invocation on this machine holds {total - held} of its {total} "
                 f"CPUs: this one runs with the other {held}."]
-    return []
+    return notices
 
 
 def ensure_ray(config: ExperimentConfig, before_waiting: Callable[[], object] | None = None,
@@ -398,7 +405,9 @@ def ensure_ray(config: ExperimentConfig, before_waiting: Callable[[], object] | 
             f"at most {largest_node:g}."
         )
     if engine.gpus_per_worker > 0 and resources.get("GPU", 0) == 0:
-        notices.append(f"No GPU in the Ray cluster: the {engine.num_workers} workers run on CPU "
+        workers = "the worker runs" if engine.num_workers == 1 else \
+            f"the {engine.num_workers} workers run"
+        notices.append(f"No GPU in the Ray cluster: {workers} on CPU "
                        f"(engine.gpus_per_worker={engine.gpus_per_worker} ignored).")
     elif engine.gpus_per_worker * engine.num_workers > resources.get("GPU", 0) + 1e-9:
         raise ConfigError(
@@ -408,70 +417,3 @@ def ensure_ray(config: ExperimentConfig, before_waiting: Callable[[], object] | 
             "(e.g. 0.25 packs four workers per GPU) or fewer workers."
         )
     return notices
-
-
-
-def new_run_root(config: ExperimentConfig, output: str | None) -> Path:
-    """A fresh directory ``<output>/<name>-<timestamp>`` (never overwrites earlier results)."""
-    parent = Path(output or config.output)
-    stamp = time.strftime("%Y%m%d-%H%M%S")
-    root = parent / f"{config.name}-{stamp}"
-    suffix = 1
-    while root.exists():
-        root = parent / f"{config.name}-{stamp}-{suffix}"
-        suffix += 1
-    _check_writable(parent)
-    return root
-
-
-def check_output(config: ExperimentConfig, output: str | None) -> None:
-    """Refuse an output directory (``output`` or the config's) that cannot be written."""
-    _check_writable(Path(output or config.output))
-
-
-def _check_writable(parent: Path) -> None:
-    """Refuse an output directory that cannot be created or written, before Ray starts."""
-    try:
-        parent.mkdir(parents=True, exist_ok=True)
-        with tempfile.NamedTemporaryFile(dir=parent, prefix=".raysim-write-check-"):
-            pass
-    except OSError as error:
-        raise ConfigError(
-            f"Invalid output directory {str(parent)!r}: it cannot be written "
-            f"({error.strerror or error}). Results go to <output>/<name>-<timestamp>/; pass a "
-            "writable directory with `--output DIR` (or set `output:` in the config)."
-        ) from None
-
-
-
-def check_run_root(root: str | Path) -> None:
-    """Refuse to resume into a directory that is not a raysim run root: one holding files but
-    no run manifest (``[<variant>/]seed_<s>/manifest.json``) would get a new run written into
-    it. An empty directory is accepted (nothing in it can be lost)."""
-    path = Path(root)
-    if not any(path.iterdir()):
-        return
-    if (path / "invocation.json").is_file() or any(path.glob(f"seed_*/{MANIFEST}")) or any(
-            path.glob(f"*/seed_*/{MANIFEST}")):
-        return
-    raise ConfigError(
-        f"Cannot resume {str(path)!r}: it is not a raysim run root (it holds files but no run "
-        f"manifest, seed_<s>/{MANIFEST} or <variant>/seed_<s>/{MANIFEST}). Pass the results "
-        "directory that `raysim run` printed (results/<name>-<timestamp>), or --resume alone "
-        "for the latest run of this config; nothing was written.")
-
-
-def latest_run_root(config: ExperimentConfig, output: str | None) -> Path:
-    """The most recent ``<output>/<name>-<timestamp>`` directory (for ``--resume``)."""
-    parent = Path(output or config.output)
-    roots = sorted((p for p in parent.glob(f"{config.name}-*") if p.is_dir()),
-                   key=lambda p: p.stat().st_mtime)
-    if not roots:
-        raise ConfigError(
-            f"Nothing to resume: no earlier run of experiment {config.name!r} under "
-            f"{str(parent)!r}. Pass the run directory (`--resume results/<name>-<timestamp>`), "
-            "the --output of the original run, or start without --resume."
-        )
-    return roots[-1]
-
-

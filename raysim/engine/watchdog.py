@@ -70,17 +70,25 @@ def watch(pid: int, started: int, poll_seconds: float = 1.0) -> None:
                 os.kill(child, signal.SIGKILL)
 
 
+_WATCHDOGS: dict[int, subprocess.Popen] = {}
+"""The watchdog of each process followed (one is enough however often Ray restarts)."""
+
+
 def start_watchdog(pid: int | None = None) -> subprocess.Popen | None:
-    """Spawn the watchdog for process ``pid`` (default: this one; None where /proc is
-    missing)."""
+    """Spawn the watchdog for process ``pid`` (default: this one), unless one follows it
+    already; None where /proc is missing."""
     followed = os.getpid() if pid is None else pid
+    running = _WATCHDOGS.get(followed)
+    if running is not None and running.poll() is None:
+        return running
     started = start_time(followed) if PROC.is_dir() else None
     if started is None:
         return None
-    return subprocess.Popen(
+    _WATCHDOGS[followed] = subprocess.Popen(
         [sys.executable, "-m", "raysim.engine.watchdog", str(followed), str(started)],
         stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
         start_new_session=True, close_fds=True)
+    return _WATCHDOGS[followed]
 
 
 if __name__ == "__main__":

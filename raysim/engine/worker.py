@@ -144,22 +144,20 @@ class ClientWorker:
                 "training_path_reason": self.runtime.path_reason,
                 **(self.gpu_share.describe() if self.gpu_share else {})}
 
-    def set_groups(self, clients: np.ndarray, groups: np.ndarray) -> dict[str, object]:
+    def set_groups(self, clients: np.ndarray, groups: np.ndarray,
+                   buffer_schedule: BufferSchedule | None = None) -> dict[str, object]:
         """The fixed client group of each client this worker holds (a contiguous range of
         groups: the worker merges them into subtrees of the fixed reduction tree); their
         training rows go onto the worker's device for the run. Returns where the data lives.
-        Forgets any FedBuff schedule (:meth:`set_buffer_schedule` follows for FedBuff)."""
-        self.runtime.buffer_schedule = None
+        ``buffer_schedule``: FedBuff's part of the clock's plan for this worker (its clients'
+        start versions and staleness weights in every round, the versions to keep), in the
+        same call, so that no other call can come between the groups and the schedule."""
+        self.runtime.buffer_schedule = buffer_schedule
         self.group_of = dict(zip(clients.tolist(), groups.tolist(), strict=True))
         gpu_cap = self.gpu_share.cap_bytes if self.gpu_share else None
         self.residency = StateResidency(state_cap_bytes(self.device, gpu_cap))
         self.group_span = (int(groups.min()), int(groups.max()) + 1) if len(groups) else (0, 0)
         return self.runtime.hold(clients.tolist(), data_cap_bytes(self.device, gpu_cap))
-
-    def set_buffer_schedule(self, schedule: BufferSchedule) -> None:
-        """FedBuff: this worker's part of the clock's plan (its clients' start versions and
-        staleness weights in every round, the versions to keep), sent once before the rounds."""
-        self.runtime.buffer_schedule = schedule
 
     def run_round(self, round_: int, message: dict[str, Any], clients: np.ndarray,
                   incoming: list[ray.ObjectRef] | None = None,

@@ -1,7 +1,9 @@
 """Live metrics in TensorBoard and MLflow (``logging:``), streamed by each run's driver beside
 its Parquet files, which stay the source of truth: one TensorBoard run and one MLflow run per
-seed and variant, the config as parameters, every evaluated round's metrics at its round as
-the step, the final summary, and (from the invocation, once written) the learning curves.
+seed and variant (TensorBoard's at ``<dir>/<run root's name>/[<variant>/]seed_<s>``, so two
+invocations never write into one run), the config as parameters, every evaluated round's
+metrics at its round as the step, the final summary, and (from the invocation, once written)
+the learning curves.
 
 Both libraries are optional extras, imported only when configured; a missing one is a clear
 error before any run starts (:func:`check_available`)."""
@@ -81,7 +83,7 @@ class MetricStreams:
         if logging.tensorboard is not None:
             from torch.utils.tensorboard import SummaryWriter
 
-            self.writer = SummaryWriter(os.path.join(logging.tensorboard, experiment, run_name))
+            self.writer = SummaryWriter(os.path.join(logging.tensorboard, root.name, run_name))
             self.writer.add_text("config", "\n".join(f"    {k}: {v}"
                                                      for k, v in flatten(params).items()))
         if logging.mlflow is not None:

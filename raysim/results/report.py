@@ -46,7 +46,8 @@ def summary_table(rounds: pd.DataFrame, metrics: list[str] | None = None,
     :data:`SUMMARY_METRICS` present), per experiment and algorithm, at each run's last
     evaluated round or (``checkpoint="best"``) its best validation round
     (:func:`final_metrics`); ``rounds`` is the last round reported and ``completed`` how many of
-    the runs have finished (a run still going, or stopped, is reported at its last evaluated
+    the runs have finished (``stopped``, shown when any: how many ended early at their privacy
+    budget; a run still going, or interrupted, is reported at its last evaluated
     round)."""
     final = final_metrics(rounds, checkpoint, select_by)
     if metrics is None:
@@ -63,13 +64,16 @@ def summary_table(rounds: pd.DataFrame, metrics: list[str] | None = None,
     table.insert(0, "seeds", grouped["seed"].nunique())
     table.insert(1, "rounds", grouped["round"].max() + 1)
     table.insert(2, "completed", grouped["status"].apply(lambda s: int((s == "completed").sum())))
+    if (final["status"] == "stopped").any():  # ended early by their privacy budget
+        table.insert(3, "stopped", grouped["status"].apply(lambda s: int((s == "stopped").sum())))
     return table.reset_index()
 
 
 def format_summary(table: pd.DataFrame) -> str:
     """Render a summary table with ``mean ± std`` cells (``value (n=1)`` where one seed leaves
     the spread undefined)."""
-    shown = table[[*_KEYS, "seeds", "completed", "rounds"]].copy()
+    shown = table[[*_KEYS, "seeds", "completed",
+                   *(["stopped"] if "stopped" in table else []), "rounds"]].copy()
     for column in table.columns:
         if column.endswith("_mean"):
             metric = column.removesuffix("_mean")

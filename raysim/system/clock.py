@@ -162,7 +162,9 @@ def synchronous_plan(profiles: list[SiteProfile], workload: Workload, rounds: in
             outcomes[~offline & (finish > now + deadline_s)] = LATE
         if policy == "overselect":
             _keep_first(outcomes, chosen, finish, min(clients_per_round, len(profiles)))
-        end = _round_end(outcomes, finish, now, policy, deadline_s)
+        dropped_at = np.minimum(finish, mask.window_end(chosen, now))  # offline: window's end
+        end = _round_end(outcomes, np.where(offline, dropped_at, finish), now, policy,
+                         deadline_s)
         plans.append(round_plan(round_, now, end, chosen, np.full(count, now), times,
                                 outcomes))
         now = end
@@ -180,6 +182,10 @@ def _keep_first(outcomes: np.ndarray, clients: np.ndarray, finish: np.ndarray,
 
 def _round_end(outcomes: np.ndarray, finish: np.ndarray, start: float, policy: str,
                deadline_s: float | None) -> float:
+    """When the server ends a round that started at ``start``: at the deadline (deadline
+    policy, when anyone is late or dropped), else when the last trained client finished, else
+    (nobody finished) when the last selected client dropped out. ``finish``: each client's
+    finish time, or for one that went offline the time it dropped."""
     trained = finish[outcomes == TRAINED]
     if policy == "deadline" and deadline_s is not None and bool(np.any(
             (outcomes == LATE) | (outcomes == OFFLINE))):

@@ -119,7 +119,8 @@ def fedbuff_plan(profiles: list[SiteProfile], workload: Workload, rounds: int,
     availabilities = [profile.availability for profile in profiles]
     always = [availability.always for availability in availabilities]
     training = 0
-    # (finish, client, start number, start, start version, late: offline before it finishes);
+    # (finish or drop-out time, client, start number, start, start version, late: offline
+    # before it finishes);
     # the start number is unique, so later entries are never compared
     events: list[tuple[float, int, int, float, int, bool]] = []
     starts = 0
@@ -140,8 +141,10 @@ def fedbuff_plan(profiles: list[SiteProfile], workload: Workload, rounds: int,
                 availabilities[client].window_at(time)
             starts += 1
             training += 1
-            push(events, (finish, client, starts, time, version,
-                          window is None or not finish <= window[1]))
+            late = window is None or not finish <= window[1]  # offline before it finishes
+            # a client that drops out frees its slot when it drops (its window's end)
+            push(events, (min(finish, time if window is None else window[1]) if late else finish,
+                          client, starts, time, version, late))
 
     def update(end: float) -> RoundPlan:
         clients, starts_at, versions = (np.array(column) for column in zip(*buffer, *dropped,
