@@ -1,6 +1,10 @@
-"""The Flower side of ``vs_flower.py``: one workload as a Flower 1.41 simulation (Message API,
-``FedAvg`` strategy, ``run_simulation`` on Ray), in plain PyTorch with the same model, data,
-partition, batch size, optimizer, clients per round and rounds as the raysim run.
+"""The Flower side of a peer benchmark (``vs_flower.py``, ``peers.py``): one workload as a
+Flower 1.41 simulation (Message API, ``FedAvg`` strategy, ``run_simulation`` on Ray), in plain
+PyTorch with the same model (``peer_models.py``), data, partition, batch size, optimizer,
+clients per round and rounds as the raysim run. On a GPU (``"device": "cuda"`` in the spec)
+each client actor takes ``gpus_per_client`` of it (pfl-research's setup for Flower: 1 CPU and
+0.1 GPU per client). Prints when each round ended, so that its steady rounds per second can be
+read beside its whole-process time.
 
 It runs under a Python that has ``flwr[simulation]==1.41.*`` and torch (Flower pins ray 2.55.1,
 raysim another Ray, so they live in separate environments); ``vs_flower.py`` starts it and
@@ -14,7 +18,6 @@ on the same arrays.
 from __future__ import annotations
 
 import argparse
-import itertools
 import json
 import time
 
@@ -27,32 +30,12 @@ from flwr.clientapp import ClientApp  # noqa: E402
 from flwr.serverapp import Grid, ServerApp  # noqa: E402
 from flwr.serverapp.strategy import FedAvg  # noqa: E402
 from flwr.simulation import run_simulation  # noqa: E402
+from peer_models import build_model  # noqa: E402
 from torch import nn  # noqa: E402
 
 SPEC: dict = {}
 """The workload (set from the command line before the simulation; pickled into the actors)."""
 _DATA: dict = {}
-
-
-def build_model(spec: dict) -> nn.Module:
-    """raysim's ConvNet (conv3x3 - GroupNorm per channel - ReLU - avgpool2, x depth, then a
-    linear classifier) or MLP (hidden layers with ReLU), in plain torch."""
-    model = spec["model"]
-    if model["name"] == "convnet":
-        channels, size = spec["input_shape"][0], spec["input_shape"][1]
-        layers: list[nn.Module] = []
-        for _ in range(model["depth"]):
-            layers += [nn.Conv2d(channels, model["width"], 3, padding=1),
-                       nn.GroupNorm(model["width"], model["width"], affine=True),
-                       nn.ReLU(inplace=True), nn.AvgPool2d(2)]
-            channels, size = model["width"], size // 2
-        return nn.Sequential(*layers, nn.Flatten(),
-                             nn.Linear(channels * size * size, spec["num_classes"]))
-    widths = [spec["input_shape"][0], *model["hidden"]]
-    layers = []
-    for a, b in itertools.pairwise(widths):
-        layers += [nn.Linear(a, b), nn.ReLU()]
-    return nn.Sequential(*layers, nn.Linear(widths[-1], spec["num_classes"]))
 
 
 def data() -> dict:
@@ -70,12 +53,13 @@ client_app = ClientApp()
 def train(msg: Message, context: Context) -> Message:
     """Local SGD on one client's samples: ``local_epochs`` epochs or ``local_steps`` steps."""
     torch.set_num_threads(1)
+    device = torch.device(SPEC.get("device", "cpu"))
     client = int(context.node_config["partition-id"])
     arrays = data()
     start, stop = arrays["offsets"][client], arrays["offsets"][client + 1]
-    x = torch.tensor(arrays["x_train"][start:stop])
-    y = torch.tensor(arrays["y_train"][start:stop])
-    model = build_model(SPEC)
+    x = torch.tensor(arrays["x_train"][start:stop], device=device)
+    y = torch.tensor(arrays["y_train"][start:stop], device=device)
+    model = build_model(SPEC).to(device)
     model.load_state_dict(msg.content["arrays"].to_torch_state_dict())
     optimizer = torch.optim.SGD(model.parameters(), lr=SPEC["lr"])
     generator = torch.Generator().manual_seed(SPEC["seed"] * 1_000_003 + client)
@@ -84,7 +68,7 @@ def train(msg: Message, context: Context) -> Message:
     model.train()
     epochs = SPEC["local_epochs"] or 10**9
     for _ in range(epochs):
-        order = torch.randperm(len(x), generator=generator)
+        order = torch.randperm(len(x), generator=generator).to(device)
         for first in range(0, len(x), batch):
             index = order[first:first + batch]
             optimizer.zero_grad()
@@ -104,6 +88,8 @@ def train(msg: Message, context: Context) -> Message:
 
 server_app = ServerApp()
 ACCURACY: list[float] = []
+ROUND_ENDS: list[float] = []
+"""When each round's aggregate reached the server (perf_counter seconds)."""
 
 
 @server_app.main()
@@ -114,6 +100,8 @@ def main(grid: Grid, context: Context) -> None:
     model = build_model(SPEC)
 
     def evaluate(round_: int, arrays: ArrayRecord) -> MetricRecord | None:
+        if round_ >= 1:
+            ROUND_ENDS.append(time.perf_counter())
         if round_ != SPEC["rounds"]:
             return None
         model.load_state_dict(arrays.to_torch_state_dict())
@@ -139,13 +127,19 @@ def cli() -> None:
     args = parser.parse_args()
     SPEC.update(json.loads(args.spec), data=args.data)
     imported = time.perf_counter() - STARTED
+    gpus = SPEC.get("gpus_per_client", 0.0) if SPEC.get("device", "cpu") != "cpu" else 0.0
+    init_args = {"num_cpus": SPEC["cpus"], **({"num_gpus": 1} if gpus else {})}
     for seed in range(args.seeds):
         SPEC["seed"] = seed
+        ROUND_ENDS.clear()
         run_simulation(server_app=server_app, client_app=client_app,
                        num_supernodes=SPEC["num_clients"],
-                       backend_config={"client_resources": {"num_cpus": 1, "num_gpus": 0.0},
-                                       "init_args": {"num_cpus": SPEC["cpus"]}})
+                       backend_config={"client_resources": {"num_cpus": 1, "num_gpus": gpus},
+                                       "init_args": init_args})
+    steady = (len(ROUND_ENDS) - 1) / (ROUND_ENDS[-1] - ROUND_ENDS[0]) if len(ROUND_ENDS) > 1 \
+        else None
     print(json.dumps({"flower_imports_s": round(imported, 3),
+                      "flower_rounds_per_s": steady,
                       "flower_accuracy": ACCURACY[-1] if ACCURACY else None}), flush=True)
 
 

@@ -89,18 +89,20 @@ def workloads(data_root: str, real: bool) -> dict[str, dict]:
     }
 
 
-def export_for_flower(raw: dict, path: Path) -> dict:
+def export_for_flower(raw: dict, path: Path, write: bool = True) -> dict:
     """Write the workload's client samples (in client order, normalised) and test set to
-    ``path``; returns the workload spec ``flower_workload.py`` reads."""
+    ``path`` (unless ``write`` is false: written before); returns the workload spec that
+    ``flower_workload.py`` and ``pfl_workload.py`` read."""
     config = parse_config(raw)
     dataset, partition = prepare(config, None)[config.seeds[0]]
     info = dataset.info
     order = np.concatenate(partition.train)
     offsets = np.concatenate([[0], np.cumsum([len(p) for p in partition.train])])
-    np.savez(path, x_train=to_tensor(dataset.train_x[order], info).numpy(),
-             y_train=dataset.train_y[order].astype(np.int64), offsets=offsets,
-             x_test=to_tensor(dataset.test_x, info).numpy(),
-             y_test=dataset.test_y.astype(np.int64))
+    if write:
+        np.savez(path, x_train=to_tensor(dataset.train_x[order], info).numpy(),
+                 y_train=dataset.train_y[order].astype(np.int64), offsets=offsets,
+                 x_test=to_tensor(dataset.test_x, info).numpy(),
+                 y_test=dataset.test_y.astype(np.int64))
     training = config.training
     return {"model": raw["model"], "input_shape": list(info.input_shape),
             "num_classes": info.num_classes, "num_clients": partition.num_clients,

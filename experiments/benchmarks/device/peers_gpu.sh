@@ -1,0 +1,28 @@
+#!/bin/bash
+# raysim, Flower 1.41, pfl-research 0.6, the plain loop and the on-device reference on one GPU
+# machine in one call, then three seeds merged or not, then the GPU tests. From the repository
+# root on the GPU machine, after make_site.sh and peer_wheels.sh here:
+#   device.run("bash experiments/benchmarks/device/peers_gpu.sh", carry=[".gpu"], timeout_s=580)
+# Records (JSON lines of peers.py) and logs land in $OUT; each step has its own time limit and
+# is skipped when the call's BUDGET (seconds) would not hold it.
+set -u
+BUDGET=${BUDGET:-550}
+source experiments/benchmarks/device/preamble.sh
+python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .gpu/peers/*.whl \
+  2>&1 | grep -v "already exists" | tail -3
+nvidia-smi -L; nproc
+python3 -c "import torch, ray, flwr, pfl, raysim; print('torch', torch.__version__, 'ray', ray.__version__, 'flwr', flwr.__version__, 'pfl', pfl.__version__, torch.cuda.get_device_name())" || exit 1
+R=$OUT/peers_gpu.jsonl
+P="python3 $B/peers.py --flower-python python3 --pfl-python python3 --records $R"
+log "pfl shape, 20 rounds: every side"
+fits 150 pfl20 && timeout 170 $P --workloads pfl --rounds 20 --pfl-processes 1 2 4 --timeout 75 2>$OUT/pfl20.err | cut -c1-230
+clean; log "w2 shape, 20 rounds: every side"
+fits 120 w220 && timeout 140 $P --workloads w2 --rounds 20 --pfl-processes 1 2 4 --timeout 60 2>$OUT/w220.err | cut -c1-230
+clean; log "120 rounds: raysim, pfl-research, the reference (not Flower, not the plain loop)"
+fits 100 r120 && timeout 130 $P --workloads pfl w2 --rounds 120 --pfl-processes 1 2 --skip flower plain_pytorch_loop --engines raysim_vectorized_1gpu raysim_vectorized_4x0.25gpu --timeout 50 2>$OUT/r120.err | cut -c1-230
+clean; log "three seeds on one card, merge_seeds auto and never"
+fits 60 seeds && timeout 90 $P --workloads --seeds-check --timeout 80 2>$OUT/seeds.err | grep seeds | cut -c1-230
+clean; log "tests on CUDA"
+fits 40 tests && timeout $(( BUDGET - $(date +%s) + T0 - 5 )) python3 -m pytest -q -p no:cacheprovider tests/test_gpu.py tests/test_data_plane.py tests/test_worker_setup.py > $OUT/tests.txt 2>&1; tail -3 $OUT/tests.txt
+log done
+for f in $OUT/*.err; do echo "--- $f"; grep -v "^\s*$" $f | grep -iv "warn" | tail -4; done

@@ -1,0 +1,248 @@
+"""raysim against its peers on one machine, in one run: raysim (``raysim run``, one process per
+configuration), Flower 1.41 and pfl-research 0.6 (each in its own Python), a plain PyTorch loop
+and the on-device reference (in this process), on the same workloads, the same data and model.
+
+Workloads (FedAvg, SGD, one local epoch, evaluated after the last round; defined in
+``gpu_vectorized.WORKLOADS``):
+
+- ``pfl``: the pfl-research CIFAR-10 benchmark's shape: 1,000 clients x 50 images of
+  28x28x3, 50 clients per round, the 2-conv CNN 32/64 + dense 128, batch 10, lr 0.1;
+- ``w2``: 150 clients x 8 PneumoniaMNIST images (a generated file of its layout when the real
+  one is absent), ConvNet width 32 depth 3, one step of batch 8, lr 0.01, every client every
+  round.
+
+For each workload and round count: whole-process seconds (the command, start-up included) and
+steady rounds per second (from the end of the first round to the end of the last) of each side:
+
+- raysim on the GPU: vectorised clients with one worker on the whole card, four at 0.25 and
+  eight at 0.125 of it, and the per-client loop with one worker (on a CPU-only machine: two
+  workers of one CPU each);
+- Flower: ``run_simulation`` with 1 CPU and 0.1 GPU per client actor (pfl-research's setup for
+  Flower in its paper), the model on the GPU (``flower_workload.py``);
+- pfl-research: ``torchrun`` with 1, 2, ... processes sharing the card (its recommended
+  multi-process mode; ``pfl_workload.py``); the best is the one to beat;
+- the plain PyTorch loop and the on-device reference (``torch.func`` vmap over the round's
+  clients), rounds per second only.
+
+Optionally (``--seeds-check``) three seeds of the pfl shape with ``engine.merge_seeds`` auto and
+never (4 x 0.25 GPU each: the seeds cannot run side by side, so auto puts them on shared
+workers and never runs them one after another).
+
+Every measurement is one JSON record (suite ``peers``; commit, device, CPUs, versions) printed
+and appended to ``--records``.
+
+    python experiments/benchmarks/peers.py --flower-python PY --pfl-python PY \\
+        [--workloads pfl w2] [--rounds 20 120] [--pfl-processes 1 2 4] [--records FILE]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+from datetime import date
+from pathlib import Path
+
+import torch
+import yaml
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+from gpu_vectorized import (  # noqa: E402
+    WORKLOADS,
+    config,
+    on_device_reference,
+    pfl_dataset,
+    plain_loop,
+)
+from vs_flower import export_for_flower  # noqa: E402
+
+from raysim.results import load  # noqa: E402
+
+GPU_ENGINES = {
+    "raysim_vectorized_1gpu": {"num_workers": 1, "gpus_per_worker": 1.0, "vectorize": "always"},
+    "raysim_vectorized_4x0.25gpu": {"num_workers": 4, "gpus_per_worker": 0.25,
+                                    "vectorize": "always"},
+    "raysim_vectorized_8x0.125gpu": {"num_workers": 8, "gpus_per_worker": 0.125,
+                                     "vectorize": "always"},
+    "raysim_loop_1gpu": {"num_workers": 1, "gpus_per_worker": 1.0, "vectorize": "never"},
+}
+CPU_ENGINES = {"raysim_2x1cpu": {"num_workers": 2, "cpus_per_worker": 1}}
+FIRST_ROUND = re.compile(r"first round dispatched ([0-9.]+) s after the command")
+
+
+def _commit() -> str:
+    try:
+        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
+                              text=True, cwd=HERE, check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return os.environ.get("RAYSIM_COMMIT", "unknown")
+
+
+class Records:
+    """Prints each record as a JSON line and appends it to a file."""
+
+    def __init__(self, path: str | None, common: dict):
+        self.path, self.common = path, common
+
+    def add(self, **fields: object) -> None:
+        line = json.dumps({"suite": "peers", **fields, **self.common})
+        print(line, flush=True)
+        if self.path:
+            with open(self.path, "a") as handle:
+                handle.write(line + "\n")
+
+
+def _run(command: list[str], env: dict[str, str], timeout: float) -> tuple[float, str, str]:
+    """Whole-process seconds, stdout and an error text ("" when it succeeded)."""
+    started = time.perf_counter()
+    try:
+        done = subprocess.run(command, capture_output=True, text=True, env=env, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return time.perf_counter() - started, "", f"timed out after {timeout:.0f} s"
+    seconds = time.perf_counter() - started
+    error = "" if done.returncode == 0 else \
+        f"exit {done.returncode}: {(done.stderr or done.stdout)[-600:]}"
+    return seconds, done.stdout, error
+
+
+def _last_json(text: str) -> dict:
+    lines = [line for line in text.splitlines() if line.startswith("{")]
+    return json.loads(lines[-1]) if lines else {}
+
+
+def measure_raysim(raw: dict, scratch: Path, env: dict[str, str], timeout: float) -> dict:
+    """``raysim run`` of one config as a whole process: seconds, the first round's dispatch
+    after the command, steady rounds per second of each seed."""
+    path = scratch / f"{raw['name']}.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    output = scratch / "results"
+    seconds, out, error = _run([sys.executable, "-m", "raysim.cli", "run", str(path),
+                                "--no-progress", "--output", str(output)], env, timeout)
+    if error:
+        return {"wall_s": round(seconds, 2), "error": error}
+    root = max((p for p in output.glob(f"{raw['name']}-*")), key=lambda p: p.stat().st_mtime)
+    per_seed = []
+    for run in sorted(root.glob("seed_*")):
+        rounds = load(run)
+        span = rounds["wall_time"].iloc[-1] - rounds["wall_time"].iloc[0]
+        per_seed.append(round((len(rounds) - 1) / span, 3))
+    first = FIRST_ROUND.search(out)
+    return {"wall_s": round(seconds, 2), "rounds_per_s": per_seed[0] if len(per_seed) == 1
+            else per_seed, "first_round_s": float(first.group(1)) if first else None}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--workloads", nargs="*", default=["pfl", "w2"], choices=["pfl", "w2"],
+                        help="none with --seeds-check: the seeds alone")
+    parser.add_argument("--rounds", nargs="+", type=int, default=[20, 120])
+    parser.add_argument("--engines", nargs="+", default=None,
+                        help="raysim configurations (default: all of this device's)")
+    parser.add_argument("--flower-python", default=os.environ.get("FLOWER_PYTHON"))
+    parser.add_argument("--flower-rounds", type=int, default=None,
+                        help="round counts at or below this only, for Flower (slow on GPUs)")
+    parser.add_argument("--pfl-python", default=os.environ.get("PFL_PYTHON"))
+    parser.add_argument("--pfl-processes", nargs="+", type=int, default=[1, 2])
+    parser.add_argument("--seeds-check", action="store_true",
+                        help="also 3 seeds of the pfl shape, merge_seeds auto against never")
+    parser.add_argument("--data-root", default="../shared/data/medmnist")
+    parser.add_argument("--records", help="append the records (JSON lines) to this file")
+    parser.add_argument("--skip", nargs="+", default=[], metavar="SIDE",
+                        help="sides not to measure (plain_pytorch_loop, flower, ...)")
+    parser.add_argument("--timeout", type=float, default=240, help="seconds per process")
+    args = parser.parse_args()
+    cuda = torch.cuda.is_available()
+    device = torch.device("cuda" if cuda else "cpu")
+    import ray
+
+    versions = {"torch": torch.__version__, "ray": ray.__version__}
+    for name, python in (("flwr", args.flower_python), ("pfl", args.pfl_python)):
+        if python:
+            asked = subprocess.run([python, "-c", f"import {name}; print({name}.__version__)"],
+                                   capture_output=True, text=True)
+            versions[name] = asked.stdout.strip() or "unknown"
+    records = Records(args.records, {
+        "device": torch.cuda.get_device_name() if cuda else "CPU", "cpus": os.cpu_count(),
+        "commit": _commit(), "date": date.today().isoformat(), "versions": versions})
+    engines = GPU_ENGINES if cuda else CPU_ENGINES
+    if args.engines:
+        engines = {k: v for k, v in engines.items() if k in args.engines}
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
+        [str(HERE), *[p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]])}
+    with tempfile.TemporaryDirectory() as scratch_dir:
+        scratch = Path(scratch_dir)
+        for workload in args.workloads:
+            spec = WORKLOADS[workload]
+            if workload == "pfl":
+                dataset = pfl_dataset(scratch / "pfl")
+            else:
+                from bench_common import medmnist_source
+
+                dataset = medmnist_source(args.data_root, spec["flag"], scratch, n_train=2000,
+                                          n_test=200)[0]
+            for rounds in args.rounds:
+                common = {"workload": workload, "rounds": rounds}
+                if "plain_pytorch_loop" not in args.skip:
+                    plain = plain_loop(spec, dataset, rounds, device)
+                    records.add(**common, side="plain_pytorch_loop",
+                                rounds_per_s=round(plain, 3))
+                limit = on_device_reference(spec, dataset, rounds, device)
+                records.add(**common, side="on_device_vmap_reference",
+                            rounds_per_s=round(limit, 3))
+                for label, engine in engines.items():
+                    raw = config(spec, dataset, rounds, engine)
+                    raw["name"] = f"{workload}-{label}-{rounds}"
+                    raw["evaluation"] = {"every": rounds, "clients": False}
+                    measured = measure_raysim(raw, scratch, env, args.timeout)
+                    ratio = {"over_reference": round(measured["rounds_per_s"] / limit, 3)} \
+                        if isinstance(measured.get("rounds_per_s"), float) else {}
+                    records.add(**common, side=label, **measured, **ratio)
+                raw = config(spec, dataset, rounds, next(iter(engines.values())))
+                raw["evaluation"] = {"every": rounds, "clients": False}
+                peer_spec = export_for_flower(raw, scratch / f"{workload}.npz", write=rounds
+                                              == args.rounds[0])  # the arrays once
+                peer_spec.update(device=device.type, gpus_per_client=0.1 if cuda else 0.0,
+                                 cpus=os.cpu_count() or 1)
+                if args.flower_python and "flower" not in args.skip and (
+                        args.flower_rounds is None or rounds <= args.flower_rounds):
+                    seconds, out, error = _run(
+                        [args.flower_python, str(HERE / "flower_workload.py"), "--data",
+                         str(scratch / f"{workload}.npz"), "--spec", json.dumps(peer_spec)],
+                        env, args.timeout)
+                    result = _last_json(out)
+                    records.add(**common, side="flower", wall_s=round(seconds, 2),
+                                rounds_per_s=result.get("flower_rounds_per_s"),
+                                **({"error": error} if error else {}))
+                for processes in args.pfl_processes if args.pfl_python else []:
+                    seconds, out, error = _run(
+                        [args.pfl_python, "-m", "torch.distributed.run", "--standalone",
+                         "--nnodes=1", f"--nproc_per_node={processes}",
+                         str(HERE / "pfl_workload.py"), "--data",
+                         str(scratch / f"{workload}.npz"), "--spec", json.dumps(peer_spec)],
+                        {**env, "OMP_NUM_THREADS": "1"}, args.timeout)
+                    result = _last_json(out)
+                    records.add(**common, side=f"pfl_research_{processes}proc",
+                                wall_s=round(seconds, 2),
+                                rounds_per_s=result.get("pfl_rounds_per_s"),
+                                **({"error": error} if error else {}))
+        if args.seeds_check:
+            spec = WORKLOADS["pfl"]
+            dataset = pfl_dataset(scratch / "pfl")
+            engine = GPU_ENGINES["raysim_vectorized_4x0.25gpu"] if cuda else CPU_ENGINES[
+                "raysim_2x1cpu"]
+            for merge in ("auto", "never"):
+                raw = config(spec, dataset, 20, {**engine, "merge_seeds": merge})
+                raw.update(name=f"seeds-{merge}", seeds=[0, 1, 2])
+                measured = measure_raysim(raw, scratch, env, args.timeout)
+                records.add(workload="pfl", rounds=20, side=f"raysim_3_seeds_merge_{merge}",
+                            **measured)
+
+
+if __name__ == "__main__":
+    main()
