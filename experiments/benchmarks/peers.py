@@ -77,11 +77,13 @@ FIRST_ROUND = re.compile(r"first round dispatched ([0-9.]+) s after the command"
 
 
 def _commit() -> str:
+    if os.environ.get("RAYSIM_COMMIT"):  # a copy of the tree whose git history differs
+        return os.environ["RAYSIM_COMMIT"]
     try:
         return subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
                               text=True, cwd=HERE, check=True).stdout.strip()
     except (OSError, subprocess.CalledProcessError):
-        return os.environ.get("RAYSIM_COMMIT", "unknown")
+        return "unknown"
 
 
 class Records:
@@ -203,7 +205,7 @@ def main() -> None:
                     ratio = {"over_reference": round(measured["rounds_per_s"] / limit, 3)} \
                         if isinstance(measured.get("rounds_per_s"), float) else {}
                     records.add(**common, side=label, **measured, **ratio)
-                raw = config(spec, dataset, rounds, next(iter(engines.values())))
+                raw = config(spec, dataset, rounds, next(iter(engines.values()), {}))
                 raw["evaluation"] = {"every": rounds, "clients": False}
                 peer_spec = export_for_flower(raw, scratch / f"{workload}.npz", write=rounds
                                               == args.rounds[0])  # the arrays once
