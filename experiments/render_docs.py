@@ -1,5 +1,5 @@
 """Render every results table and every comparison statistic in docs/*.md from the committed
-CSVs under docs/results/ (issue #38): a reader can re-derive each number from the repository.
+CSVs under docs/results/: a reader can re-derive each number from the repository.
 
 A table is an HTML comment holding a YAML spec, then the rendered Markdown, then a closing
 comment::

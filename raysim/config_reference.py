@@ -1,7 +1,7 @@
-"""The README's experiment-config reference, rendered from the schema itself (defaults,
+"""The experiment-config reference of docs/configuration.md, rendered from the schema itself (defaults,
 allowed values, descriptions), so that a config written from it gets the values its reader
-expects. ``tests/test_readme.py`` fails when the README's block drifts from this rendering;
-``python -m raysim.config_reference README.md`` rewrites the block."""
+expects. ``tests/test_config_reference.py`` fails when the page's block drifts from this
+rendering; ``python -m raysim.config_reference docs/configuration.md`` rewrites the block."""
 
 from __future__ import annotations
 
@@ -118,11 +118,11 @@ def render_reference() -> str:
 
 
 def replace_block(text: str) -> str:
-    """``text`` (the README) with its reference block rendered anew."""
+    """``text`` (the configuration page) with its reference block rendered anew."""
     start, end = text.index(START), text.index(END) + len(END)
     return text[:start] + render_reference() + text[end:]
 
 
 if __name__ == "__main__":
-    path = Path(sys.argv[1] if len(sys.argv) > 1 else "README.md")
+    path = Path(sys.argv[1] if len(sys.argv) > 1 else "docs/configuration.md")
     path.write_text(replace_block(path.read_text()))

@@ -178,7 +178,7 @@ def test_report_on_missing_path(capsys, tmp_path):
     assert "does not exist" in capsys.readouterr().err
 
 
-# ----- issue #18: cases that used to end in a traceback -----
+# ----- cases that once ended in a traceback -----
 def test_duplicated_yaml_key_and_binary_config_exit_2(capsys, tmp_path):
     code, err = run_cli(capsys, tmp_path, "name: a\ntraining: {rounds: 3}\nname: b\n")
     assert code == 2 and "`name` twice (line 1 and line 3)" in err and "Traceback" not in err
@@ -253,7 +253,7 @@ def test_checksums_of_unchanged_files_are_remembered_and_changed_files_read_agai
     assert medmnist_io._file_md5(path) == second and reads == [1]
 
 
-# ----- issue #37, item 3 -----
+# ----- resume into the wrong directory -----
 def test_validate_exits_2_on_a_present_but_broken_data_file_and_skips_an_absent_one(
         capsys, tmp_path):
     import numpy as np

@@ -112,16 +112,17 @@ def test_a_stale_record_on_a_port_another_program_holds_is_ignored(tmp_path, sta
         other.listen(64)
         address = f"127.0.0.1:{other.getsockname()[1]}"
         began = time.monotonic()
-        result = _raysim(tmp_path, stale_record(address))
+        quick = {"RAYSIM_PROBE_SECONDS": "3"}  # (the default 10 s, shortened for the suite)
+        result = _raysim(tmp_path, {**stale_record(address), **quick})
         assert result.returncode == 0, result.stderr[-3000:]
         assert f"names a Ray cluster at {address} that does not answer" in result.stderr
         assert list((tmp_path / "out").rglob("rounds/part-*.parquet"))
         assert time.monotonic() - began < 240
-        joined = _raysim(tmp_path, {"RAY_ADDRESS": address})  # named by the user: exit 2
+        joined = _raysim(tmp_path, {"RAY_ADDRESS": address, **quick})  # the user's: exit 2
         assert joined.returncode == 2, joined.stderr[-2000:]
         assert "Traceback" not in joined.stderr
         assert f"Cannot join the Ray cluster at {address} (from RAY_ADDRESS): something " \
-            "listens there, but no Ray GCS answered" in joined.stderr
+            "listens there, but no Ray GCS answered within 3 s" in joined.stderr
 
 
 def test_ctrl_c_during_start_up_says_no_run_had_started(tmp_path, stale_record):
@@ -165,10 +166,6 @@ def test_runs_join_the_cluster_ray_address_names_and_local_forces_their_own(tmp_
         assert f"Joined the Ray cluster at 127.0.0.1:{port} (RAY_ADDRESS)" in joined.stdout + \
             joined.stderr
         assert list((tmp_path / "out").rglob("rounds/part-*.parquet"))
-        recorded = _raysim(tmp_path, {"RAY_TMPDIR": str(ray_dir), "RAY_ADDRESS": ""})
-        assert recorded.returncode == 0, recorded.stderr[-3000:]
-        assert "Joined the Ray cluster at" in recorded.stderr and "`ray start` on this " \
-            "machine" in recorded.stderr
         own = _raysim(tmp_path, {"RAY_ADDRESS": f"127.0.0.1:{port}"}, "--set",
                       "engine.address=local")
         assert own.returncode == 0, own.stderr[-3000:]

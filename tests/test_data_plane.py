@@ -1,4 +1,4 @@
-"""The device data plane (issue #32): client weights stay torch tensors on the worker's device,
+"""The device data plane: client weights stay torch tensors on the worker's device,
 a worker sends one partial (its subtrees of the fixed reduction tree), the server merges in
 place, the workers' clients' data is resident on the device (or on the host with a notice
 when it does not fit), and 1, 2, 3 or 4 workers give the same bits."""

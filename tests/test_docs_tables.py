@@ -1,5 +1,5 @@
 """Every results table and comparison statistic in docs/ is the rendering of a committed CSV
-(experiments/render_docs.py; issue #38)."""
+(experiments/render_docs.py)."""
 
 from __future__ import annotations
 

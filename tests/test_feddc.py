@@ -266,7 +266,7 @@ def test_variants_run_together_and_report_per_variant(ray_session, tmp_path):
     assert table["experiment"].tolist() == ["fedavg_b1", "feddc"]
 
 
-# ----- mechanisms (issue #15) -----
+# ----- mechanisms -----
 def test_radon_point_is_not_the_mean_and_lies_in_both_hulls_of_its_partition():
     # a triangle and a point inside it: the Radon partition is {inside} vs {triangle}, so the
     # Radon point is the inside point itself, while the mean is pulled towards the corners

@@ -230,7 +230,7 @@ def test_validate_checks_method_settings_against_the_data(capsys, tmp_path, reti
     assert code == 0
 
 
-# ----- mechanisms (issue #15) -----
+# ----- mechanisms -----
 def test_soft_pull_at_an_intermediate_lambda_mixes_own_and_the_others_mean():
     models = [{"w": np.full((2,), float(k), np.float32)} for k in range(4)]  # 0, 1, 2, 3
     total = {"w": sum(m["w"].astype(np.float64) for m in models)}
@@ -324,7 +324,7 @@ def test_fedsm_extra_labels_each_sample_with_its_least_loss_model(retina_fixture
     assert len(set(expected.tolist())) > 1  # the labels are not all one model
 
 
-# ----- SoftPull at both ends (issue #38: switched off, these must fail) -----
+# ----- SoftPull at both ends (switched off, these must fail) -----
 def _fedsm(retina_fixture, lam: float = 0.5):
     raw = fedsm_raw(retina_fixture, softpull_lambda=lam, variant="fedsm")
     config = parse_config(raw)

@@ -294,7 +294,7 @@ def test_fedvck_run_is_the_same_on_one_or_two_workers_with_audit_and_byte_counts
         images * 28 * 28)
 
 
-# ----- mechanisms of the condensation (issue #13) -----
+# ----- mechanisms of the condensation -----
 def _condensed_set_quality(train_x, train_y, test_x, test_y, info, iterations, seed,
                            **settings) -> tuple[dict, ClientResult]:
     """Condense one client's data with FedVCK, train a fresh model on the uploaded uint8
@@ -332,7 +332,7 @@ def test_a_model_trained_on_a_condensed_fixture_set_beats_the_majority_class(tmp
 
 
 @pytest.mark.skipif(not (REAL_MEDMNIST / "pneumoniamnist.npz").exists(),
-                    reason="real PneumoniaMNIST not present (../shared/data/medmnist)")
+                    reason="the real PneumoniaMNIST file is not present")
 def test_a_model_trained_on_a_condensed_real_pneumonia_client_ranks_the_test_set():
     """300 matching steps on 600 real training images (authors' single-operation
     augmentation): the 15 uploaded images teach a model (N(0,1) noise, i.e. no condensation,
@@ -438,7 +438,7 @@ def test_server_training_decays_the_learning_rate_at_half_and_augments_batches()
     assert not any(torch.equal(batch.sort(0).values, plain.sort(0).values) for batch in inputs)
 
 
-# ----- FedVCK's two mechanisms, at three classes (issue #38: switched off, these must fail) ----
+# ----- FedVCK's two mechanisms, at three classes (switched off, these must fail) ----
 def test_model_guided_selection_draws_real_samples_by_the_broadcast_models_errors():
     """Model-guided selection: within each class, a real sample is drawn with probability
     softmax(sigmoid(gamma (CE - b))) under the broadcast model (self-ensemble with the previous

@@ -1,4 +1,4 @@
-"""Ctrl-C without loss (issue #37, item 2): the first SIGINT (or SIGTERM) stops every run at a
+"""Ctrl-C without loss: the first SIGINT (or SIGTERM) stops every run at a
 round boundary with every completed round flushed and a checkpoint of the last one, marks the
 manifests `interrupted` and prints the command that continues exactly that work; `--resume`
 alone (the root remembers --set and --variant) then gives every round once and the tables of

@@ -1,4 +1,4 @@
-"""The whole MedMNIST family (issue #33): multi-label ChestMNIST, the 3D subsets, scores as the
+"""The whole MedMNIST family: multi-label ChestMNIST, the 3D subsets, scores as the
 medmnist package computes them, and the official validation split. Generated fixtures in the
 MedMNIST layout; the real AdrenalMNIST3D files are used where present."""
 

@@ -1,5 +1,5 @@
 """Seeds of one config on shared workers: their clients train in one vectorised call, with the
-same numbers as separate runs (issue #17, item 3)."""
+same numbers as separate runs."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Client-level differential privacy (issue #34): clipping, Gaussian noise (central and
+"""Client-level differential privacy: clipping, Gaussian noise (central and
 local), Poisson sampling, the fixed-denominator private mean, dp-accounting's epsilon in the
 rounds table, calibration and the budget stop, and the refusals."""
 

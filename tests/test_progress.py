@@ -1,4 +1,4 @@
-"""Progress as tools show it (issue #37, item 5): bars only on a terminal, otherwise tens of
+"""Progress as tools show it: bars only on a terminal, otherwise tens of
 quiet lines per run, and an ETA from the measured time per round."""
 
 from __future__ import annotations

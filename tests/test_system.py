@@ -1,4 +1,4 @@
-"""Sites that differ in speed, bandwidth and availability (issue #35): the simulated clock, its
+"""Sites that differ in speed, bandwidth and availability: the simulated clock, its
 policies (sync, deadline, over-selection, FedBuff), the results it writes and the refusals."""
 
 from __future__ import annotations

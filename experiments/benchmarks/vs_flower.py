@@ -47,6 +47,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from datetime import date
 from pathlib import Path
 
 import numpy as np
@@ -55,9 +56,6 @@ import yaml
 from raysim.config import parse_config
 from raysim.data.dataset import to_tensor
 from raysim.preparation import prepare
-
-TARGETS = {"W1": 0.8, "W2": 0.2, "W3": 0.07, "W3x3": 0.07}
-"""Issue #17's targets for raysim's wall time over Flower's."""
 
 
 def workloads(data_root: str, real: bool) -> dict[str, dict]:
@@ -112,6 +110,29 @@ def export_for_flower(raw: dict, path: Path, write: bool = True) -> dict:
             "lr": training.optimizer.lr, "cpus": 2}
 
 
+def _commit() -> str:
+    """The measured tree's commit (``RAYSIM_COMMIT`` for a copy whose history differs)."""
+    if os.environ.get("RAYSIM_COMMIT"):
+        return os.environ["RAYSIM_COMMIT"]
+    done = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
+                          text=True, cwd=Path(__file__).parent)
+    return done.stdout.strip() or "unknown"
+
+
+def _versions(flower_python: str | None, pfl_python: str | None) -> dict[str, str]:
+    """torch, Ray and the peers' versions (each peer asked in its own Python)."""
+    import ray
+    import torch
+
+    versions = {"torch": torch.__version__, "ray": ray.__version__}
+    for name, python in (("flwr", flower_python), ("pfl", pfl_python)):
+        if python:
+            asked = subprocess.run([python, "-c", f"import {name}; print({name}.__version__)"],
+                                   capture_output=True, text=True)
+            versions[name] = asked.stdout.strip() or "unknown"
+    return versions
+
+
 def timed(command: list[str], env: dict[str, str] | None = None) -> tuple[float, str]:
     """Wall clock of a whole process; its output (raises with it on failure)."""
     started = time.perf_counter()
@@ -127,9 +148,16 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--flower-python", default=os.environ.get("FLOWER_PYTHON"),
                         help="a Python with flwr[simulation]==1.41.* and torch")
+    parser.add_argument("--pfl-python", default=os.environ.get("PFL_PYTHON"),
+                        help="a Python with pfl==0.6.0 and torch: pfl-research as a second peer")
+    parser.add_argument("--pfl-processes", type=int, default=2,
+                        help="pfl-research's torchrun processes (default: one per CPU of the "
+                        "2-CPU comparison)")
     parser.add_argument("--workloads", default="W1,W2,W3,W3x3")
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--data-root", default="../shared/data/medmnist")
+    parser.add_argument("--records", help="append every measurement as a JSON record (suite "
+                        "`peers`; commit, device, versions) to this file")
     parser.add_argument("--warm-cluster", action="store_true",
                         help="also measure raysim joining a warm `raysim cluster`")
     args = parser.parse_args()
@@ -157,9 +185,12 @@ def main() -> None:
         specs = {}
         for name, raw in chosen.items():
             (scratch / f"{name}.yaml").write_text(yaml.safe_dump(raw))
-            if args.flower_python:
+            if args.flower_python or args.pfl_python:
                 specs[name] = export_for_flower(raw, scratch / f"{name}.npz")
         times: dict[tuple[str, str], list[float]] = {}
+        common = {"device": "CPU", "cpus": os.cpu_count(), "commit": _commit(),
+                  "date": date.today().isoformat(),
+                  "versions": _versions(args.flower_python, args.pfl_python)}
         env = {**os.environ, "RAY_DEDUP_LOGS": "0",
                "RAYSIM_CLUSTER_DIR": str(scratch / "no-cluster")}
         # the warm cluster holds CPU slots of its own: the cold side must not wait for them
@@ -177,22 +208,37 @@ def main() -> None:
         try:
             for repeat in range(args.repeats):
                 for name in chosen:
-                    sides = ["raysim", "flower"] if args.flower_python else ["raysim"]
+                    sides = ["raysim", *(["flower"] if args.flower_python else []),
+                             *(["pfl"] if args.pfl_python and name != "W3x3" else [])]
                     sides += ["raysim-warm"] if args.warm_cluster else []
                     if repeat % 2:
                         sides.reverse()  # interleaved: neither side always goes first
                     for side in sides:
-                        if side == "flower":
+                        if side == "pfl":  # its idiomatic multi-process mode
+                            command = [args.pfl_python, "-m", "torch.distributed.run",
+                                       "--standalone", "--nnodes=1",
+                                       f"--nproc_per_node={args.pfl_processes}",
+                                       str(here / "pfl_workload.py"), "--data",
+                                       str(scratch / f"{name}.npz"), "--spec",
+                                       json.dumps(specs[name])]
+                        elif side == "flower":
                             seeds = len(chosen[name]["seeds"])
                             command = [args.flower_python, str(here / "flower_workload.py"),
                                        "--data", str(scratch / f"{name}.npz"),
                                        "--spec", json.dumps(specs[name]), "--seeds", str(seeds)]
                         else:
                             command = raysim_run(name)
-                        seconds, _ = timed(command, warm_env if side == "raysim-warm" else env)
+                        side_env = warm_env if side == "raysim-warm" else env
+                        if side == "pfl":  # one thread per process, as torchrun sets by default
+                            side_env = {**env, "OMP_NUM_THREADS": "1"}
+                        seconds, _ = timed(command, side_env)
                         times.setdefault((name, side), []).append(seconds)
-                        print(json.dumps({"workload": name, "side": side, "repeat": repeat,
-                                          "wall_s": round(seconds, 2)}), flush=True)
+                        record = {"suite": "peers", "workload": name, "side": side,
+                                  "repeat": repeat, "wall_s": round(seconds, 2), **common}
+                        print(json.dumps(record), flush=True)
+                        if args.records:
+                            with open(args.records, "a") as handle:
+                                handle.write(json.dumps(record) + "\n")
         finally:
             if args.warm_cluster:
                 timed([*raysim_cli, "cluster", "stop"], warm_env)
@@ -202,18 +248,18 @@ def main() -> None:
 def print_table(chosen: dict[str, dict], times: dict[tuple[str, str], list[float]]) -> None:
     """Medians per workload and side, and raysim's (cold, warm) over Flower's."""
     print("\n| workload | raysim (median s) | raysim, warm cluster | Flower (median s) "
-          "| raysim / Flower | warm / Flower | target |")
+          "| pfl-research (median s) | raysim / Flower | raysim / pfl-research |")
     print("| --- | --- | --- | --- | --- | --- | --- |")
     for name in chosen:
         medians = {side: statistics.median(times[(name, side)])
-                   for side in ("raysim", "raysim-warm", "flower") if (name, side) in times}
-        theirs = medians.get("flower")
+                   for side in ("raysim", "raysim-warm", "flower", "pfl")
+                   if (name, side) in times}
         shown = {side: f"{medians[side]:.1f}" if side in medians else "not measured"
-                 for side in ("raysim", "raysim-warm", "flower")}
-        ratio = {side: f"{medians[side] / theirs:.2f}" if theirs and side in medians else "-"
-                 for side in ("raysim", "raysim-warm")}
+                 for side in ("raysim", "raysim-warm", "flower", "pfl")}
+        ratio = {peer: f"{medians['raysim'] / medians[peer]:.2f}"
+                 if peer in medians and "raysim" in medians else "-" for peer in ("flower", "pfl")}
         print(f"| {name} | {shown['raysim']} | {shown['raysim-warm']} | {shown['flower']} | "
-              f"{ratio['raysim']} | {ratio['raysim-warm']} | <= {TARGETS[name]} |")
+              f"{shown['pfl']} | {ratio['flower']} | {ratio['pfl']} |")
 
 
 if __name__ == "__main__":

@@ -1,7 +1,7 @@
 """Show what the site shift does: a few training images of every client of a FedSM config.
 
     python experiments/fedsm/plot_sites.py experiments/fedsm/retina_site_shift.yaml \
-        --data-root ../shared/data/medmnist --output docs/img/fedsm_sites_retina.png
+        --data-root DIR --output docs/img/fedsm_sites_retina.png
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 most frequent training class), scored with raysim's metrics, into
 docs/results/fedvck/majority_class.csv (key column ``experiment``: the dataset).
 
-    python experiments/fedvck/majority_class.py --data-root ../shared/data/medmnist
+    python experiments/fedvck/majority_class.py --data-root DIR
 """
 
 from __future__ import annotations
@@ -35,7 +35,8 @@ def majority_row(name: str, data_root: str) -> dict[str, object]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--data-root", default="../shared/data/medmnist")
+    parser.add_argument("--data-root", default=None,
+                        help="directory of the MedMNIST npz files (default: medmnist's)")
     args = parser.parse_args()
     rows = [majority_row(name, args.data_root)
             for name in ("pneumoniamnist", "breastmnist", "retinamnist")]

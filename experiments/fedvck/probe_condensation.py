@@ -1,4 +1,4 @@
-"""Probe: does one client's condensed set teach a model? (issue #13)
+"""Probe: does one client's condensed set teach a model?
 
 Condenses 600 real PneumoniaMNIST training images (drawn with the seed) with FedVCK (uniform
 selection, no contrastive loss: the client side alone; p = 2 %, 64 real images per class per
@@ -7,7 +7,7 @@ epochs, SGD lr 0.01 momentum 0.9, lr x0.1 at half, one augmentation per batch) a
 final matching loss and the test accuracy and AUC as one CSV row.
 
     python experiments/fedvck/probe_condensation.py --mode single --iterations 300 \\
-        --first-padding 3 --width 32 --seed 0 [--data-root ../shared/data/medmnist]
+        --first-padding 3 --width 32 --seed 0 [--data-root DIR]
 """
 
 from __future__ import annotations
@@ -39,7 +39,8 @@ def main() -> None:
     parser.add_argument("--first-padding", type=int, default=3)
     parser.add_argument("--width", type=int, default=32)
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--data-root", default="../shared/data/medmnist")
+    parser.add_argument("--data-root", default=None,
+                        help="directory of the MedMNIST npz files (default: medmnist's)")
     parser.add_argument("--header", action="store_true", help="print the CSV header first")
     args = parser.parse_args()
     torch.set_num_threads(1)

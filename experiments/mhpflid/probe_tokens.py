@@ -7,7 +7,7 @@ probes): the relative output change when the messenger's channels are permuted, 
 of directions (singular values > 1 % of the largest) the output takes over messenger inputs
 (local input fixed) and over local inputs (messenger input fixed). Prints one CSV row per design.
 
-    python experiments/mhpflid/probe_tokens.py --data-root ../shared/data/medmnist \
+    python experiments/mhpflid/probe_tokens.py --data-root DIR \
         --architectures resnet17,vgg
 """
 
@@ -30,7 +30,8 @@ DESIGNS = [  # (tokens, messenger input size, LayerNorm on tokens)
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--data-root", default="../shared/data/medmnist")
+    parser.add_argument("--data-root", default=None,
+                        help="directory of the MedMNIST npz files (default: medmnist's)")
     parser.add_argument("--dataset", default="breastmnist")
     parser.add_argument("--architectures", default="resnet17,vgg")
     args = parser.parse_args()

@@ -4,10 +4,9 @@ Python compiles a module's source to bytecode when it imports it, and normally k
 beside the source (``__pycache__``) for the next process. Some environments keep none: packages
 installed without compiling them (``uv``'s default, ``pip install --no-compile``) into an image
 that is read-only or has ``PYTHONDONTWRITEBYTECODE`` set (a common container setting). There
-every process compiles every module it imports, every time. On the H200 machine lent in session
-31 (such an environment) a fresh process took 3.6-4.7 s to import torch and 4.3-4.4 s for
-``torch._dynamo``. With this cache filled, a cold pfl command there (session 32) dispatched its
-first round after 6.98 and 7.76 s, against 16.4 and 15.15 s without it (BENCHMARKS.md).
+every process compiles every module it imports, every time: on a GPU machine with such an
+image a fresh process took about 4 s to import torch and as long again for ``torch._dynamo``,
+and with this cache filled a cold command reached its first round in about half the time.
 
 When torch has no bytecode beside its source and Python would not write any there, raysim's
 processes (the command's own, and its Ray's: worker processes, driver hosts, the warm

@@ -47,13 +47,10 @@ PRELOAD_VARIABLE = "RAY_preload_python_modules"
 PRESTART_VARIABLE = "RAY_enable_worker_prestart"
 """The raylet's setting that starts its worker processes as soon as it is up, rather than
 when the first driver connects (as many as its prestart count: one per CPU, or for a local
-Ray what ``startup._prestarting`` sets). Without it they were spawned 1.1 s after the
-raylet on the development machine and 2.3 s after it on an H200 machine (session 29), once
-Ray's two agents had started. The worker processes' import chain (torch, the engine, then
-``torch._dynamo`` in the client workers) is the critical path of a cold command, so it starts
-that much earlier: on the development machine 0.75 s; on an H200 machine (session 31, with
-the prestart count) they spawned 1.4 s after the raylet, 4.0 s after the command (5.2 s in
-session 29)."""
+Ray what ``startup._prestarting`` sets). Without it they are spawned only once
+Ray's two agents have started (1-2 s after the raylet). The worker processes' import chain
+(torch, the engine, then ``torch._dynamo`` in the client workers) is the critical path of a
+cold command, so it starts that much earlier."""
 
 
 STORE_CONNECT_SETTINGS = {"RAY_raylet_client_connect_timeout_milliseconds": "50",

@@ -15,8 +15,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-PROBE_SECONDS = 10.0
-"""How long a cluster's GCS may take to answer before it counts as not answering."""
+PROBE_SECONDS = float(os.environ.get("RAYSIM_PROBE_SECONDS", "10"))
+"""How long a cluster's GCS may take to answer before it counts as not answering
+(``RAYSIM_PROBE_SECONDS``, default 10)."""
 
 _PROBE = """
 import sys

@@ -1,4 +1,4 @@
-"""Stopping an invocation without losing a round (issue #37): the first SIGINT or SIGTERM asks
+"""Stopping an invocation without losing a round: the first SIGINT or SIGTERM asks
 every running run to stop at its next round boundary, where it writes its rows and a checkpoint
 of the last completed round; runs not started yet stay unstarted (``--resume`` starts them). A
 second signal stops at once (``KeyboardInterrupt``), still losing nothing already written."""

@@ -7,9 +7,8 @@ them a write of the whole model into memory the step then reads again. For SGD t
 step's result is ``start - lr * d`` (``d`` the gradient, plus ``weight_decay * start``; with
 momentum, ``d`` is also the new momentum buffer), so the model can take its first gradient
 reading the start itself (its parameters are views of the start's vector) and the step write
-``start - lr * d`` into the model's own vector in one pass. On the development machine a
-W4 client (a 1.08 M-parameter MLP, one step) trained 16-22 % faster in its worker
-(``BENCHMARKS.md``, session 23).
+``start - lr * d`` into the model's own vector in one pass. On a 2-CPU machine a client
+with a 1.08 M-parameter MLP and one step trained 16-22 % faster in its worker.
 
 The arithmetic is torch's single-tensor SGD's (``grad.add(param, alpha=weight_decay)``, then
 ``param.add_(grad, alpha=-lr)``, here with ``out=``), so the weights and the momentum buffers

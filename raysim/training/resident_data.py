@@ -33,8 +33,8 @@ def normalised_cache_bytes(device: torch.device, cap_bytes: int | None, data_byt
     """Bytes of normalised inputs a worker keeps: :data:`NORMALISED_CACHE_BYTES`, and on a
     device with a cap for its data no more than the cap leaves beside the resident rows (the
     data never takes more than its share of the device's memory). On a GPU a client's gather
-    and normalisation kernels took 5 % of the pfl shape's per-client loop (an H200 profile,
-    session 29); what keeping them saves there is not measured."""
+    and normalisation kernels took 5 % of the pfl shape's per-client loop in a profile on an
+    H200; what keeping them saves there is not measured."""
     if device.type == "cpu" or cap_bytes is None:
         return NORMALISED_CACHE_BYTES
     return max(0, min(NORMALISED_CACHE_BYTES, cap_bytes - data_bytes))
@@ -90,7 +90,7 @@ class ResidentData:
     def _all_normalised(self) -> torch.Tensor | None:
         """Every held row's normalised inputs, made once when the normalised cache's budget
         left holds them (else None: each gather normalises its rows): the vectorised path
-        gathers all of a worker's sampled clients every round (BENCHMARKS.md, session 33)."""
+        gathers all of a worker's sampled clients every round."""
         if self._normalised_rows is None and self.info.kind != "tabular":
             size = self.x.numel() * torch.finfo(torch.float32).bits // 8
             if size <= self._cache_left:

@@ -150,8 +150,8 @@ def saves_a_pass(vector: object) -> bool:
     rebinding of the model: for a vector of at least :data:`RELEASE_MIN_VALUES` values on a
     CPU, where the copy they save is a pass over memory. On a GPU that copy is one short
     kernel, while the rebinding is Python per parameter and the first step one kernel per
-    parameter (in an H200 profile of the pfl loop, session 31, about 0.5 ms of a client's
-    10 ms; taking them away showed no difference beyond that card's noise)."""
+    parameter (in a profile of the pfl loop on an H200, about 0.5 ms of a client's 10 ms;
+    taking them away showed no difference beyond that card's noise)."""
     return isinstance(vector, torch.Tensor) and vector.device.type == "cpu" \
         and vector.numel() >= RELEASE_MIN_VALUES
 

@@ -1,5 +1,5 @@
-"""The README's config reference is the schema's (issue #37, item 7): a default or an allowed
-value changed in the code without the README fails here."""
+"""The configuration page's reference is the schema's: a default or an allowed value changed
+in the code without docs/configuration.md fails here."""
 
 from __future__ import annotations
 
@@ -7,15 +7,15 @@ from pathlib import Path
 
 from raysim.config_reference import END, START, render_reference
 
-README = Path(__file__).resolve().parents[1] / "README.md"
+PAGE = Path(__file__).resolve().parents[1] / "docs" / "configuration.md"
 
 
-def test_readme_config_reference_is_rendered_from_the_schema():
-    text = README.read_text()
+def test_the_config_reference_is_rendered_from_the_schema():
+    text = PAGE.read_text()
     block = text[text.index(START):text.index(END) + len(END)]
     assert block == render_reference(), (
-        "README.md's config reference differs from the schema; regenerate it with "
-        "`python -m raysim.config_reference README.md`")
+        "docs/configuration.md's config reference differs from the schema; regenerate it with "
+        "`python -m raysim.config_reference docs/configuration.md`")
 
 
 def test_reference_shows_the_real_defaults():
