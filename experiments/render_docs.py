@@ -32,10 +32,11 @@ A statistic is an inline comment, its rendering, and a closing comment::
     ...<!-- /stat -->
 
 It renders the difference of the means of a and b (``csv_b``: b's row from another CSV), and
-Welch's t from the means, standard deviations (ddof 1) and seed counts; with ``per_seed`` (a
-CSV with a ``seed`` column and the metric as a column) the per-seed differences and the paired
-t instead. The wording is fixed
-by |t|: below 2 "within noise", otherwise "a above b" or "a below b".
+Welch's t from the means, standard deviations (ddof 1) and seed counts, with the
+Welch-Satterthwaite degrees of freedom; with ``per_seed`` (a CSV with a ``seed`` column and the
+metric as a column) the per-seed differences and the paired t with n - 1 degrees of freedom
+instead. Beside t it prints the two-sided p from the t distribution. The wording is fixed by
+p: "above" or "below" at p < 0.05, otherwise "within noise (p = ...)".
 
 A choice on validation data (``<!-- choose ... -->...<!-- /choose -->``, see
 :func:`render_choice`) names the setting with the best mean validation metric and reports its
@@ -53,6 +54,7 @@ import math
 import re
 import sys
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -64,8 +66,8 @@ from scipy import stats
 REPOSITORY = Path(__file__).resolve().parents[1]
 DOCS = REPOSITORY / "docs"
 RESULTS = DOCS / "results"
-NOISE_T = 2.0
-"""|t| below this is reported as within noise."""
+SIGNIFICANCE = 0.05
+"""A difference whose two-sided p is at or above this is reported as within noise."""
 
 _TABLE = re.compile(r"(<!-- table\n(?P<spec>.*?)-->\n)(?P<body>.*?)(<!-- /table -->)", re.S)
 _STAT = re.compile(r"(<!-- stat (?P<spec>[^>]*?) -->)(?P<body>.*?)(<!-- /stat -->)", re.S)
@@ -111,7 +113,7 @@ def _cell(row: pd.Series, metric: str, csv: str) -> str:
         mean, std = row[f"{metric}_mean"], row.get(f"{metric}_std", float("nan"))
         if pd.isna(mean):
             return "-"
-        # mean ± std: always 3 decimals (the issue's convention for summary cells)
+        # mean ± std: always 3 decimals (the convention for summary cells)
         return f"{mean:.3f} (n=1)" if pd.isna(std) else f"{mean:.3f} ± {std:.3f}"
     if metric not in row.index:
         raise ValueError(f"{csv} has no column {metric!r} (nor {metric}_mean)")
@@ -162,33 +164,70 @@ def render_table(spec: Mapping[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def welch_t(mean_a: float, std_a: float, n_a: int, mean_b: float, std_b: float, n_b: int
-            ) -> float:
-    """Welch's t of two groups from their means, standard deviations (ddof 1) and sizes
-    (scipy's ``ttest_ind_from_stats``; +-inf when neither group varies but the means differ)."""
-    if std_a == 0 and std_b == 0:
+@dataclass(frozen=True)
+class Test:
+    """A t statistic, its degrees of freedom and its two-sided p."""
+
+    t: float
+    df: float
+    p: float
+
+
+def _two_sided(t: float, df: float) -> float:
+    if math.isinf(t):
+        return 0.0
+    return float(2 * stats.t.sf(abs(t), df))
+
+
+def welch_test(mean_a: float, std_a: float, n_a: int, mean_b: float, std_b: float, n_b: int
+               ) -> Test:
+    """Welch's t of two groups from their means, standard deviations (ddof 1) and sizes, with
+    the Welch-Satterthwaite degrees of freedom and the two-sided p (+-inf and p 0 when neither
+    group varies but the means differ)."""
+    va, vb = std_a ** 2 / n_a, std_b ** 2 / n_b
+    df = (va + vb) ** 2 / (va ** 2 / (n_a - 1) + vb ** 2 / (n_b - 1)) if va + vb > 0 \
+        else float(n_a + n_b - 2)
+    if va + vb == 0:
         difference = mean_a - mean_b
-        return 0.0 if difference == 0 else math.copysign(math.inf, difference)
-    return float(stats.ttest_ind_from_stats(mean_a, std_a, n_a, mean_b, std_b, n_b,
-                                            equal_var=False).statistic)
+        t = 0.0 if difference == 0 else math.copysign(math.inf, difference)
+        return Test(t, df, 1.0 if t == 0 else 0.0)
+    t = (mean_a - mean_b) / math.sqrt(va + vb)
+    return Test(t, df, _two_sided(t, df))
 
 
-def paired_t(a: np.ndarray, b: np.ndarray) -> float:
-    """The paired t of per-seed values (scipy's ``ttest_rel``; +-inf when the differences do
-    not vary but are not zero)."""
+def paired_test(a: np.ndarray, b: np.ndarray) -> Test:
+    """The paired t of per-seed values with n - 1 degrees of freedom and the two-sided p
+    (+-inf and p 0 when the differences do not vary but are not zero)."""
     differences = a - b
+    df = float(len(differences) - 1)
     if len(differences) < 2 or np.all(differences == differences[0]):
         mean = float(np.mean(differences))
-        return 0.0 if mean == 0 else math.copysign(math.inf, mean)
-    return float(stats.ttest_rel(a, b).statistic)
+        t = 0.0 if mean == 0 else math.copysign(math.inf, mean)
+        return Test(t, df, 1.0 if t == 0 else 0.0)
+    t = float(stats.ttest_rel(a, b).statistic)
+    return Test(t, df, _two_sided(t, df))
 
 
-def _verdict(t: float) -> str:
-    return "within noise" if abs(t) < NOISE_T else ("a above b" if t > 0 else "a below b")
+def welch_t(mean_a: float, std_a: float, n_a: int, mean_b: float, std_b: float, n_b: int
+            ) -> float:
+    """Welch's t alone (:func:`welch_test`)."""
+    return welch_test(mean_a, std_a, n_a, mean_b, std_b, n_b).t
 
 
-def _t_text(t: float) -> str:
-    return ("t = ±inf (no spread)" if math.isinf(t) else f"t = {t:.2f}")
+def _p_text(p: float) -> str:
+    return "p < 0.001" if p < 0.001 else f"p = {p:.3f}"
+
+
+def verdict(test: Test) -> str:
+    """"above" or "below" at p < :data:`SIGNIFICANCE`, else "within noise (p = ...)"."""
+    if test.p < SIGNIFICANCE:
+        return "above" if test.t > 0 else "below"
+    return f"within noise ({_p_text(test.p)})"
+
+
+def _t_text(test: Test) -> str:
+    t = "t = ±inf (no spread)" if math.isinf(test.t) else f"t = {test.t:.2f}"
+    return f"{t}, df {test.df:.1f}, {_p_text(test.p)}"
 
 
 def render_stat(spec: Mapping[str, Any]) -> str:
@@ -200,22 +239,21 @@ def render_stat(spec: Mapping[str, Any]) -> str:
         pivot = frame.pivot_table(index="seed", columns=key, values=metric)
         pairs = pivot[[a, b]].dropna()
         differences = (pairs[a] - pairs[b]).to_numpy()
-        t = paired_t(pairs[a].to_numpy(), pairs[b].to_numpy())
+        test = paired_test(pairs[a].to_numpy(), pairs[b].to_numpy())
         shown = ", ".join(f"{d:+.3f}" for d in differences)
         text = (f"{float(np.mean(differences)):+.3f} {metric} (per seed {shown}; paired "
-                f"{_t_text(t)}, {len(differences)} seeds")
+                f"{_t_text(test)}, {len(differences)} seeds")
     else:
         csv_b = spec.get("csv_b", spec["csv"])  # b may come from another CSV
         row_a = _row(_read(spec["csv"], spec.get("where")), key, a, spec["csv"])
         row_b = _row(_read(csv_b, spec.get("where")), key, b, csv_b)
         groups = [(float(r[f"{metric}_mean"]), float(r[f"{metric}_std"]), _seeds(r, metric))
                   for r in (row_a, row_b)]
-        t = welch_t(*groups[0], *groups[1])
+        test = welch_test(*groups[0], *groups[1])
         text = (f"{groups[0][0] - groups[1][0]:+.3f} {metric} ({groups[0][0]:.3f} vs "
-                f"{groups[1][0]:.3f}; Welch's {_t_text(t)}, {groups[0][2]} vs {groups[1][2]} "
-                "seeds")
-    verdict = _verdict(t).replace("a above b", "above").replace("a below b", "below")
-    return f"{text}: {verdict})"
+                f"{groups[1][0]:.3f}; Welch's {_t_text(test)}, {groups[0][2]} vs "
+                f"{groups[1][2]} seeds")
+    return f"{text}: {verdict(test)})"
 
 
 def render_choice(spec: Mapping[str, Any]) -> str:
@@ -245,10 +283,9 @@ def render_choice(spec: Mapping[str, Any]) -> str:
         a = (float(row[f"{report}_mean"]), float(row[f"{report}_std"]), _seeds(row, report))
         b = (float(base[f"{other['metric']}_mean"]), float(base[f"{other['metric']}_std"]),
              _seeds(base, other["metric"]))
-        t = welch_t(*a, *b)
-        verdict = _verdict(t).replace("a above b", "above").replace("a below b", "below")
+        test = welch_test(*a, *b)
         text += (f"; against {other['key']}: {a[0] - b[0]:+.3f} ({a[0]:.3f} vs {b[0]:.3f}; "
-                 f"Welch's {_t_text(t)}, {a[2]} vs {b[2]} seeds: {verdict})")
+                 f"Welch's {_t_text(test)}, {a[2]} vs {b[2]} seeds: {verdict(test)})")
     return text
 
 

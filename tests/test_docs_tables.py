@@ -42,17 +42,30 @@ def test_cells_come_from_full_precision_with_three_decimals(tmp_path, monkeypatc
         render_docs.render(doc.replace("c}", "missing}"))
 
 
-def test_a_statistic_states_the_difference_welch_t_and_a_verdict_by_the_threshold(
+def test_a_statistic_states_the_difference_welch_t_its_p_and_a_verdict_by_p(
         tmp_path, monkeypatch):
     _summary(tmp_path, monkeypatch)
     rendered = render_docs.render(
         "<!-- stat csv: summary.csv, a: a, b: b, metric: accuracy -->old<!-- /stat -->")
     t = stats.ttest_ind_from_stats(0.82746, 0.01, 3, 0.80049, 0.02, 3, equal_var=False)
     assert f"Welch's t = {t.statistic:.2f}" in rendered and "+0.027 accuracy" in rendered
-    assert "within noise" in rendered if abs(t.statistic) < 2 else "above" in rendered
-    assert render_docs.welch_t(0.6, 0.01, 3, 0.5, 0.01, 3) > 2
-    wide = render_docs.welch_t(0.6, 0.2, 3, 0.5, 0.2, 3)
-    assert abs(wide) < 2 and render_docs._verdict(wide) == "within noise"
+    assert f"p = {t.pvalue:.3f}" in rendered  # scipy's two-sided p at Welch's df
+    assert ("within noise (p = " in rendered) == (t.pvalue >= 0.05)
+
+
+def test_the_verdict_rule_is_p_below_0_05_from_the_t_distribution():
+    def at(t: float, df: float) -> str:
+        return render_docs.verdict(render_docs.Test(t, df, render_docs._two_sided(t, df)))
+
+    assert at(3.18, 2.0).startswith("within noise (p = 0.08")  # |t| >= 2, yet p ~ 0.086
+    assert at(3.18, 8.0) == "above" and at(-3.18, 8.0) == "below"
+    welch = render_docs.welch_test(0.6, 0.01, 3, 0.5, 0.02, 3)
+    reference = stats.ttest_ind_from_stats(0.6, 0.01, 3, 0.5, 0.02, 3, equal_var=False)
+    assert welch.t == pytest.approx(reference.statistic)
+    assert welch.p == pytest.approx(reference.pvalue)  # Welch-Satterthwaite df
+    paired = render_docs.paired_test(np.array([0.9, 0.8, 0.85]), np.array([0.7, 0.75, 0.8]))
+    assert paired.df == 2.0
+    assert paired.p == pytest.approx(stats.ttest_rel([0.9, 0.8, 0.85], [0.7, 0.75, 0.8]).pvalue)
 
 
 def test_a_paired_statistic_lists_the_per_seed_differences(tmp_path, monkeypatch):

@@ -1,5 +1,5 @@
 """Helpers shared by the benchmark scripts (run them from the repository root; the scripts'
-folder and tests/ (for the fixtures) are on sys.path then)."""
+folder is on sys.path then)."""
 
 from __future__ import annotations
 
@@ -7,9 +7,8 @@ import json
 import time
 from pathlib import Path
 
-from fixtures import write_medmnist_npz
-
 from raysim.config import parse_config
+from raysim.data.generated import write_medmnist_npz
 from raysim.engine.runner import run_experiment
 from raysim.results import load
 

@@ -1,6 +1,6 @@
 """A client worker's import chain (torch, the engine, ``torch._dynamo``) in a fresh process, in
 an environment that keeps no compiled bytecode, against the same with raysim's bytecode cache
-(issue #32, item 6; :mod:`raysim.engine.bytecode`), alternated.
+(:mod:`raysim.engine.bytecode`), alternated.
 
 The environment without bytecode is made here with an empty bytecode prefix of its own and
 ``PYTHONDONTWRITEBYTECODE=1`` (nothing read, nothing written: every module compiled from source,

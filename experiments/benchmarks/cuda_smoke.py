@@ -5,17 +5,15 @@ data). One JSON line per algorithm (final accuracy, seconds, device, data reside
     python experiments/benchmarks/cuda_smoke.py
 """
 import json
-import sys
 import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tests"))
 from algorithm_configs import contract_raw
-from fixtures import write_medmnist_npz
 
 from raysim.algorithms import ALGORITHMS
 from raysim.config import parse_config
+from raysim.data.generated import write_medmnist_npz
 from raysim.engine.runner import run_experiment
 from raysim.results import load
 from raysim.results.manifest import read_manifest

@@ -1,4 +1,4 @@
-"""W4, a data-plane-bound shape (issue #32): raysim against a plain in-process loop that keeps
+"""W4, a data-plane-bound shape: raysim against a plain in-process loop that keeps
 the weights as torch tensors.
 
 Workload: FedAvg on the built-in ``synthetic`` set (30 features, 2 classes), 1,000 clients x 4
@@ -30,15 +30,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 import tempfile
 import time
 from pathlib import Path
 
 import numpy as np
 import torch
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tests"))
 
 from raysim.config import parse_config
 from raysim.data import load_dataset

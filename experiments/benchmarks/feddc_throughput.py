@@ -1,4 +1,4 @@
-"""FedDC rounds per second: raysim against a plain per-client PyTorch loop (issue #3).
+"""FedDC rounds per second: raysim against a plain per-client PyTorch loop.
 
 Workloads (one JSON line each, both measured in this invocation):
 
@@ -16,14 +16,13 @@ without evaluation; its rate is measured from the first to the last round's comp
 (start-up excluded and reported separately).
 
     python experiments/benchmarks/feddc_throughput.py [--workload tabular pneumonia]
-        [--data-root ../shared/data/medmnist] [--rounds-tabular 500] [--rounds-pneumonia 200]
+        [--data-root DIR] [--rounds-tabular 500] [--rounds-pneumonia 200]
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -31,11 +30,9 @@ from pathlib import Path
 import numpy as np
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tests"))
-from fixtures import write_medmnist_npz
-
 from raysim.config import parse_config
 from raysim.data import load_dataset, to_tensor
+from raysim.data.generated import write_medmnist_npz
 from raysim.engine.runner import run_experiment
 from raysim.models import build_model
 from raysim.results import load

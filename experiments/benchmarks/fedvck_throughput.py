@@ -1,4 +1,4 @@
-"""FedVCK rounds per second: raysim against a plain PyTorch loop (issue #6).
+"""FedVCK rounds per second: raysim against a plain PyTorch loop.
 
 Workload: PneumoniaMNIST at 28 px, 10 clients, Dirichlet(0.05), ConvNet width 32 with
 BatchNorm; a round is FedVCK's condensation on every client (`--iterations` distribution-matching
@@ -21,7 +21,6 @@ excluded and reported separately).
 from __future__ import annotations
 
 import argparse
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -29,8 +28,6 @@ from pathlib import Path
 import numpy as np
 import torch
 import torch.nn.functional as F
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tests"))
 from bench_common import measure_raysim, medmnist_source, print_ratio
 
 from raysim.condensation.augment import augment

@@ -1,4 +1,4 @@
-"""Start-up of ``raysim run`` as a user runs it, on the pfl shape (issue #32, item 6).
+"""Start-up of ``raysim run`` as a user runs it, on the pfl shape.
 
 The pfl-research CIFAR-10 benchmark's shape (``gpu_vectorized.py``'s ``pfl``: 1,000 clients x
 50 samples of 28x28x3, 50 per round, ``model: cnn``, batch 10, lr 0.1, one local epoch) as a
@@ -7,7 +7,7 @@ a new process (``python -m raysim.cli run``), each from a fresh output folder. F
 command: the wall time of the whole command and the start-up phases its manifest records
 (:func:`raysim.engine.runner.startup_phases`: imports, data, Ray, workers and the first round's
 dispatch after the command). Prints one JSON line per command and the medians. On a GPU the
-config runs 4 workers x 0.25 GPU (the issue's shape); without one, 2 workers on the CPUs.
+config runs 4 workers x 0.25 GPU (the shape measured); without one, 2 workers on the CPUs.
 ``--baseline-tree DIR`` alternates every command with one that runs another checkout of raysim
 (``DIR`` first on ``PYTHONPATH``, e.g. a ``git worktree`` of the commit before a change), on
 the same file, so before and after are measured in one invocation on one machine.
@@ -31,9 +31,7 @@ from pathlib import Path
 
 import yaml
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tests"))
-from fixtures import write_medmnist_npz
-
+from raysim.data.generated import write_medmnist_npz
 from raysim.engine.runner import startup_phases
 from raysim.results.manifest import read_manifest
 

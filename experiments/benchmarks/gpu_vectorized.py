@@ -1,4 +1,4 @@
-"""Vectorised clients against the per-client loop and a plain PyTorch loop, on a GPU (issue #19).
+"""Vectorised clients against the per-client loop and a plain PyTorch loop, on a GPU.
 
 Workloads (FedAvg, no evaluation, rounds per second from the first to the last round's end,
 start-up reported separately):
@@ -42,7 +42,7 @@ Without a GPU every configuration runs on the CPU (``gpus_per_worker`` ignored; 
 ``--rounds``), so the ratios are measured on every machine.
 
     python experiments/benchmarks/gpu_vectorized.py [--workload w2 pfl feddc] [--rounds 100]
-        [--data-root ../shared/data/medmnist] [--model '{"name": "mlp", "hidden": [8]}']
+        [--data-root DIR] [--model '{"name": "mlp", "hidden": [8]}']
 
 ``--model`` replaces every workload's model: with a model this small the training is cheap
 and a round shows what raysim costs around it (the same round shapes, clients and batches).
@@ -64,12 +64,11 @@ from pathlib import Path
 import numpy as np
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tests"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_common import measure_raysim, medmnist_source
-from fixtures import write_medmnist_npz
 
 from raysim.data import load_dataset, to_tensor
+from raysim.data.generated import write_medmnist_npz
 from raysim.errors import ConfigError
 from raysim.models import build_model
 from raysim.schema import DatasetConfig
@@ -202,7 +201,7 @@ def _plain_loop_on_own_ray(spec: dict, dataset: dict, rounds: int, device_type: 
     import gpu_vectorized
     import ray
     folder = Path(__file__).resolve().parent
-    here = [str(folder), str(folder.parents[1] / "tests")]
+    here = [str(folder)]
     os.environ["PYTHONPATH"] = os.pathsep.join(
         here + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p])
     gpus = 1 if device_type == "cuda" else 0
@@ -360,7 +359,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=100)
     parser.add_argument("--no-plain-in-ray", dest="plain_in_ray", action="store_false",
                         help="skip the plain loop run inside a Ray worker process")
-    parser.add_argument("--data-root", default="../shared/data/medmnist")
+    parser.add_argument("--data-root", default=str(Path("~/.medmnist").expanduser()))
     parser.add_argument("--feddc-clients", type=int, default=None,
                         help="FedDC slice clients (default 150 on a GPU, 20 on a CPU)")
     parser.add_argument("--feddc-size", type=int, default=None,

@@ -31,13 +31,11 @@ import tempfile
 from pathlib import Path
 
 import pandas as pd
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tests"))
 from algorithm_configs import contract_raw
-from fixtures import write_medmnist_npz
 
 from raysim.algorithms import ALGORITHMS
 from raysim.config import parse_config
+from raysim.data.generated import write_medmnist_npz
 from raysim.engine.runner import run_experiment
 from raysim.results import load
 

@@ -1,4 +1,4 @@
-"""MH-pFLID rounds per second: raysim against a plain PyTorch loop (issue #5).
+"""MH-pFLID rounds per second: raysim against a plain PyTorch loop.
 
 Workload: 8 clients with 8 architectures (resnet17, shufflenetv2, resnext, squeezenet, senet,
 mobilenetv2, densenet, vgg), 60 BreastMNIST-sized 28 px images each (iid), MH-pFLID's default
@@ -24,7 +24,6 @@ layout (``raysim_over_plain_channels_last``).
 from __future__ import annotations
 
 import argparse
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -32,8 +31,6 @@ from pathlib import Path
 import numpy as np
 import torch
 import torch.nn.functional as F
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tests"))
 from bench_common import measure_raysim, medmnist_source, print_ratio
 
 from raysim.algorithms.mhpflid import MHpFLIDParams

@@ -17,17 +17,14 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 import tempfile
 import time
 from pathlib import Path
 
 import yaml
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tests"))
-from fixtures import write_medmnist_npz
-
 from raysim.config import apply_overrides, parse_config
+from raysim.data.generated import write_medmnist_npz
 from raysim.data.medmnist_io import file_name
 from raysim.engine.runner import run_experiment
 from raysim.results import load
@@ -38,7 +35,7 @@ def main() -> None:
     parser.add_argument("config")
     parser.add_argument("--rounds", type=int, default=10)
     parser.add_argument("--set", action="append", default=[], dest="overrides")
-    parser.add_argument("--data-root", default="../shared/data/medmnist")
+    parser.add_argument("--data-root", default=str(Path("~/.medmnist").expanduser()))
     args = parser.parse_args()
     raw = yaml.safe_load(Path(args.config).read_text())
     variants = raw.pop("variants", None) or {"": {}}

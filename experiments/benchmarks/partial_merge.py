@@ -1,4 +1,4 @@
-"""The driver's merge of the workers' partials (issue #32): ``--partials`` float64 vectors of
+"""The driver's merge of the workers' partials: ``--partials`` float64 vectors of
 ``--values`` values, read-only as they arrive from Ray's object store, summed left to right
 by :func:`raysim.algorithms.blocked_sum.evaluate` (what ``WeightedSum.vector`` does on the
 driver), against a plain PyTorch loop over whole vectors (``clone`` the first, ``add_`` the

@@ -153,7 +153,7 @@ def main() -> None:
     parser.add_argument("--pfl-processes", nargs="+", type=int, default=[1, 2])
     parser.add_argument("--seeds-check", action="store_true",
                         help="also 3 seeds of the pfl shape, merge_seeds auto against never")
-    parser.add_argument("--data-root", default="../shared/data/medmnist")
+    parser.add_argument("--data-root", default=str(Path("~/.medmnist").expanduser()))
     parser.add_argument("--records", help="append the records (JSON lines) to this file")
     parser.add_argument("--skip", nargs="+", default=[], metavar="SIDE",
                         help="sides not to measure (plain_pytorch_loop, flower, ...)")

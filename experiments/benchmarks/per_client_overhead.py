@@ -1,4 +1,4 @@
-"""raysim's per-client work on one worker against the plain PyTorch loop (issue #32's target:
+"""raysim's per-client work on one worker against the plain PyTorch loop (the target:
 <= 5 % overhead per client), for W2, W3 and W4, on one thread, in one process (no Ray: what
 a client worker does between receiving the broadcast and sending its partial). Also ``pfl``,
 the pfl-research CIFAR-10 shape of ``gpu_vectorized.py`` (1,000 clients x 50 generated
@@ -6,7 +6,7 @@ the pfl-research CIFAR-10 shape of ``gpu_vectorized.py`` (1,000 clients x 50 gen
 
 On a GPU (``--device cuda``, the default where one is) both sides run there, the clock read
 after synchronising; with ``--vectorize never`` raysim takes the per-client loop there (the
-path whose ratio to the plain loop issue #32 asks for). Beside ``gpu_vectorized.py``'s figures
+path whose ratio to the plain loop we track). Beside ``gpu_vectorized.py``'s figures
 for the same shapes through Ray, this splits a gap between raysim's per-client code and what
 running in a Ray worker adds.
 
@@ -22,7 +22,7 @@ Rounds alternate between the two (this machine's speed drifts); prints one JSON 
 workload with the median ms per client of each, and ``overhead`` = raysim / plain - 1.
 
     python experiments/benchmarks/per_client_overhead.py [--workloads W2 W3 W4 pfl] [--rounds 7]
-        [--data-root ../shared/data/medmnist] [--device cpu|cuda] [--vectorize auto|never|always]
+        [--data-root DIR] [--device cpu|cuda] [--vectorize auto|never|always]
         [--profile TOP]
 """
 
@@ -45,10 +45,8 @@ import torch
 from torch.autograd import DeviceType
 from torch.profiler import ProfilerActivity, profile
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tests"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from fixtures import write_medmnist_npz
 from gpu_vectorized import WORKLOADS, pfl_dataset
 from gpu_vectorized import config as bench_config
 from vs_flower import workloads
@@ -56,6 +54,7 @@ from vs_flower import workloads
 from raysim.algorithms import ALGORITHMS
 from raysim.algorithms.aggregators import merge_partials, settle
 from raysim.config import parse_config
+from raysim.data.generated import write_medmnist_npz
 from raysim.engine.memory import keep_freed_memory
 from raysim.engine.placement import client_groups
 from raysim.engine.reduction_tree import subtree_roots
@@ -229,7 +228,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--workloads", nargs="+", default=["W2", "W3", "W4"])
     parser.add_argument("--rounds", type=int, default=7)
-    parser.add_argument("--data-root", default="../shared/data/medmnist")
+    parser.add_argument("--data-root", default=str(Path("~/.medmnist").expanduser()))
     parser.add_argument("--device", choices=["cpu", "cuda"],
                         default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--vectorize", choices=["auto", "never", "always"], default="auto")

@@ -1,4 +1,4 @@
-"""The memory of one idle worker process of a raysim Ray (issue #32): what each process that a
+"""The memory of one idle worker process of a raysim Ray: what each process that a
 local Ray starts ahead of time holds once it has imported torch and the engine (Ray's preload).
 Starts a local Ray with raysim's raylet settings and the number of CPUs given, waits until its
 prestarted processes have finished importing, and prints one JSON line with each idle

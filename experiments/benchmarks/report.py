@@ -34,6 +34,11 @@ WORKLOADS = {
 }
 """What each workload is (the records name them by these keys)."""
 
+SHORT = {"W1": "ConvNet, 70 clients x 64 images", "W2": "ConvNet, 150 clients x 8 images",
+         "W3": "MLP, 1,000 clients x 4 rows", "pfl": "CNN, 1,000 clients x 50 images",
+         "w2": "ConvNet, 150 clients x 8 images"}
+"""The workloads' names in the README's short table."""
+
 COMMANDS = {
     "CPU": "`python experiments/benchmarks/vs_flower.py --flower-python FLOWER_PY --pfl-python "
            "PFL_PY --workloads W2,W3 --repeats 3 --records FILE`",
@@ -164,7 +169,7 @@ def render_full(records: list[dict]) -> str:
             "--- | --- | --- | --- |\n")
     lines = []
     for row in [*_cpu_rows(records), *_gpu_rows(records)]:
-        lines.append(f"| {row['workload']}: {WORKLOADS[row['workload']]} | {row['device']} | "
+        lines.append(f"| {WORKLOADS[row['workload']]} | {row['device']} | "
                      f"{row['measure']} | {row['raysim']} | {row['flower']} | {row['pfl']} | "
                      f"{row['plain']} | {row['reference']} | {row['vs_flower']} | "
                      f"{row['vs_pfl']} | {_versions(row['versions'])} | {row['commit']}, "
@@ -187,7 +192,7 @@ def render_headline(records: list[dict]) -> str:
             "raysim vs pfl-research |\n| --- | --- | --- | --- | --- | --- | --- |\n")
     rows = [*_cpu_rows(records), *[r for r in _gpu_rows(records)
                                    if r["measure"].startswith("rounds/s over 20 ")]]
-    lines = [f"| {row['workload']} ({row['measure'].split(',')[0]}) | {row['device']} | "
+    lines = [f"| {SHORT[row['workload']]} ({row['measure'].split(',')[0]}) | {row['device']} | "
              f"{_short(row['raysim'])} | {_short(row['flower'])} | "
              f"{_short(row['pfl'])} | {row['vs_flower']} | "
              f"{row['vs_pfl']} |" for row in rows]

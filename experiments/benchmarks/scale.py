@@ -1,4 +1,4 @@
-"""Scale: memory and rounds per second with 100, 1,000 and 10,000 virtual clients (issue #7).
+"""Scale: memory and rounds per second with 100, 1,000 and 10,000 virtual clients.
 
 Workload (experiments/scale/synthetic_10k.yaml with the client count changed): FedAvg on the
 built-in ``synthetic`` set (40,000 training rows, 30 features), 4 rows per client, 100 clients

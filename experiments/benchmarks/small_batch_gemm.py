@@ -1,4 +1,4 @@
-"""Where W4's per-client time goes (issue #32): the weight gradient of a 1024 x 1024 linear
+"""Where W4's per-client time goes: the weight gradient of a 1024 x 1024 linear
 layer at a small batch is a matrix product with an inner dimension of the batch size,
 ``grad_out.T @ inputs`` ((1024, K) @ (K, 1024)). This times torch's ``mm`` for that shape on one
 thread, beside the time to write its 4 MiB result (``fill_``), the forward product

@@ -1,11 +1,11 @@
-"""What the simulated clock costs (issue #35's target: <= 5 % of a W3-like run's wall time):
+"""What the simulated clock costs (the target: <= 5 % of a W3-like run's wall time):
 the W3 workload of ``vs_flower.py`` (1,000 clients x 4 samples of the synthetic set, 100 per
 round, an MLP, one local step, 50 rounds, FedAvg on 2 workers of 1 CPU) run without
 ``system:`` and with it under each policy (sync, deadline, overselect, fedbuff; the three
 built-in tiers), alternating, in one Ray session. One JSON line per configuration: the median
 over repeats of the steady rounds' seconds (rounds 5 on, from the ``rounds`` table's
 wall_time) and of the whole ``run_experiment`` call (``run_seconds``: preparation, the clock's
-planning, actors, every round; the issue's "run's wall time") and the planning time of the clock
+planning, actors, every round; the run's wall time) and the planning time of the clock
 alone; ``overhead`` and ``run_overhead`` = with / without - 1 (of the medians), and
 ``run_overhead_paired`` the median over repeats of each run against the plain run of its repeat.
 Beside the end-to-end ratio (which this machine's drift of 15-30 % between minutes can hide),
@@ -184,7 +184,7 @@ def fedbuff_worker_ms(raw: dict[str, Any], plan: Any, round_: int = 30,
 
 def stale_versions_sent(plan: Any, num_clients: int, workers: int = 2) -> dict[str, int]:
     """FedBuff's messages over the run: the stale start versions its rounds' clients use
-    (each was in every message before session 26) and those the driver sends (the versions
+    (each was in every message in earlier versions) and those the driver sends (the versions
     some worker of the round does not keep), on the engine's layout of ``workers`` workers
     (contiguous client groups of equal load)."""
     from types import SimpleNamespace

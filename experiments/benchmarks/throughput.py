@@ -1,6 +1,6 @@
 """Local-training throughput of raysim against a plain PyTorch loop and the machine's limit.
 
-Workload (issue #2): FedAvg, ConvNet width 128 depth 3 on 28x28x1 inputs, 100 clients x 64
+Workload: FedAvg, ConvNet width 128 depth 3 on 28x28x1 inputs, 100 clients x 64
 samples, 1 local epoch, batch 32, SGD lr 0.01 momentum 0.9, 3 rounds, 2 workers of 1 CPU each,
 no evaluation. In one invocation it measures
 
@@ -20,7 +20,6 @@ from __future__ import annotations
 import argparse
 import json
 import multiprocessing as mp
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -28,11 +27,9 @@ from pathlib import Path
 import numpy as np
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tests"))
-from fixtures import write_medmnist_npz
-
 from raysim.config import parse_config
 from raysim.data.dataset import DataInfo, to_tensor
+from raysim.data.generated import write_medmnist_npz
 from raysim.engine.runner import run_experiment
 from raysim.models import MODELS, build_model
 from raysim.results import load

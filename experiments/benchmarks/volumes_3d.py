@@ -1,4 +1,4 @@
-"""A 3D round (issue #33): raysim's per-client work on MedMNIST 3D volumes against the plain
+"""A 3D round: raysim's per-client work on MedMNIST 3D volumes against the plain
 PyTorch loop, on one worker, in one process, as ``per_client_overhead.py`` measures it (the
 algorithm's ``local_updates`` through :class:`ClientRuntime`, the per-group ``reduce`` and the
 merge, against one model per client trained with the same SGD steps and summed in float64).
@@ -17,7 +17,7 @@ Rounds alternate between raysim and the plain loop; one JSON line per workload: 
 client of each and ``overhead`` = raysim / plain - 1.
 
     python experiments/benchmarks/volumes_3d.py [--workloads convnet3d convnet3d_vectorised]
-        [--rounds 5] [--data-root ../shared/data/medmnist] [--threads 2]
+        [--rounds 5] [--data-root DIR] [--threads 2]
 """
 
 from __future__ import annotations
@@ -28,11 +28,11 @@ import sys
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tests"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from fixtures import write_volume_npz
 from per_client_overhead import benchmark_data, measure
+
+from raysim.data.generated import write_volume_npz
 
 MODELS: dict[str, tuple[dict[str, Any], str]] = {
     "convnet3d": ({"name": "convnet3d", "width": 16, "depth": 3, "norm": "instance"}, "auto"),
@@ -59,7 +59,7 @@ def main() -> None:
                         choices=sorted(MODELS))
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--data-root", default="../shared/data/medmnist")
+    parser.add_argument("--data-root", default=str(Path("~/.medmnist").expanduser()))
     args = parser.parse_args()
     with benchmark_data(args.data_root, "adrenalmnist3d.npz",
                         lambda d: write_volume_npz(d, n_train=1188, n_test=50), args.threads

@@ -1,7 +1,7 @@
 """raysim against Flower 1.41 end to end: whole-process wall clock of ``raysim run`` and of a
 Flower simulation (``flower_workload.py``) on the same workloads, interleaved, with ratios.
 
-Workloads (issue #17; 2 workers / 2 Flower client actors of 1 CPU; FedAvg, SGD lr 0.01,
+Workloads (2 workers / 2 Flower client actors of 1 CPU; FedAvg, SGD lr 0.01,
 evaluation of the global model after the last round only):
 
 - W1: 70 clients x 64 PneumoniaMNIST images, ConvNet width 128 depth 3, 1 local epoch of
@@ -155,7 +155,7 @@ def main() -> None:
                         "2-CPU comparison)")
     parser.add_argument("--workloads", default="W1,W2,W3,W3x3")
     parser.add_argument("--repeats", type=int, default=2)
-    parser.add_argument("--data-root", default="../shared/data/medmnist")
+    parser.add_argument("--data-root", default=str(Path("~/.medmnist").expanduser()))
     parser.add_argument("--records", help="append every measurement as a JSON record (suite "
                         "`peers`; commit, device, versions) to this file")
     parser.add_argument("--warm-cluster", action="store_true",
@@ -174,8 +174,7 @@ def main() -> None:
         real = (Path(args.data_root) / "pneumoniamnist.npz").exists()
         data_root = args.data_root
         if not real:
-            sys.path.insert(0, str(here.parents[1] / "tests"))
-            from fixtures import write_medmnist_npz
+            from raysim.data.generated import write_medmnist_npz
 
             data_root = str(scratch / "data")
             write_medmnist_npz(Path(data_root), "pneumoniamnist", n_train=12000, n_test=600)

@@ -1,5 +1,5 @@
 #!/bin/bash
-# Build what raysim needs on the lent GPU machine (Python 3.12, torch there, no Ray, no internet)
+# Build what raysim needs on a GPU machine (Python 3.12, torch there, no Ray, no internet)
 # into .gpu/ (git-ignored via .git/info/exclude; carry it: `carry: [".gpu"]`), under the 64 MiB
 # a device call may carry: Ray 2.60 without jars/rllib/tune/serve/data/train/llm/tests and
 # with its binaries stripped (104 MB -> a 27 MB xz tarball), plus jsonschema, pydantic and

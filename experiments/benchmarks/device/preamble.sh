@@ -1,4 +1,4 @@
-# Sourced by the device scripts (checks.sh, session31*.sh) on the lent machine, from the
+# Sourced by the GPU-machine scripts (peers_gpu.sh) on that machine, from the
 # repository root: the carried site unpacked and on PYTHONPATH, and the helpers they share.
 # log MSG: a line with the seconds since the start; fits SECONDS STEP: whether that much is
 # left of BUDGET (seconds; unset: no budget); clean: end every Ray process between steps.

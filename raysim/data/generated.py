@@ -1,0 +1,89 @@
+"""Small generated datasets in the MedMNIST npz layout: offline stand-ins for a subset's file
+(no download, no real data), for tests, benchmarks and trying a config before the real file is
+at hand. The images carry a class-dependent pattern on noise, so a model can learn them and
+one that learns nothing stays at chance."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+
+def write_medmnist_npz(root: Path, flag: str = "pneumoniamnist", *, n_train: int = 400,
+                       n_test: int = 200, size: int = 28, channels: int = 1,
+                       num_classes: int = 2, seed: int = 0) -> Path:
+    """Write ``<root>/<flag>.npz`` with class-dependent bright blobs on noise.
+
+    Class c has a bright 8x8 square at a class-specific position, so a ConvNet can learn it,
+    while a model that learns nothing stays at chance.
+    """
+    rng = np.random.default_rng(seed)
+    arrays = {}
+    for split, count in (("train", n_train), ("val", n_test // 2), ("test", n_test)):
+        labels = rng.integers(0, num_classes, size=count)
+        images = rng.normal(90, 30, size=(count, size, size, channels))
+        for index, label in enumerate(labels):
+            row = 2 + (label * 9) % (size - 10)
+            col = 2 + (label * 5) % (size - 10)
+            images[index, row:row + 8, col:col + 8] += 110
+        images = np.clip(images, 0, 255).astype(np.uint8)
+        if channels == 1:
+            images = images[..., 0]
+        arrays[f"{split}_images"] = images
+        arrays[f"{split}_labels"] = labels.reshape(-1, 1).astype(np.uint8)
+    root.mkdir(parents=True, exist_ok=True)
+    name = f"{flag}.npz" if size == 28 else f"{flag}_{size}.npz"
+    path = root / name
+    np.savez_compressed(path, **arrays)
+    return path
+
+
+def write_multilabel_npz(root: Path, flag: str = "chestmnist", *, n_train: int = 400,
+                         n_test: int = 200, size: int = 28, num_labels: int = 14,
+                         seed: int = 0) -> Path:
+    """Write ``<root>/<flag>.npz`` in ChestMNIST's layout: grey images, a (N, 14) uint8 row of
+    0/1 labels per image. Label k is present with probability from 0.35 down to 0.05 (common
+    and rare findings, and images with none) and draws a bright 4x4 square at its own place
+    on a 4x4 grid, so a ConvNet can learn every label."""
+    rng = np.random.default_rng(seed)
+    rates = np.linspace(0.35, 0.05, num_labels)
+    step = (size - 4) // 4
+    arrays = {}
+    for split, count in (("train", n_train), ("val", n_test // 2), ("test", n_test)):
+        labels = (rng.random((count, num_labels)) < rates).astype(np.uint8)
+        images = rng.normal(90, 30, size=(count, size, size))
+        for label in range(num_labels):
+            row, col = 2 + (label // 4) * step, 2 + (label % 4) * step
+            images[labels[:, label] == 1, row:row + 4, col:col + 4] += 120
+        arrays[f"{split}_images"] = np.clip(images, 0, 255).astype(np.uint8)
+        arrays[f"{split}_labels"] = labels
+    return _save(root, flag, size, arrays)
+
+
+def write_volume_npz(root: Path, flag: str = "adrenalmnist3d", *, n_train: int = 160,
+                     n_test: int = 80, size: int = 28, num_classes: int = 2,
+                     seed: int = 0) -> Path:
+    """Write ``<root>/<flag>.npz`` in the MedMNIST 3D layout: (N, D, H, W) uint8 volumes with a
+    bright 6^3 cube at a class-specific place on noise, and (N, 1) labels."""
+    rng = np.random.default_rng(seed)
+    arrays = {}
+    for split, count in (("train", n_train), ("val", n_test // 2), ("test", n_test)):
+        labels = rng.integers(0, num_classes, size=count)
+        volumes = rng.normal(90, 30, size=(count, size, size, size)).astype(np.float32)
+        for label in range(num_classes):
+            at = 2 + (label * 7) % (size - 8)
+            volumes[labels == label, at:at + 6, at:at + 6, 2:8] += 110
+        arrays[f"{split}_images"] = np.clip(volumes, 0, 255).astype(np.uint8)
+        arrays[f"{split}_labels"] = labels.reshape(-1, 1).astype(np.uint8)
+    return _save(root, flag, size, arrays)
+
+
+__all__ = ["write_medmnist_npz", "write_multilabel_npz", "write_volume_npz"]
+
+
+def _save(root: Path, flag: str, size: int, arrays: dict[str, np.ndarray]) -> Path:
+    root.mkdir(parents=True, exist_ok=True)
+    path = root / (f"{flag}.npz" if size == 28 else f"{flag}_{size}.npz")
+    np.savez_compressed(path, **arrays)
+    return path
