@@ -93,6 +93,18 @@ def _parser() -> argparse.ArgumentParser:
                      help="directory holding the MedMNIST npz files")
     costs.add_argument("--csv", help="also write the tables to this CSV file (column "
                        "`experiment`: the variant)")
+    estimate = commands.add_parser(
+        "estimate", help="project the wall time and device-hours of a whole config (every "
+        "seed and variant) from a few rounds run here")
+    estimate.add_argument("config", help="experiment YAML file")
+    estimate.add_argument("--rounds", type=int, default=3,
+                          help="rounds to run of each variant's first seed (default 3)")
+    estimate.add_argument("--set", dest="overrides", action="append", default=[],
+                          metavar="KEY=VALUE", help="override a config field (repeatable)")
+    estimate.add_argument("--variant", dest="variants", action="append", default=[],
+                          metavar="LABEL", help="estimate only this variant (repeatable)")
+    estimate.add_argument("--data-root", type=_directory,
+                          help="directory holding the MedMNIST npz files")
     report = commands.add_parser("report", help="summary table and learning curves of results")
     report.add_argument("paths", nargs="+", metavar="PATH",
                         help="results directories (runs, experiments or trees); several are "
@@ -399,6 +411,39 @@ def _cluster(args: argparse.Namespace) -> int:
     return 0
 
 
+def _estimate(args: argparse.Namespace) -> int:
+    import os as _os
+
+    from raysim.config import load_experiments
+    from raysim.engine.startup import ensure_ray, stop_local_ray
+    from raysim.estimate import describe, measure, project
+
+    if args.rounds < 2:
+        raise RaysimError(f"Invalid --rounds {args.rounds}: the estimate needs at least 2 rounds "
+                          "(the first pays for warm-up; steady rounds are measured after it).")
+    experiments = load_experiments(args.config, args.overrides)
+    unknown = [label for label in args.variants if label not in experiments]
+    if unknown:
+        raise RaysimError(f"Unknown variant {unknown[0]!r} for --variant: {args.config} defines "
+                          f"{', '.join(label for label in experiments if label) or 'no variants'}.")
+    if args.variants:
+        experiments = {label: experiments[label] for label in args.variants}
+    try:
+        for config in experiments.values():
+            for notice in ensure_ray(config, runs=list(experiments.values())):
+                print(notice, file=sys.stderr)
+        import ray
+
+        resources = ray.cluster_resources()
+        probes, concurrent, gpus = measure(experiments, args.rounds, args.data_root)
+    finally:
+        stop_local_ray()
+    machine = (f"this machine ({resources.get('CPU', 0):g} CPUs, {resources.get('GPU', 0):g} "
+               f"GPUs, {_os.cpu_count()} cores)")
+    print(describe(project(experiments, probes, concurrent, gpus), machine))
+    return 0
+
+
 def _report(args: argparse.Namespace) -> int:
     from raysim.results.report import report
 
@@ -426,7 +471,7 @@ def main(argv: Sequence[str] | None = None, started_at: float | None = None) -> 
     use_cached_bytecode()  # before torch is imported (raysim.engine.bytecode)
     args = _parser().parse_args(argv)
     handlers = {"run": _run, "sweep": _sweep, "validate": _validate, "costs": _costs,
-                "report": _report, "cluster": _cluster}
+                "report": _report, "cluster": _cluster, "estimate": _estimate}
     try:
         return handlers[args.command](args)
     except RaysimError as error:

@@ -6,6 +6,7 @@ one that learns nothing stays at chance."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -19,7 +20,7 @@ def write_medmnist_npz(root: Path, flag: str = "pneumoniamnist", *, n_train: int
     while a model that learns nothing stays at chance.
     """
     rng = np.random.default_rng(seed)
-    arrays = {}
+    arrays: dict[str, Any] = {}
     for split, count in (("train", n_train), ("val", n_test // 2), ("test", n_test)):
         labels = rng.integers(0, num_classes, size=count)
         images = rng.normal(90, 30, size=(count, size, size, channels))
@@ -49,7 +50,7 @@ def write_multilabel_npz(root: Path, flag: str = "chestmnist", *, n_train: int =
     rng = np.random.default_rng(seed)
     rates = np.linspace(0.35, 0.05, num_labels)
     step = (size - 4) // 4
-    arrays = {}
+    arrays: dict[str, Any] = {}
     for split, count in (("train", n_train), ("val", n_test // 2), ("test", n_test)):
         labels = (rng.random((count, num_labels)) < rates).astype(np.uint8)
         images = rng.normal(90, 30, size=(count, size, size))
@@ -67,7 +68,7 @@ def write_volume_npz(root: Path, flag: str = "adrenalmnist3d", *, n_train: int =
     """Write ``<root>/<flag>.npz`` in the MedMNIST 3D layout: (N, D, H, W) uint8 volumes with a
     bright 6^3 cube at a class-specific place on noise, and (N, 1) labels."""
     rng = np.random.default_rng(seed)
-    arrays = {}
+    arrays: dict[str, Any] = {}
     for split, count in (("train", n_train), ("val", n_test // 2), ("test", n_test)):
         labels = rng.integers(0, num_classes, size=count)
         volumes = rng.normal(90, 30, size=(count, size, size, size)).astype(np.float32)
@@ -82,7 +83,7 @@ def write_volume_npz(root: Path, flag: str = "adrenalmnist3d", *, n_train: int =
 __all__ = ["write_medmnist_npz", "write_multilabel_npz", "write_volume_npz"]
 
 
-def _save(root: Path, flag: str, size: int, arrays: dict[str, np.ndarray]) -> Path:
+def _save(root: Path, flag: str, size: int, arrays: dict[str, Any]) -> Path:
     root.mkdir(parents=True, exist_ok=True)
     path = root / (f"{flag}.npz" if size == 28 else f"{flag}_{size}.npz")
     np.savez_compressed(path, **arrays)

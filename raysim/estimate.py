@@ -1,0 +1,166 @@
+"""What running a whole config costs on this machine, projected from a few measured rounds
+(``raysim estimate``): wall time for every seed and variant, and device-hours (GPU-hours where
+the workers get GPUs, else CPU-hours).
+
+Each variant runs its first seed for a few rounds on this machine's Ray (the config's model,
+data, clients, local work and engine; results in a temporary directory). Its steady seconds per
+round (from the end of its first round to the end of its last, so start-up and the first
+round's warm-up stay out) and the seconds of one evaluation give one run's time:
+``rounds x round + evaluations x evaluation``. The runs (seeds x variants) are then scheduled
+in order on as many slots as the machine fits runs at once, as ``raysim run`` does, after the
+start-up measured by the first probe.
+"""
+
+from __future__ import annotations
+
+import heapq
+import tempfile
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from raysim.config import ExperimentConfig
+
+
+@dataclass(frozen=True)
+class Probe:
+    """What a few rounds of one variant measured."""
+
+    rounds: int
+    round_s: float
+    """Steady seconds per round."""
+    evaluation_s: float
+    """Seconds of one evaluation (0 when the probe evaluated nothing)."""
+    startup_s: float
+    """Seconds from the probe's start to its first round's end, less one steady round."""
+
+
+@dataclass(frozen=True)
+class VariantCost:
+    """One variant's projected run."""
+
+    label: str
+    runs: int
+    rounds: int
+    run_s: float
+    probe: Probe
+    devices_per_run: float
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """The projection of a whole config."""
+
+    variants: list[VariantCost]
+    concurrent_runs: int
+    startup_s: float
+    wall_s: float
+    device_hours: float
+    device: str
+    """"GPU" or "CPU": what the device-hours count."""
+
+
+def evaluations(config: ExperimentConfig) -> int:
+    """How many times a run of ``config`` evaluates: every ``evaluation.every`` rounds and
+    after the last (none when ``every`` is 0)."""
+    every, rounds = config.evaluation.every, config.training.rounds
+    if every <= 0:
+        return 0
+    return len(set(range(every - 1, rounds, every)) | {rounds - 1})
+
+
+def makespan(durations: list[float], slots: int) -> float:
+    """The time ``durations`` take when started in order on ``slots`` parallel slots, each
+    starting when a slot frees (list scheduling, as runs wait for resources)."""
+    ends = [0.0] * max(1, slots)
+    for duration in durations:
+        heapq.heapreplace(ends, ends[0] + duration)  # the slot that frees first
+    return max(ends)
+
+
+def project(configs: Mapping[str, ExperimentConfig], probes: Mapping[str, Probe],
+            concurrent_runs: int, uses_gpus: bool) -> Estimate:
+    """The whole config's cost from each variant's probe (see the module docstring)."""
+    costs = []
+    for label, config in configs.items():
+        probe = probes[label]
+        engine = config.engine
+        devices = engine.num_workers * (engine.gpus_per_worker if uses_gpus
+                                        else engine.cpus_per_worker)
+        run_s = config.training.rounds * probe.round_s + evaluations(config) * probe.evaluation_s
+        costs.append(VariantCost(label, len(config.seeds), config.training.rounds, run_s, probe,
+                                 devices))
+    durations = [cost.run_s for cost in costs for _ in range(cost.runs)]
+    startup = next(iter(probes.values())).startup_s
+    hours = sum(cost.run_s * cost.runs * cost.devices_per_run for cost in costs) / 3600
+    return Estimate(costs, concurrent_runs, startup, startup + makespan(durations, concurrent_runs),
+                    hours, "GPU" if uses_gpus else "CPU")
+
+
+def measure(configs: Mapping[str, ExperimentConfig], rounds: int, data_root: str | None
+            ) -> tuple[dict[str, Probe], int, bool]:
+    """Run ``rounds`` rounds of each variant's first seed; returns the probes, how many runs
+    of the config fit at once here, and whether the workers get GPUs."""
+    from raysim.engine.runner import _concurrent_runs, _uses_gpus, run_experiments
+    from raysim.errors import RunError
+    from raysim.results import load
+
+    probes: dict[str, Probe] = {}
+    with tempfile.TemporaryDirectory(prefix="raysim-estimate-") as scratch:
+        for label, config in configs.items():
+            measured = min(rounds, config.training.rounds)
+            probe_config = config.model_copy(update={
+                "seeds": config.seeds[:1],
+                "training": config.training.model_copy(update={"rounds": measured}),
+                "evaluation": config.evaluation.model_copy(update={
+                    "every": measured if config.evaluation.every > 0 else 0,
+                    "membership_audit": 0})})
+            started = time.time()
+            outcome = run_experiments({label: probe_config}, data_root=data_root,
+                                      output=scratch, progress=False)[0]
+            if outcome.error is not None:
+                raise RunError(f"The estimate's probe of {label or config.name} failed: "
+                               f"{outcome.error}")
+            table = load(outcome.run_dir)
+            ends = table["wall_time"].to_numpy()
+            evaluation = float(table["seconds_evaluate"].fillna(0).max()) \
+                if "seconds_evaluate" in table else 0.0
+            steady = (float(ends[-1] - ends[0]) - evaluation) / (len(ends) - 1) \
+                if len(ends) > 1 else float(ends[0] - started)
+            probes[label] = Probe(measured, max(steady, 0.0), evaluation,
+                                  max(float(ends[0] - started) - steady, 0.0))
+        return probes, _concurrent_runs(configs.values()), any(
+            _uses_gpus(config) for config in configs.values())
+
+
+def _duration(seconds: float) -> str:
+    if seconds < 120:
+        return f"{seconds:.0f} s"
+    if seconds < 7200:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds / 3600:.1f} h"
+
+
+def describe(estimate: Estimate, machine: str) -> str:
+    """The estimate as a table and the lines that say how it was projected."""
+    lines = ["variant | runs | s/round (steady) | evaluation s | rounds | one run",
+             "--- | --- | --- | --- | --- | ---"]
+    for cost in estimate.variants:
+        lines.append(f"{cost.label or '(config)'} | {cost.runs} | {cost.probe.round_s:.3f} | "
+                     f"{cost.probe.evaluation_s:.2f} | {cost.rounds} | {_duration(cost.run_s)}")
+    runs = sum(cost.runs for cost in estimate.variants)
+    lines += [
+        "",
+        f"projected wall time: {_duration(estimate.wall_s)} for {runs} runs, "
+        f"{estimate.concurrent_runs} at a time on {machine}; "
+        f"{estimate.device_hours:.2f} {estimate.device}-hours",
+        f"how: each variant's first seed ran {estimate.variants[0].probe.rounds} rounds here; "
+        "one run = the config's rounds x the steady seconds per round (from the end of the "
+        "first round to the end of the last) + its evaluations x one evaluation's seconds; "
+        f"runs scheduled in order after {estimate.startup_s:.1f} s of start-up. Later rounds "
+        "are assumed to cost what the measured ones did."]
+    return "\n".join(lines)
+
+
+__all__ = ["Estimate", "Probe", "VariantCost", "describe", "evaluations", "makespan", "measure",
+           "project"]

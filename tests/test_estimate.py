@@ -1,0 +1,50 @@
+"""`raysim estimate`: a whole config's wall time and device-hours, projected from a few rounds
+measured here."""
+
+from __future__ import annotations
+
+import pytest
+from conftest import quickstart_raw
+
+from raysim.config import parse_config
+from raysim.estimate import Probe, evaluations, makespan, measure, project
+
+
+def test_runs_are_scheduled_in_order_on_the_slots_that_free_first():
+    assert makespan([10, 10, 10], 1) == 30
+    assert makespan([10, 10, 10], 2) == 20
+    assert makespan([10, 1, 1, 1], 2) == 10  # the short runs take the free slot in turn
+    assert makespan([], 3) == 0
+
+
+def test_a_run_evaluates_every_k_rounds_and_after_the_last():
+    config = parse_config(quickstart_raw(training={"rounds": 10}, evaluation={"every": 4}))
+    assert evaluations(config) == 3  # rounds 3, 7 and 9
+    assert evaluations(config.model_copy(update={
+        "evaluation": config.evaluation.model_copy(update={"every": 0})})) == 0
+
+
+def test_the_projection_counts_every_seed_and_variant():
+    fast = parse_config(quickstart_raw(training={"rounds": 100}, evaluation={"every": 50},
+                                       seeds=[0, 1, 2]))
+    slow = fast.model_copy(update={"seeds": [0, 1]})
+    probes = {"fast": Probe(3, 0.5, 2.0, 4.0), "slow": Probe(3, 1.0, 2.0, 4.0)}
+    estimate = project({"fast": fast, "slow": slow}, probes, concurrent_runs=2,
+                       uses_gpus=False)
+    fast_run, slow_run = 100 * 0.5 + 2 * 2.0, 100 * 1.0 + 2 * 2.0
+    assert [c.run_s for c in estimate.variants] == [fast_run, slow_run]
+    assert estimate.wall_s == pytest.approx(4.0 + makespan([fast_run] * 3 + [slow_run] * 2, 2))
+    cpus = fast.engine.num_workers * fast.engine.cpus_per_worker
+    assert estimate.device_hours == pytest.approx((3 * fast_run + 2 * slow_run) * cpus / 3600)
+    assert estimate.device == "CPU"
+
+
+def test_a_probe_measures_steady_rounds_of_the_first_seed(ray_session):
+    config = parse_config(quickstart_raw(training={"rounds": 40}, seeds=[0, 1, 2]))
+    probes, concurrent, gpus = measure({"": config}, rounds=3, data_root=None)
+    probe = probes[""]
+    assert probe.rounds == 3 and probe.round_s > 0 and probe.evaluation_s >= 0
+    assert concurrent >= 1 and gpus is False
+    estimate = project({"": config}, probes, concurrent, gpus)
+    assert estimate.variants[0].runs == 3
+    assert estimate.variants[0].run_s >= 40 * probe.round_s
