@@ -58,11 +58,10 @@ STORE_CONNECT_SETTINGS = {"RAY_raylet_client_connect_timeout_milliseconds": "50"
 """How long a raylet waits between attempts to connect to its own object store (and a worker
 process to its raylet): 50 ms, with 200 attempts, so the total patience stays Ray's default
 10 s (10 attempts, 1 s apart). The raylet starts the store in a thread and connects to it at
-once; when the store is not listening yet, Ray's default waits a whole second. On the
-development machine that happened in 7 of 15 starts of a local Ray (``ray.init`` 2.72-2.84 s
+once; when the store is not listening yet, Ray's default waits a whole second. On a
+2-CPU machine that happened in 7 of 15 starts of a local Ray (``ray.init`` 2.72-2.84 s
 against 1.71-1.87 s), and in none of 15 with these settings, where 6 starts retried after
-about 50 ms (1.71-1.88 s; mean 2.263 -> 1.79 s, alternated;
-``experiments/benchmarks/ray_store_connect.py --repeats 15``). A value the user set is kept."""
+about 50 ms. A value the user set is kept."""
 
 
 def raylet_environment() -> dict[str, str]:
