@@ -4,12 +4,12 @@ PyTorch's CPU convolutions (oneDNN) run faster on channels-last (NHWC) tensors t
 default contiguous (NCHW) layout; a model whose weights are channels-last makes every
 convolution's output channels-last too, so converting the model is enough. Measured on a
 2-CPU machine (one thread, batch 8, forward + backward, 28 px): 1.08-1.57x faster for the
-eight MH-pFLID architectures (BatchNorm), 1.37x for the messenger at 112 px, 1.25-1.28x for a
-ConvNet without normalisation or with BatchNorm. GroupNorm (the ConvNet's "instance" norm, the GroupNorm ResNets) is the
-exception: channels-last made a width-128 ConvNet 0.73x as fast, so ``auto`` leaves models
-with group or instance normalisation contiguous. The layout changes only the order of
-floating-point sums, so results differ from the contiguous layout in the last bits and are as
-deterministic.
+eight MH-pFLID architectures (BatchNorm), 1.37x for the messenger at 112 px, 1.25-1.28x for
+a ConvNet without normalisation or with BatchNorm. GroupNorm (the ConvNet's "instance" norm,
+the GroupNorm ResNets) is the exception: channels-last made a width-128 ConvNet 0.73x as
+fast, so ``auto`` leaves models with group or instance normalisation contiguous. The layout
+changes only the order of floating-point sums, so results differ from the contiguous layout
+in the last bits and are as deterministic.
 """
 
 from __future__ import annotations
