@@ -20,6 +20,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from raysim.config import ExperimentConfig
+from raysim.engine.progress import duration_text
 
 
 @dataclass(frozen=True)
@@ -133,25 +134,17 @@ def measure(configs: Mapping[str, ExperimentConfig], rounds: int, data_root: str
             _uses_gpus(config) for config in configs.values())
 
 
-def _duration(seconds: float) -> str:
-    if seconds < 120:
-        return f"{seconds:.0f} s"
-    if seconds < 7200:
-        return f"{seconds / 60:.0f} min"
-    return f"{seconds / 3600:.1f} h"
-
-
 def describe(estimate: Estimate, machine: str) -> str:
     """The estimate as a table and the lines that say how it was projected."""
     lines = ["variant | runs | s/round (steady) | evaluation s | rounds | one run",
              "--- | --- | --- | --- | --- | ---"]
     for cost in estimate.variants:
         lines.append(f"{cost.label or '(config)'} | {cost.runs} | {cost.probe.round_s:.3f} | "
-                     f"{cost.probe.evaluation_s:.2f} | {cost.rounds} | {_duration(cost.run_s)}")
+                     f"{cost.probe.evaluation_s:.2f} | {cost.rounds} | {duration_text(cost.run_s)}")
     runs = sum(cost.runs for cost in estimate.variants)
     lines += [
         "",
-        f"projected wall time: {_duration(estimate.wall_s)} for {runs} runs, "
+        f"projected wall time: {duration_text(estimate.wall_s)} for {runs} runs, "
         f"{estimate.concurrent_runs} at a time on {machine}; "
         f"{estimate.device_hours:.2f} {estimate.device}-hours",
         f"how: each variant's first seed ran {estimate.variants[0].probe.rounds} rounds here; "

@@ -1,6 +1,6 @@
-"""The package's layers only point down: cli -> sweep/engine (Ray) -> config/preparation/system ->
-algorithms -> training/condensation/privacy (Ray-free) -> models -> data/results -> schema/errors/
-seeding. An import running back up (type-only imports included) fails here."""
+"""The package's layers only point down: cli -> sweep/engine/estimate (Ray) ->
+config/preparation/system -> algorithms -> training/condensation/privacy (Ray-free) -> models ->
+data/results -> schema/errors/seeding. An import running back up (type-only imports included) fails here."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "raysim"
 
 LAYERS = {  # higher imports lower or equal, never the other way
     "cli": 8, "__main__": 8,
-    "sweep": 7, "engine": 7,
+    "sweep": 7, "engine": 7, "estimate": 7,
     "config": 6, "preparation": 6, "config_reference": 6, "system": 6,
     "algorithms": 5,
     "training": 4, "condensation": 4, "privacy": 4,

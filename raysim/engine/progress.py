@@ -77,7 +77,7 @@ class RunProgress:
         if not math.isnan(accuracy):
             details.append(f"acc {accuracy:.3f}")
         if eta is not None and round_ < self.rounds[key]:
-            details.append(f"ETA {_duration(eta)}")
+            details.append(f"ETA {duration_text(eta)}")
         if self.terminal:
             bar = self.bars[key]
             bar.update(round_ - bar.n)
@@ -94,7 +94,7 @@ class RunProgress:
         e.g. its privacy budget)."""
         if self.terminal or not self.show:
             return
-        took = "" if seconds is None else f" in {_duration(seconds)}"
+        took = "" if seconds is None else f" in {duration_text(seconds)}"
         if error:
             text = f"failed{took}: {error}"
         elif interrupted is not None:
@@ -114,7 +114,8 @@ class RunProgress:
         print(text, file=self.stream, flush=True)
 
 
-def _duration(seconds: float) -> str:
+def duration_text(seconds: float) -> str:
+    """A duration as people read it: seconds up to 90 s, minutes up to 90 min, then hours."""
     if seconds < 90:
         return f"{seconds:.0f} s"
     if seconds < 5400:
