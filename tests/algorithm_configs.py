@@ -1,45 +1,19 @@
-"""One small configuration per registered algorithm (3 clients, 3 rounds, a generated
-PneumoniaMNIST-layout file): the contract tests and the metrics fingerprint use them."""
+"""The per-algorithm configurations of the metrics fingerprint
+(``experiments/benchmarks/algorithm_configs.py``), which the contract tests run too."""
 
 from __future__ import annotations
 
-HETERO = {"clients": {"architectures": ["resnet5", "shufflenetv2"], "assign": "cycle"},
-          "model": {"name": "resnet5"}}
-CONFIGS: dict[str, dict] = {
-    "fedavg": {},
-    "fedprox": {"algorithm": {"name": "fedprox", "mu": 0.1}},
-    "centralized": {},
-    "local": HETERO,
-    "feddc": {"algorithm": {"name": "feddc", "daisy_period": 1, "aggregation_period": 2}},
-    "fedsm": {"algorithm": {"name": "fedsm", "gamma": 0.5},
-              "partition": {"scheme": "iid", "num_clients": 3, "site_shift": {"strength": 1.0}}},
-    "feddm": {"algorithm": {"name": "feddm", "iterations": 3, "real_per_class": 8,
-                            "server_epochs": 1, "server_batch_size": 16},
-              "model": {"name": "convnet", "width": 8, "depth": 2, "norm": "batch"}},
-    "fedvck": {"algorithm": {"name": "fedvck", "iterations": 3, "real_per_class": 8,
-                             "server_epochs": 1, "server_batch_size": 16, "hard_negatives": 1},
-               "model": {"name": "convnet", "width": 8, "depth": 2, "norm": "batch"}},
-    "mhpflid": {**HETERO, "algorithm": {"name": "mhpflid", "injection_epochs": 1,
-                                        "distillation_epochs": 1,
-                                        "messenger_widths": [8, 8, 16], "messenger_hidden": 8}},
-    "fedmd": {**HETERO, "algorithm": {"name": "fedmd", "public_per_client": 4,
-                                      "pretrain_epochs": 1}},
-    "feddf": {**HETERO, "algorithm": {"name": "feddf", "public_per_client": 4,
-                                      "distillation_steps": 3, "distillation_batch_size": 8}},
-}
+import importlib.util
+from pathlib import Path
 
+_SOURCE = Path(__file__).resolve().parents[1] / "experiments" / "benchmarks" / "algorithm_configs.py"
+_SPEC = importlib.util.spec_from_file_location("benchmark_algorithm_configs", _SOURCE)
+assert _SPEC is not None and _SPEC.loader is not None
+_MODULE = importlib.util.module_from_spec(_SPEC)
+_SPEC.loader.exec_module(_MODULE)
 
-def contract_raw(root, name: str) -> dict:
-    """A 3-client, 3-round config of algorithm ``name`` on the data under ``root``."""
-    raw = {
-        "name": f"contract-{name}",
-        "dataset": {"name": "pneumoniamnist", "root": str(root), "download": False,
-                    "verify_checksum": False},
-        "partition": {"scheme": "iid", "num_clients": 3},
-        "model": {"name": "convnet", "width": 8, "depth": 2},
-        "algorithm": {"name": name},
-        "training": {"rounds": 3, "batch_size": 16, "optimizer": {"name": "adam", "lr": 0.003}},
-        "seeds": [0],
-    }
-    raw.update(CONFIGS[name])
-    return raw
+CONFIGS = _MODULE.CONFIGS
+HETERO = _MODULE.HETERO
+contract_raw = _MODULE.contract_raw
+
+__all__ = ["CONFIGS", "HETERO", "contract_raw"]
