@@ -17,7 +17,6 @@ from conftest import quickstart_raw
 
 from raysim.cli import main
 from raysim.config import parse_config
-from raysim.engine import startup
 from raysim.engine.concurrency import processes_at_start, runs_at_once
 
 
@@ -248,7 +247,7 @@ from raysim.config import parse_config
 from raysim.engine import startup
 
 gpus = float(sys.argv[1])  # the GPUs the start is told Ray will find
-startup._gpus_ray_will_detect = lambda: gpus
+startup.gpus_ray_will_detect = lambda: gpus
 configs = [parse_config(json.loads(raw)) for raw in sys.argv[2:]]
 startup.ensure_ray(configs[0], runs=configs)
 """ + _SESSION_RAYLET + """
@@ -303,6 +302,8 @@ def test_the_processes_started_ahead_of_time_are_those_of_the_runs_that_fit_at_o
 def test_the_start_counts_the_gpus_ray_will_find_and_may_use(monkeypatch):
     from ray._private import accelerators
 
+    from raysim.engine import ray_internals
+
     class EightGpus:
         @staticmethod
         def get_current_node_num_accelerators() -> int:
@@ -316,9 +317,9 @@ def test_the_start_counts_the_gpus_ray_will_find_and_may_use(monkeypatch):
     monkeypatch.setattr(accelerators, "get_accelerator_manager_for_resource",
                         lambda resource: EightGpus if resource == "GPU" else None)
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
-    assert startup._gpus_ray_will_detect() == 8.0
+    assert ray_internals.gpus_ray_will_detect() == 8.0
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1")
-    assert startup._gpus_ray_will_detect() == 2.0
+    assert ray_internals.gpus_ray_will_detect() == 2.0
 
 
 _CONSOLE = """

@@ -13,32 +13,12 @@ import os
 import socket
 import subprocess
 import sys
-from pathlib import Path
+
+from raysim.engine.ray_internals import GCS_PROBE, ray_address_file
 
 PROBE_SECONDS = float(os.environ.get("RAYSIM_PROBE_SECONDS", "10"))
 """How long a cluster's GCS may take to answer before it counts as not answering
 (``RAYSIM_PROBE_SECONDS``, default 10)."""
-
-_PROBE = """
-import sys
-from ray._raylet import GcsClient
-client = GcsClient(address=sys.argv[1])
-client.internal_kv_get(b"raysim-probe", None, timeout=float(sys.argv[2]))
-"""
-
-
-def ray_address_file() -> Path:
-    """Where ``ray start`` records the address of the cluster it started on this machine
-    (Ray's rule: ``$RAY_TMPDIR``, else ``$TMPDIR`` on Linux, else ``/tmp``, then
-    ``ray/ray_current_cluster``)."""
-    try:
-        from ray._common.utils import get_ray_address_file
-
-        return Path(get_ray_address_file(None))
-    except ImportError:  # a Ray without this helper: its documented default
-        base = os.environ.get("RAY_TMPDIR") or os.environ.get("TMPDIR") or "/tmp"
-        return Path(base) / "ray" / "ray_current_cluster"
-
 
 def accepts_connections(address: str, timeout: float = 2.0) -> bool:
     """Whether anything accepts TCP connections at host:port (necessary, not sufficient, for
@@ -58,7 +38,7 @@ def gcs_answers(address: str, timeout: float | None = None) -> bool:
     if not accepts_connections(address, timeout=min(2.0, timeout)):
         return False
     try:
-        subprocess.run([sys.executable, "-c", _PROBE, address, str(timeout)], check=True,
+        subprocess.run([sys.executable, "-c", GCS_PROBE, address, str(timeout)], check=True,
                        stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                        stderr=subprocess.DEVNULL, timeout=timeout)
     except (subprocess.TimeoutExpired, subprocess.CalledProcessError, OSError):

@@ -25,6 +25,7 @@ from raysim.engine.placement import (
     group_of_client,
     per_sample_costs,
 )
+from raysim.engine.ray_internals import unreserved_cpus
 from raysim.engine.ray_workers import RayWorkers
 from raysim.engine.round_callbacks import (
     Checkpointing,
@@ -392,13 +393,8 @@ def spare_node_cpus() -> int:
     """The CPUs of this process's Ray node that no actor reserved (1 when Ray cannot say):
     what the driver host may use beside the workers, e.g. on a GPU node with more CPUs than
     workers. Read once per run, after its workers started."""
-    try:
-        from ray._private.state import available_resources_per_node
-
-        node = ray.get_runtime_context().get_node_id()
-        return max(1, math.floor(available_resources_per_node().get(node, {}).get("CPU", 0.0)))
-    except Exception:  # a Ray without this private table: one thread
-        return 1
+    spare = unreserved_cpus(ray.get_runtime_context().get_node_id())
+    return 1 if spare is None else max(1, math.floor(spare))  # unknown: one thread
 
 
 class DriverHost:

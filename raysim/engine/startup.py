@@ -28,14 +28,15 @@ from raysim.engine.cluster import (
     raylet_environment,
     running_cluster,
 )
-from raysim.engine.cluster_probe import (
-    PROBE_SECONDS,
-    accepts_connections,
-    gcs_answers,
-    ray_address_file,
-)
+from raysim.engine.cluster_probe import PROBE_SECONDS, accepts_connections, gcs_answers
 from raysim.engine.concurrency import processes_at_start
 from raysim.engine.cpu_slots import CpuSlots
+from raysim.engine.ray_internals import (
+    gpus_ray_will_detect,
+    node_class,
+    ray_address_file,
+    services_module,
+)
 from raysim.engine.watchdog import start_watchdog
 from raysim.errors import ConfigError
 
@@ -161,9 +162,8 @@ def _without_unused_ray_services() -> Iterator[None]:
     importing torch) and a wait of about 1 s in ``ray.init``. ``ray.init`` has no option for
     them, so the block replaces the methods of Ray's ``Node`` that start them; a Ray whose
     ``Node`` lacks one starts that process as usual."""
-    try:
-        from ray._private.node import Node
-    except ImportError:  # a Ray without this layout: start everything
+    Node = node_class()
+    if Node is None:  # a Ray without this layout: start everything
         yield
         return
     saved = {name: Node.__dict__[name] for name in UNUSED_RAY_SERVICES if name in Node.__dict__}
@@ -194,15 +194,11 @@ def _prestarting(count: int) -> Iterator[None]:
     ``ray.init`` has no option for it, so the block rewrites the flag in the raylet's command
     line as Ray's ``services.start_ray_process`` receives it; a Ray without that function or
     flag starts as many as it would."""
-    try:
-        from ray._private import services
-    except ImportError:
+    services = services_module()
+    if services is None:
         yield
         return
-    original = getattr(services, "start_ray_process", None)
-    if original is None:
-        yield
-        return
+    original = services.start_ray_process
 
     def start(command: list[str], process_type: str, *args: Any, **kwargs: Any) -> Any:
         if process_type == "raylet":
@@ -215,23 +211,6 @@ def _prestarting(count: int) -> Iterator[None]:
         yield
     finally:
         services.start_ray_process = original
-
-
-def _gpus_ray_will_detect() -> float:
-    """The GPUs a local Ray started now would find on this machine (Ray's own detection,
-    ``CUDA_VISIBLE_DEVICES`` respected), without initialising CUDA in this process; 0 when
-    this Ray cannot say."""
-    try:
-        from ray._private.accelerators import get_accelerator_manager_for_resource
-
-        manager = get_accelerator_manager_for_resource("GPU")
-        if manager is None:
-            return 0.0
-        count = manager.get_current_node_num_accelerators() or 0
-        visible = manager.get_current_process_visible_accelerator_ids()
-        return float(count if visible is None else min(count, len(visible)))
-    except Exception:  # (a Ray without this layout, or a driver library that fails)
-        return 0.0
 
 
 _SLOTS: CpuSlots | None = None
@@ -359,7 +338,7 @@ def _start_ray(config: ExperimentConfig, before_waiting: Callable[[], object] | 
             waiting_since = time.time()
             held = _SLOTS.acquire(needed)
             CPU_WAIT[0] += time.time() - waiting_since
-    prestart = processes_at_start(runs or [config], held, _gpus_ray_will_detect())
+    prestart = processes_at_start(runs or [config], held, gpus_ray_will_detect())
     with (_raylet_settings(raylet_environment()), _without_unused_ray_services(),
           _prestarting(prestart)):
         # address="local": a new Ray of this process's own, whatever RAY_ADDRESS or a
