@@ -279,3 +279,17 @@ def test_concurrent_invocations_share_cpu_slots_and_a_killed_one_frees_them(tmp_
         holder.wait()
     assert mine.acquire(2, timeout=10, poll_seconds=0.05) == 4
     mine.release()
+
+
+def test_one_watchdog_follows_a_process_however_often_ray_starts(monkeypatch):
+    from raysim.engine import watchdog
+
+    monkeypatch.setattr(watchdog, "_WATCHDOGS", {})
+    sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        first = watchdog.start_watchdog(sleeper.pid)
+        assert first is not None and watchdog.start_watchdog(sleeper.pid) is first
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+    assert first.wait(timeout=30) == 0  # it ends once the process it follows is gone

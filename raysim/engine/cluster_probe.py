@@ -14,11 +14,12 @@ import socket
 import subprocess
 import sys
 
-from raysim.engine.ray_internals import GCS_PROBE, ray_address_file
+from raysim.engine.ray_internals import GCS_PROBE
 
 PROBE_SECONDS = float(os.environ.get("RAYSIM_PROBE_SECONDS", "10"))
 """How long a cluster's GCS may take to answer before it counts as not answering
 (``RAYSIM_PROBE_SECONDS``, default 10)."""
+
 
 def accepts_connections(address: str, timeout: float = 2.0) -> bool:
     """Whether anything accepts TCP connections at host:port (necessary, not sufficient, for
@@ -46,4 +47,4 @@ def gcs_answers(address: str, timeout: float | None = None) -> bool:
     return True
 
 
-__all__ = ["PROBE_SECONDS", "accepts_connections", "gcs_answers", "ray_address_file"]
+__all__ = ["PROBE_SECONDS", "accepts_connections", "gcs_answers"]
