@@ -6,7 +6,9 @@ clients are grouped."""
 
 from __future__ import annotations
 
+import dataclasses
 import pickle
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -92,8 +94,10 @@ def simulate(config: ExperimentConfig, *, fresh_objects: bool = False,
 
 def flatten(value: Any) -> list[np.ndarray]:
     """Every array or number inside a (nested) state, in a deterministic order."""
-    if isinstance(value, dict):
+    if isinstance(value, Mapping):
         return [a for k in sorted(value, key=str) for a in flatten(value[k])]
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return [a for f in dataclasses.fields(value) for a in flatten(getattr(value, f.name))]
     if isinstance(value, list | tuple):
         return [a for v in value for a in flatten(v)]
     if isinstance(value, np.ndarray | np.generic | float | int | bool):

@@ -9,6 +9,10 @@ HETERO = {"clients": {"architectures": ["resnet5", "shufflenetv2"], "assign": "c
 CONFIGS: dict[str, dict] = {
     "fedavg": {},
     "fedprox": {"algorithm": {"name": "fedprox", "mu": 0.1}},
+    "scaffold": {"algorithm": {"name": "scaffold"},
+                 "training": {"rounds": 3, "batch_size": 16,
+                              "optimizer": {"name": "sgd", "lr": 0.05}}},
+    "ditto": {"algorithm": {"name": "ditto", "lam": 0.1}},
     "centralized": {},
     "local": HETERO,
     "feddc": {"algorithm": {"name": "feddc", "daisy_period": 1, "aggregation_period": 2}},

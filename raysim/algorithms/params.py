@@ -36,6 +36,28 @@ class LocalOnlyParams(StrictModel):
     name: Literal["local"] = "local"
 
 
+class ScaffoldParams(StrictModel):
+    name: Literal["scaffold"] = "scaffold"
+    control_update: Literal["I", "II"] = "II"
+    """How a client refreshes its control variate c_i (Karimireddy et al. 2020, eq. 4):
+    I: the gradient of its loss at the server model over its whole training set (one more
+    pass over its data); II: c_i - c + (x - y_i) / (K lr), from the local steps it took."""
+    server_lr: float = Field(1.0, gt=0)
+    """eta_g: the server model moves by server_lr times the mean model difference."""
+    weighted: bool = True
+    """Weight the clients' models by their sample counts (False: plain mean, as the paper);
+    control variates are always a plain mean."""
+
+
+class DittoParams(StrictModel):
+    name: Literal["ditto"] = "ditto"
+    lam: float = Field(0.1, ge=0)
+    """lambda: weight of the personal model's pull lambda/2 ||v - w||^2 towards the round's
+    global model (0: each personal model trains alone, as local training)."""
+    weighted: bool = True
+    """Weight the clients' global-model updates by their sample counts (False: plain mean)."""
+
+
 class DifferentialPrivacy(StrictModel):
     clip: float = Field(gt=0, description="S: L2 bound of an outgoing update")
     sigma: float = Field(ge=0, description="noise multiplier: std = sigma * S")
@@ -233,6 +255,8 @@ ALGORITHM_PARAMS: tuple[type[StrictModel], ...] = (
     FedAvgParams,
     FedProxParams,
     LocalOnlyParams,
+    ScaffoldParams,
+    DittoParams,
     FedDCParams,
     FedSMParams,
     FedDFParams,

@@ -187,6 +187,30 @@ def proximal_term(model: nn.Module, anchor: Weights, mu: float) -> Callable[[], 
     return term
 
 
+def linear_term(model: nn.Module, shift: Weights) -> Callable[[], torch.Tensor]:
+    """``() -> sum <shift_p, p>`` over the model's trainable parameters named in ``shift``:
+    added to the loss, it adds ``shift_p`` to every step's gradient of ``p`` (a gradient
+    correction, e.g. SCAFFOLD's c - c_i)."""
+    device = next(model.parameters()).device
+    shifted = on_device(shift, device).tensors()
+    pairs = [(param, shifted[name]) for name, param in model.named_parameters()
+             if param.requires_grad and name in shifted]
+
+    def term() -> torch.Tensor:
+        return cast(torch.Tensor, sum((p * s).sum() for p, s in pairs))
+
+    return term
+
+
+def _sum_of(terms: Sequence[Callable[[], torch.Tensor] | None]
+            ) -> Callable[[], torch.Tensor] | None:
+    """One regularizer adding the given ones (None when there is none)."""
+    present = [t for t in terms if t is not None]
+    if len(present) <= 1:
+        return present[0] if present else None
+    return lambda: cast(torch.Tensor, sum(t() for t in present))
+
+
 class ClientRuntime:
     """Per-worker services for the algorithms' client code.
 
@@ -299,17 +323,20 @@ class ClientRuntime:
 
     def train_many(self, clients: Sequence[int], round_: int, weights: Sequence[Weights],
                    optimizer_states: Sequence[Any], *, prox: Proximal | None = None,
+                   gradient_shifts: Sequence[Weights] | None = None,
                    steps_scale: int = 1) -> list[tuple[Weights, TrainOutcome]]:
         """Train each client's model (``weights[i]``, optimizer state ``optimizer_states[i]``)
         for the round's local work; returns (new weights, outcome) per client, in order.
         ``prox``: a proximal term, with one anchor for all clients or one each (FedProx under
-        FedBuff: each client's start version).
+        FedBuff: each client's start version). ``gradient_shifts``: per client, a constant
+        added to every step's gradient of each named trainable parameter
+        (:func:`linear_term`; these clients train on the per-client path).
 
         Uses the path chosen for this run (``self.path``): one ``torch.func`` call for all
         clients of equal size, or a loop over clients with the resident model of each client's
         architecture. Both draw the same batches from each client's own stream.
         """
-        if self.path == VECTORIZED:
+        if self.path == VECTORIZED and gradient_shifts is None:
             return self._train_vectorized(clients, round_, weights, optimizer_states, prox,
                                           steps_scale)
         starts = self.on_device(weights)
@@ -328,8 +355,10 @@ class ClientRuntime:
             if from_start is None:  # the start copied into the model, the optimizer steps
                 set_weights(model, start)
             try:
-                regularizer = (proximal_term(model, anchors[k], prox[1])
-                               if anchors is not None and prox is not None else None)
+                regularizer = _sum_of([
+                    proximal_term(model, anchors[k], prox[1])
+                    if anchors is not None and prox is not None else None,
+                    None if gradient_shifts is None else linear_term(model, gradient_shifts[k])])
                 trained.append(self._train_on_device(
                     model, client, round_, regularizer=regularizer,
                     optimizer_state=optimizer_state, steps_scale=steps_scale, plan=plan,

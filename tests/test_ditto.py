@@ -1,0 +1,71 @@
+"""Ditto: its global model is FedAvg's, lambda 0 makes its personal models local training,
+and lambda > 0 pulls them towards the global model."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from algorithm_configs import contract_raw
+from fixtures import write_medmnist_npz
+from inprocess import simulate
+
+from raysim.config import parse_config
+from raysim.errors import ConfigError
+from raysim.preparation import check_system, prepare
+
+
+@pytest.fixture(scope="module")
+def data_root(tmp_path_factory):
+    root = tmp_path_factory.mktemp("ditto")
+    write_medmnist_npz(root, n_train=90, n_test=30)
+    return root
+
+
+def _trace(root, algorithm):
+    raw = contract_raw(root, "ditto")
+    raw["algorithm"] = algorithm
+    return simulate(parse_config(raw))
+
+
+def _vector(weights) -> np.ndarray:
+    return np.concatenate([np.asarray(weights[name], dtype=np.float64).ravel()
+                           for name in sorted(weights)])
+
+
+def test_dittos_global_model_is_fedavgs(data_root):
+    ditto = _trace(data_root, {"name": "ditto", "lam": 1.0}).server_state
+    fedavg = _trace(data_root, {"name": "fedavg"}).server_state
+    np.testing.assert_array_equal(_vector(ditto), _vector(fedavg))
+
+
+def test_lambda_zero_is_local_training(data_root):
+    ditto = _trace(data_root, {"name": "ditto", "lam": 0.0})
+    local = _trace(data_root, {"name": "local"})
+    for client, state in local.client_states.items():
+        np.testing.assert_array_equal(_vector(ditto.client_states[client][0]),
+                                      _vector(state[0]))
+
+
+def test_lambda_pulls_each_personal_model_towards_the_global_one(data_root):
+    distances = {}
+    for lam in (0.0, 1.0):
+        trace = _trace(data_root, {"name": "ditto", "lam": lam})
+        global_model = _vector(trace.server_state)
+        distances[lam] = [np.linalg.norm(_vector(state[0]) - global_model)
+                          for state in trace.client_states.values()]
+    assert all(pulled < alone for pulled, alone in zip(distances[1.0], distances[0.0],
+                                                       strict=True)), distances
+
+
+@pytest.mark.parametrize("section, needle", [
+    ({"privacy": {"clip": 1.0, "noise_multiplier": 1.0}}, "personal models are trained"),
+    ({"system": {"tiers": {"cpu_server": 1}, "policy": "fedbuff"}}, "do not share"),
+])
+def test_ditto_declares_that_it_refuses_privacy_and_asynchronous_rounds(data_root, section,
+                                                                        needle):
+    raw = contract_raw(data_root, "ditto")
+    raw.update(section)
+    with pytest.raises(ConfigError, match=needle):
+        config = parse_config(raw)
+        check_system(config)
+        prepare(config, None)
