@@ -7,10 +7,17 @@ import os
 import sys
 import time
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from raysim.engine.bytecode import use_cached_bytecode
+from raysim.engine.invocation import (
+    latest_run_root,
+    recorded_options,
+    running_cluster,
+    start_cluster,
+    startup_phases,
+    stop_cluster,
+    use_cached_bytecode,
+)
 from raysim.errors import RaysimError
 
 _IMPORTED_AT = time.time()  # the console script's start (its first import)
@@ -152,15 +159,7 @@ def _remember_invocation(args: argparse.Namespace) -> dict:
 def _recall_invocation(args: argparse.Namespace, root: str) -> None:
     """Fill the options not given again from the run root's record of its first command
     (``--variant``, ``--set``, ``--data-root``; a sweep's ``--grid`` and ``--seeds``)."""
-    import json
-
-    from raysim.engine.resume import INVOCATION
-
-    path = os.path.join(root, INVOCATION)
-    if not os.path.isfile(path):
-        return
-    with open(path) as handle:
-        stored = json.load(handle)
+    stored = recorded_options(root)
     for name in _REMEMBERED[args.command]:
         if not getattr(args, name) and stored.get(name):
             setattr(args, name, stored[name])
@@ -171,7 +170,6 @@ def _resume_root(args: argparse.Namespace) -> str | None:
     if args.resume != "latest":
         return args.resume
     from raysim.config import load_experiments
-    from raysim.engine.resume import latest_run_root
 
     first = next(iter(load_experiments(args.config, args.overrides).values()))
     return str(latest_run_root(first, args.output))
@@ -196,30 +194,6 @@ def _run(args: argparse.Namespace) -> int:
     return _execute(experiments, args)
 
 
-def _import_engine_and_prepare(experiments: dict, data_root: str | None) -> dict:
-    """The data of every experiment (runs in a thread while Ray starts). The engine and torch
-    are imported in this thread while a second one reads each distinct dataset's file once
-    (numpy only: decompressing an npz releases the GIL); :func:`raysim.preparation.prepare`
-    raises a failed read's error after the config's own checks, as when it reads itself."""
-    from raysim.data import load_dataset
-
-    keys = {label: config.dataset.model_dump_json() for label, config in experiments.items()}
-    distinct = {keys[label]: config.dataset for label, config in experiments.items()}
-    with ThreadPoolExecutor(1, thread_name_prefix="raysim-read") as reader:
-        reads = {key: reader.submit(load_dataset, dataset, data_root)
-                 for key, dataset in distinct.items()}
-        import raysim.engine.runner  # noqa: F401 (imported here, beside Ray's start)
-        from raysim.preparation import prepare
-    return {label: prepare(config, data_root, reads[keys[label]].result)
-            for label, config in experiments.items()}
-
-
-def _prestart_actors(experiments: dict) -> None:
-    from raysim.engine.runner import prestart_actors
-
-    prestart_actors(experiments)
-
-
 def _sweep(args: argparse.Namespace) -> int:
     from raysim.sweep import parse_grid, parse_seeds, sweep_experiments
 
@@ -235,89 +209,24 @@ def _sweep(args: argparse.Namespace) -> int:
 
 
 def _execute(experiments: dict, args: argparse.Namespace, labels: dict | None = None) -> int:
-    """Run (or resume) labelled experiments, then print the summary table and paths.
+    """Run (or resume) labelled experiments (:func:`raysim.engine.invocation.invoke`), then
+    print the summary table and paths."""
+    from raysim.engine.invocation import Invocation, invoke
 
-    Ray starts while a background thread imports the engine (torch) and prepares the data,
-    and the first runs' actors start before the data is ready (:mod:`raysim.engine.startup`).
-    """
-    from raysim.engine.resume import check_output, check_run_root, latest_run_root, unfinished_runs
-    from raysim.engine.startup import start_alongside, stop_local_ray
+    def runs_started() -> None:
+        _RUNS_STARTED[0] = True
 
-    resume = args.resume
-    if resume == "latest":
-        resume = latest_run_root(next(iter(experiments.values())), args.output)
-    elif resume is not None and not os.path.isdir(resume):
-        raise RaysimError(f"Cannot resume {resume!r}: no such directory. Pass the results "
-                          "directory that `raysim run` printed, or --resume alone for the latest.")
-    elif resume is not None:
-        check_run_root(resume)
-    if resume is not None:
-        if not unfinished_runs(experiments, resume):  # (refuses a changed config first)
-            print(f"every run of {resume} is complete; nothing to resume")
-            return 0
-        print(f"resuming {resume}", file=sys.stderr)
-    else:
-        check_output(next(iter(experiments.values())), args.output)  # before Ray starts
-    started = start_alongside(experiments.values(),
-                              lambda: _import_engine_and_prepare(experiments, args.data_root),
-                              then=lambda: _prestart_actors(experiments))
-    from raysim.engine.runner import run_experiments, startup_phases
-    from raysim.results.manifest import read_manifest
-
-    # the closing summary's modules (pandas, matplotlib: ~0.7 s) load while the runs go
-    closing_imports = ThreadPoolExecutor(1, thread_name_prefix="raysim-imports")
-    closing_modules = closing_imports.submit(_import_summary_modules)
-    closing_imports.shutdown(wait=False)
-    from raysim.engine.interrupt import STOP
-
-    _RUNS_STARTED[0] = True
-    try:
-        with STOP.handling_signals():  # the first Ctrl-C stops at round boundaries
-            outcomes = run_experiments(experiments, data_root=args.data_root,
-                                       output=args.output, progress=not args.no_progress,
-                                       resume=resume, labels=labels, started_at=_STARTED_AT,
-                                       started=started, invocation=_remember_invocation(args))
-    except BaseException:
-        if started.owns_ray:  # (on a warm cluster: its idle actors stay warm for the next)
-            stop_local_ray()
-        raise
-    root = outcomes[0].run_dir.parent
-    if "" not in experiments:
-        root = root.parent
-
-    def summarise() -> list[str]:
-        """The closing lines, from the files the runs wrote (no Ray needed)."""
-        load, format_summary, report, summary_table = closing_modules.result()
-        lines = []
-        paths = {f"{w['training_path']} ({w['training_path_reason']})"
-                 for o in outcomes if not o.error
-                 for w in read_manifest(o.run_dir).get("workers", [])}
-        lines += [f"local training path: {path}" for path in sorted(paths)]
-        phases = [startup_phases(read_manifest(o.run_dir)) for o in outcomes if not o.error]
-        first = min((p for p in phases if p), key=lambda p: p["first_round"], default=None)
-        if first is not None:
-            beside = (" (joined the warm cluster)" if first.get("joined") else
-                      " (alongside imports and data)" if first["alongside"] else "")
-            waited = (f"waited {first['cpu_wait']:.1f} s for CPUs another raysim invocation "
-                      "held, " if first.get("cpu_wait", 0.0) >= 0.05 else "")
-            lines.append(f"start-up: {waited}imports {first['imports']:.1f} s, data "
-                         f"{first['data']:.1f} s, Ray {first['ray']:.1f} s{beside}, workers "
-                         f"{first['workers']:.1f} s; first round dispatched "
-                         f"{first['first_round']:.1f} s after the command")
-        rounds = load(root, "rounds")
-        if not rounds.empty and rounds["accuracy"].notna().any():
-            lines.append(format_summary(summary_table(rounds)))
-            curves = report(root)[1]
-            lines.append(f"learning curves: {curves}")
-            _attach_curves(outcomes, experiments, curves)
-        return lines
-
-    # the summary and the learning-curve plot are made while Ray shuts down
-    with ThreadPoolExecutor(1, thread_name_prefix="raysim-summary") as executor:
-        closing = executor.submit(summarise)
-        if started.owns_ray:
-            stop_local_ray()
-        lines = closing.result()
+    invoked = invoke(Invocation(experiments, args.data_root, args.output,
+                                progress=not args.no_progress, resume=args.resume,
+                                labels=labels, started_at=_STARTED_AT,
+                                record=_remember_invocation(args)),
+                     preload=_import_summary_modules,
+                     closing=lambda outcomes, root, modules: _summarise(
+                         outcomes, root, modules, experiments),
+                     on_runs_started=runs_started)
+    if invoked is None:  # a resumed root that was complete
+        return 0
+    outcomes, root, lines = invoked.outcomes, invoked.root, invoked.closing
     failed = [o for o in outcomes if o.error]
     for outcome in outcomes:
         reason = (outcome.final or {}).get("stop_reason")
@@ -331,6 +240,36 @@ def _execute(experiments: dict, args: argparse.Namespace, labels: dict | None = 
     print(f"results (Parquet, read with raysim.results.load): {root}")
     codes = {outcome.exit_code for outcome in failed}
     return 0 if not codes else 2 if codes == {2} else 1  # 2: only bad input stopped runs
+
+
+def _summarise(outcomes: list, root: Path, modules: tuple, experiments: dict) -> list[str]:
+    """The closing lines, from the files the runs wrote (no Ray needed)."""
+    from raysim.results.manifest import read_manifest
+
+    load, format_summary, report, summary_table = modules
+    lines = []
+    paths = {f"{w['training_path']} ({w['training_path_reason']})"
+             for o in outcomes if not o.error
+             for w in read_manifest(o.run_dir).get("workers", [])}
+    lines += [f"local training path: {path}" for path in sorted(paths)]
+    phases = [startup_phases(read_manifest(o.run_dir)) for o in outcomes if not o.error]
+    first = min((p for p in phases if p), key=lambda p: p["first_round"], default=None)
+    if first is not None:
+        beside = (" (joined the warm cluster)" if first.get("joined") else
+                  " (alongside imports and data)" if first["alongside"] else "")
+        waited = (f"waited {first['cpu_wait']:.1f} s for CPUs another raysim invocation "
+                  "held, " if first.get("cpu_wait", 0.0) >= 0.05 else "")
+        lines.append(f"start-up: {waited}imports {first['imports']:.1f} s, data "
+                     f"{first['data']:.1f} s, Ray {first['ray']:.1f} s{beside}, workers "
+                     f"{first['workers']:.1f} s; first round dispatched "
+                     f"{first['first_round']:.1f} s after the command")
+    rounds = load(root, "rounds")
+    if not rounds.empty and rounds["accuracy"].notna().any():
+        lines.append(format_summary(summary_table(rounds)))
+        curves = report(root)[1]
+        lines.append(f"learning curves: {curves}")
+        _attach_curves(outcomes, experiments, curves)
+    return lines
 
 
 def _import_summary_modules() -> tuple:
@@ -391,8 +330,6 @@ def _costs(args: argparse.Namespace) -> int:
 
 
 def _cluster(args: argparse.Namespace) -> int:
-    from raysim.engine.cluster import running_cluster, start_cluster, stop_cluster
-
     if args.action == "start":
         started = start_cluster(args.cpus, args.gpus)
         print(f"raysim cluster started at {started.address} with {started.cpus} CPUs (pid "
@@ -415,7 +352,7 @@ def _estimate(args: argparse.Namespace) -> int:
     import os as _os
 
     from raysim.config import load_experiments
-    from raysim.engine.startup import ensure_ray, stop_local_ray
+    from raysim.engine.invocation import ray_for
     from raysim.estimate import describe, measure, project
 
     if args.rounds < 2:
@@ -428,16 +365,13 @@ def _estimate(args: argparse.Namespace) -> int:
                           f"{', '.join(label for label in experiments if label) or 'no variants'}.")
     if args.variants:
         experiments = {label: experiments[label] for label in args.variants}
-    try:
-        for config in experiments.values():
-            for notice in ensure_ray(config, runs=list(experiments.values())):
-                print(notice, file=sys.stderr)
+    with ray_for(experiments) as notices:
+        for notice in notices:
+            print(notice, file=sys.stderr)
         import ray
 
         resources = ray.cluster_resources()
         probes, concurrent, gpus = measure(experiments, args.rounds, args.data_root)
-    finally:
-        stop_local_ray()
     machine = (f"this machine ({resources.get('CPU', 0):g} CPUs, {resources.get('GPU', 0):g} "
                f"GPUs, {_os.cpu_count()} cores)")
     print(describe(project(experiments, probes, concurrent, gpus), machine))
@@ -468,7 +402,7 @@ def main(argv: Sequence[str] | None = None, started_at: float | None = None) -> 
     when the command started (the console script passes its import time; default: now)."""
     global _STARTED_AT
     _STARTED_AT = started_at or time.time()
-    use_cached_bytecode()  # before torch is imported (raysim.engine.bytecode)
+    use_cached_bytecode()  # before torch is imported
     args = _parser().parse_args(argv)
     handlers = {"run": _run, "sweep": _sweep, "validate": _validate, "costs": _costs,
                 "report": _report, "cluster": _cluster, "estimate": _estimate}

@@ -23,7 +23,7 @@ from raysim.models import build_model
 from raysim.privacy.settings import resolve as resolve_privacy
 from raysim.results.live import check_available
 from raysim.seeding import torch_generator
-from raysim.training.weights import get_weights
+from raysim.vectors.weights import get_weights
 
 
 def initial_weights(config: ExperimentConfig, dataset: ArrayDataset, seed: int) -> dict:

@@ -42,7 +42,7 @@ def _suite_ray_processes() -> list[str]:
             environment = (entry / "environ").read_bytes()
         except OSError:
             continue
-        if command.startswith(f"{sys.executable}\0-m\0raysim.engine.watchdog\0{os.getpid()}\0"
+        if command.startswith(f"{sys.executable}\0-m\0raysim.engine.launch.watchdog\0{os.getpid()}\0"
                               .encode()):
             continue  # follows the suite's process and ends a second after it (the watchdog)
         if marker in command or marker in environment:

@@ -1,5 +1,5 @@
 """raysim's bytecode cache for environments that keep no compiled bytecode
-(:mod:`raysim.engine.bytecode`)."""
+(:mod:`raysim.engine.launch.bytecode`)."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from raysim.engine import bytecode
-from raysim.engine.cluster import raylet_environment
+from raysim.engine.launch import bytecode
+from raysim.engine.launch.warm_cluster import raylet_environment
 
 REPOSITORY = Path(__file__).resolve().parents[1]
 
@@ -58,7 +58,7 @@ def test_raysims_processes_keep_bytecode_in_its_cache_where_the_environment_keep
     environment.pop("PYTHONPYCACHEPREFIX", None)
     program = """if True:
         import json, subprocess, sys
-        from raysim.engine.bytecode import use_cached_bytecode
+        from raysim.engine.launch.bytecode import use_cached_bytecode
         used = use_cached_bytecode("raysim_probe_b")
         import raysim_probe_b
         child = subprocess.run([sys.executable, "-c", "import sys, raysim_probe_b; "

@@ -19,8 +19,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from raysim.engine import cluster_probe, startup
-from raysim.engine.cluster_probe import accepts_connections
+from raysim.engine.launch import cluster_probe
+from raysim.engine.launch import local_ray as startup
+from raysim.engine.launch.cluster_probe import accepts_connections
 from raysim.errors import ConfigError
 
 TINY = {"name": "tiny", "dataset": {"name": "breast-cancer"},

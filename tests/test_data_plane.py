@@ -13,15 +13,15 @@ import pytest
 import torch
 
 from raysim.algorithms import ALGORITHMS
-from raysim.algorithms.aggregators import WeightedSum, weighted_mean
 from raysim.config import parse_config
-from raysim.engine import worker as worker_module
-from raysim.engine.placement import assign_groups, client_groups
-from raysim.engine.reduction_tree import combine
-from raysim.engine.worker import ClientWorker, WorkerSetup
+from raysim.engine.run import worker as worker_module
+from raysim.engine.run.placement import assign_groups, client_groups
+from raysim.engine.run.worker import ClientWorker, WorkerSetup
 from raysim.preparation import initial_weights, prepare, run_context
 from raysim.training import resident_data
-from raysim.training.weights import FlatWeights, on_device
+from raysim.vectors.reduction_tree import combine
+from raysim.vectors.weighted_sum import WeightedSum, weighted_mean
+from raysim.vectors.weights import FlatWeights, on_device
 
 HIDDEN = [64]
 
@@ -133,8 +133,8 @@ def test_blocked_sums_and_merges_give_the_whole_vector_bits(monkeypatch, block, 
     between threads as on a driver host with spare CPUs: the same float64 bits as whole-vector
     sums and in-place merges (float32 and float64 entries, an integer one), and the mean's
     float32 bits of dividing the whole vector."""
-    from raysim.algorithms import blocked_sum
-    from raysim.engine.reduction_tree import reduce_span
+    from raysim.vectors import blocked_sum
+    from raysim.vectors.reduction_tree import reduce_span
     monkeypatch.setattr(blocked_sum, "CPU_BLOCK_VALUES", block)
     monkeypatch.setattr(blocked_sum, "_threads", [1])
     assert blocked_sum.set_threads(threads) == threads
@@ -366,7 +366,7 @@ def test_a_gpu_keeps_normalised_data_only_within_what_the_data_cap_leaves():
 _FAULTS_PER_BLOCK = """
 import resource, sys, torch
 if sys.argv[1] == "keep":
-    from raysim.engine.memory import keep_freed_memory
+    from raysim.engine.run.process_memory import keep_freed_memory
     assert keep_freed_memory()
 def faults():
     return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
@@ -540,7 +540,7 @@ def test_a_model_bound_to_its_start_that_takes_no_step_ends_on_its_own_copy():
     from raysim.models import build_model
     from raysim.schema import OptimizerConfig
     from raysim.training.first_step import FirstStepFromStart
-    from raysim.training.weights import flat_state, release_state
+    from raysim.vectors.weights import flat_state, release_state
 
     info = DataInfo("p", "tabular", 3, (30,), (0.0,), (1.0,))
     params = parse_config({"name": "m", "dataset": {"name": "synthetic"},
@@ -608,7 +608,7 @@ def test_binding_a_model_to_a_flat_vector_changes_no_number(name):
     from raysim.data.dataset import DataInfo
     from raysim.models import build_model
     from raysim.training.memory_format import place
-    from raysim.training.weights import flat_state, get_weights, set_weights
+    from raysim.vectors.weights import flat_state, get_weights, set_weights
 
     info = DataInfo("p", "image", 3, (1, 28, 28), (0.5,), (0.25,))
     params = parse_config({"name": "m", "dataset": {"name": "synthetic"},
@@ -801,7 +801,7 @@ def test_a_configured_worker_leaves_the_imported_objects_out_of_full_collections
     collections walk."""
     import gc
 
-    from raysim.engine import memory
+    from raysim.engine.run import process_memory as memory
 
     gc.unfreeze()
     monkeypatch.setattr(memory, "_FROZEN", [False])

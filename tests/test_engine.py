@@ -54,7 +54,7 @@ def test_one_and_three_workers_give_identical_metrics(ray_session, tmp_path):
 def test_runs_reuse_pooled_actors_and_give_the_numbers_of_fresh_ones(ray_session, tmp_path):
     """Runs of one process share worker and driver actors (no start-up per run); a run served
     by actors that served other runs gives the numbers of one on fresh actors."""
-    from raysim.engine.pool import POOL
+    from raysim.engine.pool.shared_actors import POOL
 
     first = quickstart_raw(dataset={"name": "digits"}, training={"rounds": 3},
                            model={"name": "convnet", "width": 8, "depth": 2},
@@ -234,8 +234,8 @@ def test_runs_from_a_directory_where_a_folder_named_raysim_shadows_the_package(t
 def test_the_driver_sums_on_the_cpus_of_its_node_that_no_actor_reserved(ray_session):
     """``engine.reduction_threads``' default: the CPUs of the node no actor reserved (the
     session's 4 logical CPUs, then 3 while an actor holds one)."""
-    from raysim.engine.driver import spare_node_cpus
-    from raysim.engine.pool import POOL
+    from raysim.engine.pool.shared_actors import POOL
+    from raysim.engine.run.driver import spare_node_cpus
 
     POOL.clear()  # idle pooled actors of earlier tests hold CPUs
 
@@ -262,7 +262,7 @@ def test_the_driver_sums_on_the_cpus_of_its_node_that_no_actor_reserved(ray_sess
 def test_a_run_records_the_reduction_threads_its_driver_used(ray_session, tmp_path):
     """A run's driver sums with the CPUs its worker left (the session has 4), or with the
     configured count; the manifest says which."""
-    from raysim.engine.pool import POOL
+    from raysim.engine.pool.shared_actors import POOL
 
     counts = []
     for threads in (None, 1):

@@ -10,11 +10,6 @@ import torch
 from conftest import quickstart_raw
 from test_bad_input import run_cli
 
-from raysim.algorithms.aggregators import (
-    coordinate_median,
-    iterated_radon_point,
-    radon_point,
-)
 from raysim.config import parse_config
 from raysim.data import load_dataset
 from raysim.engine.runner import run_experiment
@@ -23,7 +18,12 @@ from raysim.results import load
 from raysim.schema import DatasetConfig, OptimizerConfig, TrainingConfig
 from raysim.training.context import ClientData, RunContext
 from raysim.training.runtime import ClientRuntime
-from raysim.training.weights import get_weights
+from raysim.vectors.weighted_sum import (
+    coordinate_median,
+    iterated_radon_point,
+    radon_point,
+)
+from raysim.vectors.weights import get_weights
 
 
 def feddc_raw(**algorithm):

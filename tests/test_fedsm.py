@@ -266,7 +266,7 @@ def test_selector_takes_one_adam_step_per_selector_epoch_and_has_its_own_archite
     from raysim.models import build_model
     from raysim.training.context import ClientData, RunContext
     from raysim.training.runtime import ClientRuntime
-    from raysim.training.weights import get_weights
+    from raysim.vectors.weights import get_weights
 
     algorithm, dataset, partition, config = _fedsm_algorithm(
         retina_fixture, selector_epochs=3,
@@ -292,7 +292,7 @@ def test_fedsm_extra_labels_each_sample_with_its_least_loss_model(retina_fixture
     from raysim.models import build_model
     from raysim.training.context import ClientData, RunContext
     from raysim.training.runtime import ClientRuntime
-    from raysim.training.weights import get_weights
+    from raysim.vectors.weights import get_weights
 
     algorithm, dataset, partition, config = _fedsm_algorithm(
         retina_fixture, variant="extra", extra_rounds=1)
@@ -314,7 +314,7 @@ def test_fedsm_extra_labels_each_sample_with_its_least_loss_model(retina_fixture
     losses = []
     for w in weights:
         model = build_model(config.model, dataset.info)
-        from raysim.training.weights import set_weights
+        from raysim.vectors.weights import set_weights
         set_weights(model, w)
         model.eval()
         with torch.no_grad():

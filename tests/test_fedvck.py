@@ -36,7 +36,7 @@ from raysim.training.context import ClientData
 from raysim.training.evaluation import classification_metrics, predict_proba
 from raysim.training.membership import audit_sets, membership_auc
 from raysim.training.runtime import ClientRuntime
-from raysim.training.weights import get_weights, set_weights
+from raysim.vectors.weights import get_weights, set_weights
 
 INFO = DataInfo("fixture", "image", 3, (1, 28, 28), (0.5,), (0.5,))
 MODEL = ConvNetParams(width=8, depth=3, norm="batch")

@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from raysim.engine.gpu import GpuMemoryError, GpuShare, cap_gpu_memory, gpu_memory_errors
+from raysim.engine.run.gpu_share import GpuMemoryError, GpuShare, cap_gpu_memory, gpu_memory_errors
 
 CUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 

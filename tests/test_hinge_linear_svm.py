@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from raysim.algorithms.aggregators import radon_number
+from raysim.algorithms.robust_means import radon_number
 from raysim.config import parse_config
 from raysim.data import load_dataset
 from raysim.errors import ConfigError

@@ -20,7 +20,7 @@ from conftest import quickstart_raw
 from test_resilience import _same_metrics, _wait_for
 
 from raysim.cli import main
-from raysim.engine.checkpoint import CHECKPOINT_FILE, load_checkpoint
+from raysim.engine.run.checkpoint import CHECKPOINT_FILE, load_checkpoint
 from raysim.engine.runner import startup_phases
 from raysim.results import load
 from raysim.training.evaluation import METRICS

@@ -1,12 +1,18 @@
-"""The package's layers only point down: cli -> sweep/engine/estimate (Ray) ->
-config/preparation/system -> algorithms -> training/condensation/privacy (Ray-free) -> models ->
-data/results -> schema/errors/seeding. An import running back up (type-only imports included) fails here."""
+"""The package's layers only point down, and no module imports itself back:
+
+cli -> sweep/estimate -> the engine's invocation (engine/) -> engine/pool -> engine/run
+-> engine/launch (these four with Ray) -> config/preparation/system -> algorithms -> training/
+condensation -> privacy -> models -> vectors -> data/results -> schema/errors/seeding.
+
+Every import counts: module-level, function-local and type-only. An import running back up, or
+any cycle between modules (within one layer too), fails here."""
 
 from __future__ import annotations
 
 import ast
 import subprocess
 import sys
+from collections import defaultdict
 from pathlib import Path
 
 import pytest
@@ -14,46 +20,67 @@ import pytest
 PACKAGE = Path(__file__).resolve().parents[1] / "raysim"
 
 LAYERS = {  # higher imports lower or equal, never the other way
-    "cli": 8, "__main__": 8,
-    "sweep": 7, "engine": 7, "estimate": 7,
-    "config": 6, "preparation": 6, "config_reference": 6, "system": 6,
-    "algorithms": 5,
-    "training": 4, "condensation": 4, "privacy": 4,
-    "models": 3,
-    "data": 2, "results": 2,
+    "cli": 15, "__main__": 15,
+    "sweep": 14, "estimate": 14,
+    "engine": 13,
+    "engine.pool": 12,
+    "engine.run": 11,
+    "engine.launch": 10,
+    "config": 9, "preparation": 9, "config_reference": 9, "system": 9,
+    "algorithms": 8,
+    "training": 7, "condensation": 7,
+    "privacy": 6,
+    "models": 5,
+    "vectors": 4,
+    "data": 3, "results": 3,
     "schema": 1, "errors": 1, "seeding": 1, "lazy": 1, "cache": 1,
 }
+ENGINE_ROOMS = ("launch", "pool", "run")
+
+
+def _module(path: Path) -> str:
+    dotted = ".".join(path.relative_to(PACKAGE.parent).with_suffix("").parts)
+    return dotted.removesuffix(".__init__")
 
 
 def _layer(module: str) -> str:
     parts = module.split(".")
+    if len(parts) > 3 and parts[1] == "engine" and parts[2] in ENGINE_ROOMS:
+        return f"engine.{parts[2]}"
     return parts[1] if len(parts) > 1 else "raysim"
 
 
+MODULES = {_module(path): path for path in PACKAGE.rglob("*.py")}
+
+
+def _resolve(name: str) -> str:
+    """The module an imported name lives in (``raysim.a.b.Name`` -> ``raysim.a.b``)."""
+    while name not in MODULES and "." in name:
+        name = name.rsplit(".", 1)[0]
+    return name
+
+
 def _imports(path: Path) -> list[tuple[int, str]]:
+    """(line, module) of every raysim import in ``path``, wherever it stands."""
     found = []
     for node in ast.walk(ast.parse(path.read_text())):
-        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            if node.module == "raysim":
-                found.extend((node.lineno, f"raysim.{a.name}") for a in node.names)
-            elif node.module.startswith("raysim."):
-                found.append((node.lineno, node.module))
+        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0 \
+                and (node.module == "raysim" or node.module.startswith("raysim.")):
+            found.extend((node.lineno, _resolve(f"{node.module}.{a.name}")) for a in node.names)
         elif isinstance(node, ast.Import):
-            found.extend((node.lineno, a.name) for a in node.names
+            found.extend((node.lineno, _resolve(a.name)) for a in node.names
                          if a.name.startswith("raysim."))
     return found
 
 
 def test_every_module_belongs_to_a_layer():
-    layers = {_layer(".".join(p.relative_to(PACKAGE.parent).with_suffix("").parts))
-              for p in PACKAGE.rglob("*.py")} - {"raysim", "__init__"}
+    layers = {_layer(module) for module in MODULES} - {"raysim"}
     assert layers <= set(LAYERS), layers - set(LAYERS)
 
 
 def test_imports_only_point_down():
     upward = []
-    for path in PACKAGE.rglob("*.py"):
-        module = ".".join(path.relative_to(PACKAGE.parent).with_suffix("").parts)
+    for module, path in MODULES.items():
         here = _layer(module)
         if here not in LAYERS:
             continue  # raysim/__init__.py
@@ -65,6 +92,53 @@ def test_imports_only_point_down():
     assert not upward, "imports running back up:\n" + "\n".join(upward)
 
 
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        for target in sorted(graph[node]):
+            if target not in index:
+                visit(target)
+                low[node] = min(low[node], low[target])
+            elif target in on_stack:
+                low[node] = min(low[node], index[target])
+        if low[node] == index[node]:
+            component = []
+            while True:
+                member = stack.pop()
+                on_stack.discard(member)
+                component.append(member)
+                if member == node:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return found
+
+
+def test_no_module_imports_itself_back():
+    graph: dict[str, set[str]] = defaultdict(set)
+    for module, path in MODULES.items():
+        graph[module] |= {imported for _, imported in _imports(path)
+                          if imported in MODULES and imported != module}
+    assert not _cycles(graph), f"import cycles: {_cycles(graph)}"
+
+
+def test_the_cycle_check_sees_a_cycle_through_a_function_local_import():
+    assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+
+
 def _printed_by_python(code: str) -> str:
     """What a fresh interpreter prints running ``code`` in the repository root."""
     return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
@@ -74,7 +148,7 @@ def _printed_by_python(code: str) -> str:
 def test_config_algorithms_and_training_load_without_ray():
     out = _printed_by_python(
         "import sys, raysim.config, raysim.preparation, raysim.training.runtime, "
-        "raysim.engine.round_loop, raysim.engine.round_callbacks; "
+        "raysim.engine.run.round_loop, raysim.engine.run.round_callbacks; "
         "from raysim.algorithms import ALGORITHMS; from raysim.models import MODELS; "
         "print(sorted(m for m in ('ray',) if m in sys.modules))")
     assert out == "[]"
@@ -86,7 +160,7 @@ def test_pooled_processes_preload_neither_pandas_nor_sklearn_nor_dynamo():
     # of them that much again: only client workers need torch._dynamo (they import it when
     # created), only a driver reads tables or computes metrics
     out = _printed_by_python(
-        "import importlib, sys; from raysim.engine.cluster import WORKER_MODULES; "
+        "import importlib, sys; from raysim.engine.launch.warm_cluster import WORKER_MODULES; "
         "[importlib.import_module(m) for m in WORKER_MODULES]; "
         "print(sorted(m for m in ('pandas', 'sklearn', 'torch._dynamo') if m in sys.modules))")
     assert out == "[]"
@@ -115,7 +189,8 @@ def test_medmnist_metadata_is_read_without_the_medmnist_package_init():
 
 
 def test_the_warm_cluster_starts_its_raylet_as_a_local_ray_does(monkeypatch, tmp_path):
-    from raysim.engine import cluster, startup
+    from raysim.engine.launch import local_ray as startup
+    from raysim.engine.launch import warm_cluster as cluster
 
     # one set of raylet settings (the preload list, the early prestart) for both starts: a
     # local Ray (startup) and `ray start` (cluster)
@@ -160,7 +235,7 @@ def test_torch_free_params_match_the_registries():
 
 
 def test_the_raylets_store_connect_settings_keep_a_value_the_user_set(monkeypatch):
-    from raysim.engine import cluster
+    from raysim.engine.launch import warm_cluster as cluster
 
     monkeypatch.delenv("RAY_raylet_client_connect_timeout_milliseconds", raising=False)
     monkeypatch.setenv("RAY_raylet_client_num_connect_attempts", "7")

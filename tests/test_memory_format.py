@@ -14,7 +14,7 @@ from raysim.models.messenger import Messenger
 from raysim.schema import OptimizerConfig, TrainingConfig
 from raysim.training.context import ClientData, RunContext
 from raysim.training.runtime import ClientRuntime
-from raysim.training.weights import get_weights
+from raysim.vectors.weights import get_weights
 
 
 def _runtime(model_name: str, memory_format: str, vectorize: str = "auto",

@@ -14,8 +14,8 @@ from conftest import quickstart_raw
 
 from raysim.config import parse_config
 from raysim.data import load_dataset
-from raysim.engine import turns
-from raysim.engine.cohorts import Cohort, plan_cohorts
+from raysim.engine.pool.seed_groups import Cohort, plan_cohorts
+from raysim.engine.run import driver_turns as turns
 from raysim.engine.runner import run_experiment
 from raysim.models import build_model
 from raysim.results import load
@@ -23,7 +23,7 @@ from raysim.schema import DatasetConfig, OptimizerConfig
 from raysim.training import merged_training
 from raysim.training.merged_training import Rendezvous, VectorizedJob, train_merged
 from raysim.training.runtime import batch_plans
-from raysim.training.weights import get_weights
+from raysim.vectors.weights import get_weights
 
 OPTIMIZER = OptimizerConfig(name="sgd", lr=0.05, momentum=0.9)
 
@@ -248,9 +248,9 @@ def test_a_shared_worker_trains_each_call_with_its_runs_threads_whatever_thread_
     from concurrent.futures import ThreadPoolExecutor
 
     from raysim.algorithms import ALGORITHMS
-    from raysim.engine import worker as worker_module
-    from raysim.engine.worker import ClientWorker, WorkerSetup
-    from raysim.engine.worker_host import WorkerHost
+    from raysim.engine.pool.worker_host import WorkerHost
+    from raysim.engine.run import worker as worker_module
+    from raysim.engine.run.worker import ClientWorker, WorkerSetup
     from raysim.preparation import initial_weights, prepare, run_context
 
     monkeypatch.setattr(worker_module, "pick_device", lambda: torch.device("cpu"))

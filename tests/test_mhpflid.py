@@ -27,7 +27,7 @@ from raysim.results import load
 from raysim.schema import DatasetConfig, TrainingConfig
 from raysim.training.context import ClientData
 from raysim.training.runtime import ClientRuntime
-from raysim.training.weights import get_weights, set_weights
+from raysim.vectors.weights import get_weights, set_weights
 
 GRAY = DataInfo("fixture", "image", 3, (1, 28, 28), (0.5,), (0.25,))
 SMALL_MESSENGER = {"messenger_widths": [8, 8, 32], "messenger_hidden": 16}
@@ -499,7 +499,7 @@ def test_fedmd_pretrains_on_the_labelled_public_set_once_and_digest_regresses_lo
 
 
 def test_heterogeneous_clients_are_placed_by_flops_times_samples():
-    from raysim.engine.placement import assign_groups, per_sample_costs
+    from raysim.engine.run.placement import assign_groups, per_sample_costs
 
     architectures = ("resnet17", "shufflenetv2", "senet", "mobilenetv2")
     runtime = _runtime(4, architectures)

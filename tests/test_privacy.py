@@ -16,7 +16,6 @@ import torch
 from conftest import run_tables, small_federation
 from test_bad_input import run_cli
 
-from raysim.algorithms.aggregators import WeightedSum
 from raysim.algorithms.base import ClientResult
 from raysim.algorithms.private_mean import private_mean
 from raysim.config import parse_config
@@ -28,7 +27,8 @@ from raysim.privacy.uploads import privatize_uploads
 from raysim.results import load
 from raysim.results.report import summary_table
 from raysim.schema import PrivacyConfig
-from raysim.training.weights import FlatWeights
+from raysim.vectors.weighted_sum import WeightedSum
+from raysim.vectors.weights import FlatWeights
 
 logging.getLogger("absl").setLevel(logging.ERROR)  # dp-accounting's RDP order warnings
 CPU = torch.device("cpu")
@@ -339,11 +339,11 @@ def test_feddc_refuses_its_own_dp_beside_privacy(capsys, tmp_path):
 
 
 def test_adaptive_clipping_noises_the_sum_at_the_rounds_clip_with_the_updates_multiplier():
-    from raysim.algorithms.aggregators import WeightedSum
     from raysim.algorithms.fedavg import FedAvg
     from raysim.algorithms.params import FedAvgParams
     from raysim.algorithms.private_mean import AdaptivelyClipped
     from raysim.preparation import prepare, run_context
+    from raysim.vectors.weighted_sum import WeightedSum
 
     config = parse_config(_raw(clip=1.0, noise_multiplier=1.0,
                                adaptive_clip={"count_noise_std": 2.0}))

@@ -19,10 +19,10 @@ from conftest import quickstart_raw
 
 from raysim.cli import main
 from raysim.config import parse_config
-from raysim.engine import startup
-from raysim.engine.checkpoint import CHECKPOINT_FILE, load_checkpoint
+from raysim.engine.launch import local_ray as startup
+from raysim.engine.launch.watchdog import descendants, start_time
+from raysim.engine.run.checkpoint import CHECKPOINT_FILE, load_checkpoint
 from raysim.engine.runner import run_experiment
-from raysim.engine.watchdog import descendants, start_time
 from raysim.results import load
 
 METRICS = ["round", "accuracy", "macro_f1", "auc", "loss", "train_loss", "bytes_up"]
@@ -257,11 +257,11 @@ def test_concurrent_invocations_share_cpu_slots_and_a_killed_one_frees_them(tmp_
     import subprocess
     import sys
 
-    from raysim.engine.cpu_slots import CpuSlots
+    from raysim.engine.launch.cpu_slots import CpuSlots
 
     holder = subprocess.Popen(
         [sys.executable, "-c",
-         "import sys, time; from pathlib import Path; from raysim.engine.cpu_slots import "
+         "import sys, time; from pathlib import Path; from raysim.engine.launch.cpu_slots import "
          f"CpuSlots; s = CpuSlots(4, Path({str(tmp_path)!r})); print(s.acquire(3, 3), "
          "flush=True); time.sleep(120)"], stdout=subprocess.PIPE, text=True)
     try:
@@ -282,7 +282,7 @@ def test_concurrent_invocations_share_cpu_slots_and_a_killed_one_frees_them(tmp_
 
 
 def test_one_watchdog_follows_a_process_however_often_ray_starts(monkeypatch):
-    from raysim.engine import watchdog
+    from raysim.engine.launch import watchdog
 
     monkeypatch.setattr(watchdog, "_WATCHDOGS", {})
     sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])

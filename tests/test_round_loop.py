@@ -13,15 +13,14 @@ from typing import Any
 import numpy as np
 import pytest
 
-from raysim.engine.checkpoint import load_checkpoint
-from raysim.engine.reduction_tree import Subtree
-from raysim.engine.round_callbacks import (
+from raysim.engine.run.checkpoint import load_checkpoint
+from raysim.engine.run.round_callbacks import (
     Checkpointing,
     DivergenceStop,
     EvaluationSchedule,
     MembershipAudit,
 )
-from raysim.engine.round_loop import (
+from raysim.engine.run.round_loop import (
     Durable,
     Evaluation,
     LoopProgress,
@@ -31,6 +30,7 @@ from raysim.engine.round_loop import (
 )
 from raysim.errors import DivergenceError
 from raysim.results.manifest import write_manifest
+from raysim.vectors.reduction_tree import Subtree
 
 NUM_CLIENTS = 4
 
@@ -301,8 +301,8 @@ def test_a_checkpoint_round_trips_its_arrays_and_one_written_by_torch_save_still
     earlier version wrote with ``torch.save`` (a zip archive) still resumes."""
     import torch
 
-    from raysim.engine.checkpoint import CHECKPOINT_FILE, Checkpoint, save_checkpoint
-    from raysim.training.weights import FlatWeights
+    from raysim.engine.run.checkpoint import CHECKPOINT_FILE, Checkpoint, save_checkpoint
+    from raysim.vectors.weights import FlatWeights
 
     states = {3: (FlatWeights(np.arange(6, dtype=np.float32), (("w", (2, 3)),)), None)}
     written = Checkpoint(0, 5, {"global": {"w": np.ones(3)}}, states, 7)

@@ -16,7 +16,7 @@ from raysim.config import parse_config
 from raysim.errors import ConfigError
 from raysim.preparation import check_system, initial_weights, prepare
 from raysim.training.losses import loss_function, training_loss
-from raysim.training.weights import set_weights
+from raysim.vectors.weights import set_weights
 
 
 @pytest.fixture(scope="module")

@@ -17,13 +17,13 @@ from conftest import quickstart_raw
 
 from raysim.cli import main
 from raysim.config import parse_config
-from raysim.engine.concurrency import processes_at_start, runs_at_once
+from raysim.engine.launch.parallel_runs import processes_at_start, runs_at_once
 
 
 def test_first_runs_actors_start_while_the_data_is_prepared_and_serve_the_run(
         ray_session, tmp_path, monkeypatch):
     import raysim.preparation as preparation
-    from raysim.engine.pool import POOL, ActorPool
+    from raysim.engine.pool.shared_actors import POOL, ActorPool
     from raysim.engine.runner import startup_phases
 
     prestarted = threading.Event()
@@ -110,7 +110,7 @@ def test_each_distinct_data_file_is_read_once_in_a_thread_of_its_own_while_the_e
 
 
 def test_missing_data_is_reported_before_waiting_for_cpus_another_invocation_holds(tmp_path):
-    from raysim.engine.cpu_slots import CpuSlots
+    from raysim.engine.launch.cpu_slots import CpuSlots
 
     slots = tmp_path / "slots"
     holder = CpuSlots(os.cpu_count() or 1, slots)
@@ -139,7 +139,7 @@ def test_prestart_tops_up_to_the_needed_actors_and_frees_idle_workers_of_other_s
     idle workers of another shape never hold the CPUs prestarted workers need."""
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-    from raysim.engine.pool import POOL, WorkerShape
+    from raysim.engine.pool.shared_actors import POOL, WorkerShape
 
     here = NodeAffinitySchedulingStrategy(ray_session.get_runtime_context().get_node_id(),
                                           soft=False)
@@ -174,7 +174,7 @@ _PROBE = """
 import json, os, sys
 import ray
 from raysim.config import parse_config
-from raysim.engine.startup import ensure_ray, stop_local_ray
+from raysim.engine.launch.local_ray import ensure_ray, stop_local_ray
 
 ensure_ray(parse_config(json.loads(sys.argv[1])))
 """ + _SESSION_RAYLET + """
@@ -182,7 +182,7 @@ ensure_ray(parse_config(json.loads(sys.argv[1])))
 @ray.remote(num_cpus=1)
 class Probe:  # defined here, so it imports nothing of raysim or torch itself
     def modules(self):
-        return sorted(m for m in ("torch", "raysim.engine.worker", "raysim.engine.driver",
+        return sorted(m for m in ("torch", "raysim.engine.run.worker", "raysim.engine.run.driver",
                                   "torch._dynamo") if m in sys.modules)
 
 def session_processes():
@@ -225,14 +225,14 @@ def test_a_local_ray_starts_its_worker_processes_early_with_the_engine_and_no_un
     assert done.returncode == 0, done.stderr
     modules, programs, settings = (json.loads(line)
                                    for line in done.stdout.strip().splitlines()[-3:])
-    assert modules == ["raysim.engine.driver", "raysim.engine.worker", "torch"]  # dynamo: clients
+    assert modules == ["raysim.engine.run.driver", "raysim.engine.run.worker", "torch"]  # dynamo: clients
     # Ray's GCS and raylet, without the API server, the autoscaler monitor and the log monitor
     # (dashboard.py, monitor.py, log_monitor.py), which a raysim run never uses
     assert programs == ["gcs_server", "raylet"]
     # the raylet preloads the engine and starts its worker processes as soon as it is up, not
     # when the driver has connected (its agents started); it retries connecting to its object
     # store after 50 ms, not after Ray's 1 s, with the same 10 s of patience in all
-    assert settings == {"RAY_preload_python_modules": "raysim.engine.worker,raysim.engine.driver",
+    assert settings == {"RAY_preload_python_modules": "raysim.engine.run.worker,raysim.engine.run.driver",
                         "RAY_enable_worker_prestart": "1",
                         "RAY_raylet_client_connect_timeout_milliseconds": "50",
                         "RAY_raylet_client_num_connect_attempts": "200"}
@@ -244,7 +244,7 @@ import json, os, sys
 os.cpu_count = lambda: 16  # a node with more CPUs than the runs use (before raysim reads it)
 import ray
 from raysim.config import parse_config
-from raysim.engine import startup
+from raysim.engine.launch import local_ray as startup
 
 gpus = float(sys.argv[1])  # the GPUs the start is told Ray will find
 startup.gpus_ray_will_detect = lambda: gpus
@@ -302,7 +302,7 @@ def test_the_processes_started_ahead_of_time_are_those_of_the_runs_that_fit_at_o
 def test_the_start_counts_the_gpus_ray_will_find_and_may_use(monkeypatch):
     from ray._private import accelerators
 
-    from raysim.engine import ray_internals
+    from raysim.engine.launch import ray_internals
 
     class EightGpus:
         @staticmethod

@@ -226,14 +226,14 @@ def test_fedbuff_weighs_each_arrival_by_its_staleness():
 
 
 def test_the_buffered_update_applies_stale_updates_to_the_current_model():
-    from raysim.algorithms.aggregators import WeightedSum
     from raysim.algorithms.buffered import (
         BufferedPartial,
         BufferTotals,
         buffered_update,
         server_correction,
     )
-    from raysim.training.weights import FlatWeights
+    from raysim.vectors.weighted_sum import WeightedSum
+    from raysim.vectors.weights import FlatWeights
 
     def flat(values):
         return FlatWeights(__import__("torch").tensor(values, dtype=__import__("torch").float32),
@@ -263,7 +263,7 @@ def test_the_drivers_round_totals_add_what_the_workers_group_partials_would_in_t
     merge them (random weights of different magnitudes: another order of the additions
     gives other bits)."""
     from raysim.algorithms.buffered import BufferWeighting
-    from raysim.engine.reduction_tree import combine, subtree_roots
+    from raysim.vectors.reduction_tree import combine, subtree_roots
 
     def group(clients):  # (A, W_v) of one group, adding in client order
         by_version: dict[int, float] = {}
@@ -330,7 +330,7 @@ _ONE_SAMPLE = SimpleNamespace(num_samples=1)
 def _flat(values):
     import torch
 
-    from raysim.training.weights import FlatWeights
+    from raysim.vectors.weights import FlatWeights
 
     return FlatWeights(torch.tensor(values, dtype=torch.float32), (("w", (2,)),))
 
@@ -364,7 +364,7 @@ def test_fedprox_under_fedbuff_trains_every_client_in_one_call_anchored_at_its_s
     import torch
 
     from raysim.algorithms.buffered import train_buffered
-    from raysim.training.weights import FlatWeights
+    from raysim.vectors.weights import FlatWeights
 
     def flat(values):
         return FlatWeights(torch.tensor(values, dtype=torch.float32), (("w", (2,)),))
@@ -395,7 +395,7 @@ def test_fedprox_under_fedbuff_trains_every_client_in_one_call_anchored_at_its_s
 def test_the_driver_sends_a_worker_only_the_start_versions_it_does_not_keep():
     import torch
 
-    from raysim.engine.round_loop import Durable, LoopProgress, RoundLoop
+    from raysim.engine.run.round_loop import Durable, LoopProgress, RoundLoop
     from raysim.system.plan import SystemPlan
     from raysim.system.records import ClockRecords
     from raysim.training.runtime import ClientRuntime
@@ -446,13 +446,13 @@ def test_the_round_loops_fedbuff_update_applies_every_stale_update_to_the_curren
     version moves the current model by s_c / A, whichever version it started from."""
     import torch
 
-    from raysim.algorithms.aggregators import WeightedSum, merge_partials
     from raysim.algorithms.buffered import BufferWeighting, buffered_update
-    from raysim.engine.reduction_tree import Subtree
-    from raysim.engine.round_loop import Durable, LoopProgress, RoundLoop, RoundReply
+    from raysim.engine.run.round_loop import Durable, LoopProgress, RoundLoop, RoundReply
     from raysim.system.plan import SystemPlan
     from raysim.system.records import ClockRecords
-    from raysim.training.weights import FlatWeights
+    from raysim.vectors.reduction_tree import Subtree
+    from raysim.vectors.weighted_sum import WeightedSum, merge_partials
+    from raysim.vectors.weights import FlatWeights
 
     profiles = _profiles(*[(1.0 + c % 5, 100.0, 100.0) for c in range(24)])
     plans = fedbuff_plan(profiles, Workload(np.full(24, 40.0), 1e3, 1e3), 20, buffer_size=8,

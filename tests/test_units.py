@@ -10,13 +10,13 @@ import pytest
 import torch
 from sklearn.metrics import roc_auc_score
 
-from raysim.algorithms.aggregators import WeightedSum, weighted_mean
 from raysim.data.dataset import DataInfo
-from raysim.engine.placement import assign_groups, client_groups
-from raysim.engine.reduction_tree import aligned_spans, combine, reduce_span, subtree_roots
+from raysim.engine.run.placement import assign_groups, client_groups
 from raysim.models import MODELS, build_model
 from raysim.training.evaluation import classification_metrics
 from raysim.training.runtime import batch_plans, proximal_term
+from raysim.vectors.reduction_tree import aligned_spans, combine, reduce_span, subtree_roots
+from raysim.vectors.weighted_sum import WeightedSum, weighted_mean
 
 GRAY28 = DataInfo("fixture", "image", 2, (1, 28, 28), (0.5,), (0.5,))
 

@@ -17,9 +17,9 @@ import pytest
 import yaml
 from conftest import quickstart_raw
 
-from raysim.engine.cluster import is_running
-from raysim.engine.keeper import PoolKeeper
-from raysim.engine.watchdog import start_time
+from raysim.engine.launch.warm_cluster import is_running
+from raysim.engine.launch.watchdog import start_time
+from raysim.engine.pool.keeper import PoolKeeper
 
 
 def _raysim(args: list[str], environment: dict[str, str]) -> subprocess.CompletedProcess:
@@ -127,8 +127,8 @@ def test_keeper_kills_what_a_dead_invocation_held_and_frees_cpus_for_a_running_o
 
 
 def test_taking_over_leaves_out_actors_that_died_idle(ray_session, actors, monkeypatch):
-    from raysim.engine import keeper as pool_keeper
-    from raysim.engine.pool import ActorPool
+    from raysim.engine.pool import keeper as pool_keeper
+    from raysim.engine.pool.shared_actors import ActorPool
 
     keeper = ray_session.remote(PoolKeeper).options(num_cpus=0).remote()
     ray_session.get(keeper.take_back.remote((1, start_time(1)), pool_keeper.code_fingerprint(),

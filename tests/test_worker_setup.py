@@ -10,9 +10,9 @@ from typing import Any
 import numpy as np
 import torch
 
-from raysim.engine import driver as driver_module
-from raysim.engine.driver import Driver
-from raysim.engine.worker import ClientWorker
+from raysim.engine.run import driver as driver_module
+from raysim.engine.run.driver import Driver
+from raysim.engine.run.worker import ClientWorker
 
 
 class _RecordingHandle:

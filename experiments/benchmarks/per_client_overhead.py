@@ -52,15 +52,15 @@ from gpu_vectorized import config as bench_config
 from vs_flower import workloads
 
 from raysim.algorithms import ALGORITHMS
-from raysim.algorithms.aggregators import merge_partials, settle
 from raysim.config import parse_config
 from raysim.data.generated import write_medmnist_npz
-from raysim.engine.memory import keep_freed_memory
-from raysim.engine.placement import client_groups
-from raysim.engine.reduction_tree import subtree_roots
+from raysim.engine.run.placement import client_groups
+from raysim.engine.run.process_memory import keep_freed_memory
 from raysim.preparation import initial_weights, prepare, run_context
 from raysim.training.context import ClientData, RunContext
 from raysim.training.runtime import ClientRuntime
+from raysim.vectors.reduction_tree import subtree_roots
+from raysim.vectors.weighted_sum import merge_partials, settle
 
 
 def w4() -> dict:

@@ -1,5 +1,5 @@
 """A local Ray's start with and without the head processes raysim never uses (the API server,
-the autoscaler monitor and the log monitor: ``raysim.engine.startup.UNUSED_RAY_SERVICES``).
+the autoscaler monitor and the log monitor: ``raysim.engine.launch.local_ray.UNUSED_RAY_SERVICES``).
 
 Each measurement is a fresh Python process that starts a local Ray the way ``raysim run`` does
 (its CPU count, the engine preloaded in Ray's worker processes, the engine imported in a
@@ -25,8 +25,8 @@ _MEASURE = """
 import contextlib, json, os, sys, threading, time
 started = time.perf_counter()
 import ray
-from raysim.engine.cluster import PRELOAD_VARIABLE, WORKER_MODULES
-from raysim.engine.startup import _without_unused_ray_services
+from raysim.engine.launch.warm_cluster import PRELOAD_VARIABLE, WORKER_MODULES
+from raysim.engine.launch.local_ray import _without_unused_ray_services
 
 os.environ[PRELOAD_VARIABLE] = ",".join(WORKER_MODULES)
 engine = threading.Thread(target=lambda: __import__("raysim.engine.runner"))
@@ -39,7 +39,7 @@ ray_up = time.perf_counter()
 @ray.remote(num_cpus=0)
 class Pooled:
     def __init__(self):
-        import raysim.engine.worker  # noqa: F401  (preloaded: a no-op on a preloaded process)
+        import raysim.engine.run.worker  # noqa: F401  (preloaded: a no-op on a preloaded process)
     def pid(self):
         return os.getpid()
 

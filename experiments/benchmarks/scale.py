@@ -29,7 +29,7 @@ import torch
 
 from raysim.config import load_config
 from raysim.data import load_dataset, make_partition, to_tensor
-from raysim.engine.memory import resident_memory_mb
+from raysim.engine.run.process_memory import resident_memory_mb
 from raysim.engine.runner import run_experiment
 from raysim.models import build_model
 from raysim.results import load

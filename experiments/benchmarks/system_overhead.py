@@ -128,9 +128,9 @@ def fedbuff_worker_ms(raw: dict[str, Any], plan: Any, round_: int = 30,
     from per_client_overhead import Worker
 
     from raysim.algorithms import buffered
-    from raysim.algorithms.aggregators import mean_partial, merge_partials, settle
-    from raysim.engine.reduction_tree import subtree_roots
-    from raysim.training.weights import FlatWeights, on_device
+    from raysim.vectors.reduction_tree import subtree_roots
+    from raysim.vectors.weighted_sum import mean_partial, merge_partials, settle
+    from raysim.vectors.weights import FlatWeights, on_device
 
     torch.set_num_threads(1)
     mu = raw["algorithm"].get("mu", 0.0)
@@ -189,8 +189,8 @@ def stale_versions_sent(plan: Any, num_clients: int, workers: int = 2) -> dict[s
     (contiguous client groups of equal load)."""
     from types import SimpleNamespace
 
-    from raysim.engine.placement import assign_groups, client_groups
-    from raysim.engine.round_loop import Durable, LoopProgress, RoundLoop
+    from raysim.engine.run.placement import assign_groups, client_groups
+    from raysim.engine.run.round_loop import Durable, LoopProgress, RoundLoop
 
     groups = client_groups(num_clients, 64)
     owner = np.zeros(num_clients, dtype=np.int64)

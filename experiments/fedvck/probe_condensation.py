@@ -29,7 +29,7 @@ from raysim.schema import DatasetConfig, TrainingConfig
 from raysim.training.context import ClientData
 from raysim.training.evaluation import classification_metrics, predict_proba
 from raysim.training.runtime import ClientRuntime
-from raysim.training.weights import get_weights, set_weights
+from raysim.vectors.weights import get_weights, set_weights
 
 
 def main() -> None:

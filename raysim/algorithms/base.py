@@ -9,7 +9,7 @@ A round, as the engine runs it:
    ``train_many`` trains them one by one or vectorised, whichever pays;
 3. worker: ``reduce(results)`` over the clients of each fixed client group, in client order
    (e.g. a weighted sum), then ``merge`` of the groups along a fixed binary tree
-   (:mod:`raysim.engine.reduction_tree`): the worker merges the subtrees it holds, the driver
+   (:mod:`raysim.vectors.reduction_tree`): the worker merges the subtrees it holds, the driver
    the rest, so one partial per worker travels back and the numbers do not depend on the
    number of workers;
 4. server: ``aggregate(state, partials, round)`` with the tree's root as the one partial
@@ -46,7 +46,7 @@ from raysim.schema import StrictModel
 from raysim.training.context import RunContext
 from raysim.training.evaluation import predict_proba
 from raysim.training.membership import loss_attack_scores
-from raysim.training.weights import Weights, set_weights
+from raysim.vectors.weights import Weights, set_weights
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -251,10 +251,10 @@ class Algorithm(ABC, Generic[ParamsT, StateT]):
 
     def merge(self, left: Any, right: Any) -> Any:
         """Merge the partials of two adjacent ranges of client groups (``left`` first), along
-        the fixed reduction tree (default: :func:`~raysim.algorithms.aggregators.merge_partials`:
+        the fixed reduction tree (default: :func:`~raysim.vectors.weighted_sum.merge_partials`:
         weighted sums add in place, lists concatenate, dicts merge by key). ``aggregate`` then
         receives the one merged partial."""
-        from raysim.algorithms.aggregators import merge_partials
+        from raysim.vectors.weighted_sum import merge_partials
 
         return merge_partials(left, right)
 

@@ -32,8 +32,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from raysim.algorithms.aggregators import WeightedSum
-from raysim.training.weights import FlatWeights, Weights
+from raysim.vectors.weighted_sum import WeightedSum
+from raysim.vectors.weights import FlatWeights, Weights
 
 if TYPE_CHECKING:
     from raysim.training.runtime import ClientRuntime
@@ -98,7 +98,7 @@ class BufferWeighting:
     """What the driver computes each FedBuff round's totals from, with the clock's plan (in the
     planning thread, before the rounds): every client's weight a_c
     (:meth:`~raysim.algorithms.base.Algorithm.buffer_client_weights`) and client group (of
-    the engine's fixed reduction tree, :mod:`raysim.engine.reduction_tree`)."""
+    the engine's fixed reduction tree, :mod:`raysim.vectors.reduction_tree`)."""
 
     client_weights: np.ndarray
     group_of_client: np.ndarray

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from raysim.algorithms.base import ClientResult, register_algorithm
 from raysim.algorithms.local_only import LocalOnly
 from raysim.algorithms.params import CentralizedParams
-from raysim.training.weights import Weights
+from raysim.vectors.weights import Weights
 
 if TYPE_CHECKING:
     from raysim.training.runtime import ClientRuntime

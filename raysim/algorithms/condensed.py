@@ -32,7 +32,7 @@ from raysim.models import build_model
 from raysim.seeding import numpy_rng, torch_generator
 from raysim.training.membership import nearest_synthetic_scores
 from raysim.training.memory_format import place
-from raysim.training.weights import Weights, get_weights, set_weights
+from raysim.vectors.weights import Weights, get_weights, set_weights
 
 if TYPE_CHECKING:
     from raysim.training.runtime import ClientRuntime

@@ -12,11 +12,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from raysim.algorithms.aggregators import mean_partial, weighted_mean
 from raysim.algorithms.base import Algorithm, ClientResult, register_algorithm
 from raysim.algorithms.params import DittoParams
 from raysim.schema import StrictModel
-from raysim.training.weights import Weights
+from raysim.vectors.weighted_sum import mean_partial, weighted_mean
+from raysim.vectors.weights import Weights
 
 if TYPE_CHECKING:
     from raysim.training.runtime import ClientRuntime

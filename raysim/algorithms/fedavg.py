@@ -8,12 +8,12 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import numpy as np
 
 from raysim.algorithms import buffered
-from raysim.algorithms.aggregators import mean_partial, weighted_mean
 from raysim.algorithms.base import Algorithm, ClientResult, register_algorithm
 from raysim.algorithms.params import FedAvgParams, FedProxParams
 from raysim.algorithms.private_mean import AdaptivelyClipped, count_noise, private_mean
 from raysim.schema import StrictModel
-from raysim.training.weights import Weights
+from raysim.vectors.weighted_sum import mean_partial, weighted_mean
+from raysim.vectors.weights import Weights
 
 if TYPE_CHECKING:
     from raysim.training.runtime import ClientRuntime

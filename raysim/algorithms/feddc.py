@@ -20,19 +20,14 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
-from raysim.algorithms.aggregators import (
-    coordinate_median,
-    iterated_radon_point,
-    mean_partial,
-    radon_number,
-    weighted_mean,
-)
 from raysim.algorithms.base import Algorithm, ClientResult, RunContext, register_algorithm
 from raysim.algorithms.params import FedDCParams
+from raysim.algorithms.robust_means import coordinate_median, iterated_radon_point, radon_number
 from raysim.errors import ConfigError
 from raysim.privacy.mechanism import privatize
 from raysim.seeding import numpy_rng
-from raysim.training.weights import Weights
+from raysim.vectors.weighted_sum import mean_partial, weighted_mean
+from raysim.vectors.weights import Weights
 
 if TYPE_CHECKING:
     from raysim.training.runtime import ClientRuntime

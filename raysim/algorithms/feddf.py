@@ -33,7 +33,6 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from raysim.algorithms.aggregators import mean_partial, weighted_mean
 from raysim.algorithms.base import Algorithm, ClientResult, RunContext, register_algorithm
 from raysim.algorithms.params import FedDFParams
 from raysim.algorithms.public_set import public_indices
@@ -43,7 +42,8 @@ from raysim.models import build_model
 from raysim.seeding import torch_generator
 from raysim.training.memory_format import place
 from raysim.training.runtime import downsample_images
-from raysim.training.weights import Weights, get_weights, set_weights
+from raysim.vectors.weighted_sum import mean_partial, weighted_mean
+from raysim.vectors.weights import Weights, get_weights, set_weights
 
 if TYPE_CHECKING:
     from raysim.training.runtime import ClientRuntime

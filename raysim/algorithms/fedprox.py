@@ -5,7 +5,7 @@ from __future__ import annotations
 from raysim.algorithms.base import register_algorithm
 from raysim.algorithms.fedavg import FedAvg
 from raysim.algorithms.params import FedProxParams
-from raysim.training.weights import Weights
+from raysim.vectors.weights import Weights
 
 
 @register_algorithm

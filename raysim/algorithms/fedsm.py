@@ -40,7 +40,6 @@ import numpy as np
 import torch
 from torch import nn
 
-from raysim.algorithms.aggregators import WeightedSum, mean_partial, weighted_mean
 from raysim.algorithms.base import Algorithm, ClientResult, RunContext, register_algorithm
 from raysim.algorithms.params import FedSMParams
 from raysim.data.dataset import DataInfo
@@ -50,7 +49,8 @@ from raysim.privacy.uploads import privatize_upload
 from raysim.seeding import torch_generator
 from raysim.training.evaluation import predict_proba
 from raysim.training.losses import sample_losses
-from raysim.training.weights import Weights, get_weights, set_weights
+from raysim.vectors.weighted_sum import WeightedSum, mean_partial, weighted_mean
+from raysim.vectors.weights import Weights, get_weights, set_weights
 
 if TYPE_CHECKING:
     from raysim.training.runtime import ClientRuntime

@@ -45,7 +45,7 @@ from raysim.errors import field_error
 from raysim.models import build_model
 from raysim.models.registry import embedding_parts
 from raysim.seeding import torch_generator
-from raysim.training.weights import set_weights
+from raysim.vectors.weights import set_weights
 
 if TYPE_CHECKING:
     from raysim.training.runtime import ClientRuntime

@@ -32,7 +32,6 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from raysim.algorithms.aggregators import WeightedSum, mean_partial, weighted_mean
 from raysim.algorithms.base import Algorithm, ClientResult, RunContext, register_algorithm
 from raysim.algorithms.params import MHpFLIDParams
 from raysim.errors import field_error
@@ -40,7 +39,8 @@ from raysim.models import build_model
 from raysim.models.messenger import InformationExchange, Messenger
 from raysim.models.split import ZOO, SplitModel
 from raysim.seeding import torch_generator
-from raysim.training.weights import Weights, get_weights, release_state, set_weights
+from raysim.vectors.weighted_sum import WeightedSum, mean_partial, weighted_mean
+from raysim.vectors.weights import Weights, get_weights, release_state, set_weights
 
 if TYPE_CHECKING:
     from raysim.training.runtime import ClientRuntime

@@ -17,9 +17,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from raysim.algorithms.aggregators import WeightedSum
 from raysim.privacy.mechanism import gaussian_noise
-from raysim.training.weights import Weights
+from raysim.vectors.weighted_sum import WeightedSum
+from raysim.vectors.weights import Weights
 
 
 def private_mean(partials: Sequence[WeightedSum], broadcast: Weights, expected: float,

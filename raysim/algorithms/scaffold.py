@@ -18,12 +18,12 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import numpy as np
 import torch
 
-from raysim.algorithms.aggregators import WeightedSum, mean_partial, merge_partials
 from raysim.algorithms.base import Algorithm, ClientResult, register_algorithm
 from raysim.algorithms.params import ScaffoldParams
 from raysim.schema import StrictModel
 from raysim.training.losses import loss_function, training_loss
-from raysim.training.weights import Weights, set_weights
+from raysim.vectors.weighted_sum import WeightedSum, mean_partial, merge_partials
+from raysim.vectors.weights import Weights, set_weights
 
 if TYPE_CHECKING:
     from raysim.training.runtime import ClientRuntime, TrainOutcome

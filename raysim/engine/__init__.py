@@ -9,7 +9,7 @@ Ray's token).
 
 import os
 
-from raysim.engine.cluster import RAY_TOKEN, join_environment, running_cluster
+from raysim.engine.launch.warm_cluster import RAY_TOKEN, join_environment, running_cluster
 
 if running_cluster() is not None or os.environ.get("RAY_ADDRESS") or RAY_TOKEN.is_file():
     join_environment()

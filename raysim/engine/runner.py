@@ -18,16 +18,16 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 from raysim.algorithms import ALGORITHMS
 from raysim.config import ExperimentConfig
 from raysim.data import ArrayDataset, Partition
-from raysim.engine.cohorts import Cohort, RunKey, plan_cohorts
-from raysim.engine.concurrency import runs_at_once
-from raysim.engine.driver import RunSpec
 from raysim.engine.interrupt import STOP
-from raysim.engine.pool import POOL, WorkerShape
+from raysim.engine.launch.local_ray import Started, ensure_ray
+from raysim.engine.launch.parallel_runs import runs_at_once
+from raysim.engine.pool.seed_groups import Cohort, RunKey, plan_cohorts
+from raysim.engine.pool.shared_actors import POOL, WorkerShape
+from raysim.engine.pool.worker_host import RunBoundWorker
 from raysim.engine.progress import RunProgress, labels_of
 from raysim.engine.resume import FINISHED, INVOCATION, check_same_config, new_run_root, run_directory
-from raysim.engine.startup import Started, ensure_ray
-from raysim.engine.worker import WorkerSetup
-from raysim.engine.worker_host import RunBoundWorker
+from raysim.engine.run.driver import RunSpec
+from raysim.engine.run.worker import WorkerSetup
 from raysim.errors import RaysimError, RunInterrupted
 from raysim.preparation import initial_weights, pooled, prepare, run_context
 from raysim.results.live import prepare_store
@@ -79,7 +79,7 @@ def run_experiments(experiments: dict[str, ExperimentConfig], *, data_root: str 
     ``started_at``: when the command started (default: now), for the start-up phases that
     every manifest records (``startup``; see :func:`startup_phases`).
     ``started``: Ray already started and the data prepared alongside it
-    (:func:`raysim.engine.startup.start_alongside`, as ``raysim run`` does).
+    (:func:`raysim.engine.launch.local_ray.start_alongside`, as ``raysim run`` does).
     ``invocation``: the command's options, recorded in a new root's ``invocation.json`` (a
     bare ``--resume`` reuses them).
     """
@@ -254,7 +254,7 @@ def startup_phases(manifest: dict[str, Any]) -> dict[str, float] | None:
     zero for pooled ones) and ``first_round`` (from the command to the first round's
     dispatch); ``cpu_wait`` is the time spent waiting for CPUs that another raysim invocation
     held (not counted in ``ray``); ``alongside`` is 1 when Ray started beside the imports and
-    the data (:func:`raysim.engine.startup.start_alongside`), else 0; ``joined`` is 1 when the
+    the data (:func:`raysim.engine.launch.local_ray.start_alongside`), else 0; ``joined`` is 1 when the
     invocation joined a warm cluster (``raysim cluster start``), else 0. A resumed run's record
     is its resuming command's. None for runs without the record."""
     startup = manifest.get("startup")
@@ -292,7 +292,7 @@ def _uses_gpus(config: ExperimentConfig) -> bool:
 
 def worker_shape(config: ExperimentConfig, hosted: bool = False) -> WorkerShape:
     """The resources and scheduling of a run's workers (``hosted``: worker processes shared
-    by a cohort of runs, :class:`~raysim.engine.worker_host.WorkerHost`)."""
+    by a cohort of runs, :class:`~raysim.engine.pool.worker_host.WorkerHost`)."""
     engine = config.engine
     return WorkerShape(engine.cpus_per_worker,
                        engine.gpus_per_worker if _uses_gpus(config) else 0.0,

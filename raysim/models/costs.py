@@ -13,7 +13,7 @@ from torch import nn
 from torch.utils.flop_counter import FlopCounterMode
 
 from raysim.data.dataset import DataInfo
-from raysim.models.registry import build_model
+from raysim.models import build_model
 from raysim.schema import StrictModel
 
 

@@ -76,10 +76,10 @@ def require_volumes(model_name: str, info: DataInfo) -> None:
 
 
 def build_model(params: StrictModel, info: DataInfo) -> nn.Module:
-    """Construct the model a config section describes for a dataset."""
+    """Construct the model a config section describes for a dataset (through
+    ``raysim.models.build_model``, which registers every model on first use)."""
     name = params.name  # type: ignore[attr-defined]
-    if name not in MODELS:  # a model module not imported yet: load the whole registry
-        import raysim.models
-
-        raysim.models.MODELS  # noqa: B018  (the access registers every model)
+    if name not in MODELS:
+        raise KeyError(f"model {name!r} is not registered: import build_model from "
+                       "raysim.models, which loads every model module first")
     return MODELS[name].build(params, info)

@@ -7,7 +7,7 @@ from __future__ import annotations
 import torch
 
 from raysim.seeding import torch_generator
-from raysim.training.weights import FlatWeights, Weights, on_device
+from raysim.vectors.weights import FlatWeights, Weights, on_device
 
 
 def gaussian_noise(size: int, std: float, seed: int, purpose: str, round_: int,

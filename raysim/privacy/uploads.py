@@ -12,7 +12,7 @@ import torch
 
 from raysim.privacy.mechanism import privatize
 from raysim.privacy.settings import DpSettings
-from raysim.training.weights import FlatWeights, Weights, on_device
+from raysim.vectors.weights import FlatWeights, Weights, on_device
 
 
 def privatize_uploads(results: Sequence[tuple[int, Any]], uploads: Sequence[str],

@@ -16,7 +16,7 @@ from raysim.system.clock import Workload
 from raysim.system.plan import ArchitectureKey, SystemPlan, client_work, system_plan
 from raysim.system.profiles import SiteProfile, site_profiles
 from raysim.training.context import RunContext
-from raysim.training.weights import payload_bytes
+from raysim.vectors.weights import payload_bytes
 
 
 @dataclass(frozen=True)

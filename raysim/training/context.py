@@ -11,7 +11,7 @@ import numpy as np
 from raysim.data.dataset import DataInfo
 from raysim.privacy.settings import DpSettings
 from raysim.schema import StrictModel, TrainingConfig
-from raysim.training.weights import Weights
+from raysim.vectors.weights import Weights
 
 
 @dataclass(frozen=True)

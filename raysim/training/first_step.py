@@ -16,7 +16,7 @@ are the same bits as the plain way's (a test compares the two paths for every SG
 Models with buffers (BatchNorm's running statistics change in the forward pass, which would
 write into the start), other optimizers, a loaded optimizer state, small models (rebinding
 costs more than copying), starts in another layout and models on a GPU take the plain way
-(:func:`raysim.training.weights.saves_a_pass`).
+(:func:`raysim.vectors.weights.saves_a_pass`).
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ import torch
 from torch import nn
 
 from raysim.schema import OptimizerConfig
-from raysim.training.weights import (
+from raysim.vectors.weights import (
     FlatWeights,
     bind_vector,
     bound_vector,

@@ -29,7 +29,7 @@ import torch
 from raysim.data.dataset import to_tensor
 from raysim.seeding import numpy_rng
 from raysim.training.losses import sample_losses
-from raysim.training.weights import Weights, set_weights
+from raysim.vectors.weights import Weights, set_weights
 
 if TYPE_CHECKING:
     from raysim.training.runtime import ClientRuntime

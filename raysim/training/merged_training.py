@@ -1,7 +1,7 @@
 """Several runs' clients trained in one vectorised call (seeds of one config on shared workers).
 
 A run's vectorised local work is a list of :class:`VectorizedJob` (one per client size). Runs
-that share a worker process (:mod:`raysim.engine.worker_host`) hand their jobs to one
+that share a worker process (:mod:`raysim.engine.pool.worker_host`) hand their jobs to one
 :class:`Rendezvous`; it waits until every run bound to the process has handed in its round's
 jobs (or a short window has passed), then trains the jobs of equal shape from all runs as one
 :func:`~raysim.training.vectorized.train_vectorized` call and gives each run its rows back.
@@ -27,7 +27,7 @@ from torch import nn
 
 from raysim.schema import OptimizerConfig
 from raysim.training.vectorized import train_vectorized
-from raysim.training.weights import FlatWeights, Proximal, Weights
+from raysim.vectors.weights import FlatWeights, Proximal, Weights
 
 JobResult = tuple[list[FlatWeights], list[torch.Tensor | None], np.ndarray]
 """New weights, momentum buffers and mean losses of a job's clients (as ``train_vectorized``)."""

@@ -15,7 +15,7 @@ from typing import Any
 
 import torch
 
-from raysim.training.weights import FlatWeights, host_tree
+from raysim.vectors.weights import FlatWeights, host_tree
 
 CAP_ENV = "RAYSIM_CLIENT_STATE_CAP_BYTES"
 """Overrides the cap (bytes) for tests: a tiny value forces the host fallback on any device."""

@@ -28,7 +28,7 @@ from raysim.training.vectorized import (
     plans_on_device,
     step_batches,
 )
-from raysim.training.weights import (
+from raysim.vectors.weights import (
     FlatWeights,
     Proximal,
     Weights,

@@ -18,7 +18,7 @@ from torch.func import functional_call, grad_and_value, vmap
 
 from raysim.schema import OptimizerConfig
 from raysim.training.losses import loss_function
-from raysim.training.weights import (
+from raysim.vectors.weights import (
     FlatWeights,
     Layout,
     Proximal,

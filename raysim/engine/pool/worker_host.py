@@ -1,7 +1,7 @@
 """One worker process shared by several runs (the seeds of one config), so that their clients
 train in one vectorised call (:mod:`raysim.training.merged_training`).
 
-A :class:`WorkerHost` actor holds one :class:`~raysim.engine.worker.ClientWorker` per run
+A :class:`WorkerHost` actor holds one :class:`~raysim.engine.run.worker.ClientWorker` per run
 (its *slot*) and runs each run's calls in a thread of its own; a run's driver sees its slot
 through a :class:`RunBoundWorker`, which has the methods of a ``ClientWorker`` handle, so the
 driver's code is the same for a shared and an own worker. The runs' calls take turns (one
@@ -16,7 +16,7 @@ from typing import Any
 
 import torch
 
-from raysim.engine.worker import ClientWorker
+from raysim.engine.run.worker import ClientWorker
 from raysim.training.merged_training import Rendezvous
 
 MAX_RUNS_PER_HOST = 8

@@ -85,7 +85,7 @@ def start_watchdog(pid: int | None = None) -> subprocess.Popen | None:
     if started is None:
         return None
     _WATCHDOGS[followed] = subprocess.Popen(
-        [sys.executable, "-m", "raysim.engine.watchdog", str(followed), str(started)],
+        [sys.executable, "-m", "raysim.engine.launch.watchdog", str(followed), str(started)],
         stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
         start_new_session=True, close_fds=True)
     return _WATCHDOGS[followed]

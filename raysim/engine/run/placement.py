@@ -36,7 +36,7 @@ def assign_groups(group_loads: list[float], num_workers: int) -> list[list[int]]
     blocks where that costs little balance.
 
     Each worker's groups are one range, so it merges them into few subtrees of the fixed
-    reduction tree (:mod:`raysim.engine.reduction_tree`). Boundaries go where the prefix load
+    reduction tree (:mod:`raysim.vectors.reduction_tree`). Boundaries go where the prefix load
     is closest to an even split, on multiples of the largest power of two whose busiest
     worker stays within :data:`BALANCE_TOLERANCE` of the split on single groups (for 64
     equal groups: one subtree per worker for 2 or 4 workers). Workers beyond the number of

@@ -5,12 +5,12 @@ for new worker processes that import torch: seconds each on a small machine, bef
 round. ``raysim cluster start`` starts a local Ray once (``ray start --head --block`` in its
 own session, with the raysim engine preloaded in its worker processes); later invocations on
 this machine join it instead of starting their own Ray, and borrow the worker and driver
-actors that earlier invocations left idle there (:mod:`raysim.engine.keeper`), so their first
+actors that earlier invocations left idle there (:mod:`raysim.engine.pool.keeper`), so their first
 round starts after their own imports and data. ``raysim cluster stop`` ends it.
 
 The cluster is described by ``cluster.json`` in :func:`state_directory`, beside ``ray start``'s
 output; a record whose process is gone is stale and ignored. The cluster holds the machine's
-CPU slots it was given (:mod:`raysim.engine.cpu_slots`) for as long as it runs.
+CPU slots it was given (:mod:`raysim.engine.launch.cpu_slots`) for as long as it runs.
 """
 
 from __future__ import annotations
@@ -27,19 +27,19 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from raysim.engine.bytecode import bytecode_settings
-from raysim.engine.cpu_slots import CpuSlots
-from raysim.engine.watchdog import start_time, start_watchdog
+from raysim.engine.launch.bytecode import bytecode_settings
+from raysim.engine.launch.cpu_slots import CpuSlots
+from raysim.engine.launch.watchdog import start_time, start_watchdog
 from raysim.errors import RaysimError
 
 NAMESPACE = "raysim"
 """The Ray namespace of the cluster's long-lived actors (the pool keeper)."""
 
-WORKER_MODULES = ("raysim.engine.worker", "raysim.engine.driver")
+WORKER_MODULES = ("raysim.engine.run.worker", "raysim.engine.run.driver")
 """What the worker processes of a raysim Ray (a local one or the warm cluster) import before
 they accept work (Ray's ``preload_python_modules``): the engine, and torch. Not torch._dynamo
 (about 1.1 s of CPU): client workers import it when they are created
-(:class:`raysim.engine.worker.ClientWorker`), driver hosts only if a run's server trains."""
+(:class:`raysim.engine.run.worker.ClientWorker`), driver hosts only if a run's server trains."""
 
 PRELOAD_VARIABLE = "RAY_preload_python_modules"
 """The environment variable the raylet reads the preload list from when it starts."""
@@ -70,7 +70,7 @@ def raylet_environment() -> dict[str, str]:
     processes, the short wait between its attempts to connect to its object store
     (:data:`STORE_CONNECT_SETTINGS`; a Ray without a setting ignores it), and, for an
     environment that keeps no compiled bytecode, raysim's bytecode cache, which its worker
-    processes inherit (:mod:`raysim.engine.bytecode`)."""
+    processes inherit (:mod:`raysim.engine.launch.bytecode`)."""
     return {PRELOAD_VARIABLE: ",".join(WORKER_MODULES), PRESTART_VARIABLE: "1",
             **{name: os.environ.get(name, value) for name, value in STORE_CONNECT_SETTINGS.items()},
             **bytecode_settings()}

@@ -14,7 +14,7 @@ import socket
 import subprocess
 import sys
 
-from raysim.engine.ray_internals import GCS_PROBE
+from raysim.engine.launch.ray_internals import GCS_PROBE
 
 PROBE_SECONDS = float(os.environ.get("RAYSIM_PROBE_SECONDS", "10"))
 """How long a cluster's GCS may take to answer before it counts as not answering

@@ -1,7 +1,7 @@
 """The pool keeper of a warm cluster: idle worker and driver actors kept between invocations.
 
-On a warm cluster (:mod:`raysim.engine.cluster`) the actor pool of an invocation
-(:mod:`raysim.engine.pool`) creates its actors detached, so they outlive the invocation. When
+On a warm cluster (:mod:`raysim.engine.launch.warm_cluster`) the actor pool of an invocation
+(:mod:`raysim.engine.pool.shared_actors`) creates its actors detached, so they outlive the invocation. When
 the invocation ends it hands its idle actors to the keeper (a detached actor named
 ``raysim-pool-keeper``); the next invocation takes them over at its start and its first run
 borrows workers whose processes have long imported torch and raysim.
@@ -30,7 +30,7 @@ from typing import Any
 
 import ray
 
-from raysim.engine.watchdog import start_time
+from raysim.engine.launch.watchdog import start_time
 
 KEEPER_NAME = "raysim-pool-keeper"
 

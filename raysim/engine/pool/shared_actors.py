@@ -8,7 +8,7 @@ and gives them back when it ends. Results do not depend on which process served 
 random draw comes from a named stream (:mod:`raysim.seeding`), never from a process's history.
 
 Seeds of one config that share workers (a cohort, :mod:`.cohorts`) borrow worker *hosts*
-(the ``hosted`` shape, :class:`~raysim.engine.worker_host.WorkerHost`, one ``ClientWorker`` per
+(the ``hosted`` shape, :class:`~raysim.engine.pool.worker_host.WorkerHost`, one ``ClientWorker`` per
 run inside) and one driver host for all of them.
 
 Idle actors keep their resources reserved, so borrowing workers of another shape first frees
@@ -27,10 +27,10 @@ from typing import Any
 
 import ray
 
-from raysim.engine import keeper as pool_keeper
-from raysim.engine.driver import DriverHost
-from raysim.engine.worker import ClientWorker
-from raysim.engine.worker_host import MAX_RUNS_PER_HOST, WorkerHost
+from raysim.engine.pool import keeper as pool_keeper
+from raysim.engine.pool.worker_host import MAX_RUNS_PER_HOST, WorkerHost
+from raysim.engine.run.driver import DriverHost
+from raysim.engine.run.worker import ClientWorker
 
 
 @dataclass(frozen=True)
@@ -64,13 +64,13 @@ class ActorPool:
             self._idle_workers.clear()
             self._idle_drivers.clear()
             self._keeper = None
-            from raysim.engine.startup import joined_cluster
+            from raysim.engine.launch.local_ray import joined_cluster
 
             if joined_cluster() is not None:
                 self._take_over()
 
     def _take_over(self) -> None:
-        from raysim.engine.cluster import NAMESPACE
+        from raysim.engine.launch.warm_cluster import NAMESPACE
 
         self._keeper = pool_keeper.keeper(NAMESPACE)
         taken = ray.get(self._keeper.hand_over.remote(pool_keeper.this_holder(),

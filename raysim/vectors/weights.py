@@ -6,7 +6,7 @@ Two forms, both read as a ``Mapping[str, numpy array]`` (:data:`Weights`):
   checkpoints, the server state); cheap to put there and zero-copy to read back;
 - :class:`FlatWeights`: a model's float32 state as **one flat torch tensor on the worker's
   device** plus its layout, what the training layer returns for every trained client. Its
-  reductions (:class:`~raysim.algorithms.aggregators.WeightedSum`) and the vectorised trainer
+  reductions (:class:`~raysim.vectors.weighted_sum.WeightedSum`) and the vectorised trainer
   use the tensor directly, so a client's weights never leave the device unless an algorithm
   reads an entry as numpy (then the whole vector is copied to the host once, through
   :func:`to_host`) or the weights are pickled (into the object store or a checkpoint).

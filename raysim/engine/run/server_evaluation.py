@@ -11,8 +11,8 @@ import numpy as np
 import ray
 
 from raysim.algorithms.base import Algorithm
-from raysim.engine import turns
-from raysim.engine.round_loop import Evaluation
+from raysim.engine.run import driver_turns as turns
+from raysim.engine.run.round_loop import Evaluation
 from raysim.results.sink import ParquetSink
 from raysim.schema import EvaluationConfig
 from raysim.training.evaluation import (

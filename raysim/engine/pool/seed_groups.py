@@ -1,5 +1,5 @@
 """Which runs of an invocation share worker processes: seeds of one config that would otherwise
-wait for each other (``engine.merge_seeds``; see :mod:`raysim.engine.worker_host`)."""
+wait for each other (``engine.merge_seeds``; see :mod:`raysim.engine.pool.worker_host`)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import math
 from dataclasses import dataclass
 
 from raysim.config import ExperimentConfig
-from raysim.engine.worker_host import MAX_RUNS_PER_HOST
+from raysim.engine.pool.worker_host import MAX_RUNS_PER_HOST
 
 RunKey = tuple[str, int]
 """(experiment label, seed)."""

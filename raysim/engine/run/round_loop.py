@@ -10,7 +10,7 @@ Round r+1 is dispatched before round r's rows are recorded, so the workers train
 driver does bookkeeping, unless a callback needs the workers idle after round r (a checkpoint
 gathers the client states) or round r asks to stop. Evaluation schedule, divergence stop and
 checkpointing and the membership audit's schedule are :class:`RoundCallback` s
-(``raysim.engine.round_callbacks``).
+(``raysim.engine.run.round_callbacks``).
 
 After a rollback (a worker died and the driver restored the last durable state) the rounds
 between the durable state and the last recorded round are *replayed*: trained and aggregated
@@ -29,14 +29,14 @@ from typing import TYPE_CHECKING, Any, Protocol
 import numpy as np
 import torch
 
-from raysim.algorithms.aggregators import WeightedSum
 from raysim.algorithms.buffered import BufferedPartial, server_correction
-from raysim.engine.memory import resident_memory_mb
-from raysim.engine.reduction_tree import Subtree, combine
+from raysim.engine.run.process_memory import resident_memory_mb
 from raysim.privacy.sampling import poisson_sample
 from raysim.seeding import numpy_rng
 from raysim.training.evaluation import METRICS
-from raysim.training.weights import Weights, on_device, payload_bytes
+from raysim.vectors.reduction_tree import Subtree, combine
+from raysim.vectors.weighted_sum import WeightedSum
+from raysim.vectors.weights import Weights, on_device, payload_bytes
 
 if TYPE_CHECKING:
     from raysim.system.plan import SystemPlan

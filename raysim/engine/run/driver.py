@@ -15,19 +15,18 @@ from typing import Any
 import numpy as np
 import ray
 
-from raysim.algorithms import blocked_sum
 from raysim.algorithms.buffered import BufferWeighting
-from raysim.engine import turns
-from raysim.engine.checkpoint import Checkpoint, load_checkpoint, remove_checkpoint, truncate_results
-from raysim.engine.placement import (
+from raysim.engine.launch.ray_internals import unreserved_cpus
+from raysim.engine.run import driver_turns as turns
+from raysim.engine.run.checkpoint import Checkpoint, load_checkpoint, remove_checkpoint, truncate_results
+from raysim.engine.run.placement import (
     assign_groups,
     client_groups,
     group_of_client,
     per_sample_costs,
 )
-from raysim.engine.ray_internals import unreserved_cpus
-from raysim.engine.ray_workers import RayWorkers
-from raysim.engine.round_callbacks import (
+from raysim.engine.run.ray_workers import RayWorkers
+from raysim.engine.run.round_callbacks import (
     Checkpointing,
     DivergenceStop,
     EvaluationSchedule,
@@ -38,9 +37,9 @@ from raysim.engine.round_callbacks import (
     StopAtRoundBoundary,
     StoppedAtRoundBoundary,
 )
-from raysim.engine.round_loop import Dispatch, Durable, LoopProgress, RoundCallback, RoundLoop
-from raysim.engine.server_evaluation import Evaluator
-from raysim.engine.worker import WorkerSetup
+from raysim.engine.run.round_loop import Dispatch, Durable, LoopProgress, RoundCallback, RoundLoop
+from raysim.engine.run.server_evaluation import Evaluator
+from raysim.engine.run.worker import WorkerSetup
 from raysim.errors import DivergenceError, RunError, WorkerFailureError
 from raysim.results.live import MetricStreams
 from raysim.results.manifest import update_manifest
@@ -48,6 +47,7 @@ from raysim.results.sink import ParquetSink
 from raysim.schema import EngineConfig, EvaluationConfig, LoggingConfig
 from raysim.system.plan import SystemPlan
 from raysim.system.run_plan import ClockSettings, PlanInBackground
+from raysim.vectors import blocked_sum
 
 _RESTART_TIMEOUT = 300.0  # seconds to wait for Ray to restart a dead worker
 
@@ -403,7 +403,7 @@ class DriverHost:
     whose workers they share. ``progress`` answers while the runs are going."""
 
     def __init__(self) -> None:
-        from raysim.engine.memory import keep_freed_memory
+        from raysim.engine.run.process_memory import keep_freed_memory
 
         keep_freed_memory()  # partials and means are allocated and freed every round
         self._drivers: dict[str, Driver] = {}
@@ -418,7 +418,7 @@ class DriverHost:
         node's CPUs no actor reserved, :func:`spare_node_cpus`)."""
         import torch
 
-        from raysim.engine.memory import freeze_imported_objects
+        from raysim.engine.run.process_memory import freeze_imported_objects
 
         freeze_imported_objects()  # full collections stop walking torch's and Ray's objects
         engine = spec.engine

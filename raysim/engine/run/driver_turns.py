@@ -1,5 +1,5 @@
 """The runs of one driver host take turns (a cohort's drivers share one process: see
-:mod:`raysim.engine.cohorts`).
+:mod:`raysim.engine.pool.seed_groups`).
 
 A run's driver thread holds the process's turn for all its work and lets it go only while it
 waits for Ray (:func:`get`, :func:`released`): the runs' Python work never interleaves, so

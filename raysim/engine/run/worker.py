@@ -13,13 +13,11 @@ import numpy as np
 import ray
 import torch
 
-from raysim.algorithms.aggregators import settle
 from raysim.algorithms.base import Algorithm, RunContext
 from raysim.data.partition import Partition
-from raysim.engine.gpu import cap_gpu_memory, gpu_memory_errors
-from raysim.engine.memory import freeze_imported_objects, keep_freed_memory, resident_memory_mb
-from raysim.engine.reduction_tree import subtree_roots
-from raysim.engine.round_loop import RoundReply
+from raysim.engine.run.gpu_share import cap_gpu_memory, gpu_memory_errors
+from raysim.engine.run.process_memory import freeze_imported_objects, keep_freed_memory, resident_memory_mb
+from raysim.engine.run.round_loop import RoundReply
 from raysim.privacy.uploads import privatize_uploads
 from raysim.schema import StrictModel
 from raysim.system.plan import ArchitectureKey, architecture_flops
@@ -30,7 +28,9 @@ from raysim.training.membership import audit_sets, membership_auc
 from raysim.training.resident_data import data_cap_bytes
 from raysim.training.resident_states import StateResidency, state_cap_bytes
 from raysim.training.runtime import ClientRuntime, warm_up
-from raysim.training.weights import Weights, host_tree, payload_bytes, set_weights
+from raysim.vectors.reduction_tree import subtree_roots
+from raysim.vectors.weighted_sum import settle
+from raysim.vectors.weights import Weights, host_tree, payload_bytes, set_weights
 
 
 @dataclass(frozen=True)
@@ -68,7 +68,7 @@ def pick_device() -> torch.device:
 
 class ClientWorker:
     """A pool member: one process that hosts many clients of one run at a time. Kept for every
-    run of an invocation (:mod:`raysim.engine.pool`): ``configure`` binds it to a run,
+    run of an invocation (:mod:`raysim.engine.pool.shared_actors`): ``configure`` binds it to a run,
     ``reset`` frees it; never one actor per client."""
 
     def __init__(self) -> None:
@@ -172,7 +172,7 @@ class ClientWorker:
         held here, applied after the local work; states bound for other workers are put into
         the object store and returned as {worker: reference}, never sent through the driver.
         ``audit``: score every client's upload with the algorithm's membership attack
-        (``mia_auc``; the driver's :class:`~raysim.engine.round_callbacks.MembershipAudit`
+        (``mia_auc``; the driver's :class:`~raysim.engine.run.round_callbacks.MembershipAudit`
         decides the round).
         """
         self.receive_states(incoming or [])

@@ -1,4 +1,4 @@
-"""The round loop's callbacks (``raysim.engine.round_loop``): evaluation schedule, divergence
+"""The round loop's callbacks (``raysim.engine.run.round_loop``): evaluation schedule, divergence
 stop, checkpointing and the membership audit's schedule. Ray-free: what touches the workers
 comes in as functions."""
 
@@ -9,8 +9,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from raysim.engine.checkpoint import Checkpoint, save_checkpoint
-from raysim.engine.round_loop import (
+from raysim.engine.run.checkpoint import Checkpoint, save_checkpoint
+from raysim.engine.run.round_loop import (
     Durable,
     Evaluation,
     RoundCallback,

@@ -23,21 +23,21 @@ from typing import Any
 import ray
 
 from raysim.config import ExperimentConfig
-from raysim.engine.cluster import (
-    ClusterInfo,
-    raylet_environment,
-    running_cluster,
-)
-from raysim.engine.cluster_probe import PROBE_SECONDS, accepts_connections, gcs_answers
-from raysim.engine.concurrency import processes_at_start
-from raysim.engine.cpu_slots import CpuSlots
-from raysim.engine.ray_internals import (
+from raysim.engine.launch.cluster_probe import PROBE_SECONDS, accepts_connections, gcs_answers
+from raysim.engine.launch.cpu_slots import CpuSlots
+from raysim.engine.launch.parallel_runs import processes_at_start
+from raysim.engine.launch.ray_internals import (
     gpus_ray_will_detect,
     node_class,
     ray_address_file,
     services_module,
 )
-from raysim.engine.watchdog import start_watchdog
+from raysim.engine.launch.warm_cluster import (
+    ClusterInfo,
+    raylet_environment,
+    running_cluster,
+)
+from raysim.engine.launch.watchdog import start_watchdog
 from raysim.errors import ConfigError
 
 
@@ -94,14 +94,11 @@ def start_alongside(experiments: Iterable[ExperimentConfig], load: Callable[[], 
 
 
 def stop_local_ray() -> None:
-    """Shut Ray down (on a warm cluster: hand the idle actors to its keeper and disconnect)
-    and give back the CPU slots this process holds."""
+    """Shut Ray down (on a warm cluster: disconnect; the caller hands its idle actors to the
+    cluster's keeper first, :func:`raysim.engine.invocation.stop_ray`) and give back the CPU
+    slots this process holds."""
     global _JOINED
     if ray.is_initialized():
-        if _JOINED is not None:
-            from raysim.engine.pool import POOL
-
-            POOL.release()
         ray.shutdown()
     _JOINED = None
     if _SLOTS is not None:

@@ -1,4 +1,4 @@
-"""A run's worker actors behind the round loop's :class:`~raysim.engine.round_loop.Workers`
+"""A run's worker actors behind the round loop's :class:`~raysim.engine.run.round_loop.Workers`
 interface: each call becomes actor tasks, large broadcasts go into the object store once."""
 
 from __future__ import annotations
@@ -8,15 +8,15 @@ from typing import Any
 import numpy as np
 import ray
 
-from raysim.engine import turns
-from raysim.engine.round_loop import RoundReply
-from raysim.training.weights import payload_bytes
+from raysim.engine.run import driver_turns as turns
+from raysim.engine.run.round_loop import RoundReply
+from raysim.vectors.weights import payload_bytes
 
 _INLINE_BYTES = 100 * 1024  # Ray inlines arguments below this size
 
 
 class RayWorkers:
-    """The round loop's calls on a list of :class:`~raysim.engine.worker.ClientWorker` actors."""
+    """The round loop's calls on a list of :class:`~raysim.engine.run.worker.ClientWorker` actors."""
 
     def __init__(self, actors: list[Any]):
         self.actors = actors
