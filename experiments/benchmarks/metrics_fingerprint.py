@@ -18,7 +18,12 @@ Then (``--system``) the simulated clock's policies (sync, deadline, over-selecti
 FedAvg and FedProx) on the built-in synthetic set: 200 clients in the three built-in tiers, 20
 per round, 12 rounds, an MLP [32], one local step; the ``system`` table is compared too.
 
-    python experiments/benchmarks/metrics_fingerprint.py [--large] [--system] > after.txt
+Then (``--privacy``) client-level DP: FedAvg in central mode, local mode and with adaptive
+clipping, FedProx in central mode, and the methods with their own DP in local mode (FedSM,
+FedDF, FedDC), each on its contract config with 6 clients (FedAvg, FedProx and FedDF: 3 sampled per
+round, Poisson).
+
+    python experiments/benchmarks/metrics_fingerprint.py [--large] [--system] [--privacy] > after.txt
     PYTHONPATH=<other checkout> python experiments/benchmarks/metrics_fingerprint.py > before.txt
     diff before.txt after.txt
 """
@@ -89,6 +94,24 @@ def system_raw(algorithm: str, policy: str) -> dict:
             "engine": {"num_workers": 2, "cpus_per_worker": 1}}
 
 
+PRIVACY_CASES = [("fedavg", {"mode": "central"}), ("fedavg", {"mode": "local"}),
+                 ("fedavg", {"mode": "central", "adaptive_clip": {"target_quantile": 0.5, "count_noise_std": 1.0}}),
+                 ("fedprox", {"mode": "central"}), ("fedsm", {"mode": "local"}),
+                 ("feddf", {"mode": "local", "noise_multiplier": 0.05}), ("feddc", {"mode": "local"})]
+
+
+def privacy_raw(root: Path, algorithm: str, settings: dict) -> dict:
+    """An algorithm's contract config under ``privacy:`` (see the module docstring)."""
+    raw = contract_raw(root, algorithm)
+    raw["partition"] = {**raw.get("partition", {}), "num_clients": 6}
+    if algorithm in ("fedavg", "fedprox", "feddf"):  # (FedSM and FedDC train every client)
+        raw["training"] = {**raw["training"], "clients_per_round": 3}
+    raw["privacy"] = {"clip": 0.5, "noise_multiplier": 0.8, "delta": 1e-3, **settings}
+    raw["evaluation"] = {"every": 1}
+    raw["engine"] = {"num_workers": 2, "cpus_per_worker": 1}
+    return raw
+
+
 def print_fingerprints(name: str, raw: dict, output: Path) -> None:
     """Run ``raw`` and print its tables' fingerprints (or why it failed)."""
     outcome = run_experiment(parse_config(raw), output=str(output), progress=False)[0]
@@ -107,6 +130,7 @@ def print_fingerprints(name: str, raw: dict, output: Path) -> None:
 
 def main() -> None:
     large, system = "--large" in sys.argv[1:], "--system" in sys.argv[1:]
+    privacy = "--privacy" in sys.argv[1:]
     with tempfile.TemporaryDirectory() as scratch:
         root = Path(scratch) / "data"
         write_medmnist_npz(root, n_train=90, n_test=30)
@@ -122,6 +146,10 @@ def main() -> None:
         for algorithm, policy in SYSTEM_CASES if system else []:
             print_fingerprints(f"system {algorithm} {policy}", system_raw(algorithm, policy),
                                Path(scratch) / f"system-{algorithm}-{policy}")
+        for index, (algorithm, settings) in enumerate(PRIVACY_CASES if privacy else []):
+            label = f"privacy {algorithm} " + ",".join(f"{k}={v}" for k, v in settings.items())
+            print_fingerprints(label, privacy_raw(root, algorithm, settings),
+                               Path(scratch) / f"privacy{index}")
 
 
 if __name__ == "__main__":
