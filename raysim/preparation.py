@@ -171,11 +171,13 @@ def check_privacy(config: ExperimentConfig) -> None:
     releases = algorithm_class.private_releases
     if releases is not None:
         if config.privacy.mode != "local":
+            reason = algorithm_class.central_privacy_refusal or (
+                f"{releases}, so there is no sum for the server to noise")
             raise ConfigError(
                 f"Invalid config field `privacy.mode` = 'central': with algorithm "
-                f"`{config.algorithm.name}`, {releases}, so there is no sum for the server to "
-                "noise. Set privacy.mode: local (every released model clipped and noised by its "
-                "client; epsilon composes one Gaussian mechanism per release).")
+                f"`{config.algorithm.name}`, {reason}. Set privacy.mode: local (every released "
+                "model clipped and noised by its client; epsilon composes one Gaussian "
+                "mechanism per release).")
         if config.privacy.adaptive_clip is not None:
             raise ConfigError(
                 f"Invalid config field `privacy.adaptive_clip`: algorithm "
@@ -188,15 +190,7 @@ def check_privacy(config: ExperimentConfig) -> None:
                 f"`{config.algorithm.name}` to clip and noise its released models. Keep "
                 "`privacy` (the same mechanism, with an accountant) and remove algorithm.dp.")
         return
-    central = algorithm_class.central_privacy_refusal
-    if algorithm_class.private_uploads and central is not None \
-            and config.privacy.mode == "central":
-        raise ConfigError(
-            f"Invalid config field `privacy.mode` = 'central': with algorithm "
-            f"`{config.algorithm.name}`, {central}. Set privacy.mode: local (every client "
-            "clips and noises its own weight upload; what the server computes from the noised "
-            "uploads is post-processing).")
-    if not algorithm_class.private_uploads:
+    if not algorithm_class.mean_uploads:
         raise ConfigError(
             f"Invalid config section `privacy`: algorithm `{config.algorithm.name}` cannot give "
             f"a client-level DP guarantee here: {algorithm_class.privacy_refusal}. A privacy "
@@ -207,14 +201,12 @@ def check_privacy(config: ExperimentConfig) -> None:
 
 def _private_anywhere() -> str:
     """The algorithms that take ``privacy`` in central and local mode, listed."""
-    return ", ".join(sorted(n for n, c in ALGORITHMS.items()
-                            if c.private_uploads and c.central_privacy_refusal is None))
+    return _supporting("mean_uploads")
 
 
 def _private_locally() -> str:
     """The algorithms that take ``privacy`` in local mode only, listed."""
-    return ", ".join(sorted(n for n, c in ALGORITHMS.items() if c.private_releases or (
-        c.private_uploads and c.central_privacy_refusal is not None)))
+    return _supporting("private_releases")
 
 
 def check_system(config: ExperimentConfig) -> None:
@@ -238,13 +230,13 @@ def check_system(config: ExperimentConfig) -> None:
             "sampling of the clients, and the simulated clock selects by availability and "
             "finishing time, which that accountant does not cover. Remove one of them.")
     if system.policy == "fedbuff":
-        if algorithm_class.asynchronous_refusal is not None:
+        if not algorithm_class.mean_uploads:
             raise ConfigError(
                 f"Invalid config field `system.policy` = 'fedbuff': algorithm "
                 f"`{config.algorithm.name}` needs synchronous rounds: "
                 f"{algorithm_class.asynchronous_refusal}. Use system.policy sync, deadline or "
                 f"overselect, or an algorithm that takes asynchronous updates: "
-                f"{_supporting_none('asynchronous_refusal')}.")
+                f"{_supporting('mean_uploads')}.")
         buffer = system.buffer_size or config.clients_per_round
         if buffer > config.partition.num_clients:
             raise ConfigError(

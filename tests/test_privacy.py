@@ -17,10 +17,10 @@ from conftest import run_tables, small_federation
 from test_bad_input import run_cli
 
 from raysim.algorithms.base import ClientResult
-from raysim.algorithms.private_mean import private_mean
 from raysim.config import parse_config
 from raysim.engine.runner import run_experiment
 from raysim.privacy.accountant import default_delta
+from raysim.privacy.private_mean import private_mean
 from raysim.privacy.sampling import poisson_sample
 from raysim.privacy.settings import DpSettings, resolve
 from raysim.privacy.uploads import privatize_uploads
@@ -341,8 +341,8 @@ def test_feddc_refuses_its_own_dp_beside_privacy(capsys, tmp_path):
 def test_adaptive_clipping_noises_the_sum_at_the_rounds_clip_with_the_updates_multiplier():
     from raysim.algorithms.fedavg import FedAvg
     from raysim.algorithms.params import FedAvgParams
-    from raysim.algorithms.private_mean import AdaptivelyClipped
     from raysim.preparation import prepare, run_context
+    from raysim.privacy.private_mean import AdaptivelyClipped
     from raysim.vectors.weighted_sum import WeightedSum
 
     config = parse_config(_raw(clip=1.0, noise_multiplier=1.0,
@@ -414,8 +414,8 @@ def test_feddf_privatizes_each_upload_against_the_model_its_client_started_from(
                                 run_context(config, dataset, 0, partition.num_clients))
     runtime = SimpleNamespace(client_initial_weights=lambda client: f"initial {client}")
     group = {"models": {"0": "group 0's distilled model"}}
-    assert feddf.dp_reference(runtime, group, "model", 3) == "group 0's distilled model"
-    assert feddf.dp_reference(runtime, {}, "model", 3) == "initial 3"  # its first round
+    assert feddf.dp_reference(runtime, group, 3) == "group 0's distilled model"
+    assert feddf.dp_reference(runtime, {}, 3) == "initial 3"  # its first round
 
 
 # ----- FedSM: global model, selector and personalized models, each privatized locally -----

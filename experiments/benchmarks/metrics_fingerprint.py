@@ -94,10 +94,12 @@ def system_raw(algorithm: str, policy: str) -> dict:
             "engine": {"num_workers": 2, "cpus_per_worker": 1}}
 
 
-PRIVACY_CASES = [("fedavg", {"mode": "central"}), ("fedavg", {"mode": "local"}),
-                 ("fedavg", {"mode": "central", "adaptive_clip": {"target_quantile": 0.5, "count_noise_std": 1.0}}),
-                 ("fedprox", {"mode": "central"}), ("fedsm", {"mode": "local"}),
-                 ("feddf", {"mode": "local", "noise_multiplier": 0.05}), ("feddc", {"mode": "local"})]
+PRIVACY_CASES = [
+    ("fedavg", {"mode": "central"}), ("fedavg", {"mode": "local"}),
+    ("fedavg", {"mode": "central",
+                "adaptive_clip": {"target_quantile": 0.5, "count_noise_std": 1.0}}),
+    ("fedprox", {"mode": "central"}), ("fedsm", {"mode": "local"}),
+    ("feddf", {"mode": "local", "noise_multiplier": 0.05}), ("feddc", {"mode": "local"})]
 
 
 def privacy_raw(root: Path, algorithm: str, settings: dict) -> dict:

@@ -79,13 +79,16 @@ class ClientResult:
     train_loss: float | None = None
     """The round's mean training loss (None: the algorithm reports none). A NaN or infinite
     loss stops the run as diverged."""
+    weight: float = 1.0
+    """The client's weight in the server's mean of its :attr:`Algorithm.mean_uploads` (its
+    sample count, or 1 for a plain mean)."""
 
     @classmethod
     def trained(cls, upload: dict[str, Any], state: Any, outcome: TrainOutcome,
-                **metrics: float) -> ClientResult:
+                weight: float = 1.0, **metrics: float) -> ClientResult:
         """The result of a client whose round was ``runtime.train``'s local training."""
         return cls(upload, state, {"steps": float(outcome.steps), **metrics},
-                   outcome.num_samples, outcome.mean_loss)
+                   outcome.num_samples, outcome.mean_loss, weight)
 
 
 class Algorithm(ABC, Generic[ParamsT, StateT]):
@@ -113,25 +116,35 @@ class Algorithm(ABC, Generic[ParamsT, StateT]):
     volume_refusal: ClassVar[str | None] = None
     """Why the method cannot train on 3D volumes (the MedMNIST 3D subsets), one clause; None:
     it can, with a 3D model."""
-    private_uploads: ClassVar[tuple[str, ...]] = ()
-    """Upload types that are weights DP can protect (``privacy:``): each sampled client's
-    update over the broadcast entry of the same name is clipped (and noised in local mode)."""
+    mean_uploads: ClassVar[tuple[str, ...]] = ()
+    """Upload types whose server step is their mean: each client uploads a model trained
+    from the broadcast entry of the same name with its :attr:`ClientResult.weight`, and the
+    next server state is their weighted mean (FedAvg, FedProx: ``("model",)``). Declaring
+    them opts the algorithm into the layers that change how such a mean is taken:
+    client-level DP (``privacy:``, :mod:`raysim.layers.private_mean`) and asynchronous
+    buffered rounds (``system.policy: fedbuff``, :mod:`raysim.layers.fedbuff`). A subclass
+    that overrides a round hook must declare it again (nothing is inherited by accident)."""
+    bookkeeping_broadcasts: ClassVar[tuple[str, ...]] = ()
+    """Broadcast entries that carry the simulation's bookkeeping, not communication (not
+    counted in ``bytes_down``)."""
     asynchronous_refusal: ClassVar[str | None] = (
         "its server step combines the uploads of one synchronous round, all from one "
         "broadcast")
-    """Why the method cannot run ``system.policy: fedbuff`` (one clause); None: it can."""
+    """Why the method cannot run ``system.policy: fedbuff`` (one clause), when it declares no
+    :attr:`mean_uploads`."""
     private_releases: ClassVar[str | None] = None
     """Set (one clause: what it releases) when the algorithm clips and noises its own releases
-    with ``context.privacy`` in local mode, instead of weight uploads over the broadcast
-    (FedDC's hand-overs); :meth:`dp_releases` counts them for the accountant."""
+    with ``context.privacy`` in local mode (FedDC's hand-overs, FedSM's and FedDF's models)
+    instead of declaring :attr:`mean_uploads`; :meth:`dp_releases` counts them for the
+    accountant."""
     central_privacy_refusal: ClassVar[str | None] = None
-    """Why ``privacy.mode: central`` is refused although the weight uploads can be clipped and
-    noised by their clients (one clause); None: central noise on the sum protects what the
-    server releases."""
+    """Why ``privacy.mode: central`` is refused for an algorithm with its own
+    :attr:`private_releases` (one clause); None: a generic reason."""
     privacy_refusal: ClassVar[str] = (
         "it has no weight upload that client-level DP (clipping and Gaussian noise of a weight "
         "update) could protect")
-    """Why ``privacy:`` is refused when :attr:`private_uploads` is empty (one clause)."""
+    """Why ``privacy:`` is refused when it declares neither :attr:`mean_uploads` nor
+    :attr:`private_releases` (one clause)."""
     server_holds_inputs: ClassVar[bool] = False
     """True when the server works on (unlabelled) training inputs, e.g. FedDF's public set:
     the driver then calls :meth:`attach_server_inputs` once before round 0."""
@@ -224,13 +237,6 @@ class Algorithm(ABC, Generic[ParamsT, StateT]):
         """Pre-aggregate the results of one client group, given in client order."""
         return None
 
-    def dp_reference(self, runtime: ClientRuntime, message: dict[str, Any], kind: str,
-                     client: int) -> Weights:
-        """The model a client's ``kind`` upload is privatized against (its update is the
-        upload minus this; it must be known to the server): by default the broadcast entry of
-        the same name."""
-        return message[kind]  # type: ignore[no-any-return]
-
     @classmethod
     def dp_releases_per_round(cls, params: Any) -> int:
         """The most DP releases a client makes in one round (separately clipped and noised
@@ -242,12 +248,6 @@ class Algorithm(ABC, Generic[ParamsT, StateT]):
         rounds (the accountant composes that many sampled Gaussian mechanisms; default: one
         per round)."""
         return rounds_done
-
-    def buffer_client_weights(self, sizes: np.ndarray) -> np.ndarray:
-        """FedBuff (methods that take ``system.policy: fedbuff``): each client's weight a_c in
-        the server's update, from the clients' sample counts ``sizes`` (as :meth:`reduce`
-        weighs their uploads)."""
-        raise NotImplementedError(f"{type(self).__name__} takes no asynchronous rounds")
 
     def merge(self, left: Any, right: Any) -> Any:
         """Merge the partials of two adjacent ranges of client groups (``left`` first), along
@@ -273,8 +273,21 @@ class Algorithm(ABC, Generic[ParamsT, StateT]):
         return None
 
 
+ROUND_HOOKS = ("broadcast", "local_updates", "reduce", "aggregate")
+"""The hooks whose override may change what an upload is or how it is combined."""
+
+
 def register_algorithm(cls: AlgorithmT) -> AlgorithmT:
-    """Class decorator: register an algorithm under its params' ``name`` literal."""
+    """Class decorator: register an algorithm under its params' ``name`` literal. A class
+    that inherits :attr:`Algorithm.mean_uploads` and overrides a round hook must declare them
+    in its own body: the DP and FedBuff layers would otherwise take its uploads for plain
+    means (e.g. a SCAFFOLD written as a FedAvg subclass, whose control variates are not)."""
+    overridden = [hook for hook in ROUND_HOOKS if hook in vars(cls)]
+    if cls.mean_uploads and overridden and "mean_uploads" not in vars(cls):
+        raise TypeError(
+            f"{cls.__name__} overrides {', '.join(overridden)} and inherits mean_uploads = "
+            f"{cls.mean_uploads!r}: declare mean_uploads in {cls.__name__}'s own body (() if "
+            "its server step is not the weighted mean of those uploads)")
     ALGORITHMS[cls.params_class.model_fields["name"].default] = cls
     return cls
 

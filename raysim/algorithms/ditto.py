@@ -30,7 +30,7 @@ class Ditto(Algorithm[DittoParams, Weights]):
     params_class: ClassVar[type[StrictModel]] = DittoParams
     params: DittoParams
     personalized = True
-    private_uploads: ClassVar[tuple[str, ...]] = ()
+    mean_uploads: ClassVar[tuple[str, ...]] = ()
     privacy_refusal: ClassVar[str] = (
         "its personal models are trained on the client's data without clipping or noise and "
         "are evaluated and recorded per client, so client-level DP on the global-model upload "

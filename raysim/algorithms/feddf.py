@@ -39,6 +39,7 @@ from raysim.algorithms.public_set import public_indices
 from raysim.data.dataset import to_tensor
 from raysim.errors import field_error
 from raysim.models import build_model
+from raysim.privacy.uploads import privatize_uploads
 from raysim.seeding import torch_generator
 from raysim.training.memory_format import place
 from raysim.training.runtime import downsample_images
@@ -54,7 +55,9 @@ class FedDF(Algorithm[FedDFParams, dict[str, Weights]]):
     """Per-group FedAvg, then server-side distillation of each group towards the ensemble."""
 
     params_class = FedDFParams
-    private_uploads: ClassVar[tuple[str, ...]] = ("model",)
+    private_releases: ClassVar[str | None] = (
+        "its clients release their trained models, each clipped and noised against the model "
+        "it started from")
     central_privacy_refusal: ClassVar[str | None] = (
         "the server distils towards the ensemble of every client's own model (their logits on "
         "the public set), and central noise protects only a sum of models")
@@ -184,9 +187,14 @@ class FedDF(Algorithm[FedDFParams, dict[str, Weights]]):
             if public is not None:  # under DP the server computes the logits
                 upload["logits"] = _public_logits(model, runtime.client_inputs(client, public))
             results.append(ClientResult.trained(upload, weights, outcome))
+        privacy = self.context.privacy
+        if privacy is not None:  # its own DP: each released model clipped and noised
+            privatize_uploads(list(zip(clients, results, strict=True)), ("model",),
+                              lambda kind, client: self.dp_reference(runtime, message, client),
+                              message, privacy, self.context.seed, round_, runtime.device)
         return results
 
-    def dp_reference(self, runtime: ClientRuntime, message: dict[str, Any], kind: str,
+    def dp_reference(self, runtime: ClientRuntime, message: dict[str, Any],
                      client: int) -> Weights:
         """The model the client started from: its group's distilled model, or in the group's
         first round its architecture's initial weights (both known to the server)."""

@@ -45,7 +45,7 @@ from raysim.algorithms.params import FedSMParams
 from raysim.data.dataset import DataInfo
 from raysim.errors import field_error
 from raysim.models import MODELS, build_model
-from raysim.privacy.uploads import privatize_upload
+from raysim.privacy.uploads import privatize_upload, privatize_uploads
 from raysim.seeding import torch_generator
 from raysim.training.evaluation import predict_proba
 from raysim.training.losses import sample_losses
@@ -82,7 +82,9 @@ class FedSM(Algorithm[FedSMParams, dict[str, Any]]):
     asynchronous_refusal: ClassVar[str | None] = (
         "its SoftPull mixes the personalized models of one synchronous round, and its "
         "selector is trained on all of them")
-    private_uploads: ClassVar[tuple[str, ...]] = ("model", "selector")
+    private_releases: ClassVar[str | None] = (
+        "its clients release their global-model and selector updates and keep their "
+        "personalized models as released, each clipped and noised")
     central_privacy_refusal: ClassVar[str | None] = (
         "its super model routes each sample to an individual client's personalized model, and "
         "central noise protects only sums of models")
@@ -194,7 +196,19 @@ class FedSM(Algorithm[FedSMParams, dict[str, Any]]):
     def local_updates(self, runtime: ClientRuntime, clients: Sequence[int], round_: int,
                       message: dict[str, Any], states: Sequence[Any]) -> list[ClientResult]:
         if "personal_models" in message:  # FedSM-extra selector round
-            return [self._selector_round(runtime, c, round_, message) for c in clients]
+            results = [self._selector_round(runtime, c, round_, message) for c in clients]
+        else:
+            results = self._round(runtime, clients, round_, message, states)
+        privacy = self.context.privacy
+        if privacy is not None:  # its own DP: each released update clipped and noised
+            privatize_uploads(list(zip(clients, results, strict=True)), ("model", "selector"),
+                              lambda kind, client: message[kind], message, privacy,
+                              self.context.seed, round_, runtime.device)
+        return results
+
+    def _round(self, runtime: ClientRuntime, clients: Sequence[int], round_: int,
+               message: dict[str, Any], states: Sequence[Any]) -> list[ClientResult]:
+        """A round of the global, personalized and (when sent) selector models."""
         n = len(clients)
         trained_global = runtime.train_many(clients, round_, [message["model"]] * n, [None] * n)
         own = [runtime.initial_weights if s is None else s[0] for s in states]

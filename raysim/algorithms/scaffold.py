@@ -46,7 +46,7 @@ class Scaffold(Algorithm[ScaffoldParams, ScaffoldState]):
 
     params_class: ClassVar[type[StrictModel]] = ScaffoldParams
     params: ScaffoldParams
-    private_uploads: ClassVar[tuple[str, ...]] = ()
+    mean_uploads: ClassVar[tuple[str, ...]] = ()
     privacy_refusal: ClassVar[str] = (
         "its control-variate uploads depend on the client's data and client-level DP here "
         "clips and noises weight updates only, so an epsilon would not cover them")

@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from raysim.config import ExperimentConfig, parse_config
+from raysim.engine.run.checkpoint import CHECKPOINT_FILE, CHECKPOINT_FORMAT, incompatible_checkpoint
 from raysim.errors import ConfigError
 from raysim.results.manifest import MANIFEST, read_manifest
 
@@ -86,7 +87,7 @@ def unfinished_runs(experiments: Mapping[str, ExperimentConfig], root: str | Pat
                     ) -> list[tuple[str, int]]:
     """The runs of ``experiments`` under ``root`` that have not reached their end (missing,
     interrupted or failed). Raises ConfigError, before anything starts, when a run there was
-    made from a different config or seed list."""
+    made from a different config or seed list, or holds a checkpoint of another format."""
     unfinished = []
     for label, config in experiments.items():
         for seed in config.seeds:
@@ -95,7 +96,11 @@ def unfinished_runs(experiments: Mapping[str, ExperimentConfig], root: str | Pat
                 unfinished.append((label, seed))
                 continue
             check_same_config(run_dir, config)
-            if read_manifest(run_dir).get("status") not in FINISHED:
+            manifest = read_manifest(run_dir)
+            if manifest.get("status") not in FINISHED:
+                if (run_dir / CHECKPOINT_FILE).is_file() and \
+                        manifest.get("checkpoint_format") != CHECKPOINT_FORMAT:
+                    raise incompatible_checkpoint(run_dir / CHECKPOINT_FILE)
                 unfinished.append((label, seed))
     return unfinished
 

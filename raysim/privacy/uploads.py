@@ -20,9 +20,9 @@ def privatize_uploads(results: Sequence[tuple[int, Any]], uploads: Sequence[str]
                       settings: DpSettings, seed: int, round_: int, device: torch.device
                       ) -> None:
     """Replace every (client, ClientResult)'s uploads named in ``uploads`` by the clipped
-    (local mode: and noised) update over ``reference(kind, client)`` (the algorithm's
-    :meth:`~raysim.algorithms.base.Algorithm.dp_reference`: by default the broadcast entry of
-    the same name), in place; a reference shared by several clients goes to the device once."""
+    (local mode: and noised) update over ``reference(kind, client)`` (the model the client
+    started from, e.g. the broadcast entry of the same name), in place; a reference shared by
+    several clients goes to the device once."""
     clip = float(message["dp_clip"]) if "dp_clip" in message else settings.clip  # adaptive
     on_device_once: dict[int, FlatWeights] = {}
     for kind in uploads:

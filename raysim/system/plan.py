@@ -10,13 +10,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from raysim.algorithms.buffered import BufferTotals, BufferWeighting
 from raysim.schema import SystemConfig
 from raysim.system.clock import RoundPlan, Workload, synchronous_plan
 from raysim.system.fedbuff_clock import fedbuff_plan
 from raysim.system.profiles import SiteProfile, site_profiles
 from raysim.system.records import ClockRecords
-from raysim.training.buffer_schedule import BufferSchedule
 from raysim.training.context import RunContext
 
 TRAINING_FLOPS_PER_FORWARD = 3.0
@@ -35,9 +33,6 @@ class SystemPlan:
     needs no more of the profiles: the clock was computed from them already)."""
     records: ClockRecords
     """Every round's rows and trained clients, computed with the plan."""
-    buffer_totals: tuple[BufferTotals | None, ...] = ()
-    """FedBuff: every round's totals A and W_v (:class:`~raysim.algorithms.buffered.
-    BufferWeighting`; None for a round without a trained client)."""
 
     @property
     def asynchronous(self) -> bool:
@@ -48,23 +43,6 @@ class SystemPlan:
         """FedBuff: the last round whose clients start from each server version."""
         return {int(version): plan.round
                 for plan in self.rounds for version in np.unique(plan.start_versions)}
-
-    @functools.cached_property
-    def kept_after(self) -> tuple[tuple[int, ...], ...]:
-        """FedBuff: for each round r, the server versions up to r (ascending) that a round
-        after r still starts clients from: what the driver and the workers keep after round
-        r, and what a durable state after round r holds besides the current model."""
-        kept: list[list[int]] = [[] for _ in self.rounds]
-        for version, last in sorted(self.last_use.items()):
-            for round_ in range(max(version, 0), min(last, len(kept))):
-                kept[round_].append(version)
-        return tuple(tuple(versions) for versions in kept)
-
-    def buffer_schedule(self, owned: np.ndarray) -> BufferSchedule:
-        """FedBuff: the part of the plan a worker holding the clients where ``owned`` is true
-        needs (sent to it once, before the rounds)."""
-        clients, versions, weights, bounds = self.records.buffered_of(owned)
-        return BufferSchedule(clients, versions, weights, bounds, self.kept_after)
 
 
 ArchitectureKey = tuple[str, tuple[int, ...]]
@@ -120,10 +98,9 @@ def client_work(context: RunContext, sizes: np.ndarray, flops: Mapping[Architect
 
 
 def system_plan(config: SystemConfig, workload: Workload, rounds: int,
-                clients_per_round: int, seed: int, buffering: BufferWeighting | None = None,
+                clients_per_round: int, seed: int,
                 profiles: list[SiteProfile] | None = None) -> SystemPlan:
-    """The clock's plan of every round for a run's seed (and, given FedBuff's ``buffering``,
-    every round's totals). ``profiles``: the sites' profiles, when already drawn
+    """The clock's plan of every round for a run's seed. ``profiles``: the sites' profiles, when already drawn
     (:func:`~raysim.system.profiles.site_profiles` of the config, clients and seed)."""
     if profiles is None:
         profiles = site_profiles(config, len(workload.train_gflop), seed)
@@ -137,9 +114,7 @@ def system_plan(config: SystemConfig, workload: Workload, rounds: int,
                                  seed, config.deadline_s, config.over_selection)
     tiers = np.array([profile.tier for profile in profiles], dtype=object)
     records = ClockRecords(plans, tiers, buffered=config.policy == "fedbuff")
-    totals = () if buffering is None else tuple(
-        buffering.totals(*records.buffered(round_)) for round_ in range(len(plans)))
-    plan = SystemPlan(config.policy, tuple(plans), tiers, records, totals)
+    plan = SystemPlan(config.policy, tuple(plans), tiers, records)
     if plan.asynchronous:
-        _ = plan.kept_after  # (computed here, in the planning thread, not between rounds)
+        _ = plan.last_use  # (computed here, in the planning thread, not between rounds)
     return plan

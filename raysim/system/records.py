@@ -97,17 +97,6 @@ class ClockRecords:
         lo, hi = self._trained_bounds[round_], self._trained_bounds[round_ + 1]
         return self._trained[lo:hi], self._versions[lo:hi], self._weights[lo:hi]
 
-    def buffered_of(self, owned: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray,
-                                                       np.ndarray]:
-        """FedBuff: :meth:`buffered` of every round at once for the clients where ``owned``
-        (a mask over clients) is true: the clients, start versions and staleness weights,
-        by round, then client, and the bounds of each round's rows."""
-        keep = owned[self._trained]
-        rounds = np.repeat(np.arange(len(self._trained_bounds) - 1),
-                           np.diff(self._trained_bounds))[keep]
-        return (self._trained[keep], self._versions[keep], self._weights[keep],
-                np.searchsorted(rounds, np.arange(len(self._trained_bounds))))
-
     def clock_columns(self, round_: int, clients: np.ndarray) -> dict[str, np.ndarray]:
         """Each trained client's simulated times (:data:`CLOCK_COLUMNS`) and, for FedBuff, its
         staleness weight and start version (:data:`BUFFER_COLUMNS`), aligned with the

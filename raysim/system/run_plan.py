@@ -9,7 +9,6 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from raysim.algorithms.buffered import BufferWeighting
 from raysim.data import Partition
 from raysim.schema import SystemConfig
 from raysim.system.clock import Workload
@@ -30,17 +29,15 @@ class ClockSettings:
 
 def plan_for_run(settings: ClockSettings, context: RunContext, partition: Partition,
                  initial_weights: Any, flops: Mapping[ArchitectureKey, float],
-                 buffering: BufferWeighting | None = None,
                  profiles: list[SiteProfile] | None = None) -> SystemPlan:
     """Every round's clock for the run: the sites' profiles (``profiles`` when already drawn:
     :func:`run_profiles`), each client's training GFLOPs (its architecture at its input size
     (``flops``: :func:`architecture_flops` of the context), its data) and the model's bytes
-    both ways (FedScale's assumption: an upload is model-sized); FedBuff, with
-    ``buffering``: and every round's totals."""
+    both ways (FedScale's assumption: an upload is model-sized)."""
     work = client_work(context, partition.sizes(), flops)
     size = float(payload_bytes(initial_weights))
     return system_plan(settings.system, Workload(work, size, size), context.training.rounds,
-                       settings.clients_per_round, context.seed, buffering, profiles)
+                       settings.clients_per_round, context.seed, profiles)
 
 
 def run_profiles(settings: ClockSettings, context: RunContext, partition: Partition
@@ -54,8 +51,7 @@ class PlanInBackground:
     (or raises what planning raised). ``flops``: waits for the FLOPs (a worker counts them)."""
 
     def __init__(self, settings: ClockSettings, context: RunContext, partition: Partition,
-                 initial_weights: Any, flops: Callable[[], Mapping[ArchitectureKey, float]],
-                 buffering: BufferWeighting | None = None):
+                 initial_weights: Any, flops: Callable[[], Mapping[ArchitectureKey, float]]):
         self._plan: SystemPlan | None = None
         self._error: BaseException | None = None
 
@@ -63,7 +59,7 @@ class PlanInBackground:
             try:
                 profiles = run_profiles(settings, context, partition)  # before the FLOPs come
                 self._plan = plan_for_run(settings, context, partition, initial_weights,
-                                          flops(), buffering, profiles)
+                                          flops(), profiles)
             except BaseException as error:  # re-raised by result() in the driver's thread
                 self._error = error
 

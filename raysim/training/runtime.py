@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, cast
+from typing import Any, cast
 
 import numpy as np
 import torch
@@ -32,17 +32,12 @@ from raysim.vectors.weights import (
     FlatWeights,
     Proximal,
     Weights,
-    anchors_of,
-    client_anchors,
     convert_once,
     get_weights,
     on_device,
     release_state,
     set_weights,
 )
-
-if TYPE_CHECKING:
-    from raysim.training.buffer_schedule import BufferSchedule
 
 
 @dataclass
@@ -242,9 +237,6 @@ class ClientRuntime:
         worker (:class:`~raysim.training.merged_training.Rendezvous`)."""
         self._model_params = context.model
         self._models: dict[str, nn.Module] = {}
-        self._versions: dict[int, FlatWeights] = {}
-        self.buffer_schedule: BufferSchedule | None = None
-        """FedBuff: this worker's part of the plan (the driver sends it before the rounds)."""
         self._initial: dict[str, Weights] = {context.model.model_dump_json():
                                              data.initial_weights}
         if len({a.model_dump_json() for a in self.architectures}) > 1 or any(
@@ -327,8 +319,7 @@ class ClientRuntime:
                    steps_scale: int = 1) -> list[tuple[Weights, TrainOutcome]]:
         """Train each client's model (``weights[i]``, optimizer state ``optimizer_states[i]``)
         for the round's local work; returns (new weights, outcome) per client, in order.
-        ``prox``: a proximal term, with one anchor for all clients or one each (FedProx under
-        FedBuff: each client's start version). ``gradient_shifts``: per client, a constant
+        ``prox``: a proximal term with one anchor for all clients. ``gradient_shifts``: per client, a constant
         added to every step's gradient of each named trainable parameter
         (:func:`linear_term`; these clients train on the per-client path).
 
@@ -340,8 +331,7 @@ class ClientRuntime:
             return self._train_vectorized(clients, round_, weights, optimizer_states, prox,
                                           steps_scale)
         starts = self.on_device(weights)
-        anchors = (self.on_device(client_anchors(prox, len(clients))) if prox and prox[1] > 0
-                   else None)  # a shared anchor converted once
+        anchor = self.on_device([prox[0]])[0] if prox and prox[1] > 0 else None
         plans = self.round_plans(clients, round_, steps_scale)
         indices = plans_on_device(plans, self.device)  # one transfer for the round
         seeds = self.round_seeds(clients, round_)
@@ -356,8 +346,8 @@ class ClientRuntime:
                 set_weights(model, start)
             try:
                 regularizer = _sum_of([
-                    proximal_term(model, anchors[k], prox[1])
-                    if anchors is not None and prox is not None else None,
+                    proximal_term(model, anchor, prox[1])
+                    if anchor is not None and prox is not None else None,
                     None if gradient_shifts is None else linear_term(model, gradient_shifts[k])])
                 trained.append(self._train_on_device(
                     model, client, round_, regularizer=regularizer,
@@ -409,23 +399,6 @@ class ClientRuntime:
         (the broadcast) converted once."""
         return convert_once(weights, lambda w: on_device(w, self.device))
 
-    def versions_on_device(self, wanted: Sequence[int], sent: Mapping[int, Weights],
-                           keep: Sequence[int] = ()) -> dict[int, FlatWeights]:
-        """Server models by version (FedBuff's start versions) on the worker's device: a
-        version kept from an earlier call is used as it is (a version's model never changes
-        within a run), any other is converted from ``sent``. Kept afterwards: the versions
-        wanted now and, of those kept before, the ones in ``keep`` (versions a later round
-        starts clients from); the driver sends only versions this worker does not keep."""
-        missing = [v for v in wanted if v not in self._versions and v not in sent]
-        if missing:
-            raise RuntimeError(f"server versions {missing} were neither sent nor kept on this "
-                               "worker (the driver's record of the versions it keeps is wrong)")
-        starts = {version: self._versions[version] if version in self._versions
-                  else on_device(sent[version], self.device) for version in wanted}
-        self._versions = {**{v: self._versions[v] for v in keep if v in self._versions},
-                          **starts}
-        return starts
-
     def _train_vectorized(self, clients: Sequence[int], round_: int, weights: Sequence[Weights],
                           optimizer_states: Sequence[Any], prox: Proximal | None,
                           steps_scale: int) -> list[tuple[Weights, TrainOutcome]]:
@@ -446,7 +419,7 @@ class ClientRuntime:
             groups.append((members.tolist(), size, len(plan)))
             jobs.append(VectorizedJob(self.model, [weights[i] for i in members.tolist()],
                                       momentum, inputs, targets, plan, self.training.optimizer,
-                                      anchors_of(prox, members.tolist()),
+                                      prox,
                                       training_loss(self.training.loss, self.info.multi_label)))
         results: dict[int, tuple[Weights, TrainOutcome]] = {}
         for (positions, size, taken), (new_weights, new_momentum, losses) in zip(

@@ -108,7 +108,7 @@ def train_vectorized(
     velocity = None
     if use_momentum and all(m is not None for m in momentum):
         velocity = _stack_rows([as_tensor(m).to(device) for m in momentum if m is not None])
-    anchor, anchor_dim = _anchor(prox, param_names, layout, sizes, device)
+    anchor, anchor_dim = _anchor(prox, param_names, device)
     mu = prox[1] if prox is not None else 0.0
     loss_fn = loss_function(loss)
 
@@ -176,19 +176,13 @@ def _row_views(matrix: torch.Tensor, layout: Layout, sizes: list[int]
     return views
 
 
-def _anchor(prox: Proximal | None, param_names: list[str], layout: Layout, sizes: list[int],
-            device: torch.device) -> tuple[dict[str, torch.Tensor] | None, int | None]:
-    """The proximal anchor's parameters on ``device`` and their vmap dimension: one anchor
-    shared by the clients (dimension None), or where clients have anchors of their own
-    (FedProx under FedBuff: each its start version) their rows stacked (dimension 0)."""
+def _anchor(prox: Proximal | None, param_names: list[str], device: torch.device
+            ) -> tuple[dict[str, torch.Tensor] | None, int | None]:
+    """The proximal anchor's parameters on ``device``, shared by the clients (vmap dimension
+    None)."""
     if prox is None or prox[1] <= 0:
         return None, None
-    anchors = prox[0] if isinstance(prox[0], list) else [prox[0]]
-    if all(a is anchors[0] for a in anchors):
-        return {n: as_tensor(anchors[0][n]).to(device) for n in param_names}, None
-    rows = _stack_rows(convert_once(anchors, lambda w: flat_tensor(w, layout, device)))
-    views = _row_views(rows, layout, sizes)
-    return {n: views[n] for n in param_names}, 0
+    return {n: as_tensor(prox[0][n]).to(device) for n in param_names}, None
 
 
 def plans_on_device(plans: Sequence[Sequence[np.ndarray]], device: torch.device

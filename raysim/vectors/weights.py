@@ -27,23 +27,8 @@ from torch import nn
 Weights = Mapping[str, np.ndarray]
 """A model's state by entry name (see the module docstring for its two forms)."""
 
-Proximal = tuple["Weights | list[Weights]", float]
-"""A proximal term mu/2 ||w - anchor||^2 in the clients' local objective: (the anchor, one for
-every client or a list of one per client in order, mu)."""
-
-
-def client_anchors(prox: Proximal, count: int) -> list[Weights]:
-    """The anchor of each of ``count`` clients."""
-    anchor = prox[0]
-    return list(anchor) if isinstance(anchor, list) else [anchor] * count
-
-
-def anchors_of(prox: Proximal | None, positions: Sequence[int]) -> Proximal | None:
-    """The proximal term of the clients at ``positions`` (their anchors, where each client
-    has its own)."""
-    if prox is None or not isinstance(prox[0], list):
-        return prox
-    return [prox[0][i] for i in positions], prox[1]
+Proximal = tuple[Weights, float]
+"""A proximal term mu/2 ||w - anchor||^2 in the clients' local objective: (anchor, mu)."""
 
 
 Layout = tuple[tuple[str, tuple[int, ...]], ...]

@@ -1,7 +1,7 @@
 """Durable run state: everything a run needs to continue exactly where it stopped.
 
-A checkpoint holds the server state (with FedBuff also the global models of earlier versions
-that later rounds start clients from), every client's persistent state (keyed by client id, so a
+A checkpoint holds the server state (whatever the run's algorithm and its layers keep there,
+e.g. FedBuff's earlier model versions), every client's persistent state (keyed by client id, so a
 resumed run may use a different number of workers), the round counter and the first Parquet
 part number written after it. Random streams need no saving beyond the run seed and the round
 counter: every draw comes from a counter-based stream (seed, purpose, round, client), so the
@@ -12,15 +12,19 @@ from __future__ import annotations
 
 import os
 import pickle
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import torch
-
+from raysim.errors import RaysimError
 from raysim.results.sink import TABLES
 
 CHECKPOINT_FILE = Path("checkpoint") / "latest.pt"
+CHECKPOINT_FORMAT = 2
+"""The layout of the server states a checkpoint holds; a checkpoint of another layout (one
+written before DP and FedBuff became layers around the algorithm) is refused, never restored
+in part. Also recorded in the run's manifest (``checkpoint_format``), so that ``--resume``
+refuses it before anything starts."""
 
 
 @dataclass
@@ -33,9 +37,7 @@ class Checkpoint:
     client_states: dict[int, Any]
     next_part: int
     """Parquet parts numbered below this hold exactly the rounds before ``next_round``."""
-    server_versions: dict[int, Any] = field(default_factory=dict)
-    """FedBuff: the global models of earlier versions that rounds from ``next_round`` on
-    start clients from (absent from checkpoints of synchronous runs and older versions)."""
+    format: int = CHECKPOINT_FORMAT
 
 
 def save_checkpoint(run_dir: Path, checkpoint: Checkpoint) -> Path:
@@ -52,20 +54,33 @@ def save_checkpoint(run_dir: Path, checkpoint: Checkpoint) -> Path:
 
 
 def load_checkpoint(run_dir: Path) -> Checkpoint | None:
-    """The run's latest checkpoint, or None when it has none (a pickle, or the ``torch.save``
-    zip archive that earlier versions wrote)."""
+    """The run's latest checkpoint, or None when it has none; refuses (with one paragraph) a
+    checkpoint of another format."""
     path = Path(run_dir) / CHECKPOINT_FILE
     if not path.is_file():
         return None
     with open(path, "rb") as file:
-        if file.read(4) == _ZIP_MAGIC:
-            return Checkpoint(**torch.load(path, weights_only=False))
-        file.seek(0)
-        return Checkpoint(**pickle.load(file))
+        stored: Any = {}  # a torch.save archive of early versions holds no format either
+        if file.read(4) != _ZIP_MAGIC:
+            file.seek(0)
+            stored = pickle.load(file)
+    if not isinstance(stored, dict) or stored.get("format") != CHECKPOINT_FORMAT:
+        raise incompatible_checkpoint(path)
+    return Checkpoint(**stored)
+
+
+def incompatible_checkpoint(path: Path) -> RaysimError:
+    """The refusal of a checkpoint of another format."""
+    return RaysimError(
+        f"Cannot resume from {path}: it was written by an earlier version of raysim, whose "
+        f"server states are laid out differently (checkpoint format {CHECKPOINT_FORMAT} is "
+        "read here), so it cannot be restored without guessing. The rows of its completed "
+        "rounds are kept; to continue the run, resume it with the version that wrote it, or "
+        "run the config again without --resume.")
 
 
 _ZIP_MAGIC = b"PK\x03\x04"
-"""The first bytes of a zip archive (a ``torch.save`` file)."""
+"""The first bytes of a zip archive (the ``torch.save`` file of early versions)."""
 
 
 def remove_checkpoint(run_dir: Path) -> None:

@@ -15,10 +15,10 @@ from typing import Any
 import numpy as np
 import ray
 
-from raysim.algorithms.buffered import BufferWeighting
 from raysim.engine.launch.ray_internals import unreserved_cpus
 from raysim.engine.run import driver_turns as turns
 from raysim.engine.run.checkpoint import Checkpoint, load_checkpoint, remove_checkpoint, truncate_results
+from raysim.engine.run.client_sampling import ClockSampler, PoissonSampler, UniformSampler
 from raysim.engine.run.placement import (
     assign_groups,
     client_groups,
@@ -28,6 +28,7 @@ from raysim.engine.run.placement import (
 from raysim.engine.run.ray_workers import RayWorkers
 from raysim.engine.run.round_callbacks import (
     Checkpointing,
+    ClockColumns,
     DivergenceStop,
     EvaluationSchedule,
     LiveMetrics,
@@ -37,10 +38,18 @@ from raysim.engine.run.round_callbacks import (
     StopAtRoundBoundary,
     StoppedAtRoundBoundary,
 )
-from raysim.engine.run.round_loop import Dispatch, Durable, LoopProgress, RoundCallback, RoundLoop
+from raysim.engine.run.round_loop import (
+    Dispatch,
+    Durable,
+    LoopProgress,
+    RoundCallback,
+    RoundLoop,
+    Sampler,
+)
 from raysim.engine.run.server_evaluation import Evaluator
 from raysim.engine.run.worker import WorkerSetup
 from raysim.errors import DivergenceError, RunError, WorkerFailureError
+from raysim.layers.compose import compose
 from raysim.results.live import MetricStreams
 from raysim.results.manifest import update_manifest
 from raysim.results.sink import ParquetSink
@@ -103,7 +112,8 @@ class Driver:
         self.run_dir = Path(spec.run_dir)
         setup = spec.setup
         self.context = setup.context
-        self.algorithm = setup.algorithm_class(setup.algorithm_params, setup.context)
+        self.algorithm = compose(setup.algorithm_class, setup.algorithm_params,
+                                 setup.context, plan=self._clock_plan)
         self.test_y = _fetch(setup.arrays["test_y"])
         if self.algorithm.server_holds_inputs:
             self.algorithm.attach_server_inputs(_fetch(setup.arrays["train_x"]),
@@ -223,13 +233,14 @@ class Driver:
         assert self.spec.clock is not None
         setup = self.spec.setup
         flops = worker.clock_flops.remote(setup.context, setup.partition.num_clients)
-        buffering = None
-        if self.spec.clock.system.policy == "fedbuff":  # and each round's totals
-            buffering = BufferWeighting(
-                self.algorithm.buffer_client_weights(setup.partition.sizes()), group_of_client(
-                    client_groups(setup.partition.num_clients, self.spec.engine.client_groups)))
         return PlanInBackground(self.spec.clock, setup.context, setup.partition,
-                                setup.initial_weights, lambda: ray.get(flops), buffering)
+                                setup.initial_weights, lambda: ray.get(flops))
+
+    def _clock_plan(self) -> SystemPlan:
+        """The clock's plan of a run with ``system:`` (waits for the planning thread)."""
+        plan = self._system()
+        assert plan is not None, "only a run with system: asks for the clock's plan"
+        return plan
 
     def _system(self) -> SystemPlan | None:
         """The clock's plan (waits for the planning thread; raises what planning raised)."""
@@ -272,7 +283,7 @@ class Driver:
             durable = Durable(0, initial, {})
         else:
             durable = Durable(checkpoint.next_round, checkpoint.server_state,
-                              checkpoint.client_states, checkpoint.server_versions)
+                              checkpoint.client_states)
             update_manifest(self.run_dir, resumed_from=checkpoint.next_round)
         self._loop_progress = LoopProgress(durable, recorded=durable.next_round,
                                            stateful=bool(durable.client_states))
@@ -341,8 +352,7 @@ class Driver:
             lambda state, round_: self._evaluator.evaluate(workers, state, round_,
                                                            layout.clients_by_worker, sink))
         loop = RoundLoop(
-            self.algorithm, seed=context.seed, num_clients=context.num_clients,
-            clients_per_round=context.clients_per_round, rounds=rounds,
+            self.algorithm, sampler=self._sampler(), rounds=rounds,
             worker_of_client=layout.worker_of_client, workers=RayWorkers(workers), sink=sink,
             progress=self._loop_progress,
             callbacks=[_FirstDispatchStamp(self.run_dir, first=not self._recoveries), evaluation,
@@ -354,24 +364,28 @@ class Driver:
                        StopAtRoundBoundary(self._stop.is_set, spec.rounds, self.run_dir,
                                            context.seed),
                        *([LiveMetrics(self._streams)] if self._streams else []),
-                       *([PrivacyAccounting(privacy, spec.rounds)] if privacy else [])],
-            report=self._set_progress, poisson_rate=None if privacy is None else privacy.rate,
-            system=self._system())
+                       *([PrivacyAccounting(privacy, spec.rounds)] if privacy else []),
+                       *([ClockColumns(system.records)] if (system := self._system()) else [])],
+            report=self._set_progress)
         return loop.run()
+
+    def _sampler(self) -> Sampler:
+        """Who takes part in each round: the simulated clock's choice (``system:``), Poisson
+        sampling at DP's rate (``privacy:``), else a uniform draw of the configured number."""
+        context, system = self.context, self._system()
+        if system is not None:
+            return ClockSampler(system.records)
+        if context.privacy is not None:
+            return PoissonSampler(context.seed, context.num_clients, context.privacy.rate)
+        return UniformSampler(context.seed, context.num_clients, context.clients_per_round)
 
     def _send_groups(self, workers: list[Any], group_of_client: np.ndarray,
                      worker_of_client: np.ndarray) -> None:
         """Tell each worker the fixed group of every client it holds (the worker puts their
-        training rows on its device) and, for FedBuff, its part of the clock's plan; where each
-        worker's data lives goes into the manifest."""
-        clock = self.spec.clock
-        system = self._system() if clock is not None and clock.system.policy == "fedbuff" \
-            else None  # (other runs' plans go on while the workers place their data)
-        schedules = [None if system is None else system.buffer_schedule(worker_of_client == w)
-                     for w in range(len(workers))]
+        training rows on its device); where each worker's data lives goes into the manifest."""
         residence = turns.get([  # one call each: a shared host may run two calls at once
             worker.set_groups.remote(np.flatnonzero(worker_of_client == w),
-                                     group_of_client[worker_of_client == w], schedules[w])
+                                     group_of_client[worker_of_client == w])
             for w, worker in enumerate(workers)])
         update_manifest(self.run_dir, worker_data=residence)
 

@@ -9,7 +9,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from raysim.engine.run.checkpoint import Checkpoint, save_checkpoint
+import numpy as np
+
+from raysim.engine.run.checkpoint import CHECKPOINT_FORMAT, Checkpoint, save_checkpoint
 from raysim.engine.run.round_loop import (
     Durable,
     Evaluation,
@@ -20,6 +22,7 @@ from raysim.engine.run.round_loop import (
 from raysim.errors import DivergenceError
 from raysim.privacy.settings import DpSettings
 from raysim.results.manifest import read_manifest, update_manifest
+from raysim.system.records import ClockRecords
 
 
 class EvaluationSchedule(RoundCallback):
@@ -128,11 +131,10 @@ def write_checkpoint(loop: RoundLoop, outcome: RoundOutcome, run_dir: Path, seed
     next_round = outcome.round + 1
     loop.sink.flush()
     client_states = loop.workers.snapshot_states() if loop.progress.stateful else {}
-    versions = loop.versions_needed_from(next_round)
-    loop.progress.durable = Durable(next_round, outcome.state, client_states, versions)
+    loop.progress.durable = Durable(next_round, outcome.state, client_states)
     save_checkpoint(run_dir, Checkpoint(seed, next_round, outcome.state, client_states,
-                                        loop.sink.next_part, versions))
-    update_manifest(run_dir, checkpoint_round=next_round)
+                                        loop.sink.next_part))
+    update_manifest(run_dir, checkpoint_round=next_round, checkpoint_format=CHECKPOINT_FORMAT)
 
 
 class StoppedAtRoundBoundary(Exception):
@@ -220,3 +222,22 @@ class PrivacyAccounting(RoundCallback):
                 f"{self.settings.delta:.3g}); the run stopped after {done} of {self.rounds} "
                 "rounds")
         return row
+
+
+class ClockColumns(RoundCallback):
+    """The simulated clock's record of every round (``system:``): its columns in the
+    ``rounds`` row, each trained client's simulated times in the ``clients`` rows, and the
+    ``system`` table's rows of every selected site."""
+
+    def __init__(self, records: ClockRecords):
+        self.records = records
+
+    def columns(self, loop: RoundLoop, outcome: RoundOutcome) -> dict[str, Any]:
+        return self.records.columns(outcome.round)
+
+    def client_columns(self, loop: RoundLoop, outcome: RoundOutcome,
+                       clients: np.ndarray) -> dict[str, np.ndarray]:
+        return self.records.clock_columns(outcome.round, clients)
+
+    def tables(self, loop: RoundLoop, outcome: RoundOutcome) -> dict[str, dict[str, Any]]:
+        return {"system": self.records.table(outcome.round)}

@@ -24,22 +24,14 @@ import time
 from collections import defaultdict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
 import numpy as np
-import torch
 
-from raysim.algorithms.buffered import BufferedPartial, server_correction
 from raysim.engine.run.process_memory import resident_memory_mb
-from raysim.privacy.sampling import poisson_sample
-from raysim.seeding import numpy_rng
 from raysim.training.evaluation import METRICS
 from raysim.vectors.reduction_tree import Subtree, combine
-from raysim.vectors.weighted_sum import WeightedSum
-from raysim.vectors.weights import Weights, on_device, payload_bytes
-
-if TYPE_CHECKING:
-    from raysim.system.plan import SystemPlan
+from raysim.vectors.weights import payload_bytes
 
 
 @dataclass
@@ -99,6 +91,19 @@ class Sink(Protocol):
     def flush(self) -> None: ...
 
 
+class Sampler(Protocol):
+    """Who takes part in each round (:mod:`raysim.engine.run.client_sampling`)."""
+
+    skip_empty_rounds: bool
+    """A round without a client that sent anything leaves the server state as it is (True), or
+    the algorithm still aggregates nothing (False: it may still move, e.g. by noise added to
+    an empty sum)."""
+
+    def clients(self, round_: int) -> np.ndarray:
+        """The round's clients, ascending."""
+        ...
+
+
 @dataclass
 class Durable:
     """A state the run can restart from: the state before round ``next_round``."""
@@ -106,9 +111,6 @@ class Durable:
     next_round: int
     state: Any
     client_states: dict[int, Any]
-    server_versions: dict[int, Weights] = field(default_factory=dict)
-    """FedBuff: the global models of earlier versions that rounds from ``next_round`` on
-    start clients from (empty for synchronous runs)."""
 
 
 @dataclass
@@ -190,7 +192,16 @@ class RoundCallback:
         return False
 
     def columns(self, loop: RoundLoop, outcome: RoundOutcome) -> dict[str, Any]:
-        """Extra columns of the round's ``rounds`` row (e.g. the privacy budget spent)."""
+        """Extra columns of the round's ``rounds`` row (e.g. a budget spent)."""
+        return {}
+
+    def client_columns(self, loop: RoundLoop, outcome: RoundOutcome,
+                       clients: np.ndarray) -> dict[str, np.ndarray]:
+        """Extra columns of the round's ``clients`` rows, aligned with ``clients``."""
+        return {}
+
+    def tables(self, loop: RoundLoop, outcome: RoundOutcome) -> dict[str, dict[str, Any]]:
+        """Rows of other tables for the round, as columns by table name."""
         return {}
 
     def after_record(self, loop: RoundLoop, outcome: RoundOutcome) -> None:
@@ -203,17 +214,12 @@ class RoundCallback:
 class RoundLoop:
     """One pass of the rounds from ``progress.durable`` to ``rounds``."""
 
-    def __init__(self, algorithm: Any, *, seed: int, num_clients: int, clients_per_round: int,
-                 rounds: int, worker_of_client: np.ndarray, workers: Workers, sink: Sink,
+    def __init__(self, algorithm: Any, *, sampler: Sampler, rounds: int,
+                 worker_of_client: np.ndarray, workers: Workers, sink: Sink,
                  progress: LoopProgress, callbacks: Sequence[RoundCallback] = (),
-                 report: Callable[..., None] = lambda **fields: None,
-                 poisson_rate: float | None = None, system: SystemPlan | None = None):
+                 report: Callable[..., None] = lambda **fields: None):
         self.algorithm = algorithm
-        self.seed = seed
-        self.num_clients = num_clients
-        self.clients_per_round = clients_per_round
-        self.poisson_rate = poisson_rate
-        """With DP: every client takes part independently at this rate (Poisson sampling)."""
+        self.sampler = sampler
         self.rounds = rounds
         self.worker_of_client = worker_of_client
         self.workers = workers
@@ -224,18 +230,6 @@ class RoundLoop:
         """Receives progress fields (round, accuracy) as keyword arguments."""
         self.in_flight: dict[int, list[Any]] = defaultdict(list)
         """Relayed client states per destination worker, not yet delivered."""
-        self.system = system
-        """With ``system:``: the simulated clock's plan of every round (who trains, when)."""
-        self.kept_versions: dict[int, set[int]] = {}
-        """FedBuff: the server versions each worker keeps on its device (as
-        :meth:`ClientRuntime.versions_on_device` keeps them; none known for a new loop, as
-        after a restart)."""
-        self.history: dict[int, Weights] = dict(progress.durable.server_versions)
-        """FedBuff: the global models (flat vectors) of earlier versions that later rounds'
-        clients start from (after a rollback or a resume, those the durable state kept)."""
-        self.corrections: dict[int, WeightedSum | None] = {}
-        """FedBuff: each dispatched round's start-version share of its server update
-        (computed while its workers train, taken when it is aggregated)."""
 
     def run(self) -> dict[str, Any]:
         """Every round from the durable state on; returns the last recorded rounds row."""
@@ -262,8 +256,7 @@ class RoundLoop:
                     pending = self.dispatch(round_ + 1, state)
             elif not self.progress.stateful and not self.in_flight:
                 # nothing lives on the workers: the server state alone is a durable state
-                self.progress.durable = Durable(round_ + 1, state, {},
-                                                self.versions_needed_from(round_ + 1))
+                self.progress.durable = Durable(round_ + 1, state, {})
             round_ += 1
         self.deliver()
         return last_row
@@ -272,22 +265,17 @@ class RoundLoop:
     def dispatch(self, round_: int, state: Any) -> Dispatch:
         """Send round ``round_`` to the workers that hold its sampled clients (or states)."""
         started = time.perf_counter()
-        sampled = self.sample_clients(round_)
+        sampled = self.sampler.clients(round_)
         message = self.algorithm.broadcast(state, round_)
         owners = self.worker_of_client[sampled]
         work = {int(w): sampled[owners == w] for w in np.unique(owners)}
         moves = self._moves(round_)
         for w in [*self.in_flight, *moves]:
             work.setdefault(w, sampled[:0])
-        if self.system is not None and self.system.asynchronous:
-            message["fedbuff"] = self._fedbuff_message(round_, work)
         incoming = {w: self.in_flight.pop(w, []) for w in sorted(work)}
         audit = any(callback.audits(round_) for callback in self.callbacks)
         handle = self.workers.run_round(round_, message, dict(sorted(work.items())), incoming,
                                         moves, audit)
-        if self.system is not None and self.system.asynchronous:  # while the workers train
-            self._keep_version(round_, state)
-            self.corrections[round_] = self._correction(round_, state)
         dispatch = Dispatch(round_, handle, message, len(sampled), started)
         for callback in self.callbacks:
             callback.after_dispatch(self, dispatch)
@@ -308,15 +296,9 @@ class RoundLoop:
         """The new server state from the workers' subtrees, merged up the reduction tree."""
         root = combine([s for reply in outcome.replies for s in reply.groups],
                        self.algorithm.merge)
-        correction = self.corrections.pop(outcome.round, None)
-        if root is None and self.system is not None and not outcome.dispatch.receivers:
-            outcome.state = state  # the clock left this round without a finished client
+        if root is None and self.sampler.skip_empty_rounds and not outcome.dispatch.receivers:
+            outcome.state = state  # no client took part in this round
         else:
-            if root is not None and self.system is not None and self.system.asynchronous:
-                # FedBuff: the start versions' share, computed while the workers trained
-                totals = self.system.buffer_totals[outcome.round]
-                assert totals is not None  # (the round's clients sent the root)
-                root = BufferedPartial(root, totals, correction)
             outcome.state = self.algorithm.aggregate(state, [] if root is None else [root],
                                                      outcome.round)
         outcome.aggregated = time.perf_counter()
@@ -338,7 +320,8 @@ class RoundLoop:
         dispatch, replies, round_ = outcome.dispatch, outcome.replies, outcome.round
         clients = _merge_columns([reply.clients for reply in replies])
         bytes_rows = _communication(round_, dispatch.message, dispatch.receivers, replies,
-                                    self.algorithm.relayed_uploads)
+                                    self.algorithm.relayed_uploads,
+                                    self.algorithm.bookkeeping_broadcasts)
         row = {"round": round_, "clients_sampled": dispatch.receivers, **outcome.metrics,
                "bytes_down": sum(r["bytes"] for r in bytes_rows if r["direction"] == "down"),
                "bytes_up": sum(r["bytes"] for r in bytes_rows if r["direction"] == "up"),
@@ -350,11 +333,9 @@ class RoundLoop:
                "worker_memory_mb": max((r.memory_mb for r in replies), default=math.nan)}
         for callback in self.callbacks:
             row.update(callback.columns(self, outcome))
-        if self.system is not None:  # the simulated clock
-            records = self.system.records
-            row.update(records.columns(round_))
-            self.sink.add_columns("system", records.table(round_))
-            clients.update(records.clock_columns(round_, clients["client"]))
+            clients.update(callback.client_columns(self, outcome, clients["client"]))
+            for table, columns in callback.tables(self, outcome).items():
+                self.sink.add_columns(table, columns)
         self.sink.add("rounds", [row])
         self.sink.add_columns("clients", {"round": np.full(len(clients["client"]), round_),
                                           **clients})
@@ -376,69 +357,6 @@ class RoundLoop:
         self.in_flight.clear()
 
     # ----- helpers -----
-    def sample_clients(self, round_: int) -> np.ndarray:
-        """The round's clients: all, or a seeded sample of ``clients_per_round`` (with DP:
-        Poisson sampling at rate clients_per_round / num_clients, as its accountant assumes)."""
-        total = self.num_clients
-        if self.system is not None:  # the clock decided who trains (and finishes) this round
-            return self.system.records.trained(round_)
-        if self.poisson_rate is not None:
-            return poisson_sample(self.seed, round_, total, self.poisson_rate)
-        count = min(self.clients_per_round, total)
-        if count == total:
-            return np.arange(total)
-        return np.sort(numpy_rng(self.seed, "sample", round_).choice(total, count,
-                                                                     replace=False))
-
-    def _fedbuff_message(self, round_: int, work: dict[int, np.ndarray]) -> dict[str, Any]:
-        """FedBuff: the global models of the earlier versions the round's clients start from
-        that their worker does not keep (``bases``). Each worker has its clients' start
-        versions and staleness weights from its part of the plan, sent before the rounds
-        (:class:`~raysim.training.buffer_schedule.BufferSchedule`), and keeps the versions its calls
-        used while a later round needs them, each round's broadcast among them, so rounds
-        rarely send one (:meth:`ClientRuntime.versions_on_device`)."""
-        assert self.system is not None
-        self.history = self.versions_needed_from(round_)  # (the others' last use passed)
-        clients, versions, _ = self.system.records.buffered(round_)
-        kept_later = set(self.system.kept_after[round_])
-        missing: set[int] = set()
-        for worker, mine in work.items():
-            wanted = set(versions[np.searchsorted(clients, mine)].tolist()) | {round_}
-            kept = self.kept_versions.get(worker, set())
-            missing |= wanted - kept
-            self.kept_versions[worker] = wanted | (kept & kept_later)
-        return {"bases": {v: self.history[v] for v in sorted(missing) if v != round_}}
-
-    def _keep_version(self, round_: int, state: Any) -> None:
-        """FedBuff: keep this round's global model if a later round starts clients from it, as
-        one flat vector (the stale versions the server's update subtracts, and the start
-        versions a worker that does not keep them is sent)."""
-        assert self.system is not None
-        if self.system.last_use.get(round_, -1) > round_:
-            self.history[round_] = on_device(self.algorithm.global_weights(state),
-                                             torch.device("cpu"))
-
-    def _correction(self, round_: int, state: Any) -> WeightedSum | None:
-        """FedBuff: the start versions' share of round ``round_``'s server update
-        (:func:`~raysim.algorithms.buffered.server_correction`; None when no client trains)."""
-        assert self.system is not None
-        totals = self.system.buffer_totals[round_]
-        if totals is None:
-            return None
-        return server_correction(self.algorithm.global_weights(state), totals,
-                                 {v: self.history[v] for v in totals.version_weights
-                                  if v != round_}, round_)
-
-    def versions_needed_from(self, next_round: int) -> dict[int, Weights]:
-        """FedBuff: the global models of versions before ``next_round`` that a round from
-        ``next_round`` on starts clients from (what a durable state must keep besides the
-        current model; empty without FedBuff)."""
-        if self.system is None or not self.system.asynchronous or next_round == 0:
-            return {}
-        history = self.history
-        return {version: history[version] for version in self.system.kept_after[next_round - 1]
-                if version in history}
-
     def _moves(self, round_: int) -> dict[int, np.ndarray]:
         """Per source worker: rows (client, destination client, destination worker)."""
         destination = self.algorithm.migration(round_)
@@ -482,11 +400,13 @@ def _weighted_train_loss(clients: dict[str, np.ndarray]) -> float:
 
 
 def _communication(round_: int, message: dict[str, Any], receivers: int,
-                   replies: list[RoundReply], relayed: tuple[str, ...]) -> list[dict[str, Any]]:
-    """Bytes by direction and message type (relayed uploads also travel down)."""
+                   replies: list[RoundReply], relayed: tuple[str, ...],
+                   bookkeeping: tuple[str, ...]) -> list[dict[str, Any]]:
+    """Bytes by direction and message type (relayed uploads also travel down; the
+    simulation's bookkeeping in the broadcast does not count)."""
     rows = [{"round": round_, "direction": "down", "message_type": kind,
              "bytes": payload_bytes(payload) * receivers} for kind, payload in message.items()
-            if kind != "fedbuff"]  # (FedBuff's bookkeeping; each client downloads one model)
+            if kind not in bookkeeping]
     up: dict[str, int] = defaultdict(int)
     for reply in replies:
         for kind, count in reply.bytes_up.items():

@@ -18,10 +18,9 @@ from raysim.data.partition import Partition
 from raysim.engine.run.gpu_share import cap_gpu_memory, gpu_memory_errors
 from raysim.engine.run.process_memory import freeze_imported_objects, keep_freed_memory, resident_memory_mb
 from raysim.engine.run.round_loop import RoundReply
-from raysim.privacy.uploads import privatize_uploads
+from raysim.layers.compose import compose
 from raysim.schema import StrictModel
 from raysim.system.plan import ArchitectureKey, architecture_flops
-from raysim.training.buffer_schedule import BufferSchedule
 from raysim.training.context import ClientData
 from raysim.training.evaluation import classification_metrics, predict_proba
 from raysim.training.membership import audit_sets, membership_auc
@@ -96,7 +95,7 @@ class ClientWorker:
         self.device = pick_device()
         self.gpu_share = cap_gpu_memory(self.device, setup.gpu_fraction)
         context = setup.context
-        self.algorithm = setup.algorithm_class(setup.algorithm_params, context)
+        self.algorithm = compose(setup.algorithm_class, setup.algorithm_params, context)
         self.arrays = {name: ray.get(ref) if isinstance(ref, ray.ObjectRef) else ref
                        for name, ref in setup.arrays.items()}
         self.runtime = ClientRuntime(
@@ -144,15 +143,10 @@ class ClientWorker:
                 "training_path_reason": self.runtime.path_reason,
                 **(self.gpu_share.describe() if self.gpu_share else {})}
 
-    def set_groups(self, clients: np.ndarray, groups: np.ndarray,
-                   buffer_schedule: BufferSchedule | None = None) -> dict[str, object]:
+    def set_groups(self, clients: np.ndarray, groups: np.ndarray) -> dict[str, object]:
         """The fixed client group of each client this worker holds (a contiguous range of
         groups: the worker merges them into subtrees of the fixed reduction tree); their
-        training rows go onto the worker's device for the run. Returns where the data lives.
-        ``buffer_schedule``: FedBuff's part of the clock's plan for this worker (its clients'
-        start versions and staleness weights in every round, the versions to keep), in the
-        same call, so that no other call can come between the groups and the schedule."""
-        self.runtime.buffer_schedule = buffer_schedule
+        training rows go onto the worker's device for the run. Returns where the data lives."""
         self.group_of = dict(zip(clients.tolist(), groups.tolist(), strict=True))
         gpu_cap = self.gpu_share.cap_bytes if self.gpu_share else None
         self.residency = StateResidency(state_cap_bytes(self.device, gpu_cap))
@@ -185,14 +179,6 @@ class ClientWorker:
             updates = self.algorithm.local_updates(
                 self.runtime, ids, round_, message,
                 [self.client_states.get(c) for c in ids])
-        privacy = self.run_setup.context.privacy
-        if privacy is not None:  # clip (and in local mode noise) before anything is reduced
-            privatize_uploads(list(zip(ids, updates, strict=True)),
-                              self.algorithm.private_uploads,
-                              lambda kind, client: self.algorithm.dp_reference(
-                                  self.runtime, message, kind, client),
-                              message, privacy, self.run_setup.context.seed, round_,
-                              self.device)
         seconds = (time.perf_counter() - started) / max(len(ids), 1)
         by_client = dict(zip(ids, updates, strict=True))
         bytes_up: dict[str, int] = defaultdict(int)
