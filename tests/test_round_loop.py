@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 from raysim.engine.run.checkpoint import load_checkpoint
+from raysim.engine.run.client_sampling import UniformSampler
 from raysim.engine.run.round_callbacks import (
     Checkpointing,
     DivergenceStop,
@@ -40,6 +41,7 @@ class CountingAlgorithm:
     With ``migrate``, client states move one client up every round (as FedDC's models do)."""
 
     relayed_uploads: tuple[str, ...] = ()
+    bookkeeping_broadcasts: tuple[str, ...] = ()
 
     def __init__(self, migrate: bool = False):
         self.migrate = migrate
@@ -125,8 +127,8 @@ class ListSink:
 
 def _loop(workers, sink, callbacks, rounds=5, migrate=False, progress=None):
     progress = progress or LoopProgress(Durable(0, 0.0, {}), recorded=0)
-    return RoundLoop(CountingAlgorithm(migrate), seed=0, num_clients=NUM_CLIENTS,
-                     clients_per_round=NUM_CLIENTS, rounds=rounds,
+    return RoundLoop(CountingAlgorithm(migrate),
+                     sampler=UniformSampler(0, NUM_CLIENTS, NUM_CLIENTS), rounds=rounds,
                      worker_of_client=np.array([0, 0, 1, 1]), workers=workers, sink=sink,
                      progress=progress, callbacks=callbacks)
 

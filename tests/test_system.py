@@ -392,112 +392,62 @@ def test_fedprox_under_fedbuff_trains_every_client_in_one_call_anchored_at_its_s
         [5.0, 5.0], [2.0, 3.0], [1.0, 1.0], [2.0, 3.0]]
 
 
-def test_the_driver_sends_a_worker_only_the_start_versions_it_does_not_keep():
+def test_the_fedbuff_layer_applies_every_stale_update_to_the_current_model():
+    """The FedBuff layer's server (its broadcast of the start versions, the versions its state
+    keeps, its aggregation) and its clients (the wrapped algorithm once per start version):
+    each client's update of +1 from its own start version moves the current model by
+    s_c / A, whichever version it started from."""
     import torch
 
-    from raysim.engine.run.round_loop import Durable, LoopProgress, RoundLoop
+    from raysim.algorithms.base import ClientResult
+    from raysim.layers.fedbuff import FedBuff
     from raysim.system.plan import SystemPlan
     from raysim.system.records import ClockRecords
-    from raysim.training.runtime import ClientRuntime
-
-    profiles = _profiles(*[(1.0 + c % 5, 100.0, 100.0) for c in range(24)])
-    plans = fedbuff_plan(profiles, Workload(np.full(24, 40.0), 1e3, 1e3), 30, buffer_size=8,
-                         concurrency=16, exponent=0.5, seed=0)
-    tiers = np.full(24, "", dtype=object)
-    system = SystemPlan("fedbuff", tuple(plans), tiers, ClockRecords(plans, tiers))
-    owner = np.arange(24) % 2  # two workers
-
-    def model(version):  # the global model of each server version
-        return {"w": np.full(2, float(version), dtype=np.float32)}
-
-    loop = RoundLoop(SimpleNamespace(global_weights=lambda state: state), seed=0,
-                     num_clients=24, clients_per_round=8, rounds=30, worker_of_client=owner,
-                     workers=None, sink=None, progress=LoopProgress(Durable(0, None, {}), 0),
-                     system=system)
-    workers = [SimpleNamespace(_versions={}, device=torch.device("cpu")) for _ in range(2)]
-    schedules = [system.buffer_schedule(owner == w) for w in range(2)]  # sent once
-    sent = stale = every = 0
-    for round_ in range(30):
-        clients, round_versions, round_weights = system.records.buffered(round_)
-        work = {int(w): clients[owner[clients] == w] for w in np.unique(owner[clients])}
-        message = loop._fedbuff_message(round_, work)
-        loop._keep_version(round_, model(round_))
-        sent += len(message["bases"])
-        every += len(set(round_versions.tolist()) - {round_})  # without keeping
-        for worker, mine in work.items():  # each worker as ClientWorker's runtime keeps them
-            versions, weights = schedules[worker].starts(round_, mine)
-            position = np.searchsorted(clients, mine)  # the worker's part is the plan's
-            assert versions == round_versions[position].tolist()
-            assert weights.tolist() == round_weights[position].tolist()
-            stale += len(set(versions) - {round_})
-            starts = ClientRuntime.versions_on_device(
-                workers[worker], sorted(set(versions) | {round_}),
-                {**message["bases"], round_: model(round_)},
-                schedules[worker].kept_after[round_])
-            assert {v: start.vector.tolist() for v, start in starts.items()} == {
-                v: [float(v)] * 2 for v in starts}  # each start is its version's model
-    assert stale > 30  # workers train stale clients in most rounds...
-    assert sent <= every / 10  # ...from versions they keep from their earlier calls
-
-
-def test_the_round_loops_fedbuff_update_applies_every_stale_update_to_the_current_model():
-    """Through the round loop (its dispatch, the server correction it computes while the
-    workers train, and its aggregation): each client's update of +1 from its own start
-    version moves the current model by s_c / A, whichever version it started from."""
-    import torch
-
-    from raysim.algorithms.buffered import BufferWeighting, buffered_update
-    from raysim.engine.run.round_loop import Durable, LoopProgress, RoundLoop, RoundReply
-    from raysim.system.plan import SystemPlan
-    from raysim.system.records import ClockRecords
-    from raysim.vectors.reduction_tree import Subtree
-    from raysim.vectors.weighted_sum import WeightedSum, merge_partials
-    from raysim.vectors.weights import FlatWeights
+    from raysim.vectors.weights import FlatWeights, as_tensor
 
     profiles = _profiles(*[(1.0 + c % 5, 100.0, 100.0) for c in range(24)])
     plans = fedbuff_plan(profiles, Workload(np.full(24, 40.0), 1e3, 1e3), 20, buffer_size=8,
                          concurrency=16, exponent=0.5, seed=0)
     tiers = np.full(24, "", dtype=object)
-    records = ClockRecords(plans, tiers)
-    weighting = BufferWeighting(np.ones(24), np.arange(24))  # a_c = 1, a group per client
-    system = SystemPlan("fedbuff", tuple(plans), tiers, records,
-                        tuple(weighting.totals(*records.buffered(r)) for r in range(20)))
-    owner = np.arange(24) % 2
-    models: dict[int, FlatWeights] = {}  # the global model of each version, as dispatched
+    records = ClockRecords(plans, tiers, buffered=True)
+    plan = SystemPlan("fedbuff", tuple(plans), tiers, records)
 
-    class OneStepWorkers:
-        """Each client's trained model is its start version's model + 1."""
+    class PlusOne:
+        """Each client's trained model is the model it started from + 1, weight a_c = 1."""
 
-        def run_round(self, round_, message, work, incoming, moves, audit=False):
-            models[round_] = message["model"]
-            clients, versions, weights = records.buffered(round_)
-            trained = [WeightedSum.of([FlatWeights(models[int(v)].vector + 1,
-                                                   models[int(v)].layout)], [float(s)])
-                       for v, s in zip(versions, weights, strict=True)]
-            return [RoundReply([Subtree((int(c), int(c) + 1), t)
-                                for c, t in zip(clients, trained, strict=True)
-                                if owner[c] == w], {}, {}, {}) for w in work]
+        mean_uploads = ("model",)
 
-        def collect(self, handle):
-            return handle
+        def init_server_state(self, weights):
+            return weights
 
-    algorithm = SimpleNamespace(
-        global_weights=lambda state: state, broadcast=lambda state, r: {"model": state},
-        migration=lambda r: None, merge=merge_partials,
-        aggregate=lambda state, partials, r: buffered_update(state, partials[0], 1.0))
-    loop = RoundLoop(algorithm, seed=0, num_clients=24, clients_per_round=8, rounds=20,
-                     worker_of_client=owner, workers=OneStepWorkers(), sink=None,
-                     progress=LoopProgress(Durable(0, None, {}), 0), system=system)
-    state = FlatWeights(torch.tensor([0.5, -2.0]), (("w", (2,)),))
+        def broadcast(self, state, round_):
+            return {"model": state}
+
+        def global_weights(self, state):
+            return state
+
+        def local_updates(self, runtime, clients, round_, message, states):
+            start = message["model"]
+            return [ClientResult({"model": FlatWeights(as_tensor(start.vector) + 1,
+                                                       start.layout)}) for _ in clients]
+
+    server = FedBuff(PlusOne(), 1.0, lambda: plan)
+    client = FedBuff(PlusOne(), 1.0)  # a worker's: the start versions come in the broadcast
+    state = server.init_server_state(FlatWeights(torch.tensor([0.5, -2.0]), (("w", (2,)),)))
     stale = 0
     for round_ in range(20):
-        outcome = loop.collect(loop.dispatch(round_, state))
-        new = loop.aggregate(outcome, state)
-        _, versions, weights = records.buffered(round_)
+        message = server.broadcast(state, round_)
+        clients, versions, weights = records.buffered(round_)
+        results = client.local_updates(None, clients.tolist(), round_, message,
+                                       [None] * len(clients))
+        partials = [client.reduce([(int(c), r)]) for c, r in zip(clients, results, strict=True)]
+        new = server.aggregate(state, partials, round_)
         stale += int((versions < round_).sum())
         step = weights.sum() / len(weights)  # sum of s_c x (+1) over A = the buffer's size
-        np.testing.assert_allclose(new.vector, state.vector.numpy() + step, rtol=1e-6)
-        state = FlatWeights(torch.as_tensor(new.vector), new.layout)
+        np.testing.assert_allclose(new.model.vector, np.asarray(state.model.vector) + step,
+                                   rtol=1e-6)
+        assert set(new.versions) <= {v for v, last in plan.last_use.items() if last > round_}
+        state = new
     assert stale > 20  # most rounds have clients that started from an earlier version
 
 

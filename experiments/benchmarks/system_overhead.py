@@ -14,11 +14,9 @@ the workers are configured; measured here on its own), the config check of ``sys
 (``config_check_seconds``) and recording (per round, on the driver: the clock's rows and
 columns and their Parquet write), and ``clock_share_of_plain_round`` = (planning + recording
 per round) / the run without ``system:``'s seconds per round. For FedBuff also its work on a
-client worker alone (``fedbuff_worker_ms``: training from several start versions and the
-staleness-weighted partials per client group, merged along the reduction tree, against the
-same clients from one model: ``fedbuff_worker_extra``),
-and the stale start versions FedBuff's rounds use against those the driver sends
-(``stale_versions_used``, ``stale_versions_sent``).
+client worker alone (``fedbuff_worker_ms``: the FedBuff layer training from several start
+versions and its staleness-weighted partials per client group, merged along the reduction
+tree, against the same clients from one model: ``fedbuff_worker_extra``).
 
     python experiments/benchmarks/system_overhead.py [--repeats 3] [--policies sync fedbuff]
         [--algorithm fedprox] [--hidden 1024 1024]
@@ -41,7 +39,6 @@ and the median over the N alternations of its difference to the run without ``sy
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import sys
 import tempfile
@@ -118,58 +115,49 @@ def config_check_seconds(raw: dict[str, Any], repeats: int = 20) -> float:
 def fedbuff_worker_ms(raw: dict[str, Any], plan: Any, round_: int = 30,
                      repeats: int = 200) -> dict[str, float]:
     """FedBuff's own work on a client worker, measured alone (in-process, one thread): one
-    worker's half of round ``round_``'s buffer (the plan's clients with even ids) trained
-    from the plan's start versions, reduced per client group (the engine's 64) into
-    staleness-weighted partials (the driver's plan holds their sums by start version) and
-    merged along the reduction tree, against the same clients
-    trained from the round's model with FedAvg's partials; median ms of each over ``repeats``
-    alternating calls."""
+    worker's half of round ``round_``'s buffer (the plan's clients with even ids) trained by
+    the FedBuff layer around the config's algorithm (the wrapped local updates once per start
+    version) and reduced per client group (the engine's 64) into staleness-weighted partials
+    merged along the reduction tree, against the same clients trained by the algorithm alone
+    from the round's model; median ms of each over ``repeats`` alternating calls."""
     import torch
     from per_client_overhead import Worker
 
-    from raysim.algorithms import buffered
+    from raysim.algorithms import ALGORITHMS
+    from raysim.layers.fedbuff import MESSAGE, FedBuff
     from raysim.vectors.reduction_tree import subtree_roots
-    from raysim.vectors.weighted_sum import mean_partial, merge_partials, settle
+    from raysim.vectors.weighted_sum import merge_partials, settle
     from raysim.vectors.weights import FlatWeights, on_device
 
     torch.set_num_threads(1)
-    mu = raw["algorithm"].get("mu", 0.0)
-
-    def proximal(start: Any) -> Any:
-        return (start, mu) if mu > 0 else None
-
     worker = Worker(raw)
     runtime = worker.runtime
+    algorithm = ALGORITHMS[raw["algorithm"]["name"]](parse_config(raw).algorithm,
+                                                     worker.context)
+    layer = FedBuff(algorithm, 1.0)
     current = on_device(worker.start, runtime.device)
-    buffered_clients, versions, _ = plan.records.buffered(round_)
-    clients = [c for c in buffered_clients.tolist() if c % 2 == 0]
+    starts = plan.records.buffered(round_)
+    clients = [c for c in starts[0].tolist() if c % 2 == 0]
     bases = {v: FlatWeights(torch.as_tensor(current.vector) * (1 - 0.001 * (round_ - v)),
                             current.layout, current.extras)
-             for v in set(versions.tolist()) if v != round_}
-    message = {"model": current, "fedbuff": {"bases": bases}}
-    schedule = plan.buffer_schedule(np.arange(len(plan.tiers)) % 2 == 0)  # the even clients
-    runtime.buffer_schedule = dataclasses.replace(  # keeping the stale versions between calls
-        schedule, kept_after=(*plan.kept_after[:round_], tuple(sorted(bases)),
-                              *plan.kept_after[round_ + 1:]))
+             for v in set(starts[1].tolist()) if v != round_}
+    message = {"model": current, MESSAGE: {"starts": starts, "bases": bases}}
     groups = sorted(set(worker.group_of[clients].tolist()))
-    members = {g: [i for i, c in enumerate(clients) if worker.group_of[c] == g] for g in groups}
+    members = {g: [c for c in clients if worker.group_of[c] == g] for g in groups}
 
-    def reduced(partial: Any) -> None:
-        """Each group's partial (``partial(indices)``), merged along the tree and settled."""
-        partials = {g: partial(members[g]) for g in groups}
+    def reduced(done: Any, reduce: Any) -> None:
+        """Each group's partial, merged along the tree and settled."""
+        by_client = dict(zip(clients, done, strict=True))
+        partials = {g: reduce([(c, by_client[c]) for c in members[g]]) for g in groups}
         settle(subtree_roots(partials, groups[0], groups[-1] + 1, merge_partials))
 
     def synchronous() -> None:
-        trained = runtime.train_many(clients, round_, [current] * len(clients),
-                                     [None] * len(clients), prox=proximal(current))
-        reduced(lambda ids: mean_partial([trained[i][0] for i in ids],
-                                         [trained[i][1].num_samples for i in ids], True))
+        reduced(algorithm.local_updates(runtime, clients, round_, message,
+                                        [None] * len(clients)), algorithm.reduce)
 
     def fedbuff() -> None:
-        trained, buffer = buffered.train_buffered(runtime, clients, round_, message, proximal,
-                                                  lambda sizes: sizes.astype(float))
-        reduced(lambda ids: buffer.partial([clients[i] for i in ids],
-                                           [trained[i][0] for i in ids]))
+        reduced(layer.local_updates(runtime, clients, round_, message, [None] * len(clients)),
+                layer.reduce)
 
     timings: dict[str, list[float]] = {"sync": [], "fedbuff": []}
     for _ in range(repeats):
@@ -180,36 +168,6 @@ def fedbuff_worker_ms(raw: dict[str, Any], plan: Any, round_: int = 30,
     sync, fed = (float(np.median(timings[k])) for k in ("sync", "fedbuff"))
     return {"fedbuff_worker_clients": len(clients), "fedbuff_worker_ms": round(fed, 3),
             "sync_worker_ms": round(sync, 3), "fedbuff_worker_extra": round(fed / sync - 1, 3)}
-
-
-def stale_versions_sent(plan: Any, num_clients: int, workers: int = 2) -> dict[str, int]:
-    """FedBuff's messages over the run: the stale start versions its rounds' clients use
-    (each was in every message in earlier versions) and those the driver sends (the versions
-    some worker of the round does not keep), on the engine's layout of ``workers`` workers
-    (contiguous client groups of equal load)."""
-    from types import SimpleNamespace
-
-    from raysim.engine.run.placement import assign_groups, client_groups
-    from raysim.engine.run.round_loop import Durable, LoopProgress, RoundLoop
-
-    groups = client_groups(num_clients, 64)
-    owner = np.zeros(num_clients, dtype=np.int64)
-    for worker, owned in enumerate(assign_groups([float(len(g)) for g in groups], workers)):
-        for group in owned:
-            owner[groups[group]] = worker
-    loop = RoundLoop(SimpleNamespace(global_weights=lambda state: state), seed=0,
-                     num_clients=num_clients, clients_per_round=0, rounds=len(plan.rounds),
-                     worker_of_client=owner, workers=None, sink=None,
-                     progress=LoopProgress(Durable(0, None, {}), 0), system=plan)
-    used = sent = 0
-    for round_ in range(len(plan.rounds)):  # what the round loop does per round
-        clients = plan.records.trained(round_)
-        work = {int(w): clients[owner[clients] == w] for w in np.unique(owner[clients])}
-        message = loop._fedbuff_message(round_, work)
-        loop._keep_version(round_, {"w": np.zeros(1, dtype=np.float32)})
-        used += len(set(plan.records.buffered(round_)[1].tolist()) - {round_})
-        sent += len(message["bases"])
-    return {"stale_versions_used": used, "stale_versions_sent": sent}
 
 
 def recording_seconds_per_round(plan: Any) -> float:
@@ -330,7 +288,6 @@ def main() -> None:
                 (recording + row["planning_seconds_per_round"]) / plain, 4)
             if label == "fedbuff":
                 row.update(fedbuff_worker_ms(raw, plan, round_=min(30, len(plan.rounds) - 1)))
-                row.update(stale_versions_sent(plan, raw["partition"]["num_clients"]))
         print(json.dumps(row), flush=True)
 
 
