@@ -17,7 +17,10 @@ import torch
 
 from raysim.algorithms import ALGORITHMS
 from raysim.config import ExperimentConfig
+from raysim.layers.compose import compose
 from raysim.preparation import initial_weights, pooled, prepare, run_context
+from raysim.system.plan import architecture_flops
+from raysim.system.run_plan import ClockSettings, plan_for_run
 from raysim.training.context import ClientData, RunContext
 from raysim.training.runtime import ClientRuntime
 
@@ -38,9 +41,11 @@ class Trace:
 
 def simulate(config: ExperimentConfig, *, fresh_objects: bool = False,
              group_size: int = 1) -> Trace:
-    """Run ``config``'s first seed for its rounds, every client every round. ``fresh_objects``:
-    new algorithm objects every round, server and client states round-tripped through pickle
-    (as after a checkpoint or a worker restart). ``group_size``: clients per reduce group."""
+    """Run ``config``'s first seed for its rounds, every client every round (with ``system:``,
+    the clients the clock's plan trains), the algorithm composed with the layers the config
+    asks for (DP, FedBuff) as the engine composes it. ``fresh_objects``: new algorithm
+    objects every round, server and client states round-tripped through pickle (as after a
+    checkpoint or a worker restart). ``group_size``: clients per reduce group."""
     seed = config.seeds[0]
     dataset, partition = prepare(config, None)[seed]
     algorithm_class = ALGORITHMS[config.algorithm.name]
@@ -49,8 +54,14 @@ def simulate(config: ExperimentConfig, *, fresh_objects: bool = False,
     context = run_context(config, dataset, seed, partition.num_clients)
     start = initial_weights(config, dataset, seed)
 
-    def new_algorithm() -> Any:
-        algorithm = algorithm_class(config.algorithm, context)
+    plan = None
+    if config.system is not None:
+        plan = plan_for_run(ClockSettings(config.system, config.clients_per_round), context,
+                            partition, start, architecture_flops(context, partition.num_clients))
+
+    def new_algorithm(server: bool = True) -> Any:
+        algorithm = compose(algorithm_class, config.algorithm, context,
+                            plan=(lambda: plan) if server and plan is not None else None)
         if algorithm.server_holds_inputs:
             algorithm.attach_server_inputs(dataset.train_x, partition.train)
         return algorithm
@@ -60,15 +71,16 @@ def simulate(config: ExperimentConfig, *, fresh_objects: bool = False,
                    len(partition.train), context.architectures, context.downsample),
         ClientData(dataset.train_x, dataset.train_y, partition.train, start),
         torch.device("cpu"), vectorize=config.engine.vectorize)
-    server, client_side = new_algorithm(), new_algorithm()
+    server, client_side = new_algorithm(), new_algorithm(server=False)
     state = server.init_server_state(start)
-    clients = list(range(partition.num_clients))
-    groups = [clients[i:i + group_size] for i in range(0, len(clients), group_size)]
     trace = Trace()
     client_states: dict[int, Any] = {}
     for round_ in range(config.training.rounds):
+        clients = (list(range(partition.num_clients)) if plan is None
+                   else plan.records.trained(round_).tolist())
+        groups = [clients[i:i + group_size] for i in range(0, len(clients), group_size)]
         if fresh_objects:
-            server, client_side = new_algorithm(), new_algorithm()
+            server, client_side = new_algorithm(), new_algorithm(server=False)
             state = pickle.loads(pickle.dumps(state))
             client_states = pickle.loads(pickle.dumps(client_states))
         message = server.broadcast(state, round_)

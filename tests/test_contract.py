@@ -53,3 +53,33 @@ def test_results_survive_new_objects_pickled_states_and_other_groupings(data_roo
     regrouped = simulate(config, group_size=3)
     assert _same(reference.metrics, regrouped.metrics, exact=False)
     assert _same(reference.server_state, regrouped.server_state, exact=False)
+
+
+LAYERED = {  # an algorithm inside the layers a run composes around it
+    "fedavg under central DP": ("fedavg", {"privacy": {"clip": 0.5, "noise_multiplier": 0.8,
+                                                       "delta": 1e-3}}),
+    "fedprox under central DP with adaptive clipping": (
+        "fedprox", {"privacy": {"clip": 0.5, "noise_multiplier": 0.8, "delta": 1e-3,
+                                "adaptive_clip": {"count_noise_std": 1.0}}}),
+    "fedavg under local DP": ("fedavg", {"privacy": {"clip": 0.5, "noise_multiplier": 0.8,
+                                                     "delta": 1e-3, "mode": "local"}}),
+    "fedprox under FedBuff": ("fedprox", {"system": {"tiers": {"cpu_server": 0.5,
+                                                               "constrained_site": 0.5},
+                                                     "policy": "fedbuff", "buffer_size": 2},
+                                          "partition": {"scheme": "iid", "num_clients": 6}}),
+}
+
+
+@pytest.mark.parametrize("label", sorted(LAYERED))
+def test_layered_algorithms_keep_the_contract(data_root, label):
+    name, sections = LAYERED[label]
+    raw = contract_raw(data_root, name)
+    raw.update(sections)
+    config = parse_config(raw)
+    reference = simulate(config)
+    assert type(reference.algorithm).__name__ != type(reference.algorithm.inner).__name__
+    restarted = simulate(config, fresh_objects=True)
+    assert _same(reference.server_state, restarted.server_state, exact=True)
+    assert reference.metrics == restarted.metrics
+    regrouped = simulate(config, group_size=3)
+    assert _same(reference.server_state, regrouped.server_state, exact=False)

@@ -570,8 +570,9 @@ def test_off_the_cpu_a_large_model_is_copied_in_and_out_never_rebound(monkeypatc
     from raysim.data.dataset import DataInfo
     from raysim.models import build_model
     from raysim.schema import OptimizerConfig
-    from raysim.training import first_step, weights
+    from raysim.training import first_step
     from raysim.training.first_step import FirstStepFromStart
+    from raysim.vectors import weights
 
     large = weights.RELEASE_MIN_VALUES
     assert weights.saves_a_pass(torch.zeros(large))
@@ -761,37 +762,31 @@ def test_a_clients_batches_are_gathered_once_per_round_with_the_bits_of_one_gath
 
 
 @pytest.mark.parametrize("vectorize", ["always", "never"])
-def test_clients_anchored_at_models_of_their_own_train_in_one_call_as_each_anchor_alone(
-        vectorize, monkeypatch):
-    """FedProx under FedBuff anchors each client at its own start version: one training call
-    with a list of anchors gives each client the bits of a call per anchor, on the batched
-    path and on the per-client loop, and the anchors matter (one shared anchor differs)."""
+def test_a_client_trains_to_the_same_bits_in_any_call_that_holds_it(vectorize, monkeypatch):
+    """The FedBuff layer trains a worker's clients once per start version, anchored there
+    (FedProx): each client gets the bits it would get in one call with all of them, on the
+    batched path and on the per-client loop; the anchor matters."""
     config = _config(9, vectorize, "fedprox")
     (worker,), _, _ = _workers(config, 1, monkeypatch)
     runtime = worker.runtime
     start = on_device(initial_weights(config, prepare(config, None)[0][0], 0),
                       torch.device("cpu"))
-    versions = [FlatWeights(torch.as_tensor(start.vector) * (1 + 0.5 * k), start.layout,
-                            start.extras) for k in range(3)]
+    other = FlatWeights(torch.as_tensor(start.vector) * 1.5, start.layout, start.extras)
     clients = list(range(9))
-    of = [client % 3 for client in clients]
     mu = 2.0
 
     def vectors(trained):
         return [weights.vector.clone() for weights, _ in trained]
 
-    together = vectors(runtime.train_many(clients, 2, [versions[v] for v in of], [None] * 9,
-                                          prox=([versions[v] for v in of], mu)))
-    for version in range(3):
-        members = [c for c in clients if of[c] == version]
-        alone = vectors(runtime.train_many(members, 2, [versions[version]] * len(members),
-                                           [None] * len(members),
-                                           prox=(versions[version], mu)))
+    together = vectors(runtime.train_many(clients, 2, [start] * 9, [None] * 9, prox=(start, mu)))
+    for members in (clients[:4], clients[4:7], clients[7:]):
+        alone = vectors(runtime.train_many(members, 2, [start] * len(members),
+                                           [None] * len(members), prox=(start, mu)))
         for client, vector in zip(members, alone, strict=True):
             assert torch.equal(together[client], vector)
-    shared = vectors(runtime.train_many(clients, 2, [versions[v] for v in of], [None] * 9,
-                                        prox=(versions[0], mu)))
-    assert all(torch.equal(shared[c], together[c]) == (of[c] == 0) for c in clients)
+    elsewhere = vectors(runtime.train_many(clients, 2, [start] * 9, [None] * 9,
+                                           prox=(other, mu)))
+    assert not any(torch.equal(elsewhere[c], together[c]) for c in clients)
 
 
 def test_a_configured_worker_leaves_the_imported_objects_out_of_full_collections(monkeypatch):

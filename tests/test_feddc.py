@@ -10,6 +10,7 @@ import torch
 from conftest import quickstart_raw
 from test_bad_input import run_cli
 
+from raysim.algorithms.robust_means import coordinate_median, iterated_radon_point, radon_point
 from raysim.config import parse_config
 from raysim.data import load_dataset
 from raysim.engine.runner import run_experiment
@@ -18,11 +19,6 @@ from raysim.results import load
 from raysim.schema import DatasetConfig, OptimizerConfig, TrainingConfig
 from raysim.training.context import ClientData, RunContext
 from raysim.training.runtime import ClientRuntime
-from raysim.vectors.weighted_sum import (
-    coordinate_median,
-    iterated_radon_point,
-    radon_point,
-)
 from raysim.vectors.weights import get_weights
 
 

@@ -1,8 +1,9 @@
 """The package's layers only point down, and no module imports itself back:
 
 cli -> sweep/estimate -> the engine's invocation (engine/) -> engine/pool -> engine/run
--> engine/launch (these four with Ray) -> config/preparation/system -> algorithms -> training/
-condensation -> privacy -> models -> vectors -> data/results -> schema/errors/seeding.
+-> engine/launch (these four with Ray) -> config/preparation -> layers (DP, FedBuff) -> system
+-> algorithms -> training/condensation -> privacy -> models -> vectors -> data/results ->
+schema/errors/seeding.
 
 Every import counts: module-level, function-local and type-only. An import running back up, or
 any cycle between modules (within one layer too), fails here."""
@@ -20,19 +21,21 @@ import pytest
 PACKAGE = Path(__file__).resolve().parents[1] / "raysim"
 
 LAYERS = {  # higher imports lower or equal, never the other way
-    "cli": 15, "__main__": 15,
-    "sweep": 14, "estimate": 14,
-    "engine": 13,
-    "engine.pool": 12,
-    "engine.run": 11,
-    "engine.launch": 10,
-    "config": 9, "preparation": 9, "config_reference": 9, "system": 9,
-    "algorithms": 8,
-    "training": 7, "condensation": 7,
-    "privacy": 6,
-    "models": 5,
-    "vectors": 4,
-    "data": 3, "results": 3,
+    "cli": 16, "__main__": 16,
+    "sweep": 15, "estimate": 15,
+    "engine": 14,
+    "engine.pool": 13,
+    "engine.run": 12,
+    "engine.launch": 11,
+    "config": 10, "preparation": 10, "config_reference": 10,
+    "layers": 9,
+    "system": 8,
+    "algorithms": 7,
+    "training": 6, "condensation": 6,
+    "privacy": 5,
+    "models": 4,
+    "vectors": 3,
+    "data": 2, "results": 2,
     "schema": 1, "errors": 1, "seeding": 1, "lazy": 1, "cache": 1,
 }
 ENGINE_ROOMS = ("launch", "pool", "run")

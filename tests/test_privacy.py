@@ -240,21 +240,25 @@ def test_the_privacy_report_puts_epsilon_beside_the_membership_audit(ray_session
 
 
 def test_under_dp_every_client_weighs_one_in_the_sum(tmp_path):
-    """DP bounds each client's contribution by the clip: sample-weighted FedAvg turns into one
-    vote per client (a client with many samples would otherwise weigh more than its clip)."""
+    """DP bounds each client's contribution by the clip: the DP layer turns sample-weighted
+    FedAvg into one vote per client (a client with many samples would otherwise weigh more
+    than its clip)."""
     from raysim.algorithms.fedavg import FedAvg
     from raysim.algorithms.params import FedAvgParams
+    from raysim.layers.compose import compose
     from raysim.preparation import prepare, run_context
 
     config = parse_config(_raw(clip=1.0, noise_multiplier=1.0))
     dataset, partition = prepare(config, None)[0]
     context = run_context(config, dataset, 0, partition.num_clients)
     model = {"w": np.ones(3, np.float32)}
-    results = [(c, ClientResult({"model": model}, num_samples=n)) for c, n in ((0, 5), (1, 50))]
-    private = FedAvg(FedAvgParams(weighted=True), context).reduce(results)
-    assert private.total_weight == 2.0
-    plain = FedAvg(FedAvgParams(weighted=True), replace(context, privacy=None)).reduce(results)
-    assert plain.total_weight == 55.0
+    results = [(c, ClientResult({"model": model}, num_samples=n, weight=float(n)))
+               for c, n in ((0, 5), (1, 50))]
+    private = compose(FedAvg, FedAvgParams(weighted=True), context)
+    assert type(private).__name__ == "PrivateMean"
+    assert private.reduce(results)["model"].total_weight == 2.0
+    plain = compose(FedAvg, FedAvgParams(weighted=True), replace(context, privacy=None))
+    assert plain.reduce(results).total_weight == 55.0
 
 
 # ----- adaptive clipping (Andrew et al. 2021) -----
@@ -341,6 +345,7 @@ def test_feddc_refuses_its_own_dp_beside_privacy(capsys, tmp_path):
 def test_adaptive_clipping_noises_the_sum_at_the_rounds_clip_with_the_updates_multiplier():
     from raysim.algorithms.fedavg import FedAvg
     from raysim.algorithms.params import FedAvgParams
+    from raysim.layers.compose import compose
     from raysim.preparation import prepare, run_context
     from raysim.privacy.private_mean import AdaptivelyClipped
     from raysim.vectors.weighted_sum import WeightedSum
@@ -353,7 +358,7 @@ def test_adaptive_clipping_noises_the_sum_at_the_rounds_clip_with_the_updates_mu
     zeros = {"w": np.zeros(40_000, np.float32)}
     expected = settings.expected_clients
     partial = {"model": WeightedSum.of([zeros], [expected]), "within_clip": expected}
-    state = FedAvg(FedAvgParams(weighted=False), context).aggregate(
+    state = compose(FedAvg, FedAvgParams(weighted=False), context).aggregate(
         AdaptivelyClipped(zeros, 0.3), [partial], round_=0)
     noise_std = float(np.std(state.model["w"])) * expected  # the mean divides the sum's noise
     z_delta = settings.adaptive.update_noise_multiplier

@@ -298,12 +298,16 @@ def test_the_membership_audit_attacks_the_last_round_only(members, audited):
     assert workers.audited == audited
 
 
-def test_a_checkpoint_round_trips_its_arrays_and_one_written_by_torch_save_still_loads(tmp_path):
-    """Checkpoints are pickles (client states' arrays written as they are); a checkpoint an
-    earlier version wrote with ``torch.save`` (a zip archive) still resumes."""
+def test_a_checkpoint_round_trips_its_arrays_and_one_of_an_earlier_format_is_refused(tmp_path):
+    """Checkpoints are pickles (client states' arrays written as they are) with a format
+    number; one an earlier version wrote (a pickle without the number, or a ``torch.save``
+    archive) is refused with one paragraph, never restored in part."""
+    import pickle
+
     import torch
 
     from raysim.engine.run.checkpoint import CHECKPOINT_FILE, Checkpoint, save_checkpoint
+    from raysim.errors import RaysimError
     from raysim.vectors.weights import FlatWeights
 
     states = {3: (FlatWeights(np.arange(6, dtype=np.float32), (("w", (2, 3)),)), None)}
@@ -313,9 +317,13 @@ def test_a_checkpoint_round_trips_its_arrays_and_one_written_by_torch_save_still
     loaded = load_checkpoint(tmp_path / "new")
     assert loaded is not None and (loaded.next_round, loaded.next_part) == (5, 7)
     assert np.array_equal(loaded.client_states[3][0]["w"], np.arange(6).reshape(2, 3))
-    legacy = tmp_path / "old" / CHECKPOINT_FILE
-    legacy.parent.mkdir(parents=True)
-    torch.save(written.__dict__, legacy)
-    old = load_checkpoint(tmp_path / "old")
-    assert old is not None and old.next_round == 5
-    assert np.array_equal(old.server_state["global"]["w"], np.ones(3))
+    earlier = {k: v for k, v in written.__dict__.items() if k != "format"}
+    earlier["server_versions"] = {}
+    for name, write in (("pickled", lambda path: path.write_bytes(pickle.dumps(earlier))),
+                        ("zipped", lambda path: torch.save(earlier, path))):
+        legacy = tmp_path / name / CHECKPOINT_FILE
+        legacy.parent.mkdir(parents=True)
+        write(legacy)
+        with pytest.raises(RaysimError, match="written by an earlier version of raysim") as error:
+            load_checkpoint(tmp_path / name)
+        assert "\n" not in str(error.value) and "without --resume" in str(error.value)

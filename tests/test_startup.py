@@ -68,8 +68,8 @@ def test_each_distinct_data_file_is_read_once_in_a_thread_of_its_own_while_the_e
 
     import raysim.data
     import raysim.preparation
-    from raysim.cli import _import_engine_and_prepare
     from raysim.config import parse_config
+    from raysim.engine.invocation import _import_engine_and_prepare
     from raysim.errors import MissingDataError
 
     write_medmnist_npz(tmp_path, "pneumoniamnist", n_train=60, n_test=20)

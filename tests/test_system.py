@@ -226,7 +226,7 @@ def test_fedbuff_weighs_each_arrival_by_its_staleness():
 
 
 def test_the_buffered_update_applies_stale_updates_to_the_current_model():
-    from raysim.algorithms.buffered import (
+    from raysim.layers.fedbuff import (
         BufferedPartial,
         BufferTotals,
         buffered_update,
@@ -256,75 +256,49 @@ def test_the_buffered_update_applies_stale_updates_to_the_current_model():
     np.testing.assert_allclose(halfway, 1 + 0.5 * (expected - 1), rtol=1e-6)
 
 
-def test_the_drivers_round_totals_add_what_the_workers_group_partials_would_in_their_order():
-    """A and the W_v the driver computes with array operations equal, to the bit, sums in
-    the order of the engine's reduction: per group in client order, merged along the
-    reduction tree as two workers holding groups [0, 3) and [3, 8) and the driver would
-    merge them (random weights of different magnitudes: another order of the additions
-    gives other bits)."""
-    from raysim.algorithms.buffered import BufferWeighting
+def test_the_fedbuff_partials_carry_a_and_each_versions_weight_up_the_reduction_tree():
+    """The FedBuff layer's group partials hold A (the sum of the client weights a_c) and W_v
+    (the sum of a_c s_c by start version); merged along the reduction tree, as two workers
+    holding groups [0, 3) and [3, 8) and the driver would merge them, they give the round's
+    totals."""
+    from raysim.algorithms.base import ClientResult
+    from raysim.layers.fedbuff import MESSAGE, FedBuff
     from raysim.vectors.reduction_tree import combine, subtree_roots
-
-    def group(clients):  # (A, W_v) of one group, adding in client order
-        by_version: dict[int, float] = {}
-        for c in clients:
-            weight, version = sizes[c] * staleness[position[c]], versions[position[c]]
-            by_version[version] = by_version[version] + weight if version in by_version \
-                else weight
-        return sum(sizes[c] for c in clients), by_version
-
-    def merge(left, right):  # a tree node: the left partial first, as BufferedPartial's
-        shares = dict(left[1])
-        for version, weight in right[1].items():
-            shares[version] = shares[version] + weight if version in shares else weight
-        return left[0] + right[0], shares
+    from raysim.vectors.weighted_sum import merge_partials
 
     rng = np.random.default_rng(7)
     group_of_client = np.repeat(np.arange(8), 5)
     sizes = (10.0 ** rng.uniform(-3, 3, size=40)).tolist()
     trained = np.sort(rng.choice(40, size=23, replace=False))
-    versions = rng.integers(3, 7, size=23).tolist()
-    staleness = (10.0 ** rng.uniform(-2, 0, size=23)).tolist()
-    position = {c: i for i, c in enumerate(trained.tolist())}
-    driver = BufferWeighting(np.array(sizes), group_of_client).totals(
-        trained, np.array(versions), np.array(staleness))
-    leaves = {g: group([c for c in trained.tolist() if group_of_client[c] == g])
+    versions = rng.integers(3, 7, size=23)
+    staleness = 10.0 ** rng.uniform(-2, 0, size=23)
+
+    class Weighted:
+        mean_uploads = ("model",)
+
+        def local_updates(self, runtime, clients, round_, message, states):
+            return [ClientResult({"model": {"w": np.ones(2, np.float32)}}, weight=sizes[c])
+                    for c in clients]
+
+    layer = FedBuff(Weighted(), 1.0)
+    message = {"model": {"w": np.zeros(2, np.float32)},
+               MESSAGE: {"starts": (trained, versions, staleness),
+                         "bases": {int(v): {"w": np.zeros(2, np.float32)}
+                                   for v in np.unique(versions) if v != 6}}}
+    results = dict(zip(trained.tolist(), layer.local_updates(
+        None, trained.tolist(), 6, message, [None] * len(trained)), strict=True))
+    leaves = {g: layer.reduce([(c, results[c]) for c in trained.tolist()
+                               if group_of_client[c] == g])
               for g in sorted(set(group_of_client[trained].tolist()))}
     roots = [root for lo, hi in ((0, 3), (3, 8)) for root in subtree_roots(
-        {g: t for g, t in leaves.items() if lo <= g < hi}, lo, hi, merge)]
-    client_weight, version_weights = combine(roots, merge)
-    assert driver is not None
-    assert driver.client_weight == client_weight and driver.version_weights == version_weights
-    assert BufferWeighting(np.array(sizes), group_of_client).totals(
-        trained[:0], np.array([], dtype=int), np.array([])) is None
-
-
-def _schedule(round_, clients, versions, weights, keep):
-    """A worker's FedBuff schedule whose only trained clients are ``clients`` in ``round_``."""
-    from raysim.training.buffer_schedule import BufferSchedule
-
-    bounds = np.array([0] * (round_ + 1) + [len(clients)])
-    return BufferSchedule(np.array(clients), np.array(versions), np.array(weights), bounds,
-                          ((),) * round_ + (tuple(keep),))
-
-
-class _OneStepRuntime:
-    """Training adds 1 to every weight of the model a client starts from."""
-
-    device = __import__("torch").device("cpu")
-
-    def __init__(self, buffer_schedule):
-        self.buffer_schedule = buffer_schedule
-
-    def versions_on_device(self, wanted, sent, keep=()):
-        return {version: sent[version] for version in wanted}
-
-    def train_many(self, clients, round_, starts, states, prox=None):
-        return [(_flat((start.vector + 1).tolist()), _ONE_SAMPLE) for start in starts]
-
-
-_ONE_SAMPLE = SimpleNamespace(num_samples=1)
-"""A training outcome of one sample."""
+        {g: t for g, t in leaves.items() if lo <= g < hi}, lo, hi, merge_partials)]
+    root = combine(roots, merge_partials)
+    assert root["client_weight"] == pytest.approx(sum(sizes[c] for c in trained))
+    expected = {int(v): sum(sizes[c] * s for c, s, w in zip(trained, staleness, versions,
+                                                             strict=True) if w == v)
+                for v in np.unique(versions)}
+    assert root["version_weights"] == pytest.approx(expected)
+    assert root["model"].total_weight == pytest.approx(sum(expected.values()))
 
 
 def _flat(values):
@@ -335,60 +309,62 @@ def _flat(values):
     return FlatWeights(torch.tensor(values, dtype=torch.float32), (("w", (2,)),))
 
 
+_ONE_STEP = SimpleNamespace(num_samples=1, steps=1, mean_loss=0.0, optimizer_state=None)
+"""A training outcome of one sample and one step."""
+
+
 def test_stale_clients_train_from_their_start_version_and_their_updates_apply_to_the_current():
-    from raysim.algorithms.buffered import (
-        BufferedPartial,
-        BufferTotals,
-        buffered_update,
-        server_correction,
-        train_buffered,
-    )
+    from types import SimpleNamespace as Plan
+
+    from raysim.algorithms.fedavg import FedAvg
+    from raysim.algorithms.params import FedAvgParams
+    from raysim.layers.fedbuff import MESSAGE, BufferedState, FedBuff
+
+    class OneStepRuntime:
+        """Training adds 1 to every weight of the model a client starts from."""
+
+        def train_many(self, clients, round_, starts, states, prox=None):
+            return [(_flat((start.vector + 1).tolist()), _ONE_STEP) for start in starts]
 
     current, base = _flat([5.0, 5.0]), _flat([2.0, 3.0])
-    message = {"model": current, "fedbuff": {"bases": {3: base}}}
-    runtime = _OneStepRuntime(_schedule(4, [0, 1], [4, 3], [1.0, 0.7], [3, 4]))
-    trained, buffer = train_buffered(runtime, [0, 1], 4, message, lambda start: None,
-                                     lambda sizes: sizes.astype(float))
+    message = {"model": current, MESSAGE: {"starts": (np.array([0, 1]), np.array([4, 3]),
+                                                      np.array([1.0, 0.7])),
+                                           "bases": {3: base}}}
+    inner = FedAvg(FedAvgParams(), None)
+    client = FedBuff(inner, 1.0)
+    results = client.local_updates(OneStepRuntime(), [0, 1], 4, message, [None, None])
     # the fresh client trained from the current model, the stale one from its base
-    assert [model.vector.tolist() for model, _ in trained] == [[6.0, 6.0], [3.0, 4.0]]
-    assert buffer.weights == {0: 1.0, 1: 0.7}  # a_c s_c with a_c = 1 sample
-    totals = BufferTotals(2.0, {4: 1.0, 3: 0.7})
-    partial = BufferedPartial(buffer.partial([0, 1], [model for model, _ in trained]), totals,
-                              server_correction(current, totals, message["fedbuff"]["bases"], 4))
-    new = buffered_update(current, partial, 1.0)["w"]
+    assert [r.upload["model"].vector.tolist() for r in results] == [[6.0, 6.0], [3.0, 4.0]]
+    partial = client.reduce(list(zip([0, 1], results, strict=True)))
+    assert partial["version_weights"] == {4: 1.0, 3: 0.7}  # a_c s_c with a_c = 1 sample
+    server = FedBuff(inner, 1.0, lambda: Plan(last_use={3: 4, 4: 4}))
+    new = server.aggregate(BufferedState(current, {3: base}), [partial], 4)
     # each update (+1) applies to the current model, weighted 1 and 0.7, over A = 2
-    np.testing.assert_allclose(new, [5.85, 5.85], rtol=1e-6)
+    np.testing.assert_allclose(new.model["w"], [5.85, 5.85], rtol=1e-6)
+    assert new.versions == {}  # no later round starts a client from version 3, 4 or 5
 
 
-def test_fedprox_under_fedbuff_trains_every_client_in_one_call_anchored_at_its_start():
-    import torch
-
-    from raysim.algorithms.buffered import train_buffered
-    from raysim.vectors.weights import FlatWeights
-
-    def flat(values):
-        return FlatWeights(torch.tensor(values, dtype=torch.float32), (("w", (2,)),))
+def test_fedprox_under_fedbuff_trains_each_start_version_anchored_there():
+    from raysim.algorithms.fedprox import FedProx
+    from raysim.algorithms.params import FedProxParams
+    from raysim.layers.fedbuff import MESSAGE, FedBuff
 
     calls = []
 
     class LoggingRuntime:
-        device = torch.device("cpu")
-        buffer_schedule = _schedule(4, [0, 1, 2, 3], [4, 3, 2, 3], np.ones(4), [])
-
-        def versions_on_device(self, wanted, sent, keep=()):
-            return {version: sent[version] for version in wanted}
-
         def train_many(self, clients, round_, starts, states, prox=None):
             calls.append((list(clients), starts, prox))
-            return [(start, _ONE_SAMPLE) for start in starts]
+            return [(start, _ONE_STEP) for start in starts]
 
-    v2, v3, v4 = flat([1.0, 1.0]), flat([2.0, 3.0]), flat([5.0, 5.0])
-    message = {"model": v4, "fedbuff": {"bases": {2: v2, 3: v3}}}
-    train_buffered(LoggingRuntime(), [0, 1, 2, 3], 4, message, lambda start: (start, 0.1),
-                   lambda sizes: sizes.astype(float))
-    (clients, starts, (anchors, mu)), = calls
-    assert clients == [0, 1, 2, 3] and mu == 0.1
-    assert [a.vector.tolist() for a in anchors] == [s.vector.tolist() for s in starts] == [
+    v2, v3, v4 = _flat([1.0, 1.0]), _flat([2.0, 3.0]), _flat([5.0, 5.0])
+    message = {"model": v4, MESSAGE: {"starts": (np.arange(4), np.array([4, 3, 2, 3]),
+                                                 np.ones(4)), "bases": {2: v2, 3: v3}}}
+    layer = FedBuff(FedProx(FedProxParams(mu=0.1), None), 1.0)
+    results = layer.local_updates(LoggingRuntime(), [0, 1, 2, 3], 4, message, [None] * 4)
+    assert [clients for clients, _, _ in calls] == [[2], [1, 3], [0]]  # by start version
+    for _, starts, (anchor, mu) in calls:
+        assert mu == 0.1 and all(start is anchor for start in starts)
+    assert [r.upload["model"].vector.tolist() for r in results] == [
         [5.0, 5.0], [2.0, 3.0], [1.0, 1.0], [2.0, 3.0]]
 
 

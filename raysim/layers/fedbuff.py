@@ -75,7 +75,8 @@ class FedBuff(Wrapped):
         self._weights: dict[int, tuple[float, float, int]] = {}
         """This round's clients on this worker: a_c, a_c s_c and start version (what
         :meth:`reduce` weighs their uploads by; set by :meth:`local_updates` of the same
-        round)."""
+        round, which may be called once for every group)."""
+        self._round = -1
 
     # ----- server -----
     def _last_use(self) -> dict[int, int]:
@@ -139,8 +140,10 @@ class FedBuff(Wrapped):
                                                {**message, self.kind: start},
                                                [states[i] for i in members])
             results.update(zip(members, trained, strict=True))
-        self._weights = {client: (results[i].weight, results[i].weight * staleness[i],
-                                  versions[i]) for i, client in enumerate(clients)}
+        if round_ != self._round:
+            self._weights, self._round = {}, round_
+        self._weights.update({client: (results[i].weight, results[i].weight * staleness[i],
+                                       versions[i]) for i, client in enumerate(clients)})
         return [results[i] for i in range(len(clients))]
 
     def reduce(self, results: Sequence[tuple[int, ClientResult]]) -> dict[str, Any]:
