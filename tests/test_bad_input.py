@@ -313,3 +313,29 @@ def test_a_method_that_needs_images_on_a_tabular_set_is_one_message(capsys, tmp_
     assert f"algorithm `{algorithm}` works on images only" in err
     assert "breast-cancer" in err and "digits" in err and "fedavg" in err
     assert err.count("error:") == 1
+
+
+def test_resume_of_a_checkpoint_of_an_earlier_format_exits_2_before_anything_starts(
+        capsys, tmp_path):
+    """A run interrupted under an earlier raysim left a checkpoint whose server state is laid
+    out differently: --resume refuses it with one paragraph before Ray starts, and changes
+    nothing in the run root."""
+    import json
+
+    from raysim.config import parse_config
+
+    raw = quickstart_raw(training={"rounds": 2}, seeds=[0])
+    root = tmp_path / "results" / "quickstart-20260101-100000"
+    run_dir = root / "seed_0"
+    (run_dir / "checkpoint").mkdir(parents=True)
+    (run_dir / "checkpoint" / "latest.pt").write_bytes(b"an earlier layout")
+    config = parse_config(raw).model_dump(mode="json")
+    (run_dir / "manifest.json").write_text(json.dumps(
+        {"config": config, "status": "interrupted", "checkpoint_round": 1}))
+    (root / "invocation.json").write_text("{}")
+    before = {p: p.read_bytes() for p in root.rglob("*") if p.is_file()}
+    code, err = run_cli(capsys, tmp_path, raw, "--no-progress", "--resume", str(root),
+                        command="run")
+    assert code == 2 and "Traceback" not in err, err
+    assert "written by an earlier version of raysim" in err and err.count("error:") == 1
+    assert {p: p.read_bytes() for p in root.rglob("*") if p.is_file()} == before

@@ -14,7 +14,7 @@ from conftest import quickstart_raw
 
 from raysim.config import parse_config
 from raysim.data import load_dataset
-from raysim.engine.pool.seed_groups import Cohort, plan_cohorts
+from raysim.engine.pool.seed_groups import SeedGroup, plan_seed_groups
 from raysim.engine.run import driver_turns as turns
 from raysim.engine.runner import run_experiment
 from raysim.models import build_model
@@ -155,17 +155,17 @@ def test_a_run_waits_for_its_turn_until_the_other_run_waits_for_ray():
     assert order == ["first works", "first still works", "second works", "first resumes"]
 
 
-def test_seeds_that_would_wait_form_cohorts_of_at_most_the_free_slots():
+def test_seeds_that_would_wait_form_seed_groups_of_at_most_the_free_slots():
     config = parse_config(quickstart_raw(seeds=[0, 1, 2]))
     queue = [("", seed) for seed in config.seeds]
-    cohorts = plan_cohorts(queue, {"": config}, concurrent_runs=2)
-    assert cohorts == {("", 0): Cohort("", (0, 1)), ("", 1): Cohort("", (0, 1)),
-                       ("", 2): Cohort("", (2,))}
-    assert plan_cohorts(queue, {"": config}, concurrent_runs=3) == {}  # all fit at once
+    seed_groups = plan_seed_groups(queue, {"": config}, concurrent_runs=2)
+    assert seed_groups == {("", 0): SeedGroup("", (0, 1)), ("", 1): SeedGroup("", (0, 1)),
+                       ("", 2): SeedGroup("", (2,))}
+    assert plan_seed_groups(queue, {"": config}, concurrent_runs=3) == {}  # all fit at once
     never = parse_config(quickstart_raw(seeds=[0, 1, 2], engine={"merge_seeds": "never"}))
-    assert plan_cohorts(queue, {"": never}, concurrent_runs=1) == {}
+    assert plan_seed_groups(queue, {"": never}, concurrent_runs=1) == {}
     many = parse_config(quickstart_raw(seeds=list(range(20))))
-    sizes = {c.seeds: len(c.seeds) for c in plan_cohorts(
+    sizes = {c.seeds: len(c.seeds) for c in plan_seed_groups(
         [("", s) for s in range(20)], {"": many}, concurrent_runs=1).values()}
     assert sorted(sizes.values()) == [6, 7, 7]  # at most 8 runs per worker process
 
@@ -213,7 +213,7 @@ def test_seeds_on_shared_workers_give_the_numbers_of_separate_runs(ray_session, 
 
 
 @pytest.mark.parametrize("process", ["driver", "worker"])
-def test_a_cohort_recovers_when_its_shared_driver_or_worker_process_dies(ray_session, tmp_path,
+def test_a_seed_group_recovers_when_its_shared_driver_or_worker_process_dies(ray_session, tmp_path,
                                                                          process):
     from test_resilience import _run_and_kill
 

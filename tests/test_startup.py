@@ -23,12 +23,12 @@ from raysim.engine.launch.parallel_runs import processes_at_start, runs_at_once
 def test_first_runs_actors_start_while_the_data_is_prepared_and_serve_the_run(
         ray_session, tmp_path, monkeypatch):
     import raysim.preparation as preparation
-    from raysim.engine.pool.shared_actors import POOL, ActorPool
+    from raysim.engine.pool.shared_actors import POOL, SharedActors
     from raysim.engine.runner import startup_phases
 
     prestarted = threading.Event()
     created: list = []
-    original_prestart, original_prepare = ActorPool.prestart, preparation.prepare
+    original_prestart, original_prepare = SharedActors.prestart, preparation.prepare
 
     def recording_prestart(self, shape, workers, drivers, node_strategy):
         original_prestart(self, shape, workers, drivers, node_strategy)
@@ -42,7 +42,7 @@ def test_first_runs_actors_start_while_the_data_is_prepared_and_serve_the_run(
         seen_before_data.append(prestarted.wait(timeout=60))
         return original_prepare(config, data_root, read)
 
-    monkeypatch.setattr(ActorPool, "prestart", recording_prestart)
+    monkeypatch.setattr(SharedActors, "prestart", recording_prestart)
     monkeypatch.setattr(preparation, "prepare", waiting_prepare)
     POOL.clear()
     config = tmp_path / "run.yaml"

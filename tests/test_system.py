@@ -472,8 +472,8 @@ def _run(raw: dict, tmp_path: Path, label: str):
     return run_tables(raw, tmp_path / label, "rounds", "clients", "system")
 
 
-def test_fedbuff_with_the_whole_cohort_and_no_staleness_is_fedavg_exactly(ray_session,
-                                                                          tmp_path):
+def test_fedbuff_with_every_client_in_the_buffer_and_no_staleness_is_fedavg_exactly(
+        ray_session, tmp_path):
     raw = _raw(tiers={"cpu_server": 1.0}, policy="sync")
     raw["training"]["clients_per_round"] = 12
     synchronous, _, _ = _run(raw, tmp_path, "sync")

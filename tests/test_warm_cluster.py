@@ -128,14 +128,14 @@ def test_keeper_kills_what_a_dead_invocation_held_and_frees_cpus_for_a_running_o
 
 def test_taking_over_leaves_out_actors_that_died_idle(ray_session, actors, monkeypatch):
     from raysim.engine.pool import keeper as pool_keeper
-    from raysim.engine.pool.shared_actors import ActorPool
+    from raysim.engine.pool.shared_actors import SharedActors
 
     keeper = ray_session.remote(PoolKeeper).options(num_cpus=0).remote()
     ray_session.get(keeper.take_back.remote((1, start_time(1)), pool_keeper.code_fingerprint(),
                                             [("shape", actors[0]), (None, actors[1])]))
     ray_session.kill(actors[0])
     monkeypatch.setattr(pool_keeper, "keeper", lambda namespace: keeper)
-    pool = ActorPool()
+    pool = SharedActors()
     pool._take_over()
     assert not any(pool._idle_workers.values())
     assert [driver._actor_id for driver in pool._idle_drivers] == [actors[1]._actor_id]

@@ -104,7 +104,7 @@ class Worker:
         self.algorithm = ALGORITHMS["fedavg"](config.algorithm, self.context)
         per_round = self.context.clients_per_round
         self.clients = list(range(0, per_round, 2))  # one of two workers' share
-        self.runtime.hold(self.clients)  # the worker's clients' rows resident, as the engine
+        self.runtime.keep_rows_on_device(self.clients)  # the worker's clients' rows resident, as the engine
         group_of = np.zeros(partition.num_clients, dtype=np.int64)
         for index, members in enumerate(client_groups(partition.num_clients, 64)):
             group_of[members] = index

@@ -21,7 +21,7 @@ from raysim.data import ArrayDataset, Partition
 from raysim.engine.interrupt import STOP
 from raysim.engine.launch.local_ray import Started, ensure_ray
 from raysim.engine.launch.parallel_runs import runs_at_once
-from raysim.engine.pool.seed_groups import Cohort, RunKey, plan_cohorts
+from raysim.engine.pool.seed_groups import RunKey, SeedGroup, plan_seed_groups
 from raysim.engine.pool.shared_actors import POOL, WorkerShape
 from raysim.engine.pool.worker_host import RunBoundWorker
 from raysim.engine.progress import RunProgress, labels_of
@@ -119,23 +119,23 @@ def run_experiments(experiments: dict[str, ExperimentConfig], *, data_root: str 
     here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)
     limit = _concurrent_runs(experiments.values())
 
-    cohorts = plan_cohorts(queue, experiments, limit)
+    seed_groups = plan_seed_groups(queue, experiments, limit)
     borrowed: dict[RunKey, tuple[WorkerShape, list[Any], Any]] = {}
-    shared: dict[Cohort, _SharedHosts] = {}
+    shared: dict[SeedGroup, _SharedHosts] = {}
 
     def run_workers(key: RunKey) -> tuple[WorkerShape, list[Any]]:
-        """The run's workers: its own, or its slot on its cohort's shared hosts."""
+        """The run's workers: its own, or its slot on its seed group's shared hosts."""
         config = experiments[key[0]]
-        cohort = cohorts.get(key)
-        if cohort is None:
+        seed_group = seed_groups.get(key)
+        if seed_group is None:
             shape = worker_shape(config)
             return shape, POOL.workers(shape, config.engine.num_workers)
-        if cohort not in shared:
+        if seed_group not in shared:
             shape = worker_shape(config, hosted=True)
-            shared[cohort] = _SharedHosts(shape, POOL.workers(shape, config.engine.num_workers))
-        hosts = shared[cohort]
+            shared[seed_group] = _SharedHosts(shape, POOL.workers(shape, config.engine.num_workers))
+        hosts = shared[seed_group]
         hosts.running.add(key)
-        return hosts.shape, [RunBoundWorker(host, cohort.slot(key[1])) for host in hosts.actors]
+        return hosts.shape, [RunBoundWorker(host, seed_group.slot(key[1])) for host in hosts.actors]
 
     def start(key: RunKey) -> tuple[Any, Any]:
         """Start a run on workers and a driver host from the pool (after its driver died: on
@@ -151,11 +151,11 @@ def run_experiments(experiments: dict[str, ExperimentConfig], *, data_root: str 
                          notices, {**(labels or {}).get(label, {}), "startup": phases}, root)
         restarted = borrowed.get(key)
         shape, workers = restarted[:2] if restarted else run_workers(key)
-        cohort = cohorts.get(key)
-        if cohort is None:
+        seed_group = seed_groups.get(key)
+        if seed_group is None:
             driver = POOL.driver(here)
-        else:  # the cohort's runs share a driver host (a new one after it died)
-            group = shared[cohort]
+        else:  # the seed group's runs share a driver host (a new one after it died)
+            group = shared[seed_group]
             if group.driver is None or (restarted and restarted[2] is group.driver):
                 group.driver = POOL.driver(here)
             driver = group.driver
@@ -164,18 +164,18 @@ def run_experiments(experiments: dict[str, ExperimentConfig], *, data_root: str 
 
     def finish(key: RunKey, succeeded: bool) -> None:
         """A run ended: its actors go back to the pool, or are killed if it failed. A run on
-        shared hosts frees its slot; the hosts go back when the cohort's last run ends (and
+        shared hosts frees its slot; the hosts go back when the seed group's last run ends (and
         are killed if any of its runs failed)."""
         shape, workers, driver = borrowed.pop(key)
-        cohort = cohorts.get(key)
-        if cohort is not None:
-            group = shared[cohort]
+        seed_group = seed_groups.get(key)
+        if seed_group is not None:
+            group = shared[seed_group]
             group.running.discard(key)
             group.failed |= not (_leave_slot(run_dirs[key], workers) and succeeded)
             if group.running:
                 return
             workers, succeeded = group.actors, not group.failed
-            del shared[cohort]
+            del shared[seed_group]
         if succeeded:
             POOL.give_back_workers(shape, workers)
             POOL.give_back_driver(driver)
@@ -185,7 +185,7 @@ def run_experiments(experiments: dict[str, ExperimentConfig], *, data_root: str 
     try:
         results = _follow(queue, start, finish, limit,
                           {key: experiments[key[0]].training.rounds for key in queue}, progress,
-                          {key: cohort.keys[0] for key, cohort in cohorts.items()})
+                          {key: seed_group.keys[0] for key, seed_group in seed_groups.items()})
     except KeyboardInterrupt:
         POOL.discard(list(dict.fromkeys(  # stop the runs that were going
             actor.host if isinstance(actor, RunBoundWorker) else actor
@@ -206,14 +206,14 @@ MAX_DRIVER_RESTARTS = 3
 
 @dataclass
 class _SharedHosts:
-    """The worker hosts of one cohort and its runs that have not ended."""
+    """The worker hosts of one seed group and its runs that have not ended."""
 
     shape: WorkerShape
     actors: list[Any]
     running: set[RunKey] = field(default_factory=set)
     failed: bool = False
     driver: Any = None
-    """The driver host of the cohort's runs."""
+    """The driver host of the seed group's runs."""
 
 
 @dataclass(frozen=True)
@@ -292,7 +292,7 @@ def _uses_gpus(config: ExperimentConfig) -> bool:
 
 def worker_shape(config: ExperimentConfig, hosted: bool = False) -> WorkerShape:
     """The resources and scheduling of a run's workers (``hosted``: worker processes shared
-    by a cohort of runs, :class:`~raysim.engine.pool.worker_host.WorkerHost`)."""
+    by a seed group of runs, :class:`~raysim.engine.pool.worker_host.WorkerHost`)."""
     engine = config.engine
     return WorkerShape(engine.cpus_per_worker,
                        engine.gpus_per_worker if _uses_gpus(config) else 0.0,
@@ -305,17 +305,17 @@ def prestart_actors(experiments: dict[str, ExperimentConfig]) -> None:
     still being prepared; they wait idle in the pool until their run borrows them."""
     keys = [(label, seed) for label, config in experiments.items() for seed in config.seeds]
     limit = _concurrent_runs(experiments.values())
-    cohorts = plan_cohorts(keys, experiments, limit)
+    seed_groups = plan_seed_groups(keys, experiments, limit)
     groups: dict[Any, list[RunKey]] = {}
-    for key in keys:  # the runs' groups in order (a cohort's runs start together)
-        groups.setdefault(cohorts.get(key, key), []).append(key)
+    for key in keys:  # the runs' groups in order (a seed group's runs start together)
+        groups.setdefault(seed_groups.get(key, key), []).append(key)
     first = list(groups.values())[:limit]
-    shapes = [worker_shape(experiments[group[0][0]], hosted=group[0] in cohorts)
+    shapes = [worker_shape(experiments[group[0][0]], hosted=group[0] in seed_groups)
               for group in first]
     alike = [group for group, shape in zip(first, shapes, strict=True) if shape == shapes[0]]
     here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)
     POOL.prestart(shapes[0], sum(experiments[g[0][0]].engine.num_workers for g in alike),
-                  len(alike), here)  # a cohort's runs share a driver host
+                  len(alike), here)  # a seed group's runs share a driver host
 
 
 def _concurrent_runs(configs: Any) -> int:
@@ -387,7 +387,7 @@ def _follow(queue: list[RunKey], start: Any, finish: Any, limit: int,
             rounds: dict[RunKey, int], show: bool, group_of: dict[RunKey, RunKey] | None = None
             ) -> dict[RunKey, tuple[dict[str, Any] | None, str | None, int]]:
     """Start runs (at most ``limit`` groups at a time, in order) and show live progress: one
-    bar per run with round, status, latest accuracy and ETA. Runs of one group (a cohort on
+    bar per run with round, status, latest accuracy and ETA. Runs of one group (a seed group on
     shared workers, ``group_of``) count once and start together; other runs are groups of
     their own. A driver whose process dies is replaced by one that resumes from the run's
     checkpoint. ``start(key)`` returns (progress, future), ``progress.query()`` a reference

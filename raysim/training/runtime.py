@@ -250,7 +250,8 @@ class ClientRuntime:
             for model in self._models.values():
                 model.to(memory_format=torch.contiguous_format)  # type: ignore[call-overload]
 
-    def hold(self, clients: Sequence[int], cap_bytes: int | None = None) -> dict[str, object]:
+    def keep_rows_on_device(self, clients: Sequence[int], cap_bytes: int | None = None
+                            ) -> dict[str, object]:
         """Put the training rows of ``clients`` (the worker's) on the device for the run,
         within ``cap_bytes`` (else they stay on the host, with a notice); returns where the
         data lives (:meth:`ResidentData.describe`)."""

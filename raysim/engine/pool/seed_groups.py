@@ -14,7 +14,7 @@ RunKey = tuple[str, int]
 
 
 @dataclass(frozen=True)
-class Cohort:
+class SeedGroup:
     """Runs of one config (its seeds) on one set of shared worker processes."""
 
     label: str
@@ -29,15 +29,15 @@ class Cohort:
         return [(self.label, seed) for seed in self.seeds]
 
 
-def plan_cohorts(queue: list[RunKey], experiments: dict[str, ExperimentConfig],
-                 concurrent_runs: int) -> dict[RunKey, Cohort]:
-    """The cohort of each queued run that shares workers (runs not in the answer have workers
-    of their own). The queued seeds of a config that do not all fit at once are split, in
-    order, into as many cohorts as runs fit at once (``concurrent_runs``), each of at most
+def plan_seed_groups(queue: list[RunKey], experiments: dict[str, ExperimentConfig],
+                     concurrent_runs: int) -> dict[RunKey, SeedGroup]:
+    """The seed group of each queued run that shares workers (runs not in the answer have
+    workers of their own). The queued seeds of a config that do not all fit at once are split, in
+    order, into as many seed groups as runs fit at once (``concurrent_runs``), each of at most
     ``MAX_RUNS_PER_HOST``: seeds that would have waited for a free CPU run beside the others
     instead, on the same worker processes (where they train on the vectorised path, their
     clients of equal size share one call)."""
-    cohorts: dict[RunKey, Cohort] = {}
+    seed_groups: dict[RunKey, SeedGroup] = {}
     for label, config in experiments.items():
         seeds = [seed for key_label, seed in queue if key_label == label]
         if config.engine.merge_seeds == "never" or len(seeds) <= concurrent_runs:
@@ -47,7 +47,7 @@ def plan_cohorts(queue: list[RunKey], experiments: dict[str, ExperimentConfig],
         start = 0
         for index in range(count):
             stop = start + size + (index < extra)
-            cohort = Cohort(label, tuple(seeds[start:stop]))
-            cohorts.update(dict.fromkeys(cohort.keys, cohort))
+            seed_group = SeedGroup(label, tuple(seeds[start:stop]))
+            seed_groups.update(dict.fromkeys(seed_group.keys, seed_group))
             start = stop
-    return cohorts
+    return seed_groups

@@ -7,7 +7,7 @@ them for itself (:meth:`ClientWorker.configure`, which drops everything of the r
 and gives them back when it ends. Results do not depend on which process served a run: every
 random draw comes from a named stream (:mod:`raysim.seeding`), never from a process's history.
 
-Seeds of one config that share workers (a cohort, :mod:`.cohorts`) borrow worker *hosts*
+Seeds of one config that share workers (a seed group, :mod:`.seed_groups`) borrow worker *hosts*
 (the ``hosted`` shape, :class:`~raysim.engine.pool.worker_host.WorkerHost`, one ``ClientWorker`` per
 run inside) and one driver host for all of them.
 
@@ -16,7 +16,7 @@ the idle ones. A run that failed gives back nothing: its actors are killed.
 
 On a warm cluster (``raysim cluster start``) the actors are created detached: the pool takes
 over the idle actors earlier invocations left with the cluster's keeper when its session
-starts, and hands its own back at the end (:meth:`ActorPool.release`; :mod:`.keeper`).
+starts, and hands its own back at the end (:meth:`SharedActors.release`; :mod:`.keeper`).
 """
 
 from __future__ import annotations
@@ -42,10 +42,10 @@ class WorkerShape:
     spread: bool
     max_restarts: int
     hosted: bool = False
-    """Worker processes shared by a cohort of runs (:class:`WorkerHost`), not one run's."""
+    """Worker processes shared by a seed group of runs (:class:`WorkerHost`), not one run's."""
 
 
-class ActorPool:
+class SharedActors:
     """Idle worker actors by shape and idle driver hosts, for the current Ray session."""
 
     def __init__(self) -> None:
@@ -186,5 +186,5 @@ class ActorPool:
             ray.kill(actor)
 
 
-POOL = ActorPool()
+POOL = SharedActors()
 """This process's pool (one Ray session at a time)."""

@@ -413,7 +413,7 @@ def spare_node_cpus() -> int:
 
 class DriverHost:
     """A pooled driver process: runs a :class:`Driver` per run it is given, each in a thread of
-    its own taking turns with the others (:mod:`.turns`); one run, or several runs of a cohort
+    its own taking turns with the others (:mod:`.driver_turns`); one run, or several runs of a seed group
     whose workers they share. ``progress`` answers while the runs are going."""
 
     def __init__(self) -> None:

@@ -1,4 +1,4 @@
-"""The runs of one driver host take turns (a cohort's drivers share one process: see
+"""The runs of one driver host take turns (a seed group's drivers share one process: see
 :mod:`raysim.engine.pool.seed_groups`).
 
 A run's driver thread holds the process's turn for all its work and lets it go only while it

@@ -151,7 +151,7 @@ class ClientWorker:
         gpu_cap = self.gpu_share.cap_bytes if self.gpu_share else None
         self.residency = StateResidency(state_cap_bytes(self.device, gpu_cap))
         self.group_span = (int(groups.min()), int(groups.max()) + 1) if len(groups) else (0, 0)
-        return self.runtime.hold(clients.tolist(), data_cap_bytes(self.device, gpu_cap))
+        return self.runtime.keep_rows_on_device(clients.tolist(), data_cap_bytes(self.device, gpu_cap))
 
     def run_round(self, round_: int, message: dict[str, Any], clients: np.ndarray,
                   incoming: list[ray.ObjectRef] | None = None,
