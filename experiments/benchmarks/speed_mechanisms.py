@@ -1,0 +1,152 @@
+"""What two of raysim's speed mechanisms gain, each switched off against on, alternating, on
+this machine; one JSON line per mechanism (``--records FILE`` also appends them there).
+
+- ``first_step``: a client's first SGD step written from its start straight into its own
+  weights (``raysim/training/first_step.py``) against copying the start in and stepping in
+  place. In-process, one thread: a worker's local updates of FedAvg's clients with an MLP of
+  1.08 M parameters (hidden 1024 x 1024, the synthetic set, 4 samples and 1 step per client)
+  on the per-client loop; milliseconds per client, median over ``--repeats`` alternations,
+  and the paired t of the per-repeat ratios.
+- ``prestart``: a local Ray starting only the worker processes the first runs use
+  (``raysim/engine/launch/local_ray.py``, ``_prestarting``) against Ray's default of one per
+  CPU, where each process imports torch and the engine. ``raysim run experiments/quickstart.yaml``
+  as a new process whose machine reports ``--cpus`` CPUs (16: a GPU node's), seconds until its
+  first round is dispatched (from the run's manifest) and of the whole command, medians over
+  ``--repeats`` alternations. On a machine with fewer cores than ``--cpus`` the default's
+  imports also contend for the cores, so the gain there is larger than on a node that has them.
+
+    python experiments/benchmarks/speed_mechanisms.py [--repeats 5] [--cpus 16] [--records FILE]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+REPOSITORY = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+
+def _paired(ratios: list[float]) -> dict[str, float]:
+    """Mean of the per-repeat ratios (off / on) and its t against 1."""
+    mean = statistics.fmean(ratios)
+    spread = statistics.stdev(ratios) if len(ratios) > 1 else float("nan")
+    return {"ratio_mean": round(mean, 3),
+            "ratio_t": round((mean - 1) / (spread / len(ratios) ** 0.5), 2) if spread else 0.0}
+
+
+def first_step(repeats: int, rounds: int = 20) -> dict[str, Any]:
+    """Milliseconds per client of a worker's local updates with the first-step writer and
+    without it (see the module docstring)."""
+    import torch
+    from per_client_overhead import Worker
+
+    from raysim.training import runtime as runtime_module
+
+    torch.set_num_threads(1)
+    raw = {"name": "first-step", "dataset": {"name": "synthetic"},
+           "partition": {"scheme": "iid", "num_clients": 40, "samples_per_client": 4},
+           "model": {"name": "mlp", "hidden": [1024, 1024]}, "algorithm": {"name": "fedavg"},
+           "training": {"rounds": rounds, "local_steps": 1, "batch_size": 4,
+                        "clients_per_round": 40, "optimizer": {"name": "sgd", "lr": 0.05}},
+           "seeds": [0], "engine": {"vectorize": "never"}}
+    worker = Worker(raw, vectorize="never")
+    bind = runtime_module.FirstStepFromStart.bind
+
+    def timed(enabled: bool) -> float:
+        runtime_module.FirstStepFromStart.bind = (  # type: ignore[method-assign]
+            bind if enabled else staticmethod(lambda *args, **kwargs: None))
+        try:
+            started = time.perf_counter()
+            for round_ in range(rounds):
+                worker.raysim(round_)
+            return (time.perf_counter() - started) * 1000 / (rounds * len(worker.clients))
+        finally:
+            runtime_module.FirstStepFromStart.bind = bind  # type: ignore[method-assign]
+
+    timed(True)  # warm-up
+    on, off = [], []
+    for _ in range(repeats):
+        on.append(timed(True))
+        off.append(timed(False))
+    return {"mechanism": "first_step", "what": "ms per client, MLP 1.08 M parameters, 1 step",
+            "on": round(statistics.median(on), 3), "off": round(statistics.median(off), 3),
+            "repeats": repeats, **_paired([b / a for a, b in zip(on, off, strict=True)])}
+
+
+_COMMAND = """
+import contextlib, os, sys
+os.cpu_count = lambda: {cpus}
+if {off}:
+    import raysim.engine.launch.local_ray as local_ray
+    local_ray._prestarting = lambda count: contextlib.nullcontext()
+from raysim.cli import main
+sys.exit(main(["run", "experiments/quickstart.yaml", "--output", {output!r}, "--no-progress"]))
+"""
+
+
+def prestart(repeats: int, cpus: int) -> dict[str, Any]:
+    """Seconds to the first round and of the whole command with the prestart rewrite and
+    without it (see the module docstring)."""
+    from raysim.engine.invocation import startup_phases
+    from raysim.results.manifest import read_manifest
+
+    def command(off: bool, output: str) -> tuple[float, float]:
+        started = time.perf_counter()
+        subprocess.run([sys.executable, "-c", _COMMAND.format(cpus=cpus, off=off,
+                                                               output=output)],
+                       cwd=REPOSITORY, check=True, capture_output=True)
+        whole = time.perf_counter() - started
+        run_dir = next(Path(output).glob("quickstart-*/seed_0"))
+        phases = startup_phases(read_manifest(run_dir))
+        assert phases is not None
+        return phases["first_round"], whole
+
+    firsts: dict[bool, list[float]] = {True: [], False: []}
+    wholes: dict[bool, list[float]] = {True: [], False: []}
+    with tempfile.TemporaryDirectory() as scratch:
+        for index in range(repeats):
+            for off in (False, True):
+                first, whole = command(off, f"{scratch}/{index}-{int(off)}")
+                firsts[off].append(first)
+                wholes[off].append(whole)
+    return {"mechanism": "prestart", "what": f"raysim run quickstart, {cpus} CPUs reported",
+            "on_first_round_s": round(statistics.median(firsts[False]), 2),
+            "off_first_round_s": round(statistics.median(firsts[True]), 2),
+            "on_command_s": round(statistics.median(wholes[False]), 2),
+            "off_command_s": round(statistics.median(wholes[True]), 2), "repeats": repeats,
+            **_paired([b / a for a, b in zip(wholes[False], wholes[True], strict=True)])}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--cpus", type=int, default=16)
+    parser.add_argument("--only", choices=["first_step", "prestart"])
+    parser.add_argument("--records", help="append the rows to this JSON-lines file")
+    args = parser.parse_args()
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPOSITORY,
+                            capture_output=True, text=True).stdout.strip()
+    rows = []
+    if args.only in (None, "first_step"):
+        rows.append(first_step(args.repeats))
+    if args.only in (None, "prestart"):
+        rows.append(prestart(args.repeats, args.cpus))
+    for row in rows:
+        row.update(commit=commit, device=f"cpu-{os.cpu_count()}cores")
+        print(json.dumps(row), flush=True)
+        if args.records:
+            with open(args.records, "a") as file:
+                file.write(json.dumps(row) + "\n")
+
+
+if __name__ == "__main__":
+    main()
