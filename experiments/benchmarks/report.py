@@ -1,6 +1,7 @@
 """BENCHMARKS.md's tables and the README's headline table, rendered from the committed records
 (``experiments/benchmarks/records/peers_*.jsonl``, written by ``peers.py`` and
-``vs_flower.py --records``): one row per workload, device and round count, with raysim's best
+``vs_flower.py --records``; ``speed_mechanisms_*.jsonl``, written by ``speed_mechanisms.py
+--records``): one row per workload, device and round count, with raysim's best
 configuration, each peer's best, the plain loop and the on-device reference, the ratios, the
 commit, the date and the command that measured it.
 
@@ -22,7 +23,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 RECORDS = Path(__file__).resolve().parent / "records"
-PAGES = {"BENCHMARKS.md": "benchmarks", "README.md": "benchmarks-headline"}
+PAGES = {"BENCHMARKS.md": ["benchmarks", "speed-mechanisms"], "README.md": ["benchmarks-headline"]}
 
 WORKLOADS = {
     "W1": "ConvNet (width 128), 70 clients x 64 PneumoniaMNIST images, 1 epoch, 3 rounds",
@@ -186,6 +187,43 @@ def render_full(records: list[dict]) -> str:
     return head + "\n".join(lines) + seeds_table
 
 
+MECHANISMS = {
+    "first_step": ("a client's first SGD step written from its start into its own weights "
+                   "(`raysim/training/first_step.py`)",
+                   "ms per client, per-client loop, MLP of 1.08 M parameters, 1 step"),
+    "prestart": ("a local Ray prestarts only the worker processes the first runs use "
+                 "(`raysim/engine/launch/local_ray.py`)",
+                 "`raysim run experiments/quickstart.yaml`, the machine reporting 16 CPUs"),
+}
+"""What each speed-mechanism record measures (``speed_mechanisms.py``)."""
+
+
+def load_mechanism_records() -> list[dict]:
+    """Every record of ``speed_mechanisms.py``, in file order."""
+    return [json.loads(line) for path in sorted(RECORDS.glob("speed_mechanisms_*.jsonl"))
+            for line in path.read_text().splitlines() if line.strip()]
+
+
+def render_mechanisms(records: list[dict]) -> str:
+    """BENCHMARKS.md's table of speed mechanisms, each off against on."""
+    head = ("| mechanism | measure | on | off | off / on (mean of pairs, t) | device | commit |"
+            " command |\n| --- | --- | --- | --- | --- | --- | --- | --- |\n")
+    lines = []
+    for r in records:
+        what, measure = MECHANISMS[r["mechanism"]]
+        if r["mechanism"] == "prestart":
+            on = f"first round {r['on_first_round_s']:.1f} s, command {r['on_command_s']:.1f} s"
+            off = f"first round {r['off_first_round_s']:.1f} s, command {r['off_command_s']:.1f} s"
+        else:
+            on, off = f"{r['on']:.2f}", f"{r['off']:.2f}"
+        command = (f"`python experiments/benchmarks/speed_mechanisms.py --only {r['mechanism']} "
+                   f"--repeats {r['repeats']}`")
+        lines.append(f"| {what} | {measure} | {on} | {off} | {r['ratio_mean']:.2f} (t = "
+                     f"{r['ratio_t']:.2f}, {r['repeats']} pairs) | {r['device']} | "
+                     f"{r['commit']} | {command} |")
+    return head + "\n".join(lines)
+
+
 def render_headline(records: list[dict]) -> str:
     """The README's short table: the CPU rows and the GPU rows of 20 rounds."""
     head = ("| workload | device | raysim | Flower 1.41 | pfl-research 0.6 | raysim vs Flower | "
@@ -217,12 +255,15 @@ def main() -> None:
                         help="exit 1 when a page differs from its rendering")
     args = parser.parse_args()
     records = load_records()
-    blocks = {"benchmarks": render_full(records), "benchmarks-headline": render_headline(records)}
+    blocks = {"benchmarks": render_full(records), "benchmarks-headline": render_headline(records),
+              "speed-mechanisms": render_mechanisms(load_mechanism_records())}
     stale = []
-    for page, marker in PAGES.items():
+    for page, markers in PAGES.items():
         path = ROOT / page
         text = path.read_text()
-        new = rendered_page(text, marker, blocks[marker])
+        new = text
+        for marker in markers:
+            new = rendered_page(new, marker, blocks[marker])
         if new != text:
             stale.append(page)
             if not args.check:

@@ -8,7 +8,8 @@ step's result is ``start - lr * d`` (``d`` the gradient, plus ``weight_decay * s
 momentum, ``d`` is also the new momentum buffer), so the model can take its first gradient
 reading the start itself (its parameters are views of the start's vector) and the step write
 ``start - lr * d`` into the model's own vector in one pass. On a 2-CPU machine a client
-with a 1.08 M-parameter MLP and one step trained 16-22 % faster in its worker.
+with a 1.08 M-parameter MLP and one step trains about 5 % faster in its worker (BENCHMARKS.md,
+``experiments/benchmarks/speed_mechanisms.py``).
 
 The arithmetic is torch's single-tensor SGD's (``grad.add(param, alpha=weight_decay)``, then
 ``param.add_(grad, alpha=-lr)``, here with ``out=``), so the weights and the momentum buffers
