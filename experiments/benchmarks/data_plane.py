@@ -1,5 +1,5 @@
-"""W4, a data-plane-bound shape: raysim against a plain in-process loop that keeps
-the weights as torch tensors.
+"""A data-plane-bound shape (``mlp1024-1000x4-synthetic`` of ``workloads.py``): raysim against
+a plain in-process loop that keeps the weights as torch tensors.
 
 Workload: FedAvg on the built-in ``synthetic`` set (30 features, 2 classes), 1,000 clients x 4
 rows (iid), 100 clients per round, MLP with hidden [1024, 1024] (about 1.08 M parameters), one
@@ -46,7 +46,7 @@ from raysim.schema import DatasetConfig
 
 
 def w4_config(args: argparse.Namespace) -> dict:
-    """The W4 experiment as a raysim config."""
+    """The experiment as a raysim config."""
     return {"name": "w4", "dataset": {"name": "synthetic"},
             "partition": {"scheme": "iid", "num_clients": args.clients,
                           "samples_per_client": args.samples},
@@ -136,7 +136,7 @@ def main() -> None:
         measured["plain_rounds_per_s"] = measure_plain(args)
         measured["over_plain"] = measured["raysim_rounds_per_s"] / measured["plain_rounds_per_s"]
         repeats.append({k: round(v, 3) for k, v in measured.items()})
-    result: dict = {"workload": f"W4 fedavg mlp{args.hidden} synthetic {args.clients}x"
+    result: dict = {"workload": f"fedavg mlp{args.hidden} synthetic {args.clients}x"
                                 f"{args.samples} {args.per_round}/round {args.rounds} rounds "
                                 f"{args.workers} workers", "repeats": args.repeats}
     result.update({f"median_{k}": round(float(np.median([r[k] for r in repeats])), 3)

@@ -28,7 +28,7 @@ from pathlib import Path
 import numpy as np
 import torch
 import torch.nn.functional as F
-from bench_common import measure_raysim, medmnist_source, print_ratio
+from harness import measure_raysim, medmnist_source, print_ratio
 
 from raysim.condensation.augment import augment
 from raysim.condensation.synthetic import to_uint8

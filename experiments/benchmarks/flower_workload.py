@@ -12,7 +12,7 @@ times the whole process. The data comes from ``vs_flower.py`` as one npz file (t
 samples already normalised as raysim normalises them, and the test set), so both sides train
 on the same arrays.
 
-    FLOWER_PYTHON workload.py --data W1.npz --spec '{"model": ...}'
+    FLOWER_PYTHON workload.py --data WORKLOAD.npz --spec '{"model": ...}'
 """
 
 from __future__ import annotations

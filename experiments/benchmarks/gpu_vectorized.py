@@ -3,17 +3,18 @@
 Workloads (FedAvg, no evaluation, rounds per second from the first to the last round's end,
 start-up reported separately):
 
-(i)  ``w2``: 150 clients x 8 PneumoniaMNIST images (28 px), ConvNet width 32 depth 3
-     (GroupNorm), one local SGD step per round on the client's 8 images, lr 0.01, all clients
-     every round. The real file from --data-root when present, else a generated file of that
-     layout.
-(ii) ``pfl``: the pfl-research CIFAR-10 benchmark's shape on 28x28x3 inputs: 1,000 clients x 50
-     samples (a generated 50,000-image file in the MedMNIST layout; throughput does not depend
-     on the pixels), 50 clients per round, the 2-conv CNN 32/64 + dense 128 (``model: cnn``),
-     batch 10, SGD lr 0.1, one local epoch (5 steps).
+(i)  ``convnet32-150x8-pneumonia``: 150 clients x 8 PneumoniaMNIST images (28 px), ConvNet
+     width 32 depth 3 (GroupNorm), one local SGD step per round on the client's 8 images, lr
+     0.01, all clients every round. The real file from --data-root when present, else a
+     generated file of that layout.
+(ii) ``cnn-1000x50-cifar-shape``: the pfl-research CIFAR-10 benchmark's shape on 28x28x3
+     inputs: 1,000 clients x 50 samples (a generated 50,000-image file in the MedMNIST
+     layout; throughput does not depend on the pixels), 50 clients per round, the 2-conv CNN
+     32/64 + dense 128 (``model: cnn``), batch 10, SGD lr 0.1, one local epoch (5 steps).
 
-(iii) ``feddc``: the FedDC paper slice (``experiments/feddc/pneumonia_paper.yaml``, variant
-     feddc): 150 clients x 8 PneumoniaMNIST images at 224 px, ResNet-18 with BatchNorm, one
+(iii) ``feddc-resnet18-150x8-pneumonia224``: the FedDC paper slice
+     (``experiments/feddc/pneumonia_paper.yaml``, variant feddc): 150 clients x 8
+     PneumoniaMNIST images at 224 px, ResNet-18 with BatchNorm, one
      local SGD step of batch 8 (lr 0.1), daisy-chaining every round and averaging every 10,
      every client every round. BatchNorm keeps it on the per-client path by default, so
      raysim runs ``vectorize: never`` (one worker on the GPU, four at 0.25) and ``always``
@@ -31,7 +32,7 @@ PyTorch loop in this process on the same device (one model, weights loaded per c
 fresh SGD per client, sample-weighted averaging) and the on-device reference, the best
 in-process shape of the same round (one process, every sampled client's weights on the
 device, all clients of a round in one ``torch.func`` vmap call per step, the new global the
-mean of the stacked rows; weights never leave the device), and (except for ``feddc``) the
+mean of the stacked rows; weights never leave the device), and (except for FedDC) the
 plain loop again inside a Ray worker process with the resources of the one-worker
 configurations, which separates what the Ray worker costs from raysim's own code. Prints one JSON line per
 configuration with rounds/s, ``over_plain`` and ``over_limit`` (the ratio to the reference),
@@ -41,7 +42,7 @@ time per round of the workers' local updates (``local_update_ms_median``, the cl
 Without a GPU every configuration runs on the CPU (``gpus_per_worker`` ignored; use fewer
 ``--rounds``), so the ratios are measured on every machine.
 
-    python experiments/benchmarks/gpu_vectorized.py [--workload w2 pfl feddc] [--rounds 100]
+    python experiments/benchmarks/gpu_vectorized.py [--workload NAME ...] [--rounds 100]
         [--data-root DIR] [--model '{"name": "mlp", "hidden": [8]}']
 
 ``--model`` replaces every workload's model: with a model this small the training is cheap
@@ -65,7 +66,8 @@ import numpy as np
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_common import measure_raysim, medmnist_source
+from harness import measure_raysim, medmnist_source
+from workloads import WORKLOADS as ALL_WORKLOADS
 
 from raysim.data import load_dataset, to_tensor
 from raysim.data.generated import write_medmnist_npz
@@ -73,18 +75,16 @@ from raysim.errors import ConfigError
 from raysim.models import build_model
 from raysim.schema import DatasetConfig
 
-WORKLOADS = {
-    "w2": {"flag": "pneumoniamnist", "clients": 150, "samples": 8, "per_round": None,
-           "model": {"name": "convnet", "width": 32, "depth": 3}, "batch": 8, "lr": 0.01,
-           "steps": 1},
-    "pfl": {"flag": "pathmnist", "clients": 1000, "samples": 50, "per_round": 50,
-            "model": {"name": "cnn", "channels": [32, 64], "hidden": 128}, "batch": 10,
-            "lr": 0.1, "steps": None},
-    "feddc": {"flag": "pneumoniamnist", "clients": 150, "samples": 8, "per_round": None,
-              "model": {"name": "resnet18", "norm": "batch"}, "batch": 8, "lr": 0.1,
-              "steps": 1, "size": 224,
-              "algorithm": {"name": "feddc", "daisy_period": 1, "aggregation_period": 10}},
-}
+WORKLOADS = {name: {"flag": spec.data, "clients": spec.clients, "samples": spec.samples,
+                    "per_round": spec.per_round, "model": spec.model, "batch": spec.batch,
+                    "lr": spec.lr, "steps": spec.steps, "size": spec.size,
+                    "algorithm": spec.algorithm}
+             for name, spec in ALL_WORKLOADS.items()
+             if name in ("convnet32-150x8-pneumonia", "cnn-1000x50-cifar-shape",
+                         "feddc-resnet18-150x8-pneumonia224")}
+"""This script's workloads (``workloads.py``), as the fields its configs and loops read."""
+PFL_SHAPE = "cnn-1000x50-cifar-shape"
+FEDDC_SLICE = "feddc-resnet18-150x8-pneumonia224"
 BATCHNORM_ENGINES = {  # BatchNorm: the per-client path, and the batched one on request
     "raysim_loop_1gpu": {"num_workers": 1, "gpus_per_worker": 1.0, "vectorize": "never"},
     "raysim_loop_4x0.25gpu": {"num_workers": 4, "gpus_per_worker": 0.25, "vectorize": "never"},
@@ -103,7 +103,7 @@ ENGINES = {
 def pfl_dataset(root: Path) -> dict:
     """The pfl shape's generated file (CIFAR-10-shaped: 28x28x3 images in PathMNIST's layout)
     written under ``root``; returns the config's dataset section for it."""
-    spec = WORKLOADS["pfl"]
+    spec = WORKLOADS[PFL_SHAPE]
     write_medmnist_npz(root, "pathmnist", n_train=spec["clients"] * spec["samples"],
                        n_test=200, channels=3, num_classes=9)
     return {"name": "pathmnist", "root": str(root), "download": False, "verify_checksum": False}
@@ -374,7 +374,7 @@ def main() -> None:
             spec["model"] = args.model
         EXTRA["model"] = args.model
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    WORKLOADS["feddc"].update(
+    WORKLOADS[FEDDC_SLICE].update(
         clients=args.feddc_clients or (150 if device.type == "cuda" else 20),
         size=args.feddc_size or (224 if device.type == "cuda" else 28))
     name = torch.cuda.get_device_name() if device.type == "cuda" else "CPU"
@@ -382,7 +382,7 @@ def main() -> None:
         scratch = Path(scratch_dir)
         for workload in args.workload:
             spec = WORKLOADS[workload]
-            if workload == "pfl":
+            if workload == PFL_SHAPE:
                 dataset, real = pfl_dataset(scratch / "pfl"), False
             elif spec.get("size", 28) != 28:  # (no real file at this size here)
                 root = scratch / workload
@@ -394,7 +394,7 @@ def main() -> None:
             else:
                 dataset, _, real = medmnist_source(args.data_root, spec["flag"], scratch,
                                                    n_train=2000, n_test=200)
-            feddc = workload == "feddc"
+            feddc = workload == FEDDC_SLICE
             plain = (feddc_plain_loop if feddc else plain_loop)(spec, dataset, args.rounds,
                                                                 device)
             emit({"workload": workload, "device": name, "real_data": real,

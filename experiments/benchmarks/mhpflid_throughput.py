@@ -31,7 +31,7 @@ from pathlib import Path
 import numpy as np
 import torch
 import torch.nn.functional as F
-from bench_common import measure_raysim, medmnist_source, print_ratio
+from harness import measure_raysim, medmnist_source, print_ratio
 
 from raysim.algorithms.mhpflid import MHpFLIDParams
 from raysim.config import parse_config

@@ -2,14 +2,14 @@
 configuration), Flower 1.41 and pfl-research 0.6 (each in its own Python), a plain PyTorch loop
 and the on-device reference (in this process), on the same workloads, the same data and model.
 
-Workloads (FedAvg, SGD, one local epoch, evaluated after the last round; defined in
-``gpu_vectorized.WORKLOADS``):
+Workloads (``workloads.py``; FedAvg, SGD, evaluated after the last round):
 
-- ``pfl``: the pfl-research CIFAR-10 benchmark's shape: 1,000 clients x 50 images of
-  28x28x3, 50 clients per round, the 2-conv CNN 32/64 + dense 128, batch 10, lr 0.1;
-- ``w2``: 150 clients x 8 PneumoniaMNIST images (a generated file of its layout when the real
-  one is absent), ConvNet width 32 depth 3, one step of batch 8, lr 0.01, every client every
-  round.
+- ``cnn-1000x50-cifar-shape``: the pfl-research CIFAR-10 benchmark's shape: 1,000 clients x 50
+  images of 28x28x3, 50 clients per round, the 2-conv CNN 32/64 + dense 128, one epoch of
+  batch 10, lr 0.1;
+- ``convnet32-150x8-pneumonia``: 150 clients x 8 PneumoniaMNIST images (a generated file of
+  its layout when the real one is absent), ConvNet width 32 depth 3, one step of batch 8, lr
+  0.01, every client every round.
 
 For each workload and round count: whole-process seconds (the command, start-up included) and
 steady rounds per second (from the end of the first round to the end of the last) of each side:
@@ -32,7 +32,7 @@ Every measurement is one JSON record (suite ``peers``; commit, device, CPUs, ver
 and appended to ``--records``.
 
     python experiments/benchmarks/peers.py --flower-python PY --pfl-python PY \\
-        [--workloads pfl w2] [--rounds 20 120] [--pfl-processes 1 2 4] [--records FILE]
+        [--workloads NAME ...] [--rounds 20 120] [--pfl-processes 1 2 4] [--records FILE]
 """
 
 from __future__ import annotations
@@ -54,6 +54,7 @@ import yaml
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 from gpu_vectorized import (  # noqa: E402
+    PFL_SHAPE,
     WORKLOADS,
     config,
     on_device_reference,
@@ -61,6 +62,8 @@ from gpu_vectorized import (  # noqa: E402
     plain_loop,
 )
 from vs_flower import export_for_flower  # noqa: E402
+
+CONVNET = "convnet32-150x8-pneumonia"
 
 from raysim.results import load  # noqa: E402
 
@@ -141,7 +144,8 @@ def measure_raysim(raw: dict, scratch: Path, env: dict[str, str], timeout: float
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--workloads", nargs="*", default=["pfl", "w2"], choices=["pfl", "w2"],
+    parser.add_argument("--workloads", nargs="*", default=[PFL_SHAPE, CONVNET],
+                        choices=[PFL_SHAPE, CONVNET],
                         help="none with --seeds-check: the seeds alone")
     parser.add_argument("--rounds", nargs="+", type=int, default=[20, 120])
     parser.add_argument("--engines", nargs="+", default=None,
@@ -181,10 +185,10 @@ def main() -> None:
         scratch = Path(scratch_dir)
         for workload in args.workloads:
             spec = WORKLOADS[workload]
-            if workload == "pfl":
+            if workload == PFL_SHAPE:
                 dataset = pfl_dataset(scratch / "pfl")
             else:
-                from bench_common import medmnist_source
+                from harness import medmnist_source
 
                 dataset = medmnist_source(args.data_root, spec["flag"], scratch, n_train=2000,
                                           n_test=200)[0]
@@ -234,7 +238,7 @@ def main() -> None:
                                 rounds_per_s=result.get("pfl_rounds_per_s"),
                                 **({"error": error} if error else {}))
         if args.seeds_check:
-            spec = WORKLOADS["pfl"]
+            spec = WORKLOADS[PFL_SHAPE]
             dataset = pfl_dataset(scratch / "pfl")
             engine = GPU_ENGINES["raysim_vectorized_4x0.25gpu"] if cuda else CPU_ENGINES[
                 "raysim_2x1cpu"]
@@ -242,7 +246,7 @@ def main() -> None:
                 raw = config(spec, dataset, 20, {**engine, "merge_seeds": merge})
                 raw.update(name=f"seeds-{merge}", seeds=[0, 1, 2])
                 measured = measure_raysim(raw, scratch, env, args.timeout)
-                records.add(workload="pfl", rounds=20, side=f"raysim_3_seeds_merge_{merge}",
+                records.add(workload=PFL_SHAPE, rounds=20, side=f"raysim_3_seeds_merge_{merge}",
                             **measured)
 
 

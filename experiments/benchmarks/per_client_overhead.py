@@ -1,8 +1,8 @@
 """raysim's per-client work on one worker against the plain PyTorch loop (the target:
-<= 5 % overhead per client), for W2, W3 and W4, on one thread, in one process (no Ray: what
-a client worker does between receiving the broadcast and sending its partial). Also ``pfl``,
-the pfl-research CIFAR-10 shape of ``gpu_vectorized.py`` (1,000 clients x 50 generated
-28x28x3 images, 50 per round, CNN 32/64 + 128, batch 10, one epoch).
+<= 5 % overhead per client), on one thread, in one process (no Ray: what a client worker does
+between receiving the broadcast and sending its partial), for the workloads of
+``workloads.py``: ``convnet32-150x8-pneumonia``, ``mlp32-1000x4-synthetic``,
+``mlp1024-1000x4-synthetic`` and ``cnn-1000x50-cifar-shape`` (on a generated file).
 
 On a GPU (``--device cuda``, the default where one is) both sides run there, the clock read
 after synchronising; with ``--vectorize never`` raysim takes the per-client loop there (the
@@ -21,7 +21,7 @@ running in a Ray worker adds.
 Rounds alternate between the two (this machine's speed drifts); prints one JSON line per
 workload with the median ms per client of each, and ``overhead`` = raysim / plain - 1.
 
-    python experiments/benchmarks/per_client_overhead.py [--workloads W2 W3 W4 pfl] [--rounds 7]
+    python experiments/benchmarks/per_client_overhead.py [--workloads NAME ...] [--rounds 7]
         [--data-root DIR] [--device cpu|cuda] [--vectorize auto|never|always]
         [--profile TOP]
 """
@@ -47,9 +47,8 @@ from torch.profiler import ProfilerActivity, profile
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from gpu_vectorized import WORKLOADS, pfl_dataset
-from gpu_vectorized import config as bench_config
-from vs_flower import workloads
+from gpu_vectorized import pfl_dataset
+from workloads import dataset_section, raysim_config
 
 from raysim.algorithms import ALGORITHMS
 from raysim.config import parse_config
@@ -62,23 +61,21 @@ from raysim.training.runtime import ClientRuntime
 from raysim.vectors.reduction_tree import subtree_roots
 from raysim.vectors.weighted_sum import merge_partials, settle
 
-
-def w4() -> dict:
-    """W4 (data_plane.py) as a raysim config."""
-    return {"name": "w4", "dataset": {"name": "synthetic"},
-            "partition": {"scheme": "iid", "num_clients": 1000, "samples_per_client": 4},
-            "model": {"name": "mlp", "hidden": [1024, 1024]}, "algorithm": {"name": "fedavg"},
-            "training": {"rounds": 40, "local_steps": 1, "batch_size": 4,
-                         "clients_per_round": 100, "optimizer": {"name": "sgd", "lr": 0.05}},
-            "evaluation": {"every": 0}, "seeds": [0]}
-
-
 CPU = torch.device("cpu")
 
 
-def pfl(scratch: Path) -> dict:
-    """The pfl shape (``gpu_vectorized.py``) as a raysim config, on a generated file."""
-    return bench_config(WORKLOADS["pfl"], pfl_dataset(scratch), 40, {})
+DEFAULT_WORKLOADS = ["convnet32-150x8-pneumonia", "mlp32-1000x4-synthetic",
+                     "mlp1024-1000x4-synthetic"]
+PFL_SHAPE = "cnn-1000x50-cifar-shape"
+
+
+def configs(root: str, real: bool, scratch: Path, names: list[str]) -> dict[str, dict]:
+    """The raysim config of each named workload (``workloads.py``), without evaluation; the
+    pfl shape on a generated file under ``scratch``."""
+    return {name: raysim_config(name, pfl_dataset(scratch) if name == PFL_SHAPE else
+                                dataset_section(name, root, real),
+                                rounds=40 if name == PFL_SHAPE else None, evaluate_last=False)
+            for name in names}
 
 
 def synchronise(device: torch.device) -> None:
@@ -226,7 +223,7 @@ def benchmark_data(requested: str, file: str, write: Callable[[Path], Any], thre
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--workloads", nargs="+", default=["W2", "W3", "W4"])
+    parser.add_argument("--workloads", nargs="+", default=DEFAULT_WORKLOADS)
     parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--data-root", default=str(Path("~/.medmnist").expanduser()))
     parser.add_argument("--device", choices=["cpu", "cuda"],
@@ -241,13 +238,11 @@ def main() -> None:
     with benchmark_data(args.data_root, "pneumoniamnist.npz",
                         lambda d: write_medmnist_npz(d, n_train=1200, n_test=50), 1
                         ) as (root, real), tempfile.TemporaryDirectory() as scratch:
-        configs = {**workloads(root, real), "W4": w4()}
-        if "pfl" in args.workloads:
-            configs["pfl"] = pfl(Path(scratch))
+        chosen = configs(root, real, Path(scratch), args.workloads)
         for name in args.workloads:
-            measured = measure(name, configs[name], args.rounds, args.vectorize, device,
+            measured = measure(name, chosen[name], args.rounds, args.vectorize, device,
                                args.profile)
-            uses_file = configs[name]["dataset"]["name"] == "pneumoniamnist"
+            uses_file = chosen[name]["dataset"]["name"] == "pneumoniamnist"
             print(json.dumps({**measured, "real_data": real and uses_file}), flush=True)
 
 

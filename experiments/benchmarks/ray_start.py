@@ -4,8 +4,8 @@ the autoscaler monitor and the log monitor: ``raysim.engine.launch.local_ray.UNU
 Each measurement is a fresh Python process that starts a local Ray the way ``raysim run`` does
 (its CPU count, the engine preloaded in Ray's worker processes, the engine imported in a
 background thread beside ``ray.init``), then asks for three actors that import the engine (two
-client workers and a driver host, W1's shape) and waits until all three answer. The two
-variants alternate. Prints one JSON line per measurement and the medians:
+client workers and a driver host, the shape of ``convnet128-70x64-pneumonia``) and waits until
+all three answer. The two variants alternate. Prints one JSON line per measurement and the medians:
 
     python experiments/benchmarks/ray_start.py [--repeats 5]
 

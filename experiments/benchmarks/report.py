@@ -21,28 +21,23 @@ import sys
 from collections import defaultdict
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from workloads import WORKLOADS as ALL_WORKLOADS
+
 ROOT = Path(__file__).resolve().parents[2]
 RECORDS = Path(__file__).resolve().parent / "records"
 PAGES = {"BENCHMARKS.md": ["benchmarks", "speed-mechanisms"], "README.md": ["benchmarks-headline"]}
 
-WORKLOADS = {
-    "W1": "ConvNet (width 128), 70 clients x 64 PneumoniaMNIST images, 1 epoch, 3 rounds",
-    "W2": "ConvNet (width 32), 150 clients x 8 PneumoniaMNIST images, 1 step, 30 rounds",
-    "W3": "MLP 32, 1,000 clients x 4 synthetic rows, 100 per round, 1 step, 50 rounds",
-    "pfl": "CNN 32/64/128, 1,000 clients x 50 images 28x28x3, 50 per round, 1 epoch of "
-           "batch 10 (pfl-research's CIFAR-10 shape)",
-    "w2": "ConvNet (width 32), 150 clients x 8 images 28x28, every client, 1 step",
-}
-"""What each workload is (the records name them by these keys)."""
+WORKLOADS = {name: spec.description for name, spec in ALL_WORKLOADS.items()}
+"""What each workload is (the records name them as ``workloads.py`` does)."""
 
-SHORT = {"W1": "ConvNet, 70 clients x 64 images", "W2": "ConvNet, 150 clients x 8 images",
-         "W3": "MLP, 1,000 clients x 4 rows", "pfl": "CNN, 1,000 clients x 50 images",
-         "w2": "ConvNet, 150 clients x 8 images"}
+SHORT = {name: spec.short for name, spec in ALL_WORKLOADS.items()}
 """The workloads' names in the README's short table."""
 
 COMMANDS = {
     "CPU": "`python experiments/benchmarks/vs_flower.py --flower-python FLOWER_PY --pfl-python "
-           "PFL_PY --workloads W2,W3 --repeats 3 --records FILE`",
+           "PFL_PY --workloads convnet32-150x8-pneumonia,mlp32-1000x4-synthetic --repeats 3 "
+           "--records FILE`",
     "GPU": "`python experiments/benchmarks/peers.py --flower-python FLOWER_PY --pfl-python "
            "PFL_PY --workloads {workload} --rounds {rounds} --pfl-processes 1 2 4 --records "
            "FILE` (on the GPU machine: `bash experiments/benchmarks/device/peers_gpu.sh`)",
@@ -82,7 +77,8 @@ def _cpu_rows(records: list[dict]) -> list[dict]:
         cells = {side: f"{median[side]:.1f} s ({spread[side]}, n={len(sides[side])})"
                  for side in median}
         rows.append({"workload": key[0], "device": f"{record['cpus']} CPUs",
-                     "measure": "whole process (s), lower is better",
+                     "measure": f"whole process of {ALL_WORKLOADS[key[0]].rounds} rounds (s), "
+                                "lower is better",
                      "raysim": cells.get("raysim", "-"), "flower": cells.get("flower", "-"),
                      "pfl": cells.get("pfl", "-"),
                      "plain": "-", "reference": "-",

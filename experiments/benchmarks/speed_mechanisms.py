@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
 import subprocess
 import sys
@@ -33,14 +32,7 @@ from typing import Any
 
 REPOSITORY = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-
-def _paired(ratios: list[float]) -> dict[str, float]:
-    """Mean of the per-repeat ratios (off / on) and its t against 1."""
-    mean = statistics.fmean(ratios)
-    spread = statistics.stdev(ratios) if len(ratios) > 1 else float("nan")
-    return {"ratio_mean": round(mean, 3),
-            "ratio_t": round((mean - 1) / (spread / len(ratios) ** 0.5), 2) if spread else 0.0}
+from harness import commit, cpu_device, paired_ratios  # noqa: E402
 
 
 def first_step(repeats: int, rounds: int = 20) -> dict[str, Any]:
@@ -79,7 +71,7 @@ def first_step(repeats: int, rounds: int = 20) -> dict[str, Any]:
         off.append(timed(False))
     return {"mechanism": "first_step", "what": "ms per client, MLP 1.08 M parameters, 1 step",
             "on": round(statistics.median(on), 3), "off": round(statistics.median(off), 3),
-            "repeats": repeats, **_paired([b / a for a, b in zip(on, off, strict=True)])}
+            "repeats": repeats, **paired_ratios(on, off)}
 
 
 _COMMAND = """
@@ -123,7 +115,7 @@ def prestart(repeats: int, cpus: int) -> dict[str, Any]:
             "off_first_round_s": round(statistics.median(firsts[True]), 2),
             "on_command_s": round(statistics.median(wholes[False]), 2),
             "off_command_s": round(statistics.median(wholes[True]), 2), "repeats": repeats,
-            **_paired([b / a for a, b in zip(wholes[False], wholes[True], strict=True)])}
+            **paired_ratios(wholes[False], wholes[True])}
 
 
 def main() -> None:
@@ -131,17 +123,17 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--cpus", type=int, default=16)
     parser.add_argument("--only", choices=["first_step", "prestart"])
-    parser.add_argument("--records", help="append the rows to this JSON-lines file")
+    parser.add_argument("--records", help="append the rows to this JSON-lines file (e.g. "
+                        "records/speed_mechanisms_<device>_<commit>.jsonl)")
     args = parser.parse_args()
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPOSITORY,
-                            capture_output=True, text=True).stdout.strip()
+    at_commit = commit()
     rows = []
     if args.only in (None, "first_step"):
         rows.append(first_step(args.repeats))
     if args.only in (None, "prestart"):
         rows.append(prestart(args.repeats, args.cpus))
     for row in rows:
-        row.update(commit=commit, device=f"cpu-{os.cpu_count()}cores")
+        row.update(commit=at_commit, device=cpu_device())
         print(json.dumps(row), flush=True)
         if args.records:
             with open(args.records, "a") as file:

@@ -1,6 +1,7 @@
-"""What the simulated clock costs (the target: <= 5 % of a W3-like run's wall time):
-the W3 workload of ``vs_flower.py`` (1,000 clients x 4 samples of the synthetic set, 100 per
-round, an MLP, one local step, 50 rounds, FedAvg on 2 workers of 1 CPU) run without
+"""What the simulated clock costs (the target: <= 5 % of a run's wall time): the
+``mlp32-1000x4-synthetic`` workload (``workloads.py``: 1,000 clients x 4 samples of the
+synthetic set, 100 per round, an MLP, one local step, 50 rounds, FedAvg on 2 workers of 1 CPU)
+run without
 ``system:`` and with it under each policy (sync, deadline, overselect, fedbuff; the three
 built-in tiers), alternating, in one Ray session. One JSON line per configuration: the median
 over repeats of the steady rounds' seconds (rounds 5 on, from the ``rounds`` table's
@@ -21,9 +22,9 @@ tree, against the same clients from one model: ``fedbuff_worker_extra``).
     python experiments/benchmarks/system_overhead.py [--repeats 3] [--policies sync fedbuff]
         [--algorithm fedprox] [--hidden 1024 1024]
 
-``--algorithm fedprox`` runs W3 with FedProx (mu 0.01) instead of FedAvg: under FedBuff each
+``--algorithm fedprox`` runs the workload with FedProx (mu 0.01) instead of FedAvg: under FedBuff each
 client's proximal anchor is its own start version. ``--hidden`` sets the MLP's hidden layers
-(W3: 32, about 1,000 parameters; 1024 1024: about 1.08 M, where moving weights costs).
+(default 32, about 1,000 parameters; 1024 1024: about 1.08 M, where moving weights costs).
 
 ``run_overhead_paired_mean`` and ``run_overhead_paired_t``: the mean of the paired differences
 and its t statistic, leaving out the first pair (it includes the pool's start). ``--runs-only``
@@ -50,7 +51,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from vs_flower import workloads
+from workloads import raysim_config
 
 from raysim.config import parse_config
 from raysim.engine.runner import run_experiment
@@ -61,7 +62,8 @@ TIERS = {"workstation_gpu": 0.2, "cpu_server": 0.4, "constrained_site": 0.4}
 
 
 def with_system(raw: dict[str, Any], policy: str | None) -> dict[str, Any]:
-    """The W3 config with (or, for None, without) a ``system:`` section of ``policy``."""
+    """The workload's config with (or, for None, without) a ``system:`` section of
+    ``policy``."""
     raw = {**raw, "name": f"w3-{policy or 'none'}"}
     if policy is not None:
         raw["system"] = {"tiers": TIERS, "policy": policy,
@@ -239,7 +241,7 @@ def main() -> None:
     parser.add_argument("--cold", type=int, default=0, metavar="N",
                         help="time N alternations of `raysim run` as new processes instead")
     args = parser.parse_args()
-    base = workloads(".", False)["W3"]
+    base = raysim_config("mlp32-1000x4-synthetic", {"name": "synthetic"})
     base = {**base, "training": {**base["training"], "rounds": args.rounds},
             "model": {"name": "mlp", "hidden": args.hidden},
             "algorithm": {"name": args.algorithm,

@@ -1,18 +1,12 @@
 """raysim against Flower 1.41 end to end: whole-process wall clock of ``raysim run`` and of a
 Flower simulation (``flower_workload.py``) on the same workloads, interleaved, with ratios.
 
-Workloads (2 workers / 2 Flower client actors of 1 CPU; FedAvg, SGD lr 0.01,
-evaluation of the global model after the last round only):
-
-- W1: 70 clients x 64 PneumoniaMNIST images, ConvNet width 128 depth 3, 1 local epoch of
-  batch 32, 3 rounds;
-- W2: 150 clients x 8 PneumoniaMNIST images, ConvNet width 32 depth 3, 1 step of batch 8 per
-  round, 30 rounds;
-- W3: 1,000 clients x 4 rows of the built-in ``synthetic`` tabular set, MLP 32, 100 clients
-  sampled per round, 1 step of batch 4, 50 rounds;
-- W3x3: W3 with 3 seeds (raysim: one invocation, the seeds on shared workers with their clients
-  in one vectorised call, ``engine.merge_seeds=auto``; Flower: three simulations one after
-  another in one process).
+Workloads (``workloads.py``; 2 workers / 2 Flower client actors of 1 CPU, evaluation of the
+global model after the last round only): ``convnet128-70x64-pneumonia``,
+``convnet32-150x8-pneumonia``, ``mlp32-1000x4-synthetic``, and
+``mlp32-1000x4-synthetic-3-seeds``, the last with 3 seeds (raysim: one invocation, the seeds on
+shared workers with their clients in one vectorised call, ``engine.merge_seeds=auto``; Flower:
+three simulations one after another in one process).
 
 Both sides train on the same arrays: this script prepares each workload with raysim (data,
 partition) and hands Flower the clients' samples, normalised as raysim normalises them, in an
@@ -25,7 +19,7 @@ Flower lives in its own environment (it pins ray 2.55.1):
     python -m venv ../flwr-venv
     ../flwr-venv/bin/pip install "flwr[simulation]==1.41.*" "torch>=2.3,<2.14" numpy
     python experiments/benchmarks/vs_flower.py --flower-python ../flwr-venv/bin/python \\
-        [--workloads W1,W2,W3,W3x3] [--repeats 2]
+        [--workloads convnet32-150x8-pneumonia,mlp32-1000x4-synthetic] [--repeats 2]
 
 ``--warm-cluster`` also measures raysim on a warm cluster (``raysim cluster start`` before the
 clock, then one untimed run per workload so that its worker processes exist): the way a user
@@ -52,39 +46,24 @@ from pathlib import Path
 
 import numpy as np
 import yaml
+from workloads import dataset_section, raysim_config
 
 from raysim.config import parse_config
 from raysim.data.dataset import to_tensor
 from raysim.preparation import prepare
 
+THREE_SEEDS = "mlp32-1000x4-synthetic-3-seeds"
+"""The tabular workload with 3 seeds in one invocation."""
+
 
 def workloads(data_root: str, real: bool) -> dict[str, dict]:
-    """The raysim config of every workload."""
-    pneumonia = {"name": "pneumoniamnist", "size": 28, "root": data_root,
-                 "download": False, "verify_checksum": real}
-
-    def workload(name: str, dataset: dict, clients: int, samples: int, model: dict,
-                 rounds: int, batch_size: int, **local: int) -> dict:
-        """FedAvg with SGD lr 0.01 on 2 workers of 1 CPU, evaluated after the last round."""
-        return {"name": name, "dataset": dataset,
-                "partition": {"scheme": "iid", "num_clients": clients,
-                              "samples_per_client": samples},
-                "model": model, "algorithm": {"name": "fedavg"},
-                "training": {"rounds": rounds, "batch_size": batch_size, **local,
-                             "optimizer": {"name": "sgd", "lr": 0.01}},
-                "evaluation": {"every": rounds, "clients": False}, "seeds": [0],
-                "engine": {"num_workers": 2, "cpus_per_worker": 1}}
-
-    w3 = workload("vsflower-w3", {"name": "synthetic"}, 1000, 4, {"name": "mlp", "hidden": [32]},
-                  50, 4, clients_per_round=100, local_steps=1)
-    return {
-        "W1": workload("vsflower-w1", pneumonia, 70, 64,
-                       {"name": "convnet", "width": 128, "depth": 3}, 3, 32, local_epochs=1),
-        "W2": workload("vsflower-w2", pneumonia, 150, 8,
-                       {"name": "convnet", "width": 32, "depth": 3}, 30, 8, local_steps=1),
-        "W3": w3,
-        "W3x3": {**w3, "name": "vsflower-w3x3", "seeds": [0, 1, 2]},
-    }
+    """The raysim config of every workload this comparison runs (``workloads.py``)."""
+    names = ["convnet128-70x64-pneumonia", "convnet32-150x8-pneumonia", "mlp32-1000x4-synthetic"]
+    configs = {name: raysim_config(name, dataset_section(name, data_root, real))
+               for name in names}
+    configs[THREE_SEEDS] = raysim_config("mlp32-1000x4-synthetic", {"name": "synthetic"},
+                                         seeds=(0, 1, 2))
+    return configs
 
 
 def export_for_flower(raw: dict, path: Path, write: bool = True) -> dict:
@@ -153,7 +132,8 @@ def main() -> None:
     parser.add_argument("--pfl-processes", type=int, default=2,
                         help="pfl-research's torchrun processes (default: one per CPU of the "
                         "2-CPU comparison)")
-    parser.add_argument("--workloads", default="W1,W2,W3,W3x3")
+    parser.add_argument("--workloads", default=",".join(workloads(".", False)),
+                        help="comma-separated names (default: all of them)")
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--data-root", default=str(Path("~/.medmnist").expanduser()))
     parser.add_argument("--records", help="append every measurement as a JSON record (suite "
@@ -208,7 +188,7 @@ def main() -> None:
             for repeat in range(args.repeats):
                 for name in chosen:
                     sides = ["raysim", *(["flower"] if args.flower_python else []),
-                             *(["pfl"] if args.pfl_python and name != "W3x3" else [])]
+                             *(["pfl"] if args.pfl_python and name != THREE_SEEDS else [])]
                     sides += ["raysim-warm"] if args.warm_cluster else []
                     if repeat % 2:
                         sides.reverse()  # interleaved: neither side always goes first

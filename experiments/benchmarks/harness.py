@@ -1,9 +1,19 @@
-"""Helpers shared by the benchmark scripts (run them from the repository root; the scripts'
-folder is on sys.path then)."""
+"""The benchmark scripts' shared harness (run them from the repository root; the scripts'
+folder is on sys.path then): a raysim run's rate, a workload's data, the statistics of
+alternated pairs, and where a suite's records go.
+
+Every comparison alternates its sides (A B, B A, ...) in one invocation, so that the machine's
+drift between minutes falls on both; a ratio is reported with the mean of the per-pair ratios
+and its t (:func:`paired_ratios`). A record file is named by suite, device and commit
+(:func:`record_path`), e.g. ``records/peers_cpu-2cores_2c0c27a.jsonl``.
+"""
 
 from __future__ import annotations
 
 import json
+import os
+import statistics
+import subprocess
 import time
 from pathlib import Path
 
@@ -55,3 +65,33 @@ def print_ratio(result: dict) -> None:
     result["raysim_over_plain"] = result["raysim_rounds_per_s"] / result["plain_rounds_per_s"]
     print(json.dumps({k: round(v, 3) if isinstance(v, float) else v for k, v in result.items()}),
           flush=True)
+
+
+RECORDS = Path(__file__).resolve().parent / "records"
+REPOSITORY = Path(__file__).resolve().parents[2]
+
+
+def commit() -> str:
+    """The repository's short commit hash."""
+    return subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPOSITORY,
+                          capture_output=True, text=True).stdout.strip()
+
+
+def cpu_device() -> str:
+    """This machine as a record names it when it runs on CPUs (``cpu-<cores>cores``)."""
+    return f"cpu-{os.cpu_count()}cores"
+
+
+def record_path(suite: str, device: str, at_commit: str) -> Path:
+    """Where a suite's records of one device and commit go."""
+    return RECORDS / f"{suite}_{device}_{at_commit}.jsonl"
+
+
+def paired_ratios(baseline: list[float], changed: list[float]) -> dict[str, float]:
+    """The mean over alternated pairs of ``changed / baseline`` and its t against 1 (n - 1
+    degrees of freedom)."""
+    ratios = [b / a for a, b in zip(baseline, changed, strict=True)]
+    mean = statistics.fmean(ratios)
+    spread = statistics.stdev(ratios) if len(ratios) > 1 else 0.0
+    t = (mean - 1) / (spread / len(ratios) ** 0.5) if spread else 0.0
+    return {"ratio_mean": round(mean, 3), "ratio_t": round(t, 2)}
