@@ -15,11 +15,11 @@ python3 -c "import torch, ray, flwr, pfl, raysim; print('torch', torch.__version
 R=$OUT/peers_gpu.jsonl
 P="python3 $B/peers.py --flower-python python3 --pfl-python python3 --records $R"
 log "pfl shape, 20 rounds: every side"
-fits 150 pfl20 && timeout 170 $P --workloads pfl --rounds 20 --pfl-processes 1 2 4 --timeout 75 2>$OUT/pfl20.err | cut -c1-230
+fits 150 pfl20 && timeout 170 $P --workloads cnn-1000x50-cifar-shape --rounds 20 --pfl-processes 1 2 4 --timeout 75 2>$OUT/pfl20.err | cut -c1-230
 clean; log "w2 shape, 20 rounds: every side"
-fits 120 w220 && timeout 140 $P --workloads w2 --rounds 20 --pfl-processes 1 2 4 --timeout 60 2>$OUT/w220.err | cut -c1-230
+fits 120 w220 && timeout 140 $P --workloads convnet32-150x8-pneumonia --rounds 20 --pfl-processes 1 2 4 --timeout 60 2>$OUT/w220.err | cut -c1-230
 clean; log "120 rounds: raysim, pfl-research, the reference (not Flower, not the plain loop)"
-fits 100 r120 && timeout 130 $P --workloads pfl w2 --rounds 120 --pfl-processes 1 2 --skip flower plain_pytorch_loop --engines raysim_vectorized_1gpu raysim_vectorized_4x0.25gpu --timeout 50 2>$OUT/r120.err | cut -c1-230
+fits 100 r120 && timeout 130 $P --workloads cnn-1000x50-cifar-shape convnet32-150x8-pneumonia --rounds 120 --pfl-processes 1 2 --skip flower plain_pytorch_loop --engines raysim_vectorized_1gpu raysim_vectorized_4x0.25gpu --timeout 50 2>$OUT/r120.err | cut -c1-230
 clean; log "three seeds on one card, merge_seeds auto and never"
 fits 60 seeds && timeout 90 $P --workloads --seeds-check --timeout 80 2>$OUT/seeds.err | grep seeds | cut -c1-230
 clean; log "tests on CUDA"
