@@ -20,7 +20,7 @@ from raysim.config import ExperimentConfig
 from raysim.layers.compose import compose
 from raysim.preparation import initial_weights, pooled, prepare, run_context
 from raysim.system.plan import architecture_flops
-from raysim.system.run_plan import ClockSettings, plan_for_run
+from raysim.system.planning import ClockSettings, plan_for_run
 from raysim.training.context import ClientData, RunContext
 from raysim.training.runtime import ClientRuntime
 

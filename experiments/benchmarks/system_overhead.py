@@ -85,7 +85,7 @@ def steady_seconds(raw: dict[str, Any], scratch: str) -> tuple[float, float]:
 def timed_plan(raw: dict[str, Any]) -> tuple[Any, float]:
     """The clock's plan of the whole run and the seconds it took (alone, in this process)."""
     from raysim.system.plan import architecture_flops
-    from raysim.system.run_plan import ClockSettings, plan_for_run
+    from raysim.system.planning import ClockSettings, plan_for_run
 
     config = parse_config(raw)
     dataset, partition = prepare(config, None)[0]

@@ -370,7 +370,7 @@ def _run_spec(config: ExperimentConfig, dataset: ArrayDataset, partition: Partit
     label = run_dir.parent.name if run_dir.parent.name != root.name else ""
     clock = None
     if config.system is not None:  # the driver plans the simulated clock of every round
-        from raysim.system.run_plan import ClockSettings
+        from raysim.system.planning import ClockSettings
 
         clock = ClockSettings(config.system, config.clients_per_round)
     return RunSpec(str(run_dir), setup, config.training.rounds, config.engine,

@@ -1,6 +1,6 @@
 """A run's system plan: the sites' profiles, each client's work and message sizes, and the
 clock's decision for every round (computed before the first round, by the run's driver:
-:mod:`raysim.system.run_plan`)."""
+:mod:`raysim.system.planning`)."""
 
 from __future__ import annotations
 

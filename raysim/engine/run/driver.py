@@ -55,7 +55,7 @@ from raysim.results.manifest import update_manifest
 from raysim.results.sink import ParquetSink
 from raysim.schema import EngineConfig, EvaluationConfig, LoggingConfig
 from raysim.system.plan import SystemPlan
-from raysim.system.run_plan import ClockSettings, PlanInBackground
+from raysim.system.planning import ClockSettings, PlanInBackground
 from raysim.vectors import blocked_sum
 
 _RESTART_TIMEOUT = 300.0  # seconds to wait for Ray to restart a dead worker
