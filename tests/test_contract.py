@@ -18,6 +18,8 @@ from inprocess import flatten, simulate
 
 from raysim.algorithms import ALGORITHMS
 from raysim.config import parse_config
+from raysim.errors import ConfigError
+from raysim.preparation import check_privacy, check_system
 
 
 @pytest.fixture(scope="module")
@@ -83,3 +85,26 @@ def test_layered_algorithms_keep_the_contract(data_root, label):
     assert reference.metrics == restarted.metrics
     regrouped = simulate(config, group_size=3)
     assert _same(reference.server_state, regrouped.server_state, exact=False)
+
+
+@pytest.mark.parametrize("name", sorted(CONFIGS))
+def test_every_method_declares_whether_it_takes_privacy_and_fedbuff(data_root, name):
+    """DP and FedBuff are taken by declaring ``mean_uploads`` (or, for DP, a method's own
+    ``private_releases``); every other method refuses each with its own stated reason."""
+    algorithm_class = ALGORITHMS[name]
+    private = contract_raw(data_root, name)
+    private["privacy"] = {"clip": 1.0, "noise_multiplier": 1.0, "mode": "local"}
+    if algorithm_class.mean_uploads or algorithm_class.private_releases:
+        check_privacy(parse_config(private))
+    else:
+        with pytest.raises(ConfigError, match="Invalid config section `privacy`") as error:
+            check_privacy(parse_config(private))
+        assert algorithm_class.privacy_refusal in str(error.value)
+    buffered = contract_raw(data_root, name)
+    buffered["system"] = {"tiers": {"cpu_server": 1}, "policy": "fedbuff", "buffer_size": 2}
+    if algorithm_class.mean_uploads:
+        check_system(parse_config(buffered))
+    elif not algorithm_class.pooled:
+        with pytest.raises(ConfigError, match="needs synchronous rounds") as error:
+            check_system(parse_config(buffered))
+        assert str(algorithm_class.asynchronous_refusal) in str(error.value)

@@ -10,8 +10,6 @@ from fixtures import write_medmnist_npz
 from inprocess import simulate
 
 from raysim.config import parse_config
-from raysim.errors import ConfigError
-from raysim.preparation import check_system, prepare
 
 
 @pytest.fixture(scope="module")
@@ -55,17 +53,3 @@ def test_lambda_pulls_each_personal_model_towards_the_global_one(data_root):
                           for state in trace.client_states.values()]
     assert all(pulled < alone for pulled, alone in zip(distances[1.0], distances[0.0],
                                                        strict=True)), distances
-
-
-@pytest.mark.parametrize("section, needle", [
-    ({"privacy": {"clip": 1.0, "noise_multiplier": 1.0}}, "personal models are trained"),
-    ({"system": {"tiers": {"cpu_server": 1}, "policy": "fedbuff"}}, "do not share"),
-])
-def test_ditto_declares_that_it_refuses_privacy_and_asynchronous_rounds(data_root, section,
-                                                                        needle):
-    raw = contract_raw(data_root, "ditto")
-    raw.update(section)
-    with pytest.raises(ConfigError, match=needle):
-        config = parse_config(raw)
-        check_system(config)
-        prepare(config, None)

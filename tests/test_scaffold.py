@@ -13,8 +13,7 @@ from inprocess import flatten, simulate
 from raysim.algorithms import ALGORITHMS
 from raysim.algorithms.scaffold import Scaffold
 from raysim.config import parse_config
-from raysim.errors import ConfigError
-from raysim.preparation import check_system, initial_weights, prepare
+from raysim.preparation import initial_weights
 from raysim.training.losses import loss_function, training_loss
 from raysim.vectors.weights import set_weights
 
@@ -103,18 +102,3 @@ def test_option_one_refreshes_c_i_to_the_gradient_at_the_server_model(data_root)
     for name, parameter in model.named_parameters():
         np.testing.assert_allclose(trace.client_states[1][name], parameter.grad.numpy(),
                                    rtol=1e-4, atol=1e-6)
-
-
-@pytest.mark.parametrize("section, needle", [
-    ({"privacy": {"clip": 1.0, "noise_multiplier": 1.0}}, "control-variate uploads"),
-    ({"system": {"tiers": {"cpu_server": 1}, "policy": "fedbuff"}},
-     "synchronous round's server model"),
-])
-def test_scaffold_declares_that_it_refuses_privacy_and_asynchronous_rounds(data_root, section,
-                                                                           needle):
-    raw = contract_raw(data_root, "scaffold")
-    raw.update(section)
-    with pytest.raises(ConfigError, match=needle):
-        config = parse_config(raw)
-        check_system(config)
-        prepare(config, None)
