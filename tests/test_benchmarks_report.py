@@ -21,14 +21,13 @@ def _report():
 
 def test_the_pages_show_the_records_as_rendered():
     report = _report()
-    records = report.load_records()
-    assert records, "no committed benchmark records"
-    for page, marker in report.PAGES.items():
+    assert report.load_records() and report.load_mechanism_records(), "no committed records"
+    blocks = report.rendered_blocks()
+    for page, markers in report.PAGES.items():
         text = (ROOT / page).read_text()
-        block = report.render_full(records) if marker == "benchmarks" else \
-            report.render_headline(records)
-        assert report.rendered_page(text, marker, block) == text, (
-            f"{page} differs from the records; run `python experiments/benchmarks/report.py`")
+        for marker in markers:
+            assert report.rendered_page(text, marker, blocks[marker]) == text, (
+                f"{page} differs from the records; run `python experiments/benchmarks/report.py`")
 
 
 def test_a_changed_record_changes_the_rendering():
@@ -39,3 +38,7 @@ def test_a_changed_record_changes_the_rendering():
     target["wall_s"] = target["wall_s"] * 3 + 1.0
     assert report.render_full(changed) != report.render_full(records)
     assert report.render_headline(changed) != report.render_headline(records)
+    mechanisms = report.load_mechanism_records()
+    slower = json.loads(json.dumps(mechanisms))
+    slower[0]["off"] = slower[0]["off"] * 2
+    assert report.render_mechanisms(slower) != report.render_mechanisms(mechanisms)

@@ -245,14 +245,19 @@ def rendered_page(text: str, marker: str, block: str) -> str:
     return f"{before}{start}\n{block}\n{end}{rest.split(end, 1)[1]}"
 
 
+def rendered_blocks() -> dict[str, str]:
+    """Every page block by its marker, rendered from the committed records."""
+    records = load_records()
+    return {"benchmarks": render_full(records), "benchmarks-headline": render_headline(records),
+            "speed-mechanisms": render_mechanisms(load_mechanism_records())}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--check", action="store_true",
                         help="exit 1 when a page differs from its rendering")
     args = parser.parse_args()
-    records = load_records()
-    blocks = {"benchmarks": render_full(records), "benchmarks-headline": render_headline(records),
-              "speed-mechanisms": render_mechanisms(load_mechanism_records())}
+    blocks = rendered_blocks()
     stale = []
     for page, markers in PAGES.items():
         path = ROOT / page
