@@ -112,6 +112,8 @@ def _parser() -> argparse.ArgumentParser:
                           metavar="LABEL", help="estimate only this variant (repeatable)")
     estimate.add_argument("--data-root", type=_directory,
                           help="directory holding the MedMNIST npz files")
+    estimate.add_argument("--csv", help="also write the estimate to this CSV file (one row per "
+                          "variant; e.g. docs/results/estimates/<config>.csv)")
     report = commands.add_parser("report", help="summary table and learning curves of results")
     report.add_argument("paths", nargs="+", metavar="PATH",
                         help="results directories (runs, experiments or trees); several are "
@@ -353,7 +355,7 @@ def _estimate(args: argparse.Namespace) -> int:
 
     from raysim.config import load_experiments
     from raysim.engine.invocation import ray_for
-    from raysim.estimate import describe, measure, project
+    from raysim.estimate import describe, measure, project, table_rows
 
     if args.rounds < 2:
         raise RaysimError(f"Invalid --rounds {args.rounds}: the estimate needs at least 2 rounds "
@@ -374,7 +376,17 @@ def _estimate(args: argparse.Namespace) -> int:
         probes, concurrent, gpus = measure(experiments, args.rounds, args.data_root)
     machine = (f"this machine ({resources.get('CPU', 0):g} CPUs, {resources.get('GPU', 0):g} "
                f"GPUs, {_os.cpu_count()} cores)")
-    print(describe(project(experiments, probes, concurrent, gpus), machine))
+    estimate = project(experiments, probes, concurrent, gpus)
+    print(describe(estimate, machine))
+    if args.csv:
+        import csv
+
+        rows = table_rows(estimate, machine)
+        with open(args.csv, "w", newline="") as file:
+            writer = csv.DictWriter(file, fieldnames=list(rows[0]))
+            writer.writeheader()
+            writer.writerows(rows)
+        print(f"estimate as CSV: {args.csv}")
     return 0
 
 

@@ -155,5 +155,18 @@ def describe(estimate: Estimate, machine: str) -> str:
     return "\n".join(lines)
 
 
+def table_rows(estimate: Estimate, machine: str) -> list[dict[str, object]]:
+    """The estimate as rows for a CSV (one per variant; the whole config's projection in every
+    row): what ``raysim estimate --csv`` writes."""
+    return [{"variant": cost.label or "(config)", "runs": cost.runs, "rounds": cost.rounds,
+             "probe_rounds": cost.probe.rounds, "round_s": round(cost.probe.round_s, 4),
+             "evaluation_s": round(cost.probe.evaluation_s, 3),
+             "run_hours": round(cost.run_s / 3600, 3),
+             "all_runs_wall_hours": round(estimate.wall_s / 3600, 3),
+             "concurrent_runs": estimate.concurrent_runs,
+             "device_hours": round(estimate.device_hours, 3), "device": estimate.device,
+             "machine": machine} for cost in estimate.variants]
+
+
 __all__ = ["Estimate", "Probe", "VariantCost", "describe", "evaluations", "makespan", "measure",
-           "project"]
+           "project", "table_rows"]

@@ -48,3 +48,18 @@ def test_a_probe_measures_steady_rounds_of_the_first_seed(ray_session):
     estimate = project({"": config}, probes, concurrent, gpus)
     assert estimate.variants[0].runs == 3
     assert estimate.variants[0].run_s >= 40 * probe.round_s
+
+
+def test_the_estimate_as_csv_rows_holds_each_variant_and_the_whole_projection():
+    from raysim.estimate import table_rows
+
+    config = parse_config(quickstart_raw(training={"rounds": 100}, evaluation={"every": 50},
+                                         seeds=[0, 1]))
+    estimate = project({"a": config, "b": config}, {"a": Probe(3, 0.5, 2.0, 4.0),
+                                                    "b": Probe(3, 1.5, 2.0, 4.0)},
+                       concurrent_runs=1, uses_gpus=False)
+    rows = table_rows(estimate, "a machine")
+    assert [row["variant"] for row in rows] == ["a", "b"]
+    assert rows[1]["run_hours"] == round((100 * 1.5 + 2 * 2.0) / 3600, 3)
+    assert {row["all_runs_wall_hours"] for row in rows} == {round(estimate.wall_s / 3600, 3)}
+    assert rows[0]["machine"] == "a machine" and rows[0]["runs"] == 2
