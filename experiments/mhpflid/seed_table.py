@@ -1,8 +1,8 @@
-"""Per-seed final metrics of finished runs, optionally with seeds from an earlier session's
+"""Per-seed final metrics of finished runs, optionally with seeds from an earlier run's
 committed ``raysim report`` summary, and the mean ± std over all seeds per experiment.
 
-For tasks whose seeds ran in different sessions (the Parquet of an earlier session is not in
-the repository, its ``raysim report --per-client --csv`` directory is): that directory's
+For experiments whose seeds ran in separate invocations (the Parquet of an earlier one is not
+in the repository, its ``raysim report --per-client --csv`` directory is): that directory's
 single-seed rows are that seed's values. Example (the PneumoniaMNIST task of docs/mhpflid.md)::
 
     python experiments/mhpflid/seed_table.py results/mh-pneu/<root> [<root> ...] \\
@@ -81,11 +81,11 @@ def pooled_per_client(report_dirs: list[str]) -> dict[str, pd.DataFrame]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("paths", nargs="+", help="results directories (runs or trees)")
-    parser.add_argument("--earlier", help="an earlier session's report CSV directory")
+    parser.add_argument("--earlier", help="an earlier invocation's report CSV directory")
     parser.add_argument("--earlier-seed", type=int, default=0)
     parser.add_argument("--per-client", nargs="+", metavar="REPORT_DIR",
                         help="report CSV directories over disjoint seeds whose per-client "
-                             "tables are combined (e.g. the earlier one and this session's)")
+                             "tables are combined (e.g. the earlier one and this one's)")
     parser.add_argument("--csv", help="directory for per_seed.csv, seed_summary.csv and the "
                                       "combined per-client tables")
     args = parser.parse_args()
