@@ -2,9 +2,9 @@
 model regularised towards it.
 
 In a round each sampled client trains the broadcast global model w for its local work and
-uploads it (the server averages, as FedAvg), then trains its own personal model v on the same
-minibatches with the local objective plus lambda/2 ||v - w||^2 and keeps it. lambda = 0 is
-local training; a large lambda pulls every personal model to the global one.
+uploads it (the server averages: FedAvg's round, inherited), then trains its own personal
+model v on the same minibatches with the local objective plus lambda/2 ||v - w||^2 and keeps
+it. lambda = 0 is local training; a large lambda pulls every personal model to the global one.
 """
 
 from __future__ import annotations
@@ -12,10 +12,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from raysim.algorithms.base import Algorithm, ClientResult, register_algorithm
+from raysim.algorithms.base import ClientResult, register_algorithm
+from raysim.algorithms.fedavg import FedAvg
 from raysim.algorithms.params import DittoParams
 from raysim.schema import StrictModel
-from raysim.vectors.weighted_sum import mean_partial, weighted_mean
 from raysim.vectors.weights import Weights
 
 if TYPE_CHECKING:
@@ -23,12 +23,12 @@ if TYPE_CHECKING:
 
 
 @register_algorithm
-class Ditto(Algorithm[DittoParams, Weights]):
+class Ditto(FedAvg):
     """FedAvg's global model plus a personal model per client, pulled towards it by lambda;
     each personal model is evaluated on its client's own test share."""
 
     params_class: ClassVar[type[StrictModel]] = DittoParams
-    params: DittoParams
+    params: DittoParams  # type: ignore[assignment]  # (FedAvg types its own params)
     personalized = True
     mean_uploads: ClassVar[tuple[str, ...]] = ()
     privacy_refusal: ClassVar[str] = (
@@ -39,33 +39,18 @@ class Ditto(Algorithm[DittoParams, Weights]):
         "its personal models are pulled towards the round's global model, which clients "
         "starting from different versions do not share")
 
-    def broadcast(self, state: Weights, round_: int) -> dict[str, Any]:
-        return {"model": state}
-
     def local_updates(self, runtime: ClientRuntime, clients: Sequence[int], round_: int,
                       message: dict[str, Any], states: Sequence[Any]) -> list[ClientResult]:
-        global_model = message["model"]
-        shared = runtime.train_many(clients, round_, [global_model] * len(clients),
-                                    [None] * len(clients))
+        results = super().local_updates(runtime, clients, round_, message, states)
         starts = [runtime.client_initial_weights(c) if s is None else s[0]
                   for c, s in zip(clients, states, strict=True)]
         optimizer_states = [None if s is None else s[1] for s in states]
-        pull = (global_model, self.params.lam) if self.params.lam > 0 else None
+        pull = (message["model"], self.params.lam) if self.params.lam > 0 else None
         personal = runtime.train_many(clients, round_, starts, optimizer_states, prox=pull)
-        return [ClientResult.trained({"model": weights}, (own, own_outcome.optimizer_state),
-                                     outcome, personal_loss=own_outcome.mean_loss)
-                for (weights, outcome), (own, own_outcome) in zip(shared, personal,
-                                                                   strict=True)]
-
-    def reduce(self, results: Sequence[tuple[int, ClientResult]]) -> Any:
-        return mean_partial([r.upload["model"] for _, r in results],
-                            [r.num_samples for _, r in results], self.params.weighted)
-
-    def aggregate(self, state: Weights, partials: Sequence[Any], round_: int) -> Weights:
-        return weighted_mean(partials) if partials else state
-
-    def global_weights(self, state: Weights) -> Weights:
-        return state
+        for result, (own, outcome) in zip(results, personal, strict=True):
+            result.state = (own, outcome.optimizer_state)
+            result.metrics["personal_loss"] = outcome.mean_loss
+        return results
 
     def personal_weights(self, state: Any) -> Weights | None:
         return None if state is None else state[0]
