@@ -139,7 +139,93 @@ def measure_raysim(raw: dict, scratch: Path, env: dict[str, str], timeout: float
         per_seed.append(round((len(rounds) - 1) / span, 3))
     first = FIRST_ROUND.search(out)
     return {"wall_s": round(seconds, 2), "rounds_per_s": per_seed[0] if len(per_seed) == 1
-            else per_seed, "first_round_s": float(first.group(1)) if first else None}
+            else per_seed, "first_round_s": float(first.group(1)) if first else None,
+            "round_split_ms": round_split(root, raw["engine"].get("num_workers", 1))}
+
+
+def round_split(root: Path, workers: int) -> dict[str, float]:
+    """Where a round's time goes, medians over the rounds after the first (seed 0), in ms:
+    the whole round, the dispatch-to-last-reply phase (``seconds_train``), the workers' own
+    local updates within it (the clients' ``train_seconds`` summed, per worker: the rest of
+    the phase is hand-offs and waiting), the aggregation and the evaluation."""
+    run = sorted(root.glob("seed_*"))[0]
+    rounds = load(run).iloc[1:]
+    local = load(run, "clients").groupby("round")["train_seconds"].sum() / workers
+    return {"round": round(float(rounds["wall_time"].diff().median()) * 1e3, 2),
+            "dispatch_to_replies": round(float(rounds["seconds_train"].median()) * 1e3, 2),
+            "worker_local_updates": round(float(local.iloc[1:].median()) * 1e3, 2),
+            "aggregate": round(float(rounds["seconds_aggregate"].median()) * 1e3, 2),
+            "evaluate": round(float(rounds["seconds_evaluate"].median()) * 1e3, 2)}
+
+
+RAY_ROLES = {"ray::DriverHost": "driver", "ray::WorkerHost": "worker", "ray::ClientWorker": "worker"}
+
+
+def _ray_processes() -> dict[int, str]:
+    """This machine's raysim driver and worker processes, by pid (from ``ps``)."""
+    listing = subprocess.run(["ps", "-eo", "pid=,args="], capture_output=True, text=True).stdout
+    found = {}
+    for line in listing.splitlines():
+        pid, _, args = line.strip().partition(" ")
+        for prefix, role in RAY_ROLES.items():
+            if args.startswith(prefix):
+                found[int(pid)] = role
+    return found
+
+
+def profile_raysim(raw: dict, scratch: Path, env: dict[str, str], py_spy: str, stacks: Path,
+                   after: float, seconds: int = 10, rate: int = 100) -> dict:
+    """One untimed ``raysim run`` of ``raw`` with py-spy sampling each driver and worker
+    process for ``seconds``, from ``after`` seconds after the command (when its first round
+    has been dispatched; busy threads only): each role's
+    busy share of the sampled time and its functions with the most samples of their own (the
+    leaf frames) and the raysim functions under which the most samples fell (the deepest raysim
+    frame of each stack), and every sampled stack appended to ``stacks`` (py-spy's raw format, each
+    line prefixed by the role and pid)."""
+    path = scratch / f"{raw['name']}.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    command = [sys.executable, "-m", "raysim.cli", "run", str(path), "--no-progress",
+               "--output", str(scratch / "profiled")]
+    started = time.perf_counter()
+    with subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                          env=env) as run:
+        time.sleep(max(0.0, after - (time.perf_counter() - started)))
+        processes = _ray_processes()
+        samplers = {pid: subprocess.Popen(
+            [py_spy, "record", "--pid", str(pid), "--nonblocking", "--format", "raw",
+             "--rate", str(rate), "-d", str(seconds), "-o", str(scratch / f"stacks_{pid}.txt")],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) for pid in processes}
+        for sampler in samplers.values():
+            sampler.wait(timeout=seconds + 60)
+        run.wait(timeout=600)
+    summary: dict[str, dict] = {}
+    for role in sorted(set(processes.values())):
+        own: dict[str, int] = {}
+        under: dict[str, int] = {}  # by the deepest raysim frame on the stack
+        busy = 0
+        pids = [pid for pid, r in processes.items() if r == role]
+        for pid in pids:
+            sampled = scratch / f"stacks_{pid}.txt"
+            lines = sampled.read_text().splitlines() if sampled.exists() else []
+            with open(stacks, "a") as handle:
+                handle.writelines(f"{role} {pid};{line}\n" for line in lines)
+            for line in lines:
+                frames, _, count = line.rpartition(" ")
+                stack = frames.split(";")
+                own[stack[-1]] = own.get(stack[-1], 0) + int(count)
+                ours = [frame for frame in stack if "raysim/" in frame]
+                if ours:
+                    under[ours[-1]] = under.get(ours[-1], 0) + int(count)
+                busy += int(count)
+        total = max(busy, 1)
+        summary[role] = {
+            "processes": len(pids),
+            "busy_share": round(busy / (len(pids) * seconds * rate), 3),
+            "top_own": [[name, round(n / total, 3)] for name, n in
+                        sorted(own.items(), key=lambda item: -item[1])[:10]],
+            "top_under_raysim": [[name, round(n / total, 3)] for name, n in
+                                 sorted(under.items(), key=lambda item: -item[1])[:10]]}
+    return summary
 
 
 def main() -> None:
@@ -162,6 +248,12 @@ def main() -> None:
     parser.add_argument("--skip", nargs="+", default=[], metavar="SIDE",
                         help="sides not to measure (plain_pytorch_loop, flower, ...)")
     parser.add_argument("--timeout", type=float, default=240, help="seconds per process")
+    parser.add_argument("--profile", metavar="STACKS",
+                        help="also, per workload, one untimed run of raysim with 4 x 0.25 GPU "
+                             "(2 x 1 CPU without one) of 10x the last round count, its driver "
+                             "and workers sampled by py-spy: a summary record, and the sampled "
+                             "stacks appended to this file")
+    parser.add_argument("--py-spy", default="py-spy", help="the py-spy executable")
     args = parser.parse_args()
     cuda = torch.cuda.is_available()
     device = torch.device("cuda" if cuda else "cpu")
@@ -192,6 +284,7 @@ def main() -> None:
 
                 dataset = medmnist_source(args.data_root, spec["flag"], scratch, n_train=2000,
                                           n_test=200)[0]
+            profiled: dict[str, dict] = {}  # each raysim side's last measurement
             for rounds in args.rounds:
                 common = {"workload": workload, "rounds": rounds}
                 if "plain_pytorch_loop" not in args.skip:
@@ -206,6 +299,7 @@ def main() -> None:
                     raw["name"] = f"{workload}-{label}-{rounds}"
                     raw["evaluation"] = {"every": rounds, "clients": False}
                     measured = measure_raysim(raw, scratch, env, args.timeout)
+                    profiled[label] = measured
                     ratio = {"over_reference": round(measured["rounds_per_s"] / limit, 3)} \
                         if isinstance(measured.get("rounds_per_s"), float) else {}
                     records.add(**common, side=label, **measured, **ratio)
@@ -237,6 +331,17 @@ def main() -> None:
                                 wall_s=round(seconds, 2),
                                 rounds_per_s=result.get("pfl_rounds_per_s"),
                                 **({"error": error} if error else {}))
+            if args.profile:  # as long as the first round's start-up and 1.5x the sampling
+                label = "raysim_vectorized_4x0.25gpu" if cuda else "raysim_2x1cpu"
+                timed = profiled.get(label, {})
+                after = (timed.get("first_round_s") or 15.0) + 2.0
+                rate = timed.get("rounds_per_s")
+                rounds = max(args.rounds[-1], int(15 * rate) if isinstance(rate, float) else 0)
+                raw = config(spec, dataset, rounds, {**GPU_ENGINES, **CPU_ENGINES}[label])
+                raw.update(name=f"{workload}-profile", evaluation={"every": 0})
+                records.add(workload=workload, rounds=rounds, side=f"{label}_profile",
+                            profile=profile_raysim(raw, scratch, env, args.py_spy,
+                                                   Path(args.profile), after))
         if args.seeds_check:
             spec = WORKLOADS[PFL_SHAPE]
             dataset = pfl_dataset(scratch / "pfl")

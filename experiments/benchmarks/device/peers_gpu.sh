@@ -1,6 +1,7 @@
 #!/bin/bash
 # raysim, Flower 1.41, pfl-research 0.6, the plain loop and the on-device reference on one GPU
-# machine in one call, then three seeds merged or not, then the GPU tests. From the repository
+# machine in one call (with a py-spy profile of raysim's driver and workers on each shape), then
+# three seeds merged or not, then 120 rounds, then the tests that use the GPU. From the repository
 # root on the GPU machine, after make_site.sh and peer_wheels.sh here:
 #   device.run("bash experiments/benchmarks/device/peers_gpu.sh", carry=[".gpu"], timeout_s=580)
 # Records (JSON lines of peers.py) and logs land in $OUT; each step has its own time limit and
@@ -13,16 +14,18 @@ python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .
 nvidia-smi -L; nproc
 python3 -c "import torch, ray, flwr, pfl, raysim; print('torch', torch.__version__, 'ray', ray.__version__, 'flwr', flwr.__version__, 'pfl', pfl.__version__, torch.cuda.get_device_name())" || exit 1
 R=$OUT/peers_gpu.jsonl
+S=$OUT/stacks.txt
 P="python3 $B/peers.py --flower-python python3 --pfl-python python3 --records $R"
-log "pfl shape, 20 rounds: every side"
-fits 150 pfl20 && timeout 170 $P --workloads cnn-1000x50-cifar-shape --rounds 20 --pfl-processes 1 2 4 --timeout 75 2>$OUT/pfl20.err | cut -c1-230
-clean; log "w2 shape, 20 rounds: every side"
-fits 120 w220 && timeout 140 $P --workloads convnet32-150x8-pneumonia --rounds 20 --pfl-processes 1 2 4 --timeout 60 2>$OUT/w220.err | cut -c1-230
-clean; log "120 rounds: raysim, pfl-research, the reference (not Flower, not the plain loop)"
-fits 100 r120 && timeout 130 $P --workloads cnn-1000x50-cifar-shape convnet32-150x8-pneumonia --rounds 120 --pfl-processes 1 2 --skip flower plain_pytorch_loop --engines raysim_vectorized_1gpu raysim_vectorized_4x0.25gpu --timeout 50 2>$OUT/r120.err | cut -c1-230
+python3 -m pip install -q --no-index --no-deps --target /tmp/spy .gpu/py_spy-*.whl && SPY=/tmp/spy/bin/py-spy
+log "pfl shape, 20 rounds: every side, then raysim 4 x 0.25 GPU under py-spy"
+fits 170 pfl20 && timeout 190 $P --workloads cnn-1000x50-cifar-shape --rounds 20 --pfl-processes 1 2 4 --timeout 75 --profile $S --py-spy ${SPY:-py-spy} 2>$OUT/pfl20.err | cut -c1-230
+clean; log "w2 shape, 20 rounds: every side, then raysim 4 x 0.25 GPU under py-spy"
+fits 140 w220 && timeout 160 $P --workloads convnet32-150x8-pneumonia --rounds 20 --pfl-processes 1 2 4 --timeout 60 --profile $S --py-spy ${SPY:-py-spy} 2>$OUT/w220.err | cut -c1-230
 clean; log "three seeds on one card, merge_seeds auto and never"
 fits 60 seeds && timeout 90 $P --workloads --seeds-check --timeout 80 2>$OUT/seeds.err | grep seeds | cut -c1-230
-clean; log "tests on CUDA"
-fits 40 tests && timeout $(( BUDGET - $(date +%s) + T0 - 5 )) python3 -m pytest -q -p no:cacheprovider tests/test_gpu.py tests/test_data_plane.py tests/test_worker_setup.py > $OUT/tests.txt 2>&1; tail -3 $OUT/tests.txt
+clean; log "120 rounds: raysim, pfl-research, the reference (not Flower, not the plain loop)"
+fits 150 r120 && timeout 130 $P --workloads cnn-1000x50-cifar-shape convnet32-150x8-pneumonia --rounds 120 --pfl-processes 1 2 --skip flower plain_pytorch_loop --engines raysim_vectorized_1gpu raysim_vectorized_4x0.25gpu --timeout 50 2>$OUT/r120.err | cut -c1-230
+clean; log "tests that use the GPU"
+fits 40 tests && timeout $(( BUDGET - $(date +%s) + T0 - 5 )) python3 -m pytest -p no:cacheprovider -x --timeout 120 tests/test_gpu.py tests/test_data_plane.py tests/test_engine.py tests/test_merged_seeds.py tests/test_memory_format.py > $OUT/tests.txt 2>&1; tail -3 $OUT/tests.txt
 log done
 for f in $OUT/*.err; do echo "--- $f"; grep -v "^\s*$" $f | grep -iv "warn" | tail -4; done
