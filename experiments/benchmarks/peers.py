@@ -12,7 +12,8 @@ Workloads (``workloads.py``; FedAvg, SGD, evaluated after the last round):
   0.01, every client every round.
 
 For each workload and round count: whole-process seconds (the command, start-up included) and
-steady rounds per second (from the end of the first round to the end of the last) of each side:
+steady rounds per second (from the end of the first round to the end of the last, the final
+evaluation left out) of each side:
 
 - raysim on the GPU: vectorised clients with one worker on the whole card, four at 0.25 and
   eight at 0.125 of it, and the per-client loop with one worker (on a CPU-only machine: two
@@ -133,9 +134,10 @@ def measure_raysim(raw: dict, scratch: Path, env: dict[str, str], timeout: float
         return {"wall_s": round(seconds, 2), "error": error}
     root = max((p for p in output.glob(f"{raw['name']}-*")), key=lambda p: p.stat().st_mtime)
     per_seed = []
-    for run in sorted(root.glob("seed_*")):
+    for run in sorted(root.glob("seed_*")):  # the last round's evaluation left out
         rounds = load(run)
-        span = rounds["wall_time"].iloc[-1] - rounds["wall_time"].iloc[0]
+        span = rounds["wall_time"].iloc[-1] - rounds["wall_time"].iloc[0] - \
+            rounds["seconds_evaluate"].iloc[1:].sum()
         per_seed.append(round((len(rounds) - 1) / span, 3))
     first = FIRST_ROUND.search(out)
     return {"wall_s": round(seconds, 2), "rounds_per_s": per_seed[0] if len(per_seed) == 1
@@ -336,7 +338,7 @@ def main() -> None:
                 timed = profiled.get(label, {})
                 after = (timed.get("first_round_s") or 15.0) + 2.0
                 rate = timed.get("rounds_per_s")
-                rounds = max(args.rounds[-1], int(15 * rate) if isinstance(rate, float) else 0)
+                rounds = max(args.rounds[-1], int(15 * rate) if isinstance(rate, float) else 300)
                 raw = config(spec, dataset, rounds, {**GPU_ENGINES, **CPU_ENGINES}[label])
                 raw.update(name=f"{workload}-profile", evaluation={"every": 0})
                 records.add(workload=workload, rounds=rounds, side=f"{label}_profile",
