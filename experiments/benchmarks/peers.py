@@ -23,7 +23,7 @@ evaluation left out) of each side:
 - pfl-research: ``torchrun`` with 1, 2, ... processes sharing the card (its recommended
   multi-process mode; ``pfl_workload.py``); the best is the one to beat;
 - the plain PyTorch loop and the on-device reference (``torch.func`` vmap over the round's
-  clients), rounds per second only.
+  clients; the median of three measurements), rounds per second only.
 
 Optionally (``--seeds-check``) three seeds of the pfl shape with ``engine.merge_seeds`` auto and
 never (4 x 0.25 GPU each: the seeds cannot run side by side, so auto puts them on shared
@@ -42,11 +42,12 @@ import argparse
 import json
 import os
 import re
+import statistics
 import subprocess
 import sys
 import tempfile
 import time
-from datetime import date
+from datetime import UTC, date, datetime
 from pathlib import Path
 
 import torch
@@ -269,7 +270,8 @@ def main() -> None:
             versions[name] = asked.stdout.strip() or "unknown"
     records = Records(args.records, {
         "device": torch.cuda.get_device_name() if cuda else "CPU", "cpus": os.cpu_count(),
-        "commit": _commit(), "date": date.today().isoformat(), "versions": versions})
+        "commit": _commit(), "date": date.today().isoformat(),
+        "measured_at": datetime.now(UTC).strftime("%Y-%m-%dT%H:%MZ"), "versions": versions})
     engines = GPU_ENGINES if cuda else CPU_ENGINES
     if args.engines:
         engines = {k: v for k, v in engines.items() if k in args.engines}
@@ -293,9 +295,12 @@ def main() -> None:
                     plain = plain_loop(spec, dataset, rounds, device)
                     records.add(**common, side="plain_pytorch_loop",
                                 rounds_per_s=round(plain, 3))
-                limit = on_device_reference(spec, dataset, rounds, device)
+                # the median of three: one measurement of a few rounds varies by tens of %
+                repeats = [on_device_reference(spec, dataset, rounds, device) for _ in range(3)]
+                limit = statistics.median(repeats)
                 records.add(**common, side="on_device_vmap_reference",
-                            rounds_per_s=round(limit, 3))
+                            rounds_per_s=round(limit, 3),
+                            repeats=[round(rate, 3) for rate in repeats])
                 for label, engine in engines.items():
                     raw = config(spec, dataset, rounds, engine)
                     raw["name"] = f"{workload}-{label}-{rounds}"

@@ -26,7 +26,8 @@ from workloads import WORKLOADS as ALL_WORKLOADS
 
 ROOT = Path(__file__).resolve().parents[2]
 RECORDS = Path(__file__).resolve().parent / "records"
-PAGES = {"BENCHMARKS.md": ["benchmarks", "speed-mechanisms"], "README.md": ["benchmarks-headline"]}
+PAGES = {"BENCHMARKS.md": ["benchmarks", "gpu-profile", "speed-mechanisms"],
+         "README.md": ["benchmarks-headline"]}
 
 WORKLOADS = {name: spec.description for name, spec in ALL_WORKLOADS.items()}
 """What each workload is (the records name them as ``workloads.py`` does)."""
@@ -47,11 +48,40 @@ PEERS = {"flower": "Flower 1.41", "pfl": "pfl-research 0.6"}
 
 
 def load_records() -> list[dict]:
-    """Every record of the peer suites, in file order."""
+    """Every record of the peer suites, in file order, each with the name of its file
+    (``records_file``: one measurement, which may span calls and commits)."""
     records = []
     for path in sorted(RECORDS.glob("peers_*.jsonl")):
-        records += [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+        records += [{**json.loads(line), "records_file": path.name}
+                    for line in path.read_text().splitlines() if line.strip()]
     return records
+
+
+def _measured(records: list[dict]) -> tuple[str, str]:
+    """When the newest of ``records`` was measured (date, then time where recorded)."""
+    return max((r["date"], r.get("measured_at", "")) for r in records)
+
+
+def _newest(groups: dict[tuple, list[dict]]) -> dict[tuple, list[dict]]:
+    """Of measurement groups keyed ``(*row key, records file)``, the newest per row key: a
+    later measurement of the same row replaces an earlier one."""
+    newest: dict[tuple, tuple] = {}
+    for key, found in groups.items():
+        when = _measured(found)
+        if key[:-1] not in newest or when > newest[key[:-1]][0]:
+            newest[key[:-1]] = (when, key)
+    return {key: groups[key] for _, key in newest.values()}
+
+
+def steady_rate(record: dict) -> float | None:
+    """A side's steady rounds per second: for raysim records that split their rounds, one over
+    the median round (the rounds after the first; a final evaluation is not a round's cost);
+    else the rate as recorded."""
+    split = record.get("round_split_ms")
+    if split and split.get("round"):
+        return 1e3 / split["round"]
+    rate = record.get("rounds_per_s")
+    return float(rate) if isinstance(rate, (int, float)) else None
 
 
 def _fmt(value: float | None, digits: int = 2) -> str:
@@ -81,7 +111,7 @@ def _cpu_rows(records: list[dict]) -> list[dict]:
                                 "lower is better",
                      "raysim": cells.get("raysim", "-"), "flower": cells.get("flower", "-"),
                      "pfl": cells.get("pfl", "-"),
-                     "plain": "-", "reference": "-",
+                     "plain": "-", "reference": "-", "vs_reference": "-",
                      "vs_flower": _fmt(median["raysim"] / median["flower"]) + "x time"
                      if "flower" in median and "raysim" in median else "-",
                      "vs_pfl": _fmt(median["raysim"] / median["pfl"]) + "x time"
@@ -93,9 +123,9 @@ def _cpu_rows(records: list[dict]) -> list[dict]:
 
 def _best(records: list[dict], prefix: str) -> dict | None:
     """The record of the highest steady rate among sides starting with ``prefix``."""
-    found = [r for r in records if r["side"].startswith(prefix)
-             and isinstance(r.get("rounds_per_s"), (int, float))]
-    return max(found, key=lambda r: r["rounds_per_s"], default=None)
+    found = [r for r in records if r["side"].startswith(prefix) and steady_rate(r) is not None
+             and not r["side"].endswith("_profile")]
+    return max(found, key=lambda r: steady_rate(r) or 0.0, default=None)
 
 
 def _rate(record: dict | None, rounds: int, label: str = "") -> str:
@@ -105,13 +135,23 @@ def _rate(record: dict | None, rounds: int, label: str = "") -> str:
         return "-"
     wall = f", {record['wall_s']:.1f} s whole" if record.get("wall_s") else ""
     over = f" over {record['rounds']} rounds" if record["rounds"] != rounds else ""
-    return f"{record['rounds_per_s']:.2f}{label}{over}{wall}"
+    spread = f" ({min(record['repeats']):.1f}-{max(record['repeats']):.1f})" \
+        if record.get("repeats") else ""
+    return f"{steady_rate(record):.2f}{spread}{label}{over}{wall}"
+
+
+def _failed(records: list[dict], prefix: str) -> str:
+    """A side that ran and gave no rate: why (e.g. it timed out), else "-"."""
+    errors = [r for r in records if r["side"].startswith(prefix) and r.get("error")]
+    if not errors:
+        return "-"
+    return "did not finish: " + errors[0]["error"].split(":")[0].split("\n")[0]
 
 
 def _ratio(raysim: dict, peer: dict | None, digits: int) -> str:
     if peer is None:
         return "-"
-    return _fmt(raysim["rounds_per_s"] / peer["rounds_per_s"], digits) + "x rate"
+    return _fmt((steady_rate(raysim) or 0.0) / (steady_rate(peer) or 1.0), digits) + "x rate"
 
 
 def _gpu_rows(records: list[dict]) -> list[dict]:
@@ -123,9 +163,10 @@ def _gpu_rows(records: list[dict]) -> list[dict]:
         if record["side"].startswith("raysim_3_seeds"):
             continue
         groups[(record["workload"], record["device"], record["rounds"],
-                record["commit"])].append(record)
+                record["records_file"])].append(record)
     rows = []
-    for (workload, device, rounds, commit), found in sorted(groups.items()):
+    for (workload, device, rounds, _), found in sorted(_newest(groups).items()):
+        commit = " + ".join(dict.fromkeys(r["commit"] for r in found))  # in measured order
         raysim = _best(found, "raysim_")
         flower = _best(found, "flower")
         pfl = _best(found, "pfl_research")
@@ -133,8 +174,8 @@ def _gpu_rows(records: list[dict]) -> list[dict]:
         reference = _best(found, "on_device_vmap_reference")
         if flower is None and rounds <= 20:  # Flower measured over fewer rounds (slow on GPUs)
             flower = _best([r for r in records if r.get("device") == device
-                            and r.get("workload") == workload and r.get("commit") == commit],
-                           "flower")
+                            and r.get("workload") == workload
+                            and r["records_file"] == found[0]["records_file"]], "flower")
 
         if raysim is None:
             continue
@@ -143,11 +184,12 @@ def _gpu_rows(records: list[dict]) -> list[dict]:
             "workload": workload, "device": f"{device}, {found[0]['cpus']} CPUs",
             "measure": f"rounds/s over {rounds} rounds, higher is better",
             "raysim": _rate(raysim, rounds, f" ({raysim['side'].removeprefix('raysim_')})"),
-            "flower": _rate(flower, rounds),
-            "pfl": _rate(pfl, rounds, f" ({pfl['side'].split('_')[-1]})") if pfl else "-",
+            "flower": _rate(flower, rounds) if flower else _failed(found, "flower"),
+            "pfl": _rate(pfl, rounds, f" ({pfl['side'].split('_')[-1]})") if pfl
+            else _failed(found, "pfl_research"),
             "plain": _rate(plain, rounds), "reference": _rate(reference, rounds),
             "vs_flower": _ratio(raysim, flower, 1), "vs_pfl": _ratio(raysim, pfl, 2),
-            "vs_reference": _fmt(raysim["rounds_per_s"] / reference["rounds_per_s"])
+            "vs_reference": _fmt((steady_rate(raysim) or 0.0) / (steady_rate(reference) or 1.0))
             if reference else "-",
             "versions": found[0]["versions"], "commit": commit, "date": found[0]["date"],
             "command": COMMANDS["GPU"].format(workload=workload, rounds=rounds)})
@@ -161,17 +203,21 @@ def _versions(versions: dict) -> str:
 def render_full(records: list[dict]) -> str:
     """BENCHMARKS.md's table block."""
     head = ("| workload | device | measure | raysim | Flower | pfl-research | plain loop | "
-            "on-device reference | raysim vs Flower | raysim vs pfl-research | versions | "
-            "commit, date | command |\n| --- | --- | --- | --- | --- | --- | --- | --- | --- | "
-            "--- | --- | --- | --- |\n")
+            "on-device reference | raysim vs Flower | raysim vs pfl-research | raysim vs "
+            "reference | versions | commit, date | command |\n| --- | --- | --- | --- | --- | "
+            "--- | --- | --- | --- | --- | --- | --- | --- | --- |\n")
     lines = []
     for row in [*_cpu_rows(records), *_gpu_rows(records)]:
         lines.append(f"| {WORKLOADS[row['workload']]} | {row['device']} | "
                      f"{row['measure']} | {row['raysim']} | {row['flower']} | {row['pfl']} | "
                      f"{row['plain']} | {row['reference']} | {row['vs_flower']} | "
-                     f"{row['vs_pfl']} | {_versions(row['versions'])} | {row['commit']}, "
-                     f"{row['date']} | {row['command']} |")
-    seeds = [r for r in records if r["side"].startswith("raysim_3_seeds")]
+                     f"{row['vs_pfl']} | {row['vs_reference']} | {_versions(row['versions'])} | "
+                     f"{row['commit']}, {row['date']} | {row['command']} |")
+    seed_groups: dict[tuple, list[dict]] = defaultdict(list)
+    for record in records:
+        if record["side"].startswith("raysim_3_seeds"):
+            seed_groups[(record["device"], record["records_file"])].append(record)
+    seeds = [r for found in _newest(seed_groups).values() for r in found]
     seed_lines = [f"| {r['side'].removeprefix('raysim_3_seeds_merge_')} | {r['device']} | "
                   f"{', '.join(f'{v:.2f}' for v in r['rounds_per_s'])} | {r['wall_s']:.2f} s | "
                   f"{r['commit']}, {r['date']} |" for r in seeds]
@@ -181,6 +227,44 @@ def render_full(records: list[dict]) -> str:
                    "commit, date |\n| --- | --- | --- | --- | --- |\n" + "\n".join(seed_lines)
                    if seeds else "")
     return head + "\n".join(lines) + seeds_table
+
+
+def render_profile(records: list[dict]) -> str:
+    """BENCHMARKS.md's table of where a GPU round goes: raysim with 4 x 0.25 GPU, its rounds
+    split from its results (medians) and its driver and workers sampled by py-spy."""
+    groups: dict[tuple, list[dict]] = defaultdict(list)
+    for record in records:
+        if record.get("device") != "CPU" and "rounds" in record:
+            groups[(record["workload"], record["device"], record["records_file"])].append(record)
+    lines = []
+    for (workload, device, _), found in sorted(_newest(groups).items()):
+        timed = [r for r in found if r["side"] == "raysim_vectorized_4x0.25gpu"
+                 and r.get("round_split_ms") and r["rounds"] == 20]
+        profile = next((r for r in found if r["side"].endswith("_profile")), None)
+        if not timed:
+            continue
+        split = timed[0]["round_split_ms"]
+        cells = [f"{split['round']:.1f}", f"{split['dispatch_to_replies']:.1f}",
+                 f"{split['worker_local_updates']:.1f}", f"{split['aggregate']:.1f}"]
+        for role in ("driver", "worker"):
+            sampled = (profile or {}).get("profile", {}).get(role)
+            cells.append("-" if sampled is None else
+                         f"{sampled['busy_share']:.0%} busy; " + "; ".join(
+                             f"{_function(name)} {share:.0%}"
+                             for name, share in sampled["top_under_raysim"][:3]))
+        lines.append(f"| {SHORT[workload]} | {device} | " + " | ".join(cells) +
+                     f" | {timed[0]['commit']} |")
+    head = ("| workload | device | round (ms) | dispatch to last reply (ms) | a worker's local "
+            "updates (ms) | aggregation (ms) | driver (py-spy: busy share; most samples "
+            "under) | each worker (py-spy) | commit |\n| --- | --- | --- | --- | --- | --- | "
+            "--- | --- | --- |\n")
+    return head + "\n".join(lines)
+
+
+def _function(frame: str) -> str:
+    """``name (path:line)`` as ``name`` (``file.py``:line)."""
+    match = re.fullmatch(r"(.+) \((?:.*/)?([^/]+):(\d+)\)", frame)
+    return f"`{match.group(1)}` ({match.group(2)}:{match.group(3)})" if match else frame
 
 
 MECHANISMS = {
@@ -249,6 +333,7 @@ def rendered_blocks() -> dict[str, str]:
     """Every page block by its marker, rendered from the committed records."""
     records = load_records()
     return {"benchmarks": render_full(records), "benchmarks-headline": render_headline(records),
+            "gpu-profile": render_profile(records),
             "speed-mechanisms": render_mechanisms(load_mechanism_records())}
 
 
