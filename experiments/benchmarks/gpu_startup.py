@@ -1,6 +1,6 @@
 """Start-up of ``raysim run`` as a user runs it, on the pfl shape.
 
-The pfl-research CIFAR-10 benchmark's shape (``gpu_vectorized.py``'s ``pfl``: 1,000 clients x
+The pfl-research CIFAR-10 benchmark's shape (``cnn-1000x50-cifar-shape``: 1,000 clients x
 50 samples of 28x28x3, 50 per round, ``model: cnn``, batch 10, lr 0.1, one local epoch) as a
 YAML config on a generated 50,000-image file in the MedMNIST layout, run ``--repeats`` times as
 a new process (``python -m raysim.cli run``), each from a fresh output folder. For each

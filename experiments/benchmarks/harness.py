@@ -1,6 +1,7 @@
 """The benchmark scripts' shared harness (run them from the repository root; the scripts'
-folder is on sys.path then): a raysim run's rate, a workload's data, the statistics of
-alternated pairs, and where a suite's records go.
+folder is on sys.path then): raysim's configurations, a raysim run as a whole process (from
+this checkout or another: its rate, start-up and where its rounds went), a workload's data and
+timed config, the statistics of alternated pairs, and where a suite's records go.
 
 Every comparison alternates its sides (A B, B A, ...) in one invocation, so that the machine's
 drift between minutes falls on both; a ratio is reported with the mean of the per-pair ratios
@@ -12,40 +13,18 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import statistics
 import subprocess
+import sys
 import time
 from pathlib import Path
 
-from raysim.config import parse_config
+import yaml
+from workloads import WORKLOADS, raysim_config
+
 from raysim.data.generated import write_medmnist_npz
-from raysim.engine.runner import run_experiment
 from raysim.results import load
-
-
-def measure_raysim(raw: dict, output: Path, intervals: bool = False) -> dict:
-    """Run one raysim experiment; rounds per second from the first to the last round's end
-    (round 0 and start-up excluded; start-up reported separately). ``intervals``: also the
-    seconds between consecutive rounds' ends (``raysim_round_seconds``), which show whether
-    the first rounds after start-up run slower than the later ones, and the median over rounds
-    of the workers' local-update seconds (``raysim_local_update_s``: each round's sum over
-    its clients of ``train_seconds``, i.e. the time the workers spent in the algorithm's local
-    updates, summed over workers), which splits a round between the workers' training and the
-    rest (the hand-offs, the reductions, the driver)."""
-    started = time.perf_counter()
-    outcome = run_experiment(parse_config(raw), output=str(output), progress=False)[0]
-    if outcome.error is not None:
-        raise RuntimeError(f"the benchmark run failed: {outcome.error}")
-    total = time.perf_counter() - started
-    rounds = load(outcome.run_dir)
-    span = rounds["wall_time"].iloc[-1] - rounds["wall_time"].iloc[0]
-    measured = {"raysim_rounds_per_s": (len(rounds) - 1) / span, "raysim_startup_s": total - span}
-    if intervals:
-        measured["raysim_round_seconds"] = [round(float(s), 4)
-                                            for s in rounds["wall_time"].diff().iloc[1:]]
-        local = load(outcome.run_dir, "clients").groupby("round")["train_seconds"].sum()
-        measured["raysim_local_update_s"] = float(local.iloc[1:].median())
-    return measured
 
 
 def medmnist_source(data_root: str, flag: str, scratch: Path, n_train: int, n_test: int
@@ -60,21 +39,48 @@ def medmnist_source(data_root: str, flag: str, scratch: Path, n_train: int, n_te
             data_root, real)
 
 
-def print_ratio(result: dict) -> None:
-    """Add raysim / plain to ``result`` and print it as one JSON line (floats to 3 places)."""
-    result["raysim_over_plain"] = result["raysim_rounds_per_s"] / result["plain_rounds_per_s"]
-    print(json.dumps({k: round(v, 3) if isinstance(v, float) else v for k, v in result.items()}),
-          flush=True)
+def workload_dataset(name: str, data_root: str, scratch: Path) -> tuple[dict, bool]:
+    """(the config's dataset section, real?) for workload ``name``: the built-in set, a
+    generated CIFAR-10-shaped file for the pfl-research shape, a generated file at sizes other
+    than 28 px, else the real MedMNIST file under ``data_root`` when present (a generated
+    file of its layout otherwise)."""
+    spec = WORKLOADS[name]
+    if spec.data == "synthetic":
+        return {"name": "synthetic"}, True
+    root = scratch / name
+    if name == "cnn-1000x50-cifar-shape":  # 28x28x3 images in PathMNIST's layout
+        write_medmnist_npz(root, "pathmnist", n_train=spec.clients * spec.samples,
+                           n_test=200, channels=3, num_classes=9)
+        return {"name": "pathmnist", "root": str(root), "download": False,
+                "verify_checksum": False}, False
+    if spec.size != 28:
+        write_medmnist_npz(root, spec.data, n_train=spec.clients * spec.samples, n_test=50,
+                           size=spec.size)
+        return {"name": spec.data, "size": spec.size, "root": str(root), "download": False,
+                "verify_checksum": False}, False
+    section, _, real = medmnist_source(data_root, spec.data, root, n_train=4708, n_test=624)
+    return section, real
+
+
+def bench_config(name: str, dataset: dict, rounds: int, engine: dict) -> dict:
+    """Workload ``name`` as a raysim config for a timed run: ``rounds`` rounds on ``engine``
+    (1 CPU per worker unless it says), no evaluation."""
+    return raysim_config(name, dataset, rounds=rounds, evaluate_last=False,
+                         engine={"cpus_per_worker": 1, "flush_seconds": 5.0, **engine})
 
 
 RECORDS = Path(__file__).resolve().parent / "records"
 REPOSITORY = Path(__file__).resolve().parents[2]
 
 
-def commit() -> str:
-    """The repository's short commit hash."""
-    return subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPOSITORY,
-                          capture_output=True, text=True).stdout.strip()
+def commit(tree: Path = REPOSITORY) -> str:
+    """The short commit hash of ``tree`` (``RAYSIM_COMMIT`` where set, for a copy of the
+    tree whose git history is elsewhere; "unknown" without git)."""
+    if tree == REPOSITORY and os.environ.get("RAYSIM_COMMIT"):
+        return os.environ["RAYSIM_COMMIT"]
+    done = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=tree,
+                          capture_output=True, text=True)
+    return done.stdout.strip() if done.returncode == 0 else "unknown"
 
 
 def cpu_device() -> str:
@@ -95,3 +101,97 @@ def paired_ratios(baseline: list[float], changed: list[float]) -> dict[str, floa
     spread = statistics.stdev(ratios) if len(ratios) > 1 else 0.0
     t = (mean - 1) / (spread / len(ratios) ** 0.5) if spread else 0.0
     return {"ratio_mean": round(mean, 3), "ratio_t": round(t, 2)}
+
+
+GPU_ENGINES = {
+    "raysim_vectorized_1gpu": {"num_workers": 1, "gpus_per_worker": 1.0, "vectorize": "always"},
+    "raysim_vectorized_4x0.25gpu": {"num_workers": 4, "gpus_per_worker": 0.25,
+                                    "vectorize": "always"},
+    "raysim_vectorized_8x0.125gpu": {"num_workers": 8, "gpus_per_worker": 0.125,
+                                     "vectorize": "always"},
+    "raysim_loop_1gpu": {"num_workers": 1, "gpus_per_worker": 1.0, "vectorize": "never"},
+}
+"""raysim's configurations on a GPU machine, by the label its records carry."""
+CPU_ENGINES = {"raysim_2x1cpu": {"num_workers": 2, "cpus_per_worker": 1}}
+"""raysim's configuration on a CPU machine (two workers of one CPU)."""
+FIRST_ROUND = re.compile(r"first round dispatched ([0-9.]+) s after the command")
+
+
+class Records:
+    """Prints each record of ``suite`` as a JSON line (with the ``common`` fields) and appends
+    it to a file."""
+
+    def __init__(self, suite: str, path: str | Path | None, common: dict):
+        self.suite, self.path, self.common = suite, path, common
+
+    def add(self, **fields: object) -> None:
+        line = json.dumps({"suite": self.suite, **fields, **self.common})
+        print(line, flush=True)
+        if self.path:
+            with open(self.path, "a") as handle:
+                handle.write(line + "\n")
+
+
+def run_process(command: list[str], env: dict[str, str], timeout: float,
+                cwd: Path | None = None) -> tuple[float, str, str]:
+    """Whole-process seconds, stdout and an error text ("" when it succeeded)."""
+    started = time.perf_counter()
+    try:
+        done = subprocess.run(command, capture_output=True, text=True, env=env, timeout=timeout,
+                              cwd=cwd)
+    except subprocess.TimeoutExpired:
+        return time.perf_counter() - started, "", f"timed out after {timeout:.0f} s"
+    seconds = time.perf_counter() - started
+    error = "" if done.returncode == 0 else \
+        f"exit {done.returncode}: {(done.stderr or done.stdout)[-600:]}"
+    return seconds, done.stdout, error
+
+
+def last_json(text: str) -> dict:
+    """The last line of ``text`` that is a JSON object, parsed ({} when none is)."""
+    lines = [line for line in text.splitlines() if line.startswith("{")]
+    return json.loads(lines[-1]) if lines else {}
+
+
+def raysim_process(raw: dict, scratch: Path, env: dict[str, str], timeout: float,
+                   tree: Path | None = None) -> dict:
+    """``raysim run`` of one config as a whole process, from this checkout or from another
+    ``tree`` (its package first on the path, run from its root): seconds, the first round's
+    dispatch after the command, steady rounds per second of each seed (the rounds after the
+    first, a final evaluation left out) and where seed 0's rounds went (:func:`round_split`)."""
+    path = scratch / f"{raw['name']}.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    output = scratch / "results"
+    if tree is not None:
+        env = {**env, "PYTHONPATH": os.pathsep.join([str(tree), env.get("PYTHONPATH", "")])}
+    seconds, out, error = run_process([sys.executable, "-m", "raysim.cli", "run", str(path),
+                                       "--no-progress", "--output", str(output)], env, timeout,
+                                      cwd=tree)
+    if error:
+        return {"wall_s": round(seconds, 2), "error": error}
+    root = max((p for p in output.glob(f"{raw['name']}-*")), key=lambda p: p.stat().st_mtime)
+    per_seed = []
+    for run in sorted(root.glob("seed_*")):
+        rounds = load(run)
+        span = rounds["wall_time"].iloc[-1] - rounds["wall_time"].iloc[0] - \
+            rounds["seconds_evaluate"].iloc[1:].sum()
+        per_seed.append(round((len(rounds) - 1) / span, 3))
+    first = FIRST_ROUND.search(out)
+    return {"wall_s": round(seconds, 2), "rounds_per_s": per_seed[0] if len(per_seed) == 1
+            else per_seed, "first_round_s": float(first.group(1)) if first else None,
+            "round_split_ms": round_split(root, raw["engine"].get("num_workers", 1))}
+
+
+def round_split(root: Path, workers: int) -> dict[str, float]:
+    """Where a round's time goes, medians over the rounds after the first (seed 0), in ms:
+    the whole round, the dispatch-to-last-reply phase (``seconds_train``), the workers' own
+    local updates within it (the clients' ``train_seconds`` summed, per worker: the rest of
+    the phase is hand-offs and waiting), the aggregation and the evaluation."""
+    run = sorted(root.glob("seed_*"))[0]
+    rounds = load(run).iloc[1:]
+    local = load(run, "clients").groupby("round")["train_seconds"].sum() / workers
+    return {"round": round(float(rounds["wall_time"].diff().median()) * 1e3, 2),
+            "dispatch_to_replies": round(float(rounds["seconds_train"].median()) * 1e3, 2),
+            "worker_local_updates": round(float(local.iloc[1:].median()) * 1e3, 2),
+            "aggregate": round(float(rounds["seconds_aggregate"].median()) * 1e3, 2),
+            "evaluate": round(float(rounds["seconds_evaluate"].median()) * 1e3, 2)}

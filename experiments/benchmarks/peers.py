@@ -41,7 +41,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
 import statistics
 import subprocess
 import sys
@@ -55,110 +54,23 @@ import yaml
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-from gpu_vectorized import (  # noqa: E402
-    PFL_SHAPE,
-    WORKLOADS,
-    config,
-    on_device_reference,
-    pfl_dataset,
-    plain_loop,
+from baselines import fedavg_plain_loop, fedavg_reference  # noqa: E402
+from harness import (  # noqa: E402
+    CPU_ENGINES,
+    GPU_ENGINES,
+    Records,
+    bench_config,
+    commit,
+    last_json,
+    raysim_process,
+    run_process,
+    workload_dataset,
 )
 from vs_flower import export_for_flower  # noqa: E402
+from workloads import WORKLOADS  # noqa: E402
 
+PFL_SHAPE = "cnn-1000x50-cifar-shape"
 CONVNET = "convnet32-150x8-pneumonia"
-
-from raysim.results import load  # noqa: E402
-
-GPU_ENGINES = {
-    "raysim_vectorized_1gpu": {"num_workers": 1, "gpus_per_worker": 1.0, "vectorize": "always"},
-    "raysim_vectorized_4x0.25gpu": {"num_workers": 4, "gpus_per_worker": 0.25,
-                                    "vectorize": "always"},
-    "raysim_vectorized_8x0.125gpu": {"num_workers": 8, "gpus_per_worker": 0.125,
-                                     "vectorize": "always"},
-    "raysim_loop_1gpu": {"num_workers": 1, "gpus_per_worker": 1.0, "vectorize": "never"},
-}
-CPU_ENGINES = {"raysim_2x1cpu": {"num_workers": 2, "cpus_per_worker": 1}}
-FIRST_ROUND = re.compile(r"first round dispatched ([0-9.]+) s after the command")
-
-
-def _commit() -> str:
-    if os.environ.get("RAYSIM_COMMIT"):  # a copy of the tree whose git history differs
-        return os.environ["RAYSIM_COMMIT"]
-    try:
-        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
-                              text=True, cwd=HERE, check=True).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown"
-
-
-class Records:
-    """Prints each record as a JSON line and appends it to a file."""
-
-    def __init__(self, path: str | None, common: dict):
-        self.path, self.common = path, common
-
-    def add(self, **fields: object) -> None:
-        line = json.dumps({"suite": "peers", **fields, **self.common})
-        print(line, flush=True)
-        if self.path:
-            with open(self.path, "a") as handle:
-                handle.write(line + "\n")
-
-
-def _run(command: list[str], env: dict[str, str], timeout: float) -> tuple[float, str, str]:
-    """Whole-process seconds, stdout and an error text ("" when it succeeded)."""
-    started = time.perf_counter()
-    try:
-        done = subprocess.run(command, capture_output=True, text=True, env=env, timeout=timeout)
-    except subprocess.TimeoutExpired:
-        return time.perf_counter() - started, "", f"timed out after {timeout:.0f} s"
-    seconds = time.perf_counter() - started
-    error = "" if done.returncode == 0 else \
-        f"exit {done.returncode}: {(done.stderr or done.stdout)[-600:]}"
-    return seconds, done.stdout, error
-
-
-def _last_json(text: str) -> dict:
-    lines = [line for line in text.splitlines() if line.startswith("{")]
-    return json.loads(lines[-1]) if lines else {}
-
-
-def measure_raysim(raw: dict, scratch: Path, env: dict[str, str], timeout: float) -> dict:
-    """``raysim run`` of one config as a whole process: seconds, the first round's dispatch
-    after the command, steady rounds per second of each seed."""
-    path = scratch / f"{raw['name']}.yaml"
-    path.write_text(yaml.safe_dump(raw))
-    output = scratch / "results"
-    seconds, out, error = _run([sys.executable, "-m", "raysim.cli", "run", str(path),
-                                "--no-progress", "--output", str(output)], env, timeout)
-    if error:
-        return {"wall_s": round(seconds, 2), "error": error}
-    root = max((p for p in output.glob(f"{raw['name']}-*")), key=lambda p: p.stat().st_mtime)
-    per_seed = []
-    for run in sorted(root.glob("seed_*")):  # the last round's evaluation left out
-        rounds = load(run)
-        span = rounds["wall_time"].iloc[-1] - rounds["wall_time"].iloc[0] - \
-            rounds["seconds_evaluate"].iloc[1:].sum()
-        per_seed.append(round((len(rounds) - 1) / span, 3))
-    first = FIRST_ROUND.search(out)
-    return {"wall_s": round(seconds, 2), "rounds_per_s": per_seed[0] if len(per_seed) == 1
-            else per_seed, "first_round_s": float(first.group(1)) if first else None,
-            "round_split_ms": round_split(root, raw["engine"].get("num_workers", 1))}
-
-
-def round_split(root: Path, workers: int) -> dict[str, float]:
-    """Where a round's time goes, medians over the rounds after the first (seed 0), in ms:
-    the whole round, the dispatch-to-last-reply phase (``seconds_train``), the workers' own
-    local updates within it (the clients' ``train_seconds`` summed, per worker: the rest of
-    the phase is hand-offs and waiting), the aggregation and the evaluation."""
-    run = sorted(root.glob("seed_*"))[0]
-    rounds = load(run).iloc[1:]
-    local = load(run, "clients").groupby("round")["train_seconds"].sum() / workers
-    return {"round": round(float(rounds["wall_time"].diff().median()) * 1e3, 2),
-            "dispatch_to_replies": round(float(rounds["seconds_train"].median()) * 1e3, 2),
-            "worker_local_updates": round(float(local.iloc[1:].median()) * 1e3, 2),
-            "aggregate": round(float(rounds["seconds_aggregate"].median()) * 1e3, 2),
-            "evaluate": round(float(rounds["seconds_evaluate"].median()) * 1e3, 2)}
 
 
 RAY_ROLES = {"ray::DriverHost": "driver", "ray::WorkerHost": "worker", "ray::ClientWorker": "worker"}
@@ -268,9 +180,9 @@ def main() -> None:
             asked = subprocess.run([python, "-c", f"import {name}; print({name}.__version__)"],
                                    capture_output=True, text=True)
             versions[name] = asked.stdout.strip() or "unknown"
-    records = Records(args.records, {
+    records = Records("peers", args.records, {
         "device": torch.cuda.get_device_name() if cuda else "CPU", "cpus": os.cpu_count(),
-        "commit": _commit(), "date": date.today().isoformat(),
+        "commit": commit(), "date": date.today().isoformat(),
         "measured_at": datetime.now(UTC).strftime("%Y-%m-%dT%H:%MZ"), "versions": versions})
     engines = GPU_ENGINES if cuda else CPU_ENGINES
     if args.engines:
@@ -281,36 +193,31 @@ def main() -> None:
         scratch = Path(scratch_dir)
         for workload in args.workloads:
             spec = WORKLOADS[workload]
-            if workload == PFL_SHAPE:
-                dataset = pfl_dataset(scratch / "pfl")
-            else:
-                from harness import medmnist_source
-
-                dataset = medmnist_source(args.data_root, spec["flag"], scratch, n_train=2000,
-                                          n_test=200)[0]
+            dataset = workload_dataset(workload, args.data_root, scratch)[0]
             profiled: dict[str, dict] = {}  # each raysim side's last measurement
+            dataset_raw = {"dataset": dataset}
             for rounds in args.rounds:
                 common = {"workload": workload, "rounds": rounds}
                 if "plain_pytorch_loop" not in args.skip:
-                    plain = plain_loop(spec, dataset, rounds, device)
+                    plain = fedavg_plain_loop(spec, dataset_raw, rounds, device)
                     records.add(**common, side="plain_pytorch_loop",
                                 rounds_per_s=round(plain, 3))
                 # the median of three: one measurement of a few rounds varies by tens of %
-                repeats = [on_device_reference(spec, dataset, rounds, device) for _ in range(3)]
+                repeats = [fedavg_reference(spec, dataset_raw, rounds, device) for _ in range(3)]
                 limit = statistics.median(repeats)
                 records.add(**common, side="on_device_vmap_reference",
                             rounds_per_s=round(limit, 3),
                             repeats=[round(rate, 3) for rate in repeats])
                 for label, engine in engines.items():
-                    raw = config(spec, dataset, rounds, engine)
+                    raw = bench_config(workload, dataset, rounds, engine)
                     raw["name"] = f"{workload}-{label}-{rounds}"
                     raw["evaluation"] = {"every": rounds, "clients": False}
-                    measured = measure_raysim(raw, scratch, env, args.timeout)
+                    measured = raysim_process(raw, scratch, env, args.timeout)
                     profiled[label] = measured
                     ratio = {"over_reference": round(measured["rounds_per_s"] / limit, 3)} \
                         if isinstance(measured.get("rounds_per_s"), float) else {}
                     records.add(**common, side=label, **measured, **ratio)
-                raw = config(spec, dataset, rounds, next(iter(engines.values()), {}))
+                raw = bench_config(workload, dataset, rounds, next(iter(engines.values()), {}))
                 raw["evaluation"] = {"every": rounds, "clients": False}
                 peer_spec = export_for_flower(raw, scratch / f"{workload}.npz", write=rounds
                                               == args.rounds[0])  # the arrays once
@@ -318,22 +225,22 @@ def main() -> None:
                                  cpus=os.cpu_count() or 1)
                 if args.flower_python and "flower" not in args.skip and (
                         args.flower_rounds is None or rounds <= args.flower_rounds):
-                    seconds, out, error = _run(
+                    seconds, out, error = run_process(
                         [args.flower_python, str(HERE / "flower_workload.py"), "--data",
                          str(scratch / f"{workload}.npz"), "--spec", json.dumps(peer_spec)],
                         env, args.timeout)
-                    result = _last_json(out)
+                    result = last_json(out)
                     records.add(**common, side="flower", wall_s=round(seconds, 2),
                                 rounds_per_s=result.get("flower_rounds_per_s"),
                                 **({"error": error} if error else {}))
                 for processes in args.pfl_processes if args.pfl_python else []:
-                    seconds, out, error = _run(
+                    seconds, out, error = run_process(
                         [args.pfl_python, "-m", "torch.distributed.run", "--standalone",
                          "--nnodes=1", f"--nproc_per_node={processes}",
                          str(HERE / "pfl_workload.py"), "--data",
                          str(scratch / f"{workload}.npz"), "--spec", json.dumps(peer_spec)],
                         {**env, "OMP_NUM_THREADS": "1"}, args.timeout)
-                    result = _last_json(out)
+                    result = last_json(out)
                     records.add(**common, side=f"pfl_research_{processes}proc",
                                 wall_s=round(seconds, 2),
                                 rounds_per_s=result.get("pfl_rounds_per_s"),
@@ -344,20 +251,19 @@ def main() -> None:
                 after = (timed.get("first_round_s") or 15.0) + 2.0
                 rate = timed.get("rounds_per_s")
                 rounds = max(args.rounds[-1], int(15 * rate) if isinstance(rate, float) else 300)
-                raw = config(spec, dataset, rounds, {**GPU_ENGINES, **CPU_ENGINES}[label])
+                raw = bench_config(workload, dataset, rounds, {**GPU_ENGINES, **CPU_ENGINES}[label])
                 raw.update(name=f"{workload}-profile", evaluation={"every": 0})
                 records.add(workload=workload, rounds=rounds, side=f"{label}_profile",
                             profile=profile_raysim(raw, scratch, env, args.py_spy,
                                                    Path(args.profile), after))
         if args.seeds_check:
-            spec = WORKLOADS[PFL_SHAPE]
-            dataset = pfl_dataset(scratch / "pfl")
+            dataset = workload_dataset(PFL_SHAPE, args.data_root, scratch)[0]
             engine = GPU_ENGINES["raysim_vectorized_4x0.25gpu"] if cuda else CPU_ENGINES[
                 "raysim_2x1cpu"]
             for merge in ("auto", "never"):
-                raw = config(spec, dataset, 20, {**engine, "merge_seeds": merge})
+                raw = bench_config(PFL_SHAPE, dataset, 20, {**engine, "merge_seeds": merge})
                 raw.update(name=f"seeds-{merge}", seeds=[0, 1, 2])
-                measured = measure_raysim(raw, scratch, env, args.timeout)
+                measured = raysim_process(raw, scratch, env, args.timeout)
                 records.add(workload=PFL_SHAPE, rounds=20, side=f"raysim_3_seeds_merge_{merge}",
                             **measured)
 

@@ -6,7 +6,7 @@ between receiving the broadcast and sending its partial), for the workloads of
 
 On a GPU (``--device cuda``, the default where one is) both sides run there, the clock read
 after synchronising; with ``--vectorize never`` raysim takes the per-client loop there (the
-path whose ratio to the plain loop we track). Beside ``gpu_vectorized.py``'s figures
+path whose ratio to the plain loop we track). Beside ``speed.py``'s figures
 for the same shapes through Ray, this splits a gap between raysim's per-client code and what
 running in a Ray worker adds.
 
@@ -47,8 +47,8 @@ from torch.profiler import ProfilerActivity, profile
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from gpu_vectorized import pfl_dataset
-from workloads import dataset_section, raysim_config
+from harness import workload_dataset
+from workloads import raysim_config
 
 from raysim.algorithms import ALGORITHMS
 from raysim.config import parse_config
@@ -72,8 +72,7 @@ PFL_SHAPE = "cnn-1000x50-cifar-shape"
 def configs(root: str, real: bool, scratch: Path, names: list[str]) -> dict[str, dict]:
     """The raysim config of each named workload (``workloads.py``), without evaluation; the
     pfl shape on a generated file under ``scratch``."""
-    return {name: raysim_config(name, pfl_dataset(scratch) if name == PFL_SHAPE else
-                                dataset_section(name, root, real),
+    return {name: raysim_config(name, workload_dataset(name, root, scratch)[0],
                                 rounds=40 if name == PFL_SHAPE else None, evaluate_last=False)
             for name in names}
 

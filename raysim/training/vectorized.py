@@ -33,7 +33,7 @@ CPU_VECTORIZE_MAX_PARAMETERS = 100_000
 """Above this many parameters a dense model trains faster per client on a CPU: the batched
 call streams every client's copy of the weights through memory several times per step
 (measured on 2 CPUs, 50 clients x 4 samples: vmap 0.1-0.26x the loop's time up to 34 k
-parameters, 2.1-3.8x it from 280 k; ``experiments/benchmarks/data_plane.py``)."""
+parameters, 2.1-3.8x it from 280 k; ``experiments/benchmarks/speed.py``)."""
 
 
 def choose_path(model: nn.Module, optimizer: OptimizerConfig, device: torch.device,

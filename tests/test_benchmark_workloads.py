@@ -1,0 +1,38 @@
+"""Every named benchmark workload is a valid raysim config, and every method it uses has a
+plain loop to be measured against: a workload or a config key renamed without the other
+fails here, not in a benchmark run on a GPU machine."""
+
+from __future__ import annotations
+
+import importlib
+import sys
+from pathlib import Path
+
+import pytest
+
+from raysim.config import parse_config
+
+BENCHMARKS = Path(__file__).resolve().parents[1] / "experiments" / "benchmarks"
+
+
+@pytest.fixture(scope="module")
+def modules():
+    sys.path.insert(0, str(BENCHMARKS))
+    try:
+        yield {name: importlib.import_module(name)
+               for name in ("workloads", "harness", "baselines")}
+    finally:
+        sys.path.remove(str(BENCHMARKS))
+
+
+def test_every_workload_parses_on_every_engine(modules, tmp_path):
+    workloads, harness = modules["workloads"], modules["harness"]
+    for name, spec in workloads.WORKLOADS.items():
+        dataset = ({"name": "synthetic"} if spec.data == "synthetic" else
+                   {"name": spec.data, "size": spec.size, "root": str(tmp_path),
+                    "download": False})
+        for engine in [*harness.CPU_ENGINES.values(), *harness.GPU_ENGINES.values()]:
+            config = parse_config(harness.bench_config(name, dataset, 3, engine))
+            assert config.training.rounds == 3
+            assert config.algorithm.name == spec.algorithm["name"]
+        assert spec.algorithm["name"] in modules["baselines"].BASELINES, name
