@@ -274,6 +274,9 @@ MECHANISMS = {
     "prestart": ("a local Ray prestarts only the worker processes the first runs use "
                  "(`raysim/engine/launch/local_ray.py`)",
                  "`raysim run experiments/quickstart.yaml`, the machine reporting 16 CPUs"),
+    "head_services": ("a local Ray starts without the head processes raysim never uses "
+                      "(`raysim/engine/launch/local_ray.py`)",
+                      "seconds from a new process to three engine actors answering"),
 }
 """What each speed-mechanism record measures (``speed_mechanisms.py``)."""
 

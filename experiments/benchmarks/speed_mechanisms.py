@@ -1,5 +1,5 @@
-"""What two of raysim's speed mechanisms gain, each switched off against on, alternating, on
-this machine; one JSON line per mechanism (``--records FILE`` also appends them there).
+"""What raysim's speed mechanisms gain, each switched off against on, alternating, on this
+machine; one JSON line per mechanism (``--records FILE`` also appends them there).
 
 - ``first_step``: a client's first SGD step written from its start straight into its own
   weights (``raysim/training/first_step.py``) against copying the start in and stepping in
@@ -14,8 +14,16 @@ this machine; one JSON line per mechanism (``--records FILE`` also appends them 
   first round is dispatched (from the run's manifest) and of the whole command, medians over
   ``--repeats`` alternations. On a machine with fewer cores than ``--cpus`` the default's
   imports also contend for the cores, so the gain there is larger than on a node that has them.
+- ``head_services``: a local Ray started without the head processes raysim never uses (the API
+  server, the autoscaler monitor and the log monitor:
+  ``raysim.engine.launch.local_ray.UNUSED_RAY_SERVICES``) against Ray's default. A fresh
+  Python process starts a local Ray as ``raysim run`` does (the engine preloaded in Ray's
+  worker processes and imported in a background thread beside ``ray.init``), asks for three
+  actors that import the engine (two client workers and a driver host) and waits until all
+  three answer; seconds until they do, medians over ``--repeats`` alternations.
 
     python experiments/benchmarks/speed_mechanisms.py [--repeats 5] [--cpus 16] [--records FILE]
+        [--only first_step|prestart|head_services]
 """
 
 from __future__ import annotations
@@ -118,11 +126,55 @@ def prestart(repeats: int, cpus: int) -> dict[str, Any]:
             **paired_ratios(wholes[False], wholes[True])}
 
 
+_HEAD_SERVICES = """
+import contextlib, json, os, sys, threading, time
+started = time.perf_counter()
+import ray
+from raysim.engine.launch.warm_cluster import PRELOAD_VARIABLE, WORKER_MODULES
+from raysim.engine.launch.local_ray import _without_unused_ray_services
+
+os.environ[PRELOAD_VARIABLE] = ",".join(WORKER_MODULES)
+engine = threading.Thread(target=lambda: __import__("raysim.engine.runner"))
+engine.start()
+with _without_unused_ray_services() if sys.argv[1] == "on" else contextlib.nullcontext():
+    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False,
+             logging_level="ERROR")
+
+@ray.remote(num_cpus=0)
+class Pooled:
+    def __init__(self):
+        import raysim.engine.run.worker  # noqa: F401  (preloaded: a no-op on a preloaded process)
+    def pid(self):
+        return os.getpid()
+
+actors = [Pooled.remote() for _ in range(3)]
+ray.get([actor.pid.remote() for actor in actors])
+print(json.dumps({"ready_s": time.perf_counter() - started}))
+engine.join()
+ray.shutdown()
+"""
+
+
+def head_services(repeats: int) -> dict[str, Any]:
+    """Seconds until three engine actors answer, a local Ray started without the unused head
+    services and with them (see the module docstring)."""
+    ready: dict[str, list[float]] = {"on": [], "off": []}
+    for _ in range(repeats):
+        for variant in ("on", "off"):
+            done = subprocess.run([sys.executable, "-c", _HEAD_SERVICES, variant], check=True,
+                                  capture_output=True, text=True, cwd=REPOSITORY)
+            ready[variant].append(json.loads(done.stdout.strip().splitlines()[-1])["ready_s"])
+    return {"mechanism": "head_services", "what": "local Ray to three engine actors ready, s",
+            "on": round(statistics.median(ready["on"]), 3),
+            "off": round(statistics.median(ready["off"]), 3), "repeats": repeats,
+            **paired_ratios(ready["on"], ready["off"])}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--cpus", type=int, default=16)
-    parser.add_argument("--only", choices=["first_step", "prestart"])
+    parser.add_argument("--only", choices=["first_step", "prestart", "head_services"])
     parser.add_argument("--records", help="append the rows to this JSON-lines file (e.g. "
                         "records/speed_mechanisms_<device>_<commit>.jsonl)")
     args = parser.parse_args()
@@ -132,6 +184,8 @@ def main() -> None:
         rows.append(first_step(args.repeats))
     if args.only in (None, "prestart"):
         rows.append(prestart(args.repeats, args.cpus))
+    if args.only in (None, "head_services"):
+        rows.append(head_services(args.repeats))
     for row in rows:
         row.update(commit=at_commit, device=cpu_device())
         print(json.dumps(row), flush=True)

@@ -13,7 +13,7 @@ config runs 4 workers x 0.25 GPU (the shape measured); without one, 2 workers on
 the same file, so before and after are measured in one invocation on one machine.
 ``--config PATH`` runs that config instead (e.g. the quickstart).
 
-    python experiments/benchmarks/gpu_startup.py [--repeats 3] [--rounds 5] [--baseline-tree DIR]
+    python experiments/benchmarks/startup.py [--repeats 3] [--rounds 5] [--baseline-tree DIR]
         [--config PATH]
 """
 
