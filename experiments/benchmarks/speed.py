@@ -98,8 +98,8 @@ def measure_workload(name: str, args: argparse.Namespace, device: torch.device,
             if isinstance(result, dict):
                 rate = raysim_rate(result)
                 records.add(workload=name, side=side, repeat=repeat, rounds=rounds,
-                            real_data=real, **result,
-                            **({"rounds_per_s": round(rate, 3)} if rate else {}))
+                            real_data=real, **{**result, "rounds_per_s": round(rate, 3)
+                                               if rate else None})
             else:
                 rate = float(result)
                 records.add(workload=name, side=side, repeat=repeat, rounds=plain_rounds,
