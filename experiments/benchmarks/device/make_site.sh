@@ -1,8 +1,8 @@
 #!/bin/bash
 # Build what raysim needs on a GPU machine (Python 3.12, torch there, no Ray, no internet)
-# into .gpu/ (git-ignored via .git/info/exclude; carry it: `carry: [".gpu"]`), under the 64 MiB
-# a device call may carry: Ray 2.60 without jars/rllib/tune/serve/data/train/llm/tests and
-# with its binaries stripped (104 MB -> a 27 MB xz tarball), plus jsonschema, pydantic and
+# into .gpu/ (git-ignored via .git/info/exclude; copy it to the GPU machine with the tree), small
+# enough to copy alongside the tree (under 64 MiB with the peers' wheels): Ray 2.60 without
+# jars/rllib/tune/serve/data/train/llm/tests and with its binaries stripped (104 MB -> a 27 MB xz tarball), plus jsonschema, pydantic and
 # medmnist (only its INFO table is used), and py-spy for profiles. Byte-compiled for 3.12.
 #   bash experiments/benchmarks/device/make_site.sh   (from the repository root; needs python3.12)
 set -eu

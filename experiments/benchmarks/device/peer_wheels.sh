@@ -1,6 +1,6 @@
 #!/bin/bash
 # Wheels of the peers (Flower 1.41 on raysim's Ray, pfl-research 0.6) for a GPU machine that
-# has torch, grpcio and typer but no internet, for Python 3.12, into .gpu/peers/ (carry .gpu):
+# has torch, grpcio and typer but no internet, for Python 3.12, into .gpu/peers/ (copied with .gpu/):
 #   bash experiments/benchmarks/device/peer_wheels.sh   (after make_site.sh, from the repository root)
 # Only what their simulations import and the machine lacks; Flower's pin of ray 2.55.1 is
 # replaced by the Ray 2.60 of make_site.sh (its simulation runs on it unchanged).

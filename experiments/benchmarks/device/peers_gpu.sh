@@ -1,11 +1,12 @@
 #!/bin/bash
 # raysim, Flower 1.41, pfl-research 0.6, the plain loop and the on-device reference on one GPU
-# machine in two calls of about 7.5 minutes: PART=1, both shapes over 20 rounds (with a py-spy
-# profile of raysim's driver and workers on each); PART=2, three seeds merged or not, 120 rounds
-# and the tests that use the GPU. From the repository root on the GPU machine, after
-# make_site.sh and peer_wheels.sh here (put both calls' records into one records file):
-#   device.run("PART=1 BUDGET=450 bash experiments/benchmarks/device/peers_gpu.sh",
-#              carry=[".gpu"], timeout_s=480), then the same with PART=2
+# machine, as two commands of about 7.5 minutes each: PART=1, both shapes over 20 rounds (with a
+# py-spy profile of raysim's driver and workers on each); PART=2, three seeds merged or not, 120
+# rounds and the tests that use the GPU. From the repository root on the GPU machine, with the
+# .gpu/ folder that make_site.sh and peer_wheels.sh build beside it (both commands' records go
+# into one records file):
+#   PART=1 BUDGET=450 bash experiments/benchmarks/device/peers_gpu.sh
+#   PART=2 BUDGET=450 bash experiments/benchmarks/device/peers_gpu.sh
 # Records (JSON lines of peers.py) and logs land in $OUT; each step has its own time limit and
 # is skipped when the call's BUDGET (seconds) would not hold it.
 set -u
