@@ -252,8 +252,10 @@ def render_profile(records: list[dict]) -> str:
                          f"{sampled['busy_share']:.0%} busy; " + "; ".join(
                              f"{_function(name)} {share:.0%}"
                              for name, share in sampled["top_under_raysim"][:3]))
-        lines.append(f"| {SHORT[workload]} | {device} | " + " | ".join(cells) +
-                     f" | {timed[0]['commit']} |")
+        commits = timed[0]["commit"]
+        if profile and profile["commit"] != commits:
+            commits += f" (py-spy: {profile['commit']})"
+        lines.append(f"| {SHORT[workload]} | {device} | " + " | ".join(cells) + f" | {commits} |")
     head = ("| workload | device | round (ms) | dispatch to last reply (ms) | a worker's local "
             "updates (ms) | aggregation (ms) | driver (py-spy: busy share; most samples "
             "under) | each worker (py-spy) | commit |\n| --- | --- | --- | --- | --- | --- | "
