@@ -29,11 +29,17 @@ Optionally (``--seeds-check``) three seeds of the pfl shape with ``engine.merge_
 never (4 x 0.25 GPU each: the seeds cannot run side by side, so auto puts them on shared
 workers and never runs them one after another).
 
-Every measurement is one JSON record (suite ``peers``; commit, device, CPUs, versions) printed
-and appended to ``--records``.
+A raysim record also splits its rounds (``round_split_ms``: the median round, dispatch to the
+last reply, a worker's own local updates, aggregation, evaluation), and ``--profile STACKS``
+adds, per workload, an untimed longer run of raysim at 4 x 0.25 GPU (2 x 1 CPU without one)
+whose driver and workers py-spy samples (``profiling.py``).
+
+Every measurement is one JSON record (suite ``peers``; commit, device, CPUs, versions, when)
+printed and appended to ``--records``.
 
     python experiments/benchmarks/peers.py --flower-python PY --pfl-python PY \\
-        [--workloads NAME ...] [--rounds 20 120] [--pfl-processes 1 2 4] [--records FILE]
+        [--workloads NAME ...] [--rounds 20 120] [--pfl-processes 1 2 4] [--records FILE] \\
+        [--profile STACKS --py-spy PATH]
 """
 
 from __future__ import annotations
