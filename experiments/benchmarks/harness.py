@@ -21,45 +21,27 @@ import time
 from pathlib import Path
 
 import yaml
-from workloads import WORKLOADS, raysim_config
+from workloads import WORKLOADS, dataset_section, raysim_config
 
 from raysim.data.generated import write_medmnist_npz
 from raysim.results import load
 
 
-def medmnist_source(data_root: str, flag: str, scratch: Path, n_train: int, n_test: int
-                    ) -> tuple[dict, str, bool]:
-    """(dataset config section, data root, real?) for ``flag``: the real file under
-    ``data_root`` when present, else a generated file of that layout under ``scratch``."""
-    real = (Path(data_root) / f"{flag}.npz").exists()
-    if not real:
-        data_root = str(scratch / "data")
-        write_medmnist_npz(Path(data_root), flag, n_train=n_train, n_test=n_test)
-    return ({"name": flag, "root": data_root, "download": False, "verify_checksum": real},
-            data_root, real)
-
-
 def workload_dataset(name: str, data_root: str, scratch: Path) -> tuple[dict, bool]:
-    """(the config's dataset section, real?) for workload ``name``: the built-in set, a
-    generated CIFAR-10-shaped file for the pfl-research shape, a generated file at sizes other
-    than 28 px, else the real MedMNIST file under ``data_root`` when present (a generated
-    file of its layout otherwise)."""
+    """(the config's dataset section, real?) for workload ``name``: the built-in set, the real
+    MedMNIST file under ``data_root`` when present at 28 px, else a generated file of its layout
+    under ``scratch`` (for the pfl-research shape always: 28x28x3 images, CIFAR-10-shaped)."""
     spec = WORKLOADS[name]
-    if spec.data == "synthetic":
-        return {"name": "synthetic"}, True
+    cifar_shape = name == "cnn-1000x50-cifar-shape"
+    real = spec.data == "synthetic" or (
+        not cifar_shape and spec.size == 28 and (Path(data_root) / f"{spec.data}.npz").exists())
+    if real:
+        return dataset_section(name, data_root, True), True
     root = scratch / name
-    if name == "cnn-1000x50-cifar-shape":  # 28x28x3 images in PathMNIST's layout
-        write_medmnist_npz(root, "pathmnist", n_train=spec.clients * spec.samples,
-                           n_test=200, channels=3, num_classes=9)
-        return {"name": "pathmnist", "root": str(root), "download": False,
-                "verify_checksum": False}, False
-    if spec.size != 28:
-        write_medmnist_npz(root, spec.data, n_train=spec.clients * spec.samples, n_test=50,
-                           size=spec.size)
-        return {"name": spec.data, "size": spec.size, "root": str(root), "download": False,
-                "verify_checksum": False}, False
-    section, _, real = medmnist_source(data_root, spec.data, root, n_train=4708, n_test=624)
-    return section, real
+    write_medmnist_npz(root, spec.data, n_train=max(spec.clients * spec.samples, 2000),
+                       n_test=200, size=spec.size,
+                       **({"channels": 3, "num_classes": 9} if cifar_shape else {}))
+    return dataset_section(name, str(root), False), False
 
 
 def bench_config(name: str, dataset: dict, rounds: int, engine: dict) -> dict:

@@ -156,10 +156,3 @@ def dataset_section(name: str, root: str, real: bool) -> dict[str, Any]:
         return {"name": "synthetic"}
     return {"name": spec.data, "size": spec.size, "root": root, "download": False,
             "verify_checksum": real}
-
-
-RECORD_NAMES = {"W1": "convnet128-70x64-pneumonia", "W2": "convnet32-150x8-pneumonia",
-                "w2": "convnet32-150x8-pneumonia", "W3": "mlp32-1000x4-synthetic",
-                "W4": "mlp1024-1000x4-synthetic", "pfl": "cnn-1000x50-cifar-shape",
-                "feddc": "feddc-resnet18-150x8-pneumonia224"}
-"""Earlier short keys of the workloads (in records written before the names)."""
