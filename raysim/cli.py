@@ -112,6 +112,13 @@ def _parser() -> argparse.ArgumentParser:
                           metavar="LABEL", help="estimate only this variant (repeatable)")
     estimate.add_argument("--data-root", type=_directory,
                           help="directory holding the MedMNIST npz files")
+    estimate.add_argument("--clients", type=int, metavar="K",
+                          help="a slice: train K clients per round in the probe and scale its "
+                          "rounds up to the config's clients per round (for configs whose full "
+                          "rounds are too slow to probe here)")
+    estimate.add_argument("--stand-in-data", action="store_true",
+                          help="probe on a generated file of the dataset's layout when its "
+                          "MedMNIST file is not under the data root (timing only)")
     estimate.add_argument("--csv", help="also write the estimate to this CSV file (one row per "
                           "variant; e.g. docs/results/estimates/<config>.csv)")
     report = commands.add_parser("report", help="summary table and learning curves of results")
@@ -360,6 +367,10 @@ def _estimate(args: argparse.Namespace) -> int:
     if args.rounds < 2:
         raise RaysimError(f"Invalid --rounds {args.rounds}: the estimate needs at least 2 rounds "
                           "(the first pays for warm-up; steady rounds are measured after it).")
+    if args.clients is not None and args.clients < 1:
+        raise RaysimError(f"Invalid --clients {args.clients}: a slice trains at least 1 client "
+                          "per round. Pass a positive count, or leave --clients out to probe "
+                          "the config's own rounds.")
     experiments = load_experiments(args.config, args.overrides)
     unknown = [label for label in args.variants if label not in experiments]
     if unknown:
@@ -373,7 +384,8 @@ def _estimate(args: argparse.Namespace) -> int:
         import ray
 
         resources = ray.cluster_resources()
-        probes, concurrent, gpus = measure(experiments, args.rounds, args.data_root)
+        probes, concurrent, gpus = measure(experiments, args.rounds, args.data_root,
+                                           args.clients, args.stand_in_data)
     machine = (f"this machine ({resources.get('CPU', 0):g} CPUs, {resources.get('GPU', 0):g} "
                f"GPUs, {_os.cpu_count()} cores)")
     estimate = project(experiments, probes, concurrent, gpus)

@@ -9,15 +9,31 @@ round's warm-up stay out) and the seconds of one evaluation give one run's time:
 ``rounds x round + evaluations x evaluation``. The runs (seeds x variants) are then scheduled
 in order on as many slots as the machine fits runs at once, as ``raysim run`` does, after the
 start-up measured by the first probe.
+
+Two slices make a paper-scale config measurable on a small machine:
+
+- ``clients``: the probe trains that many clients per round instead of the config's (a
+  config that samples clients samples fewer; one that trains every client gets fewer clients
+  of the same partition scheme), and its round is projected by the clients each worker runs
+  one after another: ``ceil(C / workers) / ceil(K / workers)`` (and an evaluation of every
+  client's model likewise). A client's own work is assumed unchanged by the slice, which holds
+  for fixed local steps and fixed samples per client; where the scheme splits the whole
+  training set, each of fewer clients holds more of it, and the projection of an epoch-based
+  config errs high.
+- ``stand_in``: a MedMNIST file that is not at hand is replaced by a generated file of its
+  layout (official split sizes, channels, classes, size; ``write_stand_in``): what a round
+  costs does not depend on the pixel values.
 """
 
 from __future__ import annotations
 
 import heapq
+import math
 import tempfile
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
+from pathlib import Path
 
 from raysim.config import ExperimentConfig
 from raysim.engine.progress import duration_text
@@ -34,6 +50,14 @@ class Probe:
     """Seconds of one evaluation (0 when the probe evaluated nothing)."""
     startup_s: float
     """Seconds from the probe's start to its first round's end, less one steady round."""
+    round_scale: float = 1.0
+    """What a measured round is multiplied by for the config's clients per round (a slice)."""
+    evaluation_scale: float = 1.0
+    """Likewise for an evaluation (an evaluation of every client's model)."""
+    clients: int | None = None
+    """Clients per round the probe trained, where it was a slice of the config's."""
+    stand_in: bool = False
+    """Whether the probe ran on a generated file of the dataset's layout."""
 
 
 @dataclass(frozen=True)
@@ -88,7 +112,8 @@ def project(configs: Mapping[str, ExperimentConfig], probes: Mapping[str, Probe]
         engine = config.engine
         devices = engine.num_workers * (engine.gpus_per_worker if uses_gpus
                                         else engine.cpus_per_worker)
-        run_s = config.training.rounds * probe.round_s + evaluations(config) * probe.evaluation_s
+        run_s = config.training.rounds * probe.round_s * probe.round_scale + \
+            evaluations(config) * probe.evaluation_s * probe.evaluation_scale
         costs.append(VariantCost(label, len(config.seeds), config.training.rounds, run_s, probe,
                                  devices))
     durations = [cost.run_s for cost in costs for _ in range(cost.runs)]
@@ -98,10 +123,53 @@ def project(configs: Mapping[str, ExperimentConfig], probes: Mapping[str, Probe]
                     hours, "GPU" if uses_gpus else "CPU")
 
 
-def measure(configs: Mapping[str, ExperimentConfig], rounds: int, data_root: str | None
+def sliced(config: ExperimentConfig, clients: int | None
+           ) -> tuple[ExperimentConfig, float, float]:
+    """``config`` with ``clients`` clients per round (where fewer than its own), and the scales
+    of a round and of an evaluation back to the config's (module docstring)."""
+    own = config.clients_per_round
+    if clients is None or clients >= own:
+        return config, 1.0, 1.0
+    if config.training.clients_per_round is not None:  # it samples: sample fewer
+        config = config.model_copy(update={"training": config.training.model_copy(
+            update={"clients_per_round": clients})})
+    else:
+        config = config.model_copy(update={"partition": config.partition.model_copy(
+            update={"num_clients": clients})})
+    workers = config.engine.num_workers
+    scale = math.ceil(own / workers) / math.ceil(clients / workers)
+    return config, scale, scale if config.evaluation.clients else 1.0
+
+
+def stand_in_data(config: ExperimentConfig, data_root: str | None, scratch: Path
+                  ) -> ExperimentConfig | None:
+    """``config`` reading a generated file of its MedMNIST dataset's layout from ``scratch``
+    when the real file is not under its data root (None when it is, or the dataset is
+    built in)."""
+    from raysim.data.builtin import BUILTIN_DATASETS
+    from raysim.data.generated import write_stand_in
+    from raysim.data.medmnist_io import default_root, file_name
+
+    dataset = config.dataset
+    if dataset.name in BUILTIN_DATASETS:
+        return None
+    name = file_name(dataset.name, dataset.size)
+    if (Path(data_root or dataset.root or default_root()).expanduser() / name).exists():
+        return None
+    root = scratch / "stand-in"
+    if not (root / name).exists():
+        write_stand_in(root, dataset.name, dataset.size)
+    return config.model_copy(update={"dataset": dataset.model_copy(update={
+        "root": str(root), "download": False, "verify_checksum": False})})
+
+
+def measure(configs: Mapping[str, ExperimentConfig], rounds: int, data_root: str | None,
+            clients: int | None = None, stand_in: bool = False
             ) -> tuple[dict[str, Probe], int, bool]:
-    """Run ``rounds`` rounds of each variant's first seed; returns the probes, how many runs
-    of the config fit at once here, and whether the workers get GPUs."""
+    """Run ``rounds`` rounds of each variant's first seed (``clients`` clients per round where
+    given; on a generated file of the dataset's layout where ``stand_in`` and the file is
+    missing); returns the probes, how many runs of the config fit at once here, and whether
+    the workers get GPUs."""
     from raysim.engine.runner import _concurrent_runs, _uses_gpus, run_experiments
     from raysim.errors import RunError
     from raysim.results import load
@@ -110,14 +178,18 @@ def measure(configs: Mapping[str, ExperimentConfig], rounds: int, data_root: str
     with tempfile.TemporaryDirectory(prefix="raysim-estimate-") as scratch:
         for label, config in configs.items():
             measured = min(rounds, config.training.rounds)
-            probe_config = config.model_copy(update={
+            probe_config, round_scale, evaluation_scale = sliced(config, clients)
+            generated = stand_in_data(probe_config, data_root, Path(scratch)) \
+                if stand_in else None
+            probe_config = (generated or probe_config).model_copy(update={
                 "seeds": config.seeds[:1],
-                "training": config.training.model_copy(update={"rounds": measured}),
+                "training": probe_config.training.model_copy(update={"rounds": measured}),
                 "evaluation": config.evaluation.model_copy(update={
                     "every": measured if config.evaluation.every > 0 else 0,
                     "membership_audit": 0})})
             started = time.time()
-            outcome = run_experiments({label: probe_config}, data_root=data_root,
+            root = probe_config.dataset.root if generated else data_root
+            outcome = run_experiments({label: probe_config}, data_root=root,
                                       output=scratch, progress=False)[0]
             if outcome.error is not None:
                 raise RunError(f"The estimate's probe of {label or config.name} failed: "
@@ -129,7 +201,9 @@ def measure(configs: Mapping[str, ExperimentConfig], rounds: int, data_root: str
             steady = (float(ends[-1] - ends[0]) - evaluation) / (len(ends) - 1) \
                 if len(ends) > 1 else float(ends[0] - started)
             probes[label] = Probe(measured, max(steady, 0.0), evaluation,
-                                  max(float(ends[0] - started) - steady, 0.0))
+                                  max(float(ends[0] - started) - steady, 0.0), round_scale,
+                                  evaluation_scale, clients if round_scale != 1.0 else None,
+                                  generated is not None)
         return probes, _concurrent_runs(configs.values()), any(
             _uses_gpus(config) for config in configs.values())
 
@@ -139,34 +213,52 @@ def describe(estimate: Estimate, machine: str) -> str:
     lines = ["variant | runs | s/round (steady) | evaluation s | rounds | one run",
              "--- | --- | --- | --- | --- | ---"]
     for cost in estimate.variants:
-        lines.append(f"{cost.label or '(config)'} | {cost.runs} | {cost.probe.round_s:.3f} | "
-                     f"{cost.probe.evaluation_s:.2f} | {cost.rounds} | {duration_text(cost.run_s)}")
+        probe = cost.probe
+        lines.append(f"{cost.label or '(config)'} | {cost.runs} | "
+                     f"{probe.round_s * probe.round_scale:.3f} | "
+                     f"{probe.evaluation_s * probe.evaluation_scale:.2f} | {cost.rounds} | "
+                     f"{duration_text(cost.run_s)}")
     runs = sum(cost.runs for cost in estimate.variants)
+    first = estimate.variants[0].probe
     lines += [
         "",
         f"projected wall time: {duration_text(estimate.wall_s)} for {runs} runs, "
         f"{estimate.concurrent_runs} at a time on {machine}; "
         f"{estimate.device_hours:.2f} {estimate.device}-hours",
-        f"how: each variant's first seed ran {estimate.variants[0].probe.rounds} rounds here; "
+        f"how: each variant's first seed ran {first.rounds} rounds here; "
         "one run = the config's rounds x the steady seconds per round (from the end of the "
         "first round to the end of the last) + its evaluations x one evaluation's seconds; "
         f"runs scheduled in order after {estimate.startup_s:.1f} s of start-up. Later rounds "
         "are assumed to cost what the measured ones did."]
+    sliced = [cost for cost in estimate.variants if cost.probe.clients is not None]
+    if sliced:
+        lines.append(
+            f"slice: {len(sliced)} of {len(estimate.variants)} variants ran "
+            f"{sliced[0].probe.clients} clients per round; their rounds were scaled by the "
+            f"clients each worker runs one after another (x{sliced[0].probe.round_scale:.1f}), "
+            "assuming a client's own work is unchanged by the slice.")
+    if any(cost.probe.stand_in for cost in estimate.variants):
+        lines.append("data: the MedMNIST file is not here; the probes ran on a generated file "
+                     "of its layout (split sizes, channels, classes, size).")
     return "\n".join(lines)
 
 
 def table_rows(estimate: Estimate, machine: str) -> list[dict[str, object]]:
     """The estimate as rows for a CSV (one per variant; the whole config's projection in every
-    row): what ``raysim estimate --csv`` writes."""
+    row): what ``raysim estimate --csv`` writes. ``round_s`` and ``evaluation_s`` are the
+    config's (a slice's measurement scaled), ``probe_round_s`` what the probe measured."""
     return [{"variant": cost.label or "(config)", "runs": cost.runs, "rounds": cost.rounds,
-             "probe_rounds": cost.probe.rounds, "round_s": round(cost.probe.round_s, 4),
-             "evaluation_s": round(cost.probe.evaluation_s, 3),
+             "probe_rounds": cost.probe.rounds,
+             "round_s": round(cost.probe.round_s * cost.probe.round_scale, 4),
+             "evaluation_s": round(cost.probe.evaluation_s * cost.probe.evaluation_scale, 3),
              "run_hours": round(cost.run_s / 3600, 3),
              "all_runs_wall_hours": round(estimate.wall_s / 3600, 3),
              "concurrent_runs": estimate.concurrent_runs,
              "device_hours": round(estimate.device_hours, 3), "device": estimate.device,
-             "machine": machine} for cost in estimate.variants]
+             "machine": machine, "probe_round_s": round(cost.probe.round_s, 4),
+             "probe_clients": cost.probe.clients or "", "stand_in_data": cost.probe.stand_in}
+            for cost in estimate.variants]
 
 
 __all__ = ["Estimate", "Probe", "VariantCost", "describe", "evaluations", "makespan", "measure",
-           "project", "table_rows"]
+           "project", "sliced", "stand_in_data", "table_rows"]

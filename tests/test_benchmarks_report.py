@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -15,6 +16,7 @@ def _report():
     spec = importlib.util.spec_from_file_location(
         "benchmarks_report", ROOT / "experiments" / "benchmarks" / "report.py")
     module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # its dataclasses look their module up
     spec.loader.exec_module(module)
     return module
 
@@ -34,11 +36,32 @@ def test_a_changed_record_changes_the_rendering():
     report = _report()
     records = report.load_records()
     changed = json.loads(json.dumps(records))
-    target = next(r for r in changed if r["side"] == "raysim")
-    target["wall_s"] = target["wall_s"] * 3 + 1.0
+    target = next(r for r in changed if r["side"].startswith("raysim_") and r.get("wall_s")
+                  and r["device"] == "CPU")
+    target["wall_s"] = target["wall_s"] * 30 + 100.0
     assert report.render_full(changed) != report.render_full(records)
     assert report.render_headline(changed) != report.render_headline(records)
     mechanisms = report.load_mechanism_records()
     slower = json.loads(json.dumps(mechanisms))
     slower[0]["off"] = slower[0]["off"] * 2
     assert report.render_mechanisms(slower) != report.render_mechanisms(mechanisms)
+
+
+def test_repeated_sides_show_their_median_and_a_failed_side_says_why():
+    report = _report()
+    common = {"workload": "mlp32-1000x4-synthetic", "device": "CPU", "cpus": 2, "rounds": 50,
+              "commit": "abc1234", "date": "2026-01-01", "versions": {"torch": "x"},
+              "records_file": "peers_cpu-2cores_abc1234.jsonl"}
+    records = [{**common, "side": "raysim_2x1cpu", "repeat": i, "wall_s": wall,
+                "rounds_per_s": rate} for i, (wall, rate) in enumerate([(10.0, 9.0), (12.0, 8.0),
+                                                                         (30.0, 7.0)])]
+    records += [{**common, "side": "flower", "repeat": i, "wall_s": 40.0 + i,
+                 "rounds_per_s": 1.0} for i in range(3)]
+    records += [{**common, "side": "pfl_research_2proc", "repeat": i, "wall_s": 5.0,
+                 "error": "timed out after 5 s"} for i in range(3)]
+    table = report.render_full(records)
+    whole = next(line for line in table.splitlines() if "whole process of 50" in line)
+    assert "12.0 s (10.0-30.0, n=3)" in whole and "41.0 s (40.0-42.0, n=3)" in whole
+    assert "0.29x time" in whole and "did not finish: timed out after 5 s" in whole
+    rate = next(line for line in table.splitlines() if "rounds/s over 50" in line)
+    assert "8.00 (7.0-9.0, n=3)" in rate and "8.0x rate" in rate

@@ -63,3 +63,57 @@ def test_the_estimate_as_csv_rows_holds_each_variant_and_the_whole_projection():
     assert rows[1]["run_hours"] == round((100 * 1.5 + 2 * 2.0) / 3600, 3)
     assert {row["all_runs_wall_hours"] for row in rows} == {round(estimate.wall_s / 3600, 3)}
     assert rows[0]["machine"] == "a machine" and rows[0]["runs"] == 2
+
+
+def test_a_slice_trains_fewer_clients_and_scales_its_rounds_back_up():
+    from raysim.estimate import sliced
+
+    every = parse_config(quickstart_raw(partition={"scheme": "iid", "num_clients": 150,
+                                                   "samples_per_client": 2},
+                                        evaluation={"clients": False},
+                                        engine={"num_workers": 2}))
+    probe, round_scale, evaluation_scale = sliced(every, 4)
+    assert probe.partition.num_clients == 4 and probe.clients_per_round == 4
+    assert round_scale == 75 / 2 and evaluation_scale == 1.0  # ceil(150/2) / ceil(4/2)
+    sampling = parse_config(quickstart_raw(training={"clients_per_round": 50},
+                                           partition={"num_clients": 60},
+                                           evaluation={"clients": True},
+                                           engine={"num_workers": 4}))
+    probe, round_scale, evaluation_scale = sliced(sampling, 5)
+    assert probe.partition.num_clients == 60 and probe.training.clients_per_round == 5
+    assert round_scale == evaluation_scale == 13 / 2  # every client's model evaluated too
+    assert sliced(sampling, 50)[1:] == (1.0, 1.0) and sliced(sampling, None)[0] is sampling
+
+
+def test_a_sliced_probe_projects_the_configs_rounds():
+    config = parse_config(quickstart_raw(training={"rounds": 100}, evaluation={"every": 50}))
+    whole = project({"": config}, {"": Probe(3, 0.5, 2.0, 4.0)}, 1, False).variants[0]
+    scaled = project({"": config}, {"": Probe(3, 0.5, 2.0, 4.0, round_scale=4.0,
+                                              evaluation_scale=2.0, clients=3)},
+                     1, False).variants[0]
+    assert whole.run_s == 100 * 0.5 + 2 * 2.0 and scaled.run_s == 100 * 2.0 + 2 * 4.0
+
+
+def test_a_missing_medmnist_file_is_stood_in_for_by_one_of_its_layout(tmp_path):
+    import numpy as np
+
+    from raysim.estimate import stand_in_data
+
+    config = parse_config(quickstart_raw(dataset={"name": "breastmnist", "size": 64}))
+    generated = stand_in_data(config, str(tmp_path / "empty"), tmp_path / "scratch")
+    assert generated is not None and not generated.dataset.verify_checksum
+    arrays = np.load(f"{generated.dataset.root}/breastmnist_64.npz")
+    assert arrays["train_images"].shape == (546, 64, 64)  # MedMNIST's official split sizes
+    assert len(arrays["val_images"]) == 78 and len(arrays["test_images"]) == 156
+    assert stand_in_data(config, generated.dataset.root, tmp_path / "scratch") is None
+    builtin = parse_config(quickstart_raw())
+    assert stand_in_data(builtin, str(tmp_path / "empty"), tmp_path / "scratch") is None
+
+
+def test_a_probe_runs_on_the_stand_in_when_the_file_is_missing(ray_session, tmp_path):
+    config = parse_config(quickstart_raw(dataset={"name": "breastmnist"},
+                                         training={"rounds": 20}))
+    probes, _, _ = measure({"": config}, rounds=2, data_root=str(tmp_path), clients=4,
+                           stand_in=True)
+    assert probes[""].stand_in and probes[""].clients == 4 and probes[""].round_s > 0
+    assert list(tmp_path.iterdir()) == []  # the stand-in lives in the probe's scratch

@@ -1,4 +1,4 @@
-"""The Flower side of a peer benchmark (``vs_flower.py``, ``peers.py``): one workload as a
+"""The Flower side of a peer benchmark (``peers.py``): one workload as a
 Flower 1.41 simulation (Message API, ``FedAvg`` strategy, ``run_simulation`` on Ray), in plain
 PyTorch with the same model (``peer_models.py``), data, partition, batch size, optimizer,
 clients per round and rounds as the raysim run. On a GPU (``"device": "cuda"`` in the spec)
@@ -7,8 +7,8 @@ each client actor takes ``gpus_per_client`` of it (pfl-research's setup for Flow
 read beside its whole-process time.
 
 It runs under a Python that has ``flwr[simulation]==1.41.*`` and torch (Flower pins ray 2.55.1,
-raysim another Ray, so they live in separate environments); ``vs_flower.py`` starts it and
-times the whole process. The data comes from ``vs_flower.py`` as one npz file (the clients'
+raysim another Ray, so they live in separate environments); ``peers.py`` starts it and
+times the whole process. The data comes from ``peers.py`` as one npz file (the clients'
 samples already normalised as raysim normalises them, and the test set), so both sides train
 on the same arrays.
 
@@ -121,8 +121,8 @@ def main(grid: Grid, context: Context) -> None:
 
 def cli() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--data", required=True, help="the workload's npz (from vs_flower.py)")
-    parser.add_argument("--spec", required=True, help="the workload as JSON (from vs_flower.py)")
+    parser.add_argument("--data", required=True, help="the workload's npz (from peers.py)")
+    parser.add_argument("--spec", required=True, help="the workload as JSON (from peers.py)")
     parser.add_argument("--seeds", type=int, default=1, help="simulations run one after another")
     args = parser.parse_args()
     SPEC.update(json.loads(args.spec), data=args.data)

@@ -20,10 +20,14 @@ import sys
 import time
 from pathlib import Path
 
+import numpy as np
 import yaml
 from workloads import WORKLOADS, dataset_section, raysim_config
 
+from raysim.config import parse_config
+from raysim.data.dataset import to_tensor
 from raysim.data.generated import write_medmnist_npz
+from raysim.preparation import prepare
 from raysim.results import load
 
 
@@ -49,6 +53,30 @@ def bench_config(name: str, dataset: dict, rounds: int, engine: dict) -> dict:
     (1 CPU per worker unless it says), no evaluation."""
     return raysim_config(name, dataset, rounds=rounds, evaluate_last=False,
                          engine={"cpus_per_worker": 1, "flush_seconds": 5.0, **engine})
+
+
+def export_for_peers(raw: dict, path: Path, write: bool = True) -> dict:
+    """Write a raysim config's client samples (in client order, normalised as raysim normalises
+    them) and test set to ``path`` (unless ``write`` is false: written before); returns the
+    workload spec that ``flower_workload.py`` and ``pfl_workload.py`` read. The peers train on
+    the same arrays as raysim and do not pay for loading, checking or partitioning them."""
+    config = parse_config(raw)
+    dataset, partition = prepare(config, None)[config.seeds[0]]
+    info = dataset.info
+    order = np.concatenate(partition.train)
+    offsets = np.concatenate([[0], np.cumsum([len(p) for p in partition.train])])
+    if write:
+        np.savez(path, x_train=to_tensor(dataset.train_x[order], info).numpy(),
+                 y_train=dataset.train_y[order].astype(np.int64), offsets=offsets,
+                 x_test=to_tensor(dataset.test_x, info).numpy(),
+                 y_test=dataset.test_y.astype(np.int64))
+    training = config.training
+    return {"model": raw["model"], "input_shape": list(info.input_shape),
+            "num_classes": info.num_classes, "num_clients": partition.num_clients,
+            "clients_per_round": training.clients_per_round or partition.num_clients,
+            "rounds": training.rounds, "local_epochs": training.local_epochs,
+            "local_steps": training.local_steps, "batch_size": training.batch_size,
+            "lr": training.optimizer.lr, "cpus": os.cpu_count() or 1}
 
 
 RECORDS = Path(__file__).resolve().parent / "records"

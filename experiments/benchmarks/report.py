@@ -1,6 +1,6 @@
 """BENCHMARKS.md's tables and the README's headline table, rendered from the committed records
-(``experiments/benchmarks/records/peers_*.jsonl``, written by ``peers.py`` and
-``vs_flower.py --records``; ``speed_mechanisms_*.jsonl``, written by ``speed_mechanisms.py
+(``experiments/benchmarks/records/peers_*.jsonl``, written by ``peers.py --records``;
+``speed_mechanisms_*.jsonl``, written by ``speed_mechanisms.py
 --records``): one row per workload, device and round count, with raysim's best
 configuration, each peer's best, the plain loop and the on-device reference, the ratios, the
 commit, the date and the command that measured it.
@@ -19,6 +19,7 @@ import re
 import statistics
 import sys
 from collections import defaultdict
+from dataclasses import dataclass
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -34,18 +35,6 @@ WORKLOADS = {name: spec.description for name, spec in ALL_WORKLOADS.items()}
 
 SHORT = {name: spec.short for name, spec in ALL_WORKLOADS.items()}
 """The workloads' names in the README's short table."""
-
-COMMANDS = {
-    "CPU": "`python experiments/benchmarks/vs_flower.py --flower-python FLOWER_PY --pfl-python "
-           "PFL_PY --workloads convnet32-150x8-pneumonia,mlp32-1000x4-synthetic --repeats 3 "
-           "--records FILE`",
-    "GPU": "`python experiments/benchmarks/peers.py --flower-python FLOWER_PY --pfl-python "
-           "PFL_PY --workloads {workload} --rounds {rounds} --pfl-processes 1 2 4 --records "
-           "FILE` (on the GPU machine: `bash experiments/benchmarks/device/peers_gpu.sh`)",
-}
-
-PEERS = {"flower": "Flower 1.41", "pfl": "pfl-research 0.6"}
-
 
 def load_records() -> list[dict]:
     """Every record of the peer suites, in file order, each with the name of its file
@@ -88,111 +77,111 @@ def _fmt(value: float | None, digits: int = 2) -> str:
     return "-" if value is None else f"{value:.{digits}f}"
 
 
-def _cpu_rows(records: list[dict]) -> list[dict]:
-    """Whole-process seconds (median over repeats, with the range) of each side."""
-    groups: dict[tuple, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
-    meta: dict[tuple, dict] = {}
-    for record in records:
-        if record.get("device") != "CPU" or "wall_s" not in record or record.get("error"):
-            continue
-        key = (record["workload"], record["commit"])
-        side = "raysim" if record["side"] == "raysim" else record["side"]
-        groups[key][side].append(record["wall_s"])
-        meta[key] = record
-    rows = []
-    for key, sides in groups.items():
-        median = {side: statistics.median(values) for side, values in sides.items()}
-        spread = {side: f"{min(values):.1f}-{max(values):.1f}" for side, values in sides.items()}
-        record = meta[key]
-        cells = {side: f"{median[side]:.1f} s ({spread[side]}, n={len(sides[side])})"
-                 for side in median}
-        rows.append({"workload": key[0], "device": f"{record['cpus']} CPUs",
-                     "measure": f"whole process of {ALL_WORKLOADS[key[0]].rounds} rounds (s), "
-                                "lower is better",
-                     "raysim": cells.get("raysim", "-"), "flower": cells.get("flower", "-"),
-                     "pfl": cells.get("pfl", "-"),
-                     "plain": "-", "reference": "-", "vs_reference": "-",
-                     "vs_flower": _fmt(median["raysim"] / median["flower"]) + "x time"
-                     if "flower" in median and "raysim" in median else "-",
-                     "vs_pfl": _fmt(median["raysim"] / median["pfl"]) + "x time"
-                     if "pfl" in median and "raysim" in median else "-",
-                     "versions": record["versions"], "commit": record["commit"],
-                     "date": record["date"], "command": COMMANDS["CPU"]})
-    return rows
-
-
-def _best(records: list[dict], prefix: str) -> dict | None:
-    """The record of the highest steady rate among sides starting with ``prefix``."""
-    found = [r for r in records if r["side"].startswith(prefix) and steady_rate(r) is not None
-             and not r["side"].endswith("_profile")]
-    return max(found, key=lambda r: steady_rate(r) or 0.0, default=None)
-
-
-def _rate(record: dict | None, rounds: int, label: str = "") -> str:
-    """A steady rate, with its configuration, its round count where it differs from the row's
-    and its whole-process time."""
-    if record is None:
-        return "-"
-    wall = f", {record['wall_s']:.1f} s whole" if record.get("wall_s") else ""
-    over = f" over {record['rounds']} rounds" if record["rounds"] != rounds else ""
-    spread = f" ({min(record['repeats']):.1f}-{max(record['repeats']):.1f})" \
-        if record.get("repeats") else ""
-    return f"{steady_rate(record):.2f}{spread}{label}{over}{wall}"
-
-
-def _failed(records: list[dict], prefix: str) -> str:
-    """A side that ran and gave no rate: why (e.g. it timed out), else "-"."""
-    errors = [r for r in records if r["side"].startswith(prefix) and r.get("error")]
-    if not errors:
-        return "-"
-    return "did not finish: " + errors[0]["error"].split(":")[0].split("\n")[0]
-
-
-def _ratio(raysim: dict, peer: dict | None, digits: int) -> str:
-    if peer is None:
-        return "-"
-    return _fmt((steady_rate(raysim) or 0.0) / (steady_rate(peer) or 1.0), digits) + "x rate"
-
-
-def _gpu_rows(records: list[dict]) -> list[dict]:
-    """Steady rounds per second of each side (one measurement each)."""
+def _measurements(records: list[dict]) -> dict[tuple, list[dict]]:
+    """The newest measurement of each row (workload, device, rounds): its records."""
     groups: dict[tuple, list[dict]] = defaultdict(list)
     for record in records:
-        if record.get("device") == "CPU" or "rounds" not in record:
-            continue
-        if record["side"].startswith("raysim_3_seeds"):
+        if "rounds" not in record or record["side"].startswith("raysim_3_seeds") \
+                or record["side"].endswith("_profile"):
             continue
         groups[(record["workload"], record["device"], record["rounds"],
                 record["records_file"])].append(record)
+    return _newest(groups)
+
+
+@dataclass(frozen=True)
+class Side:
+    """One side's measurements in a row: its configuration and its runs."""
+
+    name: str
+    runs: list[dict]
+
+    def values(self, measure: str) -> list[float]:
+        return [v for v in (steady_rate(r) if measure == "rate" else r.get("wall_s")
+                            for r in self.runs if not r.get("error")) if v is not None]
+
+    def median(self, measure: str) -> float | None:
+        found = self.values(measure)
+        return statistics.median(found) if found else None
+
+    def cell(self, measure: str, label: bool, whole: bool) -> str:
+        """The median with its range over repeats, the configuration where ``label``, and
+        (for a rate measured once) the whole-process seconds; why it failed when it did."""
+        found = self.values(measure)
+        if not found:
+            error = next((r["error"] for r in self.runs if r.get("error")), "")
+            return "did not finish: " + error.split(":")[0].split("\n")[0] if error else "-"
+        spread = self.runs[0].get("repeats") if len(found) == 1 else found
+        unit = " s" if measure == "wall" else ""
+        cell = f"{statistics.median(found):.{1 if measure == 'wall' else 2}f}{unit}"
+        if spread and len(spread) > 1:
+            cell += f" ({min(spread):.1f}-{max(spread):.1f}, n={len(spread)})"
+        if label:
+            cell += f" ({self.name.removeprefix('raysim_').removeprefix('pfl_research_')})"
+        wall = self.runs[0].get("wall_s")
+        if whole and len(found) == 1 and wall:
+            cell += f", {wall:.1f} s whole"
+        return cell
+
+
+def _best(found: list[dict], prefix: str, measure: str) -> Side | None:
+    """Of the sides starting with ``prefix``, the one with the best median (highest rate,
+    lowest whole-process time); a side that only failed when none measured."""
+    sides = [Side(name, [r for r in found if r["side"] == name])
+             for name in dict.fromkeys(r["side"] for r in found if r["side"].startswith(prefix))]
+    measured = [side for side in sides if side.median(measure) is not None]
+    if not measured:
+        return sides[0] if sides else None
+    sign = 1 if measure == "rate" else -1
+    return max(measured, key=lambda side: sign * (side.median(measure) or 0.0))
+
+
+def _ratio(raysim: Side, peer: Side | None, measure: str, digits: int) -> str:
+    ours, theirs = raysim.median(measure), peer.median(measure) if peer else None
+    if ours is None or theirs is None:
+        return "-"
+    return _fmt(ours / theirs, digits) + ("x rate" if measure == "rate" else "x time")
+
+
+def _rows(records: list[dict]) -> list[dict]:
+    """Per measurement: a row of whole-process seconds where the sides ran repeatedly (the
+    median and range over repeats), and a row of steady rounds per second."""
     rows = []
-    for (workload, device, rounds, _), found in sorted(_newest(groups).items()):
+    for (workload, device, rounds, _), found in sorted(
+            _measurements(records).items(), key=lambda item: (item[0][1] != "CPU", item[0])):
+        repeated = max(r.get("repeat", 0) for r in found) > 0
         commit = " + ".join(dict.fromkeys(r["commit"] for r in found))  # in measured order
-        raysim = _best(found, "raysim_")
-        flower = _best(found, "flower")
-        pfl = _best(found, "pfl_research")
-        plain = _best(found, "plain_pytorch_loop")
-        reference = _best(found, "on_device_vmap_reference")
-        if flower is None and rounds <= 20:  # Flower measured over fewer rounds (slow on GPUs)
-            flower = _best([r for r in records if r.get("device") == device
-                            and r.get("workload") == workload
-                            and r["records_file"] == found[0]["records_file"]], "flower")
-
-        if raysim is None:
-            continue
-
-        rows.append({
-            "workload": workload, "device": f"{device}, {found[0]['cpus']} CPUs",
-            "measure": f"rounds/s over {rounds} rounds, higher is better",
-            "raysim": _rate(raysim, rounds, f" ({raysim['side'].removeprefix('raysim_')})"),
-            "flower": _rate(flower, rounds) if flower else _failed(found, "flower"),
-            "pfl": _rate(pfl, rounds, f" ({pfl['side'].split('_')[-1]})") if pfl
-            else _failed(found, "pfl_research"),
-            "plain": _rate(plain, rounds), "reference": _rate(reference, rounds),
-            "vs_flower": _ratio(raysim, flower, 1), "vs_pfl": _ratio(raysim, pfl, 2),
-            "vs_reference": _fmt((steady_rate(raysim) or 0.0) / (steady_rate(reference) or 1.0))
-            if reference else "-",
-            "versions": found[0]["versions"], "commit": commit, "date": found[0]["date"],
-            "command": COMMANDS["GPU"].format(workload=workload, rounds=rounds)})
+        on = f"{found[0]['cpus']} CPUs" if device == "CPU" else f"{device}, {found[0]['cpus']} CPUs"
+        suffix = "" if device == "CPU" else \
+            " (on the GPU machine: `bash experiments/benchmarks/device/peers_gpu.sh`)"
+        command = (f"`python experiments/benchmarks/peers.py --flower-python FLOWER_PY "
+                   f"--pfl-python PFL_PY --workloads {workload} --rounds {rounds}"
+                   + (f" --repeats {max(r.get('repeat', 0) for r in found) + 1}" if repeated
+                      else "") + " --records FILE`" + suffix)
+        for measure in (["wall"] if repeated else []) + ["rate"]:
+            raysim = _best(found, "raysim_", measure)
+            if raysim is None:
+                continue
+            flower, pfl = _best(found, "flower", measure), _best(found, "pfl_research", measure)
+            plain = _best(found, "plain_pytorch_loop", measure)
+            reference = _best(found, "on_device_vmap_reference", measure)
+            whole = measure == "rate" and not repeated
+            rows.append({
+                "workload": workload, "device": on, "on_gpu": device != "CPU",
+                "measure": f"whole process of {rounds} rounds (s), lower is better"
+                if measure == "wall" else f"rounds/s over {rounds} rounds, higher is better",
+                "raysim": raysim.cell(measure, device != "CPU", whole),
+                "flower": flower.cell(measure, False, whole) if flower else "-",
+                "pfl": pfl.cell(measure, device != "CPU", whole) if pfl else "-",
+                "plain": plain.cell(measure, False, False) if plain else "-",
+                "reference": reference.cell(measure, False, False) if reference else "-",
+                "vs_flower": _ratio(raysim, flower, measure, 1 if measure == "rate" else 2),
+                "vs_pfl": _ratio(raysim, pfl, measure, 2),
+                "vs_reference": _fmt((raysim.median(measure) or 0.0)
+                                     / (reference.median(measure) or 1.0))
+                if reference and reference.median(measure) else "-",
+                "versions": found[0]["versions"], "commit": commit, "date": found[0]["date"],
+                "command": command})
     return rows
 
 
@@ -207,7 +196,7 @@ def render_full(records: list[dict]) -> str:
             "reference | versions | commit, date | command |\n| --- | --- | --- | --- | --- | "
             "--- | --- | --- | --- | --- | --- | --- | --- | --- |\n")
     lines = []
-    for row in [*_cpu_rows(records), *_gpu_rows(records)]:
+    for row in _rows(records):
         lines.append(f"| {WORKLOADS[row['workload']]} | {row['device']} | "
                      f"{row['measure']} | {row['raysim']} | {row['flower']} | {row['pfl']} | "
                      f"{row['plain']} | {row['reference']} | {row['vs_flower']} | "
@@ -313,8 +302,8 @@ def render_headline(records: list[dict]) -> str:
     """The README's short table: the CPU rows and the GPU rows of 20 rounds."""
     head = ("| workload | device | raysim | Flower 1.41 | pfl-research 0.6 | raysim vs Flower | "
             "raysim vs pfl-research |\n| --- | --- | --- | --- | --- | --- | --- |\n")
-    rows = [*_cpu_rows(records), *[r for r in _gpu_rows(records)
-                                   if r["measure"].startswith("rounds/s over 20 ")]]
+    rows = [row for row in _rows(records) if row["measure"].startswith("whole process")
+            or (row["on_gpu"] and row["measure"].startswith("rounds/s over 20 "))]
     lines = [f"| {SHORT[row['workload']]} ({row['measure'].split(',')[0]}) | {row['device']} | "
              f"{_short(row['raysim'])} | {_short(row['flower'])} | "
              f"{_short(row['pfl'])} | {row['vs_flower']} | "

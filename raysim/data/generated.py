@@ -13,31 +13,37 @@ import numpy as np
 
 def write_medmnist_npz(root: Path, flag: str = "pneumoniamnist", *, n_train: int = 400,
                        n_test: int = 200, size: int = 28, channels: int = 1,
-                       num_classes: int = 2, seed: int = 0) -> Path:
+                       num_classes: int = 2, seed: int = 0, n_val: int | None = None,
+                       compress: bool = True) -> Path:
     """Write ``<root>/<flag>.npz`` with class-dependent bright blobs on noise.
 
     Class c has a bright 8x8 square at a class-specific position, so a ConvNet can learn it,
-    while a model that learns nothing stays at chance.
+    while a model that learns nothing stays at chance. The validation split holds ``n_val``
+    images (default half of ``n_test``). The images are drawn in chunks, so a file of full
+    MedMNIST size at 224 px needs no more memory than its uint8 arrays; ``compress=False``
+    writes them uncompressed (faster for large files).
     """
     rng = np.random.default_rng(seed)
     arrays: dict[str, Any] = {}
-    for split, count in (("train", n_train), ("val", n_test // 2), ("test", n_test)):
+    counts = (("train", n_train), ("val", n_test // 2 if n_val is None else n_val),
+              ("test", n_test))
+    for split, count in counts:
         labels = rng.integers(0, num_classes, size=count)
-        images = rng.normal(90, 30, size=(count, size, size, channels))
-        for index, label in enumerate(labels):
-            row = 2 + (label * 9) % (size - 10)
-            col = 2 + (label * 5) % (size - 10)
-            images[index, row:row + 8, col:col + 8] += 110
-        images = np.clip(images, 0, 255).astype(np.uint8)
-        if channels == 1:
-            images = images[..., 0]
-        arrays[f"{split}_images"] = images
+        images = np.empty((count, size, size, channels), dtype=np.uint8)
+        for start in range(0, count, _CHUNK):
+            chunk = rng.normal(90, 30, size=(min(_CHUNK, count - start), size, size, channels))
+            for index, label in enumerate(labels[start:start + len(chunk)]):
+                row = 2 + (label * 9) % (size - 10)
+                col = 2 + (label * 5) % (size - 10)
+                chunk[index, row:row + 8, col:col + 8] += 110
+            images[start:start + len(chunk)] = np.clip(chunk, 0, 255).astype(np.uint8)
+        arrays[f"{split}_images"] = images[..., 0] if channels == 1 else images
         arrays[f"{split}_labels"] = labels.reshape(-1, 1).astype(np.uint8)
-    root.mkdir(parents=True, exist_ok=True)
-    name = f"{flag}.npz" if size == 28 else f"{flag}_{size}.npz"
-    path = root / name
-    np.savez_compressed(path, **arrays)
-    return path
+    return _save(root, flag, size, arrays, compress)
+
+
+_CHUNK = 256
+"""Images drawn at a time (the same random stream as one draw of all of them)."""
 
 
 def write_multilabel_npz(root: Path, flag: str = "chestmnist", *, n_train: int = 400,
@@ -80,11 +86,33 @@ def write_volume_npz(root: Path, flag: str = "adrenalmnist3d", *, n_train: int =
     return _save(root, flag, size, arrays)
 
 
-__all__ = ["write_medmnist_npz", "write_multilabel_npz", "write_volume_npz"]
+def write_stand_in(root: Path, flag: str, size: int) -> Path:
+    """Write a generated file in the layout of MedMNIST subset ``flag`` at ``size``: the
+    official split sizes, channels, classes (or labels) and image or volume size from the
+    medmnist package's metadata, uncompressed. What a model costs to train and evaluate does
+    not depend on the pixel values, so ``raysim estimate`` can time a config on it when the
+    real file is not at hand."""
+    from raysim.data.medmnist_io import is_volumetric, medmnist_info, task_of
+
+    meta = medmnist_info()[flag]
+    splits = meta["n_samples"]
+    counts = {"n_train": int(splits["train"]), "n_test": int(splits["test"])}
+    classes = len(meta["label"])
+    if is_volumetric(flag):
+        return write_volume_npz(root, flag, size=size, num_classes=classes, **counts)
+    if task_of(flag) == "multi-label":
+        return write_multilabel_npz(root, flag, size=size, num_labels=classes, **counts)
+    return write_medmnist_npz(root, flag, size=size, channels=int(meta["n_channels"]),
+                              num_classes=classes, n_val=int(splits["val"]), compress=False,
+                              **counts)
 
 
-def _save(root: Path, flag: str, size: int, arrays: dict[str, Any]) -> Path:
+__all__ = ["write_medmnist_npz", "write_multilabel_npz", "write_stand_in", "write_volume_npz"]
+
+
+def _save(root: Path, flag: str, size: int, arrays: dict[str, Any],
+          compress: bool = True) -> Path:
     root.mkdir(parents=True, exist_ok=True)
     path = root / (f"{flag}.npz" if size == 28 else f"{flag}_{size}.npz")
-    np.savez_compressed(path, **arrays)
+    (np.savez_compressed if compress else np.savez)(path, **arrays)
     return path
