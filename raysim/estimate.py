@@ -12,14 +12,13 @@ start-up measured by the first probe.
 
 Two slices make a paper-scale config measurable on a small machine:
 
-- ``clients``: the probe trains that many clients per round instead of the config's (a
-  config that samples clients samples fewer; one that trains every client gets fewer clients
-  of the same partition scheme), and its round is projected by the clients each worker runs
-  one after another: ``ceil(C / workers) / ceil(K / workers)`` (and an evaluation of every
-  client's model likewise). A client's own work is assumed unchanged by the slice, which holds
-  for fixed local steps and fixed samples per client; where the scheme splits the whole
-  training set, each of fewer clients holds more of it, and the projection of an epoch-based
-  config errs high.
+- ``clients``: the probe trains K clients per round instead of the config's C (a config
+  that samples clients samples fewer; one that trains every client gets K clients of the same
+  partition scheme, and where the scheme splits the whole training set, a class-stratified
+  K / C of it, so that each client holds about what one of the config's holds), and its round
+  is projected by the clients each worker runs one after another: ``ceil(C / workers) /
+  ceil(K / workers)`` (an evaluation of every client's model likewise). A client's own work is
+  assumed unchanged by the slice.
 - ``stand_in``: a MedMNIST file that is not at hand is replaced by a generated file of its
   layout (official split sizes, channels, classes, size; ``write_stand_in``): what a round
   costs does not depend on the pixel values.
@@ -133,12 +132,31 @@ def sliced(config: ExperimentConfig, clients: int | None
     if config.training.clients_per_round is not None:  # it samples: sample fewer
         config = config.model_copy(update={"training": config.training.model_copy(
             update={"clients_per_round": clients})})
-    else:
-        config = config.model_copy(update={"partition": config.partition.model_copy(
+    else:  # every client trains: fewer clients, each holding what one of the config's holds
+        partition = config.partition
+        config = config.model_copy(update={"partition": partition.model_copy(
             update={"num_clients": clients})})
+        if partition.samples_per_client is None and partition.scheme != "replicate":
+            kept = max(2, math.ceil(_train_size(config) * clients / own))
+            config = config.model_copy(update={"dataset": config.dataset.model_copy(
+                update={"train_subset": kept})})
     workers = config.engine.num_workers
     scale = math.ceil(own / workers) / math.ceil(clients / workers)
     return config, scale, scale if config.evaluation.clients else 1.0
+
+
+def _train_size(config: ExperimentConfig) -> int:
+    """Training samples the config's clients split among them (its ``train_subset``, else the
+    dataset's training split)."""
+    from raysim.data.builtin import BUILTIN_DATASETS, load_builtin
+    from raysim.data.medmnist_io import medmnist_info
+
+    dataset = config.dataset
+    if dataset.train_subset is not None:
+        return dataset.train_subset
+    if dataset.name in BUILTIN_DATASETS:
+        return len(load_builtin(dataset.name).train_y)
+    return int(medmnist_info()[dataset.name]["n_samples"]["train"])
 
 
 def stand_in_data(config: ExperimentConfig, data_root: str | None, scratch: Path

@@ -83,6 +83,11 @@ def test_a_slice_trains_fewer_clients_and_scales_its_rounds_back_up():
     assert probe.partition.num_clients == 60 and probe.training.clients_per_round == 5
     assert round_scale == evaluation_scale == 13 / 2  # every client's model evaluated too
     assert sliced(sampling, 50)[1:] == (1.0, 1.0) and sliced(sampling, None)[0] is sampling
+    # a scheme that splits the whole training set: K clients get K / C of it (the quickstart's
+    # 10 Dirichlet clients share breast-cancer's 455 training rows)
+    split = parse_config(quickstart_raw())
+    probe = sliced(split, 2)[0]
+    assert probe.partition.num_clients == 2 and probe.dataset.train_subset == 91
 
 
 def test_a_sliced_probe_projects_the_configs_rounds():
