@@ -339,3 +339,12 @@ def test_resume_of_a_checkpoint_of_an_earlier_format_exits_2_before_anything_sta
     assert code == 2 and "Traceback" not in err, err
     assert "written by an earlier version of raysim" in err and err.count("error:") == 1
     assert {p: p.read_bytes() for p in root.rglob("*") if p.is_file()} == before
+
+
+@pytest.mark.parametrize("extra, needle", [(["--rounds", "1"], "--rounds 1"),
+                                           (["--clients", "0"], "--clients 0")])
+def test_an_estimate_that_cannot_measure_exits_2_before_starting(capsys, tmp_path, extra,
+                                                                   needle):
+    code, err = run_cli(capsys, tmp_path, quickstart_raw(), *extra, command="estimate")
+    assert code == 2 and needle in err and "Traceback" not in err
+    assert err.startswith("error: ") and err.count("\n") == 1
