@@ -64,4 +64,4 @@ def test_repeated_sides_show_their_median_and_a_failed_side_says_why():
     assert "12.0 s (10.0-30.0, n=3)" in whole and "41.0 s (40.0-42.0, n=3)" in whole
     assert "0.29x time" in whole and "did not finish: timed out after 5 s" in whole
     rate = next(line for line in table.splitlines() if "rounds/s over 50" in line)
-    assert "8.00 (7.0-9.0, n=3)" in rate and "8.0x rate" in rate
+    assert "8.00 (7.00-9.00, n=3)" in rate and "8.0x rate" in rate

@@ -115,7 +115,8 @@ class Side:
         unit = " s" if measure == "wall" else ""
         cell = f"{statistics.median(found):.{1 if measure == 'wall' else 2}f}{unit}"
         if spread and len(spread) > 1:
-            cell += f" ({min(spread):.1f}-{max(spread):.1f}, n={len(spread)})"
+            digits = 1 if measure == "wall" else 2
+            cell += f" ({min(spread):.{digits}f}-{max(spread):.{digits}f}, n={len(spread)})"
         if label:
             cell += f" ({self.name.removeprefix('raysim_').removeprefix('pfl_research_')})"
         wall = self.runs[0].get("wall_s")
