@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import heapq
 import math
+import sys
 import tempfile
 import time
 from collections.abc import Mapping
@@ -186,8 +187,8 @@ def measure(configs: Mapping[str, ExperimentConfig], rounds: int, data_root: str
             ) -> tuple[dict[str, Probe], int, bool]:
     """Run ``rounds`` rounds of each variant's first seed (``clients`` clients per round where
     given; on a generated file of the dataset's layout where ``stand_in`` and the file is
-    missing); returns the probes, how many runs of the config fit at once here, and whether
-    the workers get GPUs."""
+    missing), saying on stderr what each probe measured as it ends; returns the probes, how
+    many runs of the config fit at once here, and whether the workers get GPUs."""
     from raysim.engine.runner import _concurrent_runs, _uses_gpus, run_experiments
     from raysim.errors import RunError
     from raysim.results import load
@@ -222,6 +223,11 @@ def measure(configs: Mapping[str, ExperimentConfig], rounds: int, data_root: str
                                   max(float(ends[0] - started) - steady, 0.0), round_scale,
                                   evaluation_scale, clients if round_scale != 1.0 else None,
                                   generated is not None)
+            probe = probes[label]
+            print(f"probed {label or config.name} ({len(probes)} of {len(configs)}): "
+                  f"{probe.round_s * probe.round_scale:.3f} s per round, "
+                  f"{probe.evaluation_s * probe.evaluation_scale:.2f} s per evaluation, "
+                  f"{time.time() - started:.0f} s for the probe", file=sys.stderr, flush=True)
         return probes, _concurrent_runs(configs.values()), any(
             _uses_gpus(config) for config in configs.values())
 

@@ -39,9 +39,10 @@ def test_the_projection_counts_every_seed_and_variant():
     assert estimate.device == "CPU"
 
 
-def test_a_probe_measures_steady_rounds_of_the_first_seed(ray_session):
+def test_a_probe_measures_steady_rounds_of_the_first_seed(ray_session, capsys):
     config = parse_config(quickstart_raw(training={"rounds": 40}, seeds=[0, 1, 2]))
     probes, concurrent, gpus = measure({"": config}, rounds=3, data_root=None)
+    assert "probed quickstart (1 of 1)" in capsys.readouterr().err  # said as each probe ends
     probe = probes[""]
     assert probe.rounds == 3 and probe.round_s > 0 and probe.evaluation_s >= 0
     assert concurrent >= 1 and gpus is False
