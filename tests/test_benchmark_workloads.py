@@ -36,3 +36,16 @@ def test_every_workload_parses_on_every_engine(modules, tmp_path):
             assert config.training.rounds == 3
             assert config.algorithm.name == spec.algorithm["name"]
         assert spec.algorithm["name"] in modules["baselines"].BASELINES, name
+
+
+def test_every_script_imports(modules):
+    """The suite's scripts and modules import (the peers' own sides need Flower or
+    pfl-research and run in their environments)."""
+    before = set(sys.modules)
+    try:
+        for script in sorted(BENCHMARKS.glob("*.py")):
+            if script.stem not in ("flower_workload", "pfl_workload"):
+                importlib.import_module(script.stem)
+    finally:
+        for name in set(sys.modules) - before:
+            del sys.modules[name]
