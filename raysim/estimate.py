@@ -22,6 +22,10 @@ Two slices make a paper-scale config measurable on a small machine:
 - ``stand_in``: a MedMNIST file that is not at hand is replaced by a generated file of its
   layout (official split sizes, channels, classes, size; ``write_stand_in``): what a round
   costs does not depend on the pixel values.
+
+A variant that cannot be probed (its config refused at the probe's size, e.g. FedSM-extra's
+selector rounds outnumbering the probe's, or its probe failing) is named with the reason and
+left out of the projection; the other variants are still estimated.
 """
 
 from __future__ import annotations
@@ -58,6 +62,9 @@ class Probe:
     """Clients per round the probe trained, where it was a slice of the config's."""
     stand_in: bool = False
     """Whether the probe ran on a generated file of the dataset's layout."""
+    refused: str | None = None
+    """Why the variant could not be probed (its config refused at the probe's size, or its
+    probe failed); such a variant is named and left out of the projection."""
 
 
 @dataclass(frozen=True)
@@ -83,6 +90,8 @@ class Estimate:
     device_hours: float
     device: str
     """"GPU" or "CPU": what the device-hours count."""
+    refused: dict[str, str]
+    """Variants left out of the projection, with why their probe could not run."""
 
 
 def evaluations(config: ExperimentConfig) -> int:
@@ -107,8 +116,12 @@ def project(configs: Mapping[str, ExperimentConfig], probes: Mapping[str, Probe]
             concurrent_runs: int, uses_gpus: bool) -> Estimate:
     """The whole config's cost from each variant's probe (see the module docstring)."""
     costs = []
+    refused = {label: probes[label].refused or "" for label in configs
+               if probes[label].refused is not None}
     for label, config in configs.items():
         probe = probes[label]
+        if probe.refused is not None:
+            continue
         engine = config.engine
         devices = engine.num_workers * (engine.gpus_per_worker if uses_gpus
                                         else engine.cpus_per_worker)
@@ -117,10 +130,10 @@ def project(configs: Mapping[str, ExperimentConfig], probes: Mapping[str, Probe]
         costs.append(VariantCost(label, len(config.seeds), config.training.rounds, run_s, probe,
                                  devices))
     durations = [cost.run_s for cost in costs for _ in range(cost.runs)]
-    startup = next(iter(probes.values())).startup_s
+    startup = costs[0].probe.startup_s if costs else 0.0
     hours = sum(cost.run_s * cost.runs * cost.devices_per_run for cost in costs) / 3600
     return Estimate(costs, concurrent_runs, startup, startup + makespan(durations, concurrent_runs),
-                    hours, "GPU" if uses_gpus else "CPU")
+                    hours, "GPU" if uses_gpus else "CPU", refused)
 
 
 def sliced(config: ExperimentConfig, clients: int | None
@@ -190,7 +203,7 @@ def measure(configs: Mapping[str, ExperimentConfig], rounds: int, data_root: str
     missing), saying on stderr what each probe measured as it ends; returns the probes, how
     many runs of the config fit at once here, and whether the workers get GPUs."""
     from raysim.engine.runner import _concurrent_runs, _uses_gpus, run_experiments
-    from raysim.errors import RunError
+    from raysim.errors import ConfigError, RunError
     from raysim.results import load
 
     probes: dict[str, Probe] = {}
@@ -208,11 +221,17 @@ def measure(configs: Mapping[str, ExperimentConfig], rounds: int, data_root: str
                     "membership_audit": 0})})
             started = time.time()
             root = probe_config.dataset.root if generated else data_root
-            outcome = run_experiments({label: probe_config}, data_root=root,
-                                      output=scratch, progress=False)[0]
-            if outcome.error is not None:
-                raise RunError(f"The estimate's probe of {label or config.name} failed: "
-                               f"{outcome.error}")
+            try:
+                outcome = run_experiments({label: probe_config}, data_root=root,
+                                          output=scratch, progress=False)[0]
+                error = None if outcome.error is None else str(outcome.error)
+            except ConfigError as refused:  # e.g. a phase longer than the probe's rounds
+                error = str(refused)
+            if error is not None:
+                probes[label] = Probe(0, 0.0, 0.0, 0.0, refused=error)
+                print(f"not probed {label or config.name} ({len(probes)} of {len(configs)}): "
+                      f"{error}", file=sys.stderr, flush=True)
+                continue
             table = load(outcome.run_dir)
             ends = table["wall_time"].to_numpy()
             evaluation = float(table["seconds_evaluate"].fillna(0).max()) \
@@ -228,6 +247,10 @@ def measure(configs: Mapping[str, ExperimentConfig], rounds: int, data_root: str
                   f"{probe.round_s * probe.round_scale:.3f} s per round, "
                   f"{probe.evaluation_s * probe.evaluation_scale:.2f} s per evaluation, "
                   f"{time.time() - started:.0f} s for the probe", file=sys.stderr, flush=True)
+        if all(probe.refused is not None for probe in probes.values()):
+            first = next(iter(probes.items()))
+            raise RunError(f"The estimate's probe of {first[0] or 'the config'} failed, and no "
+                           f"variant could be probed: {first[1].refused}")
         return probes, _concurrent_runs(configs.values()), any(
             _uses_gpus(config) for config in configs.values())
 
@@ -261,6 +284,9 @@ def describe(estimate: Estimate, machine: str) -> str:
             f"{sliced[0].probe.clients} clients per round; their rounds were scaled by the "
             f"clients each worker runs one after another (x{sliced[0].probe.round_scale:.1f}), "
             "assuming a client's own work is unchanged by the slice.")
+    for label, reason in estimate.refused.items():
+        lines.append(f"not in the projection: {label or '(config)'}, whose probe could not run "
+                     f"({reason})")
     if any(cost.probe.stand_in for cost in estimate.variants):
         lines.append("data: the MedMNIST file is not here; the probes ran on a generated file "
                      "of its layout (split sizes, channels, classes, size).")

@@ -123,3 +123,19 @@ def test_a_probe_runs_on_the_stand_in_when_the_file_is_missing(ray_session, tmp_
                            stand_in=True)
     assert probes[""].stand_in and probes[""].clients == 4 and probes[""].round_s > 0
     assert list(tmp_path.iterdir()) == []  # the stand-in lives in the probe's scratch
+
+
+def test_a_variant_that_cannot_be_probed_is_named_and_left_out(ray_session, capsys):
+    from raysim.estimate import describe
+
+    plain = parse_config(quickstart_raw(training={"rounds": 20}))
+    extra = parse_config(quickstart_raw(
+        training={"rounds": 20},
+        algorithm={"name": "fedsm", "variant": "extra", "extra_rounds": 5}))
+    configs = {"fedavg": plain, "fedsm_extra": extra}
+    probes, concurrent, gpus = measure(configs, rounds=2, data_root=None)
+    assert probes["fedsm_extra"].refused and "extra_rounds" in probes["fedsm_extra"].refused
+    assert "not probed fedsm_extra" in capsys.readouterr().err
+    estimate = project(configs, probes, concurrent, gpus)
+    assert [cost.label for cost in estimate.variants] == ["fedavg"]
+    assert "not in the projection: fedsm_extra" in describe(estimate, "here")
