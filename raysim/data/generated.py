@@ -5,6 +5,7 @@ one that learns nothing stays at chance."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -30,8 +31,7 @@ def write_medmnist_npz(root: Path, flag: str = "pneumoniamnist", *, n_train: int
     for split, count in counts:
         labels = rng.integers(0, num_classes, size=count)
         images = np.empty((count, size, size, channels), dtype=np.uint8)
-        for start in range(0, count, _CHUNK):
-            chunk = rng.normal(90, 30, size=(min(_CHUNK, count - start), size, size, channels))
+        for start, chunk in _noise(rng, count, (size, size, channels)):
             for index, label in enumerate(labels[start:start + len(chunk)]):
                 row = 2 + (label * 9) % (size - 10)
                 col = 2 + (label * 5) % (size - 10)
@@ -44,6 +44,14 @@ def write_medmnist_npz(root: Path, flag: str = "pneumoniamnist", *, n_train: int
 
 _CHUNK = 256
 """Images drawn at a time (the same random stream as one draw of all of them)."""
+
+
+def _noise(rng: np.random.Generator, count: int, shape: tuple[int, ...]
+           ) -> Iterator[tuple[int, np.ndarray]]:
+    """``count`` float64 noise images of ``shape`` (mean 90, std 30), as (first index, chunk)
+    of at most ``_CHUNK`` images: the values one draw of all of them would give."""
+    for start in range(0, count, _CHUNK):
+        yield start, rng.normal(90, 30, size=(min(_CHUNK, count - start), *shape))
 
 
 def write_multilabel_npz(root: Path, flag: str = "chestmnist", *, n_train: int = 400,
@@ -59,11 +67,14 @@ def write_multilabel_npz(root: Path, flag: str = "chestmnist", *, n_train: int =
     arrays: dict[str, Any] = {}
     for split, count in (("train", n_train), ("val", n_test // 2), ("test", n_test)):
         labels = (rng.random((count, num_labels)) < rates).astype(np.uint8)
-        images = rng.normal(90, 30, size=(count, size, size))
-        for label in range(num_labels):
-            row, col = 2 + (label // 4) * step, 2 + (label % 4) * step
-            images[labels[:, label] == 1, row:row + 4, col:col + 4] += 120
-        arrays[f"{split}_images"] = np.clip(images, 0, 255).astype(np.uint8)
+        images = np.empty((count, size, size), dtype=np.uint8)
+        for start, chunk in _noise(rng, count, (size, size)):
+            present = labels[start:start + len(chunk)]
+            for label in range(num_labels):
+                row, col = 2 + (label // 4) * step, 2 + (label % 4) * step
+                chunk[present[:, label] == 1, row:row + 4, col:col + 4] += 120
+            images[start:start + len(chunk)] = np.clip(chunk, 0, 255).astype(np.uint8)
+        arrays[f"{split}_images"] = images
         arrays[f"{split}_labels"] = labels
     return _save(root, flag, size, arrays)
 
@@ -77,11 +88,15 @@ def write_volume_npz(root: Path, flag: str = "adrenalmnist3d", *, n_train: int =
     arrays: dict[str, Any] = {}
     for split, count in (("train", n_train), ("val", n_test // 2), ("test", n_test)):
         labels = rng.integers(0, num_classes, size=count)
-        volumes = rng.normal(90, 30, size=(count, size, size, size)).astype(np.float32)
-        for label in range(num_classes):
-            at = 2 + (label * 7) % (size - 8)
-            volumes[labels == label, at:at + 6, at:at + 6, 2:8] += 110
-        arrays[f"{split}_images"] = np.clip(volumes, 0, 255).astype(np.uint8)
+        volumes = np.empty((count, size, size, size), dtype=np.uint8)
+        for start, drawn in _noise(rng, count, (size, size, size)):
+            chunk = drawn.astype(np.float32)
+            classes = labels[start:start + len(chunk)]
+            for label in range(num_classes):
+                at = 2 + (label * 7) % (size - 8)
+                chunk[classes == label, at:at + 6, at:at + 6, 2:8] += 110
+            volumes[start:start + len(chunk)] = np.clip(chunk, 0, 255).astype(np.uint8)
+        arrays[f"{split}_images"] = volumes
         arrays[f"{split}_labels"] = labels.reshape(-1, 1).astype(np.uint8)
     return _save(root, flag, size, arrays)
 
