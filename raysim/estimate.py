@@ -66,6 +66,16 @@ class Probe:
     """Why the variant could not be probed (its config refused at the probe's size, or its
     probe failed); such a variant is named and left out of the projection."""
 
+    @property
+    def config_round_s(self) -> float:
+        """Seconds of one of the config's rounds (a slice's round scaled back up)."""
+        return self.round_s * self.round_scale
+
+    @property
+    def config_evaluation_s(self) -> float:
+        """Seconds of one of the config's evaluations (likewise)."""
+        return self.evaluation_s * self.evaluation_scale
+
 
 @dataclass(frozen=True)
 class VariantCost:
@@ -116,8 +126,8 @@ def project(configs: Mapping[str, ExperimentConfig], probes: Mapping[str, Probe]
             concurrent_runs: int, uses_gpus: bool) -> Estimate:
     """The whole config's cost from each variant's probe (see the module docstring)."""
     costs = []
-    refused = {label: probes[label].refused or "" for label in configs
-               if probes[label].refused is not None}
+    refused = {label: reason for label in configs
+               if (reason := probes[label].refused) is not None}
     for label, config in configs.items():
         probe = probes[label]
         if probe.refused is not None:
@@ -125,8 +135,8 @@ def project(configs: Mapping[str, ExperimentConfig], probes: Mapping[str, Probe]
         engine = config.engine
         devices = engine.num_workers * (engine.gpus_per_worker if uses_gpus
                                         else engine.cpus_per_worker)
-        run_s = config.training.rounds * probe.round_s * probe.round_scale + \
-            evaluations(config) * probe.evaluation_s * probe.evaluation_scale
+        run_s = config.training.rounds * probe.config_round_s + \
+            evaluations(config) * probe.config_evaluation_s
         costs.append(VariantCost(label, len(config.seeds), config.training.rounds, run_s, probe,
                                  devices))
     durations = [cost.run_s for cost in costs for _ in range(cost.runs)]
@@ -244,8 +254,8 @@ def measure(configs: Mapping[str, ExperimentConfig], rounds: int, data_root: str
                                   generated is not None)
             probe = probes[label]
             print(f"probed {label or config.name} ({len(probes)} of {len(configs)}): "
-                  f"{probe.round_s * probe.round_scale:.3f} s per round, "
-                  f"{probe.evaluation_s * probe.evaluation_scale:.2f} s per evaluation, "
+                  f"{probe.config_round_s:.3f} s per round, "
+                  f"{probe.config_evaluation_s:.2f} s per evaluation, "
                   f"{time.time() - started:.0f} s for the probe", file=sys.stderr, flush=True)
         if all(probe.refused is not None for probe in probes.values()):
             first = next(iter(probes.items()))
@@ -260,11 +270,9 @@ def describe(estimate: Estimate, machine: str) -> str:
     lines = ["variant | runs | s/round (steady) | evaluation s | rounds | one run",
              "--- | --- | --- | --- | --- | ---"]
     for cost in estimate.variants:
-        probe = cost.probe
         lines.append(f"{cost.label or '(config)'} | {cost.runs} | "
-                     f"{probe.round_s * probe.round_scale:.3f} | "
-                     f"{probe.evaluation_s * probe.evaluation_scale:.2f} | {cost.rounds} | "
-                     f"{duration_text(cost.run_s)}")
+                     f"{cost.probe.config_round_s:.3f} | {cost.probe.config_evaluation_s:.2f} | "
+                     f"{cost.rounds} | {duration_text(cost.run_s)}")
     runs = sum(cost.runs for cost in estimate.variants)
     first = estimate.variants[0].probe
     lines += [
@@ -299,8 +307,8 @@ def table_rows(estimate: Estimate, machine: str) -> list[dict[str, object]]:
     config's (a slice's measurement scaled), ``probe_round_s`` what the probe measured."""
     return [{"variant": cost.label or "(config)", "runs": cost.runs, "rounds": cost.rounds,
              "probe_rounds": cost.probe.rounds,
-             "round_s": round(cost.probe.round_s * cost.probe.round_scale, 4),
-             "evaluation_s": round(cost.probe.evaluation_s * cost.probe.evaluation_scale, 3),
+             "round_s": round(cost.probe.config_round_s, 4),
+             "evaluation_s": round(cost.probe.config_evaluation_s, 3),
              "run_hours": round(cost.run_s / 3600, 3),
              "all_runs_wall_hours": round(estimate.wall_s / 3600, 3),
              "concurrent_runs": estimate.concurrent_runs,
