@@ -150,15 +150,15 @@ def _rows(records: list[dict]) -> list[dict]:
     rows = []
     for (workload, device, rounds, _), found in sorted(
             _measurements(records).items(), key=lambda item: (item[0][1] != "CPU", item[0])):
-        repeated = max(r.get("repeat", 0) for r in found) > 0
+        repeats = max(r.get("repeat", 0) for r in found) + 1
+        repeated = repeats > 1
         commit = " + ".join(dict.fromkeys(r["commit"] for r in found))  # in measured order
         on = f"{found[0]['cpus']} CPUs" if device == "CPU" else f"{device}, {found[0]['cpus']} CPUs"
         suffix = "" if device == "CPU" else \
             " (on the GPU machine: `bash experiments/benchmarks/device/peers_gpu.sh`)"
         command = (f"`python experiments/benchmarks/peers.py --flower-python FLOWER_PY "
                    f"--pfl-python PFL_PY --workloads {workload} --rounds {rounds}"
-                   + (f" --repeats {max(r.get('repeat', 0) for r in found) + 1}" if repeated
-                      else "") + " --records FILE`" + suffix)
+                   + (f" --repeats {repeats}" if repeated else "") + " --records FILE`" + suffix)
         for measure in (["wall"] if repeated else []) + ["rate"]:
             raysim = _best(found, "raysim_", measure)
             if raysim is None:
