@@ -65,3 +65,24 @@ def test_repeated_sides_show_their_median_and_a_failed_side_says_why():
     assert "0.29x time" in whole and "did not finish: timed out after 5 s" in whole
     rate = next(line for line in table.splitlines() if "rounds/s over 50" in line)
     assert "8.00 (7.00-9.00, n=3)" in rate and "8.0x rate" in rate
+
+
+def test_a_side_measured_again_replaces_only_its_own_figures():
+    report = _report()
+    common = {"workload": "cnn-1000x50-cifar-shape", "device": "GPU X", "cpus": 16,
+              "rounds": 20, "versions": {"torch": "x"}}
+    first = {**common, "commit": "aaaaaaa", "date": "2026-01-01",
+             "records_file": "peers_gpu_aaaaaaa.jsonl"}
+    later = {**common, "commit": "bbbbbbb", "date": "2026-01-02",
+             "records_file": "peers_gpu_bbbbbbb.jsonl"}
+    records = [{**first, "side": "raysim_vectorized_1gpu", "rounds_per_s": 10.0},
+               {**first, "side": "pfl_research_4proc", "rounds_per_s": 4.0, "wall_s": 20.0},
+               {**first, "side": "on_device_vmap_reference", "rounds_per_s": 50.0}]
+    records += [{**later, "side": "raysim_vectorized_1gpu", "repeat": i, "rounds_per_s": rate,
+                 "wall_s": 9.0} for i, rate in enumerate([19.0, 20.0, 21.0])]
+    records.append({**later, "side": "on_device_vmap_reference", "rounds_per_s": 40.0})
+    rows = [line for line in report.render_full(records).splitlines() if "GPU X" in line]
+    assert len(rows) == 1, "no whole-process row where no peer ran repeatedly"
+    assert "20.00 (19.00-21.00, n=3)" in rows[0] and "| 4.00 (4proc), 20.0 s whole |" in rows[0]
+    assert "5.00x rate" in rows[0] and "| 0.50 |" in rows[0]
+    assert "aaaaaaa + bbbbbbb, 2026-01-02" in rows[0]

@@ -218,10 +218,11 @@ def test_runs_from_a_directory_where_a_folder_named_raysim_shadows_the_package(t
     from pathlib import Path
 
     script = Path(sys.executable).parent / "raysim"
-    if not script.exists():
-        script = Path(shutil.which("raysim") or "raysim")
-    if not script.exists():
-        pytest.skip("needs raysim installed (its `raysim` console script), as the README does")
+    if not script.is_file():
+        found = shutil.which("raysim")  # (never a relative "raysim": the package folder here)
+        if found is None:
+            pytest.skip("needs raysim installed (its `raysim` console script), as the README does")
+        script = Path(found)
     repository = Path(__file__).resolve().parents[1]
     (tmp_path / "raysim").symlink_to(repository)
     completed = subprocess.run(  # the console script, run by this test's interpreter

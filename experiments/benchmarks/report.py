@@ -78,15 +78,20 @@ def _fmt(value: float | None, digits: int = 2) -> str:
 
 
 def _measurements(records: list[dict]) -> dict[tuple, list[dict]]:
-    """The newest measurement of each row (workload, device, rounds): its records."""
+    """Each row's (workload, device, rounds) records: every side's newest measurement (a side
+    measured again replaces its earlier figures; the row's other sides keep theirs)."""
     groups: dict[tuple, list[dict]] = defaultdict(list)
     for record in records:
         if "rounds" not in record or record["side"].startswith("raysim_3_seeds") \
                 or record["side"].endswith("_profile"):
             continue
-        groups[(record["workload"], record["device"], record["rounds"],
+        groups[(record["workload"], record["device"], record["rounds"], record["side"],
                 record["records_file"])].append(record)
-    return _newest(groups)
+    rows: dict[tuple, list[dict]] = defaultdict(list)
+    for (*row, _side, _file), found in _newest(groups).items():
+        rows[tuple(row)] += found
+    return {row: sorted(found, key=lambda r: (r["date"], r.get("measured_at", "")))
+            for row, found in rows.items()}
 
 
 @dataclass(frozen=True)
@@ -145,28 +150,36 @@ def _ratio(raysim: Side, peer: Side | None, measure: str, digits: int) -> str:
 
 
 def _rows(records: list[dict]) -> list[dict]:
-    """Per measurement: a row of whole-process seconds where the sides ran repeatedly (the
-    median and range over repeats), and a row of steady rounds per second."""
+    """Per (workload, device, rounds): a row of whole-process seconds where raysim and a
+    peer ran repeatedly (the median and range over repeats), and a row of steady rounds per
+    second."""
     rows = []
-    for (workload, device, rounds, _), found in sorted(
+    for (workload, device, rounds), found in sorted(
             _measurements(records).items(), key=lambda item: (item[0][1] != "CPU", item[0])):
-        repeats = max(r.get("repeat", 0) for r in found) + 1
+        repeats = max((r.get("repeat", 0) for r in found if r["side"].startswith("raysim_")),
+                      default=0) + 1
+        peers_repeated = any(r.get("repeat", 0) > 0 for r in found
+                             if r["side"].startswith(("flower", "pfl_research")))
         repeated = repeats > 1
         commit = " + ".join(dict.fromkeys(r["commit"] for r in found))  # in measured order
+        versions: dict = {}
+        for record in found:
+            versions.update(record["versions"])
         on = f"{found[0]['cpus']} CPUs" if device == "CPU" else f"{device}, {found[0]['cpus']} CPUs"
         suffix = "" if device == "CPU" else \
             " (on the GPU machine: `bash experiments/benchmarks/device/peers_gpu.sh`)"
         command = (f"`python experiments/benchmarks/peers.py --flower-python FLOWER_PY "
                    f"--pfl-python PFL_PY --workloads {workload} --rounds {rounds}"
                    + (f" --repeats {repeats}" if repeated else "") + " --records FILE`" + suffix)
-        for measure in (["wall"] if repeated else []) + ["rate"]:
+        measures = (["wall"] if repeated and peers_repeated else []) + ["rate"]
+        for measure in measures:
             raysim = _best(found, "raysim_", measure)
             if raysim is None:
                 continue
             flower, pfl = _best(found, "flower", measure), _best(found, "pfl_research", measure)
             plain = _best(found, "plain_pytorch_loop", measure)
             reference = _best(found, "on_device_vmap_reference", measure)
-            whole = measure == "rate" and not repeated
+            whole = "wall" not in measures  # (a side run once shows its whole process)
             rows.append({
                 "workload": workload, "device": on, "on_gpu": device != "CPU",
                 "measure": f"whole process of {rounds} rounds (s), lower is better"
@@ -181,7 +194,7 @@ def _rows(records: list[dict]) -> list[dict]:
                 "vs_reference": _fmt((raysim.median(measure) or 0.0)
                                      / (reference.median(measure) or 1.0))
                 if reference and reference.median(measure) else "-",
-                "versions": found[0]["versions"], "commit": commit, "date": found[0]["date"],
+                "versions": versions, "commit": commit, "date": found[-1]["date"],
                 "command": command})
     return rows
 
@@ -222,20 +235,24 @@ def render_full(records: list[dict]) -> str:
 def render_profile(records: list[dict]) -> str:
     """BENCHMARKS.md's table of where a GPU round goes: raysim with 4 x 0.25 GPU, its rounds
     split from its results (medians) and its driver and workers sampled by py-spy."""
-    groups: dict[tuple, list[dict]] = defaultdict(list)
+    splits: dict[tuple, list[dict]] = defaultdict(list)
+    profiles: dict[tuple, list[dict]] = defaultdict(list)
     for record in records:
-        if record.get("device") != "CPU" and "rounds" in record:
-            groups[(record["workload"], record["device"], record["records_file"])].append(record)
-    lines = []
-    for (workload, device, _), found in sorted(_newest(groups).items()):
-        timed = [r for r in found if r["side"] == "raysim_vectorized_4x0.25gpu"
-                 and r.get("round_split_ms") and r["rounds"] == 20]
-        profile = next((r for r in found if r["side"].endswith("_profile")), None)
-        if not timed:
+        if record.get("device") == "CPU" or "rounds" not in record:
             continue
-        split = timed[0]["round_split_ms"]
-        cells = [f"{split['round']:.1f}", f"{split['dispatch_to_replies']:.1f}",
-                 f"{split['worker_local_updates']:.1f}", f"{split['aggregate']:.1f}"]
+        key = (record["workload"], record["device"], record["records_file"])
+        if record["side"].endswith("_profile"):
+            profiles[key].append(record)
+        elif record["side"] == "raysim_vectorized_4x0.25gpu" and record.get("round_split_ms") \
+                and record["rounds"] == 20:
+            splits[key].append(record)
+    newest_profile = {key[:-1]: found[0] for key, found in _newest(profiles).items()}
+    lines = []
+    for (workload, device, _), timed in sorted(_newest(splits).items()):
+        profile = newest_profile.get((workload, device))
+        cells = [f"{statistics.median(r['round_split_ms'][part] for r in timed):.1f}"
+                 for part in ("round", "dispatch_to_replies", "worker_local_updates",
+                              "aggregate")]
         for role in ("driver", "worker"):
             sampled = (profile or {}).get("profile", {}).get(role)
             cells.append("-" if sampled is None else
