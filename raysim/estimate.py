@@ -125,12 +125,11 @@ def makespan(durations: list[float], slots: int) -> float:
 def project(configs: Mapping[str, ExperimentConfig], probes: Mapping[str, Probe],
             concurrent_runs: int, uses_gpus: bool) -> Estimate:
     """The whole config's cost from each variant's probe (see the module docstring)."""
-    costs = []
-    refused = {label: reason for label in configs
-               if (reason := probes[label].refused) is not None}
+    costs, refused = [], {}
     for label, config in configs.items():
         probe = probes[label]
         if probe.refused is not None:
+            refused[label] = probe.refused
             continue
         engine = config.engine
         devices = engine.num_workers * (engine.gpus_per_worker if uses_gpus

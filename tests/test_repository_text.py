@@ -1,5 +1,5 @@
 """The repository speaks of raysim only: no development history (issue or session numbers, how
-the work was organised, which machines were lent) in tracked text or file names, and no
+the work was organised, what hardware the work ran on) in tracked text or file names, and no
 references to files outside the repository. History lives in git."""
 
 from __future__ import annotations
