@@ -215,7 +215,11 @@ def welch_t(mean_a: float, std_a: float, n_a: int, mean_b: float, std_b: float, 
 
 
 def _p_text(p: float) -> str:
-    return "p < 0.001" if p < 0.001 else f"p = {p:.3f}"
+    """The p-value with 3 decimals; with 4 where 3 would round it to the 0.05 line, so that
+    the printed p and the verdict agree."""
+    if p < 0.001:
+        return "p < 0.001"
+    return f"p = {p:.4f}" if f"{p:.3f}" == f"{SIGNIFICANCE:.3f}" else f"p = {p:.3f}"
 
 
 def verdict(test: Test) -> str:

@@ -59,6 +59,9 @@ def test_the_verdict_rule_is_p_below_0_05_from_the_t_distribution():
 
     assert at(3.18, 2.0).startswith("within noise (p = 0.08")  # |t| >= 2, yet p ~ 0.086
     assert at(3.18, 8.0) == "above" and at(-3.18, 8.0) == "below"
+    near_line = render_docs.Test(2.57, 5.1, 0.0497)  # 3 decimals would print p = 0.050
+    assert render_docs._t_text(near_line).endswith("p = 0.0497")
+    assert render_docs._p_text(0.0503) == "p = 0.0503" and render_docs._p_text(0.051) == "p = 0.051"
     welch = render_docs.welch_test(0.6, 0.01, 3, 0.5, 0.02, 3)
     reference = stats.ttest_ind_from_stats(0.6, 0.01, 3, 0.5, 0.02, 3, equal_var=False)
     assert welch.t == pytest.approx(reference.statistic)

@@ -211,9 +211,11 @@ def test_the_warm_cluster_starts_its_raylet_as_a_local_ray_does(monkeypatch, tmp
     monkeypatch.setenv("RAYSIM_CPU_SLOTS", str(tmp_path / "slots"))
     monkeypatch.setattr(cluster.subprocess, "run", lambda *args, **kwargs: None)
     monkeypatch.setattr(cluster.subprocess, "Popen", popen)
+    monkeypatch.setattr(cluster.tempfile, "tempdir", str(tmp_path))  # Ray's session directory
     with pytest.raises(Started):
         cluster.start_cluster(cpus=1)
     assert started[0].items() >= cluster.raylet_environment().items()
+    assert not list(tmp_path.glob("raysim-ray-*"))  # a start that failed leaves no directory
 
 
 def test_loading_every_shipped_config_imports_neither_torch_nor_ray():

@@ -49,6 +49,7 @@ def test_invocations_join_the_warm_cluster_reuse_its_processes_and_match_a_local
         stopped = _raysim(["cluster", "stop"], environment)
     assert stopped.returncode == 0 and "stopped" in stopped.stdout
     assert not is_running(record["pid"], record["pid_started"])  # `ray start` is gone
+    assert not Path(record["ray_directory"]).exists()  # and its session directory
     assert _raysim(["cluster", "status"], environment).returncode == 1
     assert status.returncode == 0 and record["address"] in status.stdout
     for run in runs:

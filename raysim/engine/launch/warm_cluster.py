@@ -183,11 +183,16 @@ def start_cluster(cpus: int | None = None, gpus: float | None = None,
     # not); this keeps an existing one
     subprocess.run([*ray_cli, "get-auth-token", "--generate"], capture_output=True,
                    env=environment, check=False)
-    with open(log, "wb") as output:
-        process = subprocess.Popen(  # the slots' lock files are inherited: held while it runs
-            command, stdin=subprocess.DEVNULL, stdout=output, stderr=subprocess.STDOUT,
-            start_new_session=True, env=environment, cwd=Path(__file__).resolve().parents[2],
-            pass_fds=slots.file_descriptors())
+    try:
+        with open(log, "wb") as output:
+            process = subprocess.Popen(  # the slots' lock files are inherited: held while it runs
+                command, stdin=subprocess.DEVNULL, stdout=output, stderr=subprocess.STDOUT,
+                start_new_session=True, env=environment,
+                cwd=Path(__file__).resolve().parents[2], pass_fds=slots.file_descriptors())
+    except BaseException:  # `ray start` did not start: nothing holds the CPUs or the directory
+        slots.release()
+        shutil.rmtree(session, ignore_errors=True)
+        raise
     slots.release()  # (the child holds the locks now)
     address_file = session / "ray_current_cluster"
     deadline = time.monotonic() + timeout
