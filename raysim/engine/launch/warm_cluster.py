@@ -189,11 +189,11 @@ def start_cluster(cpus: int | None = None, gpus: float | None = None,
                 command, stdin=subprocess.DEVNULL, stdout=output, stderr=subprocess.STDOUT,
                 start_new_session=True, env=environment,
                 cwd=Path(__file__).resolve().parents[2], pass_fds=slots.file_descriptors())
-    except BaseException:  # `ray start` did not start: nothing holds the CPUs or the directory
-        slots.release()
+    except BaseException:  # `ray start` did not start: nothing will use its directory
         shutil.rmtree(session, ignore_errors=True)
         raise
-    slots.release()  # (the child holds the locks now)
+    finally:
+        slots.release()  # (the child holds the locks now, or none was started)
     address_file = session / "ray_current_cluster"
     deadline = time.monotonic() + timeout
     while not address_file.is_file() or not address_file.read_text().strip():
