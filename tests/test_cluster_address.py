@@ -172,7 +172,7 @@ def test_runs_join_the_cluster_ray_address_names_and_local_forces_their_own(tmp_
         assert own.returncode == 0, own.stderr[-3000:]
         assert "Joined the Ray cluster" not in own.stdout + own.stderr
     finally:
-        os.killpg(head.pid, signal.SIGTERM)
+        os.killpg(head.pid, signal.SIGINT)  # as Ctrl-C: it stops its processes in seconds
         try:
             head.wait(timeout=30)
         except subprocess.TimeoutExpired:

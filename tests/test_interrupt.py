@@ -114,7 +114,7 @@ def test_resume_remembers_the_variants_it_was_given(ray_session, tmp_path):
 
 
 def test_a_second_signal_stops_at_once_and_keeps_every_written_row(ray_session, tmp_path):
-    raw = quickstart_raw(training={"rounds": 400}, seeds=[0],
+    raw = quickstart_raw(training={"rounds": 100}, seeds=[0],
                          engine={"num_workers": 1, "cpus_per_worker": 1, "flush_seconds": 0,
                                  "checkpoint_every": 5, "checkpoint_seconds": 0, "checkpoint_share": 0})
     config, output, _ = _interrupted_run(raw, tmp_path, [], [signal.SIGINT, signal.SIGINT])
@@ -124,4 +124,4 @@ def test_a_second_signal_stops_at_once_and_keeps_every_written_row(ray_session, 
     assert json.loads((run_dir / "manifest.json").read_text())["status"] == "interrupted"
     time.sleep(2)  # Ray tears down the stopped job's actors
     assert main(["run", str(config), "--resume", str(run_dir.parent), "--no-progress"]) == 0
-    assert load(run_dir)["round"].tolist() == list(range(400))
+    assert load(run_dir)["round"].tolist() == list(range(100))

@@ -15,8 +15,9 @@ from pathlib import Path
 import pandas as pd
 import pytest
 import yaml
-from conftest import quickstart_raw
+from conftest import quickstart_raw, run_tables
 
+from raysim.engine.launch import warm_cluster
 from raysim.engine.launch.warm_cluster import is_running
 from raysim.engine.launch.watchdog import start_time
 from raysim.engine.pool.keeper import PoolKeeper
@@ -31,7 +32,8 @@ def _manifest(root: Path) -> dict:
     return json.loads(next(root.glob("*/seed_0/manifest.json")).read_text())
 
 
-def test_invocations_join_the_warm_cluster_reuse_its_processes_and_match_a_local_run(tmp_path):
+def test_invocations_join_the_warm_cluster_reuse_its_processes_and_match_a_local_run(
+        ray_session, tmp_path):
     config = tmp_path / "run.yaml"
     config.write_text(yaml.safe_dump(quickstart_raw(
         training={"rounds": 3}, engine={"num_workers": 2, "cpus_per_worker": 1})))
@@ -62,13 +64,9 @@ def test_invocations_join_the_warm_cluster_reuse_its_processes_and_match_a_local
     assert second["driver"]["pid"] == first["driver"]["pid"]
     assert second["startup"].get("joined") == 1.0
 
-    local_environment = {**environment, "RAYSIM_CLUSTER_DIR": str(tmp_path / "no-cluster")}
-    local = _raysim(["run", str(config), "--output", str(tmp_path / "local"), "--no-progress"],
-                    local_environment)
-    assert local.returncode == 0 and "Joined" not in local.stderr
-    rounds = [pd.read_parquet(next(root.glob("*/seed_0/rounds")))
-              for root in (tmp_path / "warm1", tmp_path / "local")]
-    pd.testing.assert_series_equal(rounds[0]["accuracy"], rounds[1]["accuracy"])
+    local, = run_tables(yaml.safe_load(config.read_text()), tmp_path / "local", "rounds")
+    warm = pd.read_parquet(next((tmp_path / "warm1").glob("*/seed_0/rounds")))
+    pd.testing.assert_series_equal(warm["accuracy"], local["accuracy"])
 
 
 @pytest.fixture()
@@ -90,7 +88,7 @@ def actors(ray_session):
 def _alive(ray, actor) -> bool:
     """Whether the actor still answers; a kill is asynchronous, so an actor that answered is
     asked again for a few seconds before it counts as alive."""
-    deadline = time.monotonic() + 10
+    deadline = time.monotonic() + 5
     while True:
         try:
             ray.get(actor.ping.remote(), timeout=30)
@@ -141,3 +139,17 @@ def test_taking_over_leaves_out_actors_that_died_idle(ray_session, actors, monke
     assert not any(pool._idle_workers.values())
     assert [driver._actor_id for driver in pool._idle_drivers] == [actors[1]._actor_id]
     ray_session.kill(keeper)
+
+
+def test_stopping_the_cluster_interrupts_ray_start_as_ctrl_c_does():
+    """`raysim cluster stop` ends `ray start --block` with SIGINT, which it answers within
+    seconds (a SIGTERM to its group takes it about half a minute): the stand-in ignores
+    SIGTERM, so it ends with a KeyboardInterrupt only if SIGINT came before the SIGKILL."""
+    stand_in = subprocess.Popen(
+        [sys.executable, "-c", "import signal, time; signal.signal(signal.SIGTERM, "
+         "signal.SIG_IGN); print('ready', flush=True); time.sleep(120)"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    assert stand_in.stdout.readline().strip() == "ready"
+    warm_cluster._terminate(stand_in.pid, timeout=30)
+    assert "KeyboardInterrupt" in stand_in.stderr.read()
+    stand_in.wait(timeout=10)

@@ -228,11 +228,14 @@ def stop_cluster(timeout: float = 30.0) -> ClusterInfo | None:
 
 
 def _terminate(pid: int, timeout: float = 30.0) -> None:
-    """SIGTERM ``ray start --block``'s process group (its Ray processes share its fate), then
-    SIGKILL what is left after ``timeout`` seconds and wait (up to 10 s) until it is gone."""
+    """SIGINT ``ray start --block``'s process group (its Ray processes share its fate), then
+    SIGKILL what is left after ``timeout`` seconds and wait (up to 10 s) until it is gone.
+
+    SIGINT, as Ctrl-C on the blocking command: ``ray start --block`` then stops its processes
+    within about two seconds, where a SIGTERM to the group takes it about half a minute."""
     started = start_time(pid)
     with contextlib.suppress(OSError):
-        os.killpg(pid, signal.SIGTERM)
+        os.killpg(pid, signal.SIGINT)
     _wait_gone(pid, started, timeout)
     with contextlib.suppress(OSError):
         os.killpg(pid, signal.SIGKILL)
