@@ -71,7 +71,9 @@ def test_two_invocations_never_share_a_tensorboard_run(ray_session, tmp_path):
 
 def test_the_mlflow_extra_serves_the_store_in_its_ui(ray_session, tmp_path):
     pytest.importorskip("mlflow", reason="the mlflow extra is not installed")
+    import os
     import shutil
+    import signal
     import socket
     import subprocess
     import time
@@ -91,7 +93,8 @@ def test_the_mlflow_extra_serves_the_store_in_its_ui(ray_session, tmp_path):
     server = subprocess.Popen(  # the README's command
         [mlflow, "ui", "--backend-store-uri", f"sqlite:///{store}", "--host", "127.0.0.1",
          "--port", str(port)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-        start_new_session=True)
+        start_new_session=True,  # without its job runner, whose store directory in /dev/shm
+        env={**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"})  # outlives it
     try:
         deadline, page = time.monotonic() + 90, None
         while page is None:
@@ -104,9 +107,6 @@ def test_the_mlflow_extra_serves_the_store_in_its_ui(ray_session, tmp_path):
                 time.sleep(0.5)
         assert "MLflow" in page or "mlflow" in page
     finally:
-        import os
-        import signal
-
         os.killpg(server.pid, signal.SIGTERM)
         server.wait(timeout=30)
 
