@@ -35,7 +35,8 @@ It renders the difference of the means of a and b (``csv_b``: b's row from anoth
 Welch's t from the means, standard deviations (ddof 1) and seed counts, with the
 Welch-Satterthwaite degrees of freedom; with ``per_seed`` (a CSV with a ``seed`` column and the
 metric as a column) the per-seed differences and the paired t with n - 1 degrees of freedom
-instead. Beside t it prints the two-sided p from the t distribution. The wording is fixed by
+instead (``per_seed_b``: b's seeds from another CSV, for runs of the same seeds and code made
+by two invocations). Beside t it prints the two-sided p from the t distribution. The wording is fixed by
 p: "above" or "below" at p < 0.05, otherwise "within noise (p = ...)".
 
 A choice on validation data (``<!-- choose ... -->...<!-- /choose -->``, see
@@ -240,6 +241,8 @@ def render_stat(spec: Mapping[str, Any]) -> str:
     key = spec.get("key", "experiment")
     if "per_seed" in spec:
         frame = _read(spec["per_seed"], spec.get("where"))
+        if "per_seed_b" in spec:  # b's seeds from another run of the same seeds
+            frame = pd.concat([frame, _read(spec["per_seed_b"], spec.get("where"))])
         pivot = frame.pivot_table(index="seed", columns=key, values=metric)
         pairs = pivot[[a, b]].dropna()
         differences = (pairs[a] - pairs[b]).to_numpy()

@@ -81,6 +81,12 @@ def test_a_paired_statistic_lists_the_per_seed_differences(tmp_path, monkeypatch
     t = stats.ttest_rel([0.9, 0.8, 0.85], [0.7, 0.75, 0.8]).statistic
     assert "per seed +0.200, +0.050, +0.050" in rendered
     assert f"paired t = {t:.2f}" in rendered
+    frame = pd.read_csv(tmp_path / "seeds.csv")  # b's seeds from another invocation's CSV
+    frame[frame.experiment == "a"].to_csv(tmp_path / "a.csv", index=False)
+    frame[frame.experiment == "b"].to_csv(tmp_path / "b.csv", index=False)
+    split = render_docs.render("<!-- stat per_seed: a.csv, per_seed_b: b.csv, a: a, b: b, "
+                               "metric: accuracy -->x<!-- /stat -->")
+    assert split.split("-->", 1)[1] == rendered.split("-->", 1)[1]
 
 
 def test_a_choice_is_made_on_the_validation_column_never_on_the_test_one(tmp_path, monkeypatch):
