@@ -65,6 +65,7 @@ def _interrupted_run(raw: dict, tmp_path: Path, extra: list[str],
 def test_first_signal_stops_at_a_round_boundary_and_resume_completes_the_same_run(
         ray_session, tmp_path, algorithm, sent):
     raw = quickstart_raw(training={"rounds": ROUNDS}, algorithm={"name": algorithm},
+                         evaluation={"every": 5},  # metrics every 5th round, losses every one
                          seeds=[0], engine={"num_workers": 1, "cpus_per_worker": 1,
                                             "flush_seconds": 600})  # rows only flushed on stop
     override = "training.local_epochs=2"
