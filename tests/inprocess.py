@@ -1,15 +1,16 @@
 """A Ray-free stand-in for the engine's round loop (tests only): one process plays the driver
 and every worker, with the same hooks in the same order (broadcast, migration, local updates,
 per-group reduce, aggregate, state moves). Used to check the algorithm contract: results do
-not depend on the algorithm object surviving between rounds, on pickling the states, or on how
-clients are grouped."""
+not depend on the algorithm object surviving between rounds, on writing the states to a
+checkpoint's file, or on how clients are grouped."""
 
 from __future__ import annotations
 
 import dataclasses
-import pickle
+import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -19,6 +20,7 @@ from raysim.algorithms import ALGORITHMS
 from raysim.config import ExperimentConfig
 from raysim.layers.compose import compose
 from raysim.preparation import initial_weights, pooled, prepare, run_context
+from raysim.state_codec import read_state, save_state
 from raysim.system.plan import architecture_flops
 from raysim.system.planning import ClockSettings, plan_for_run
 from raysim.training.context import ClientData, RunContext
@@ -44,8 +46,8 @@ def simulate(config: ExperimentConfig, *, fresh_objects: bool = False,
     """Run ``config``'s first seed for its rounds, every client every round (with ``system:``,
     the clients the clock's plan trains), the algorithm composed with the layers the config
     asks for (DP, FedBuff) as the engine composes it. ``fresh_objects``: new algorithm
-    objects every round, server and client states round-tripped through pickle (as after a
-    checkpoint or a worker restart). ``group_size``: clients per reduce group."""
+    objects every round, server and client states round-tripped through a checkpoint's state
+    file (as after a resume). ``group_size``: clients per reduce group."""
     seed = config.seeds[0]
     dataset, partition = prepare(config, None)[seed]
     algorithm_class = ALGORITHMS[config.algorithm.name]
@@ -81,8 +83,7 @@ def simulate(config: ExperimentConfig, *, fresh_objects: bool = False,
         groups = [clients[i:i + group_size] for i in range(0, len(clients), group_size)]
         if fresh_objects:
             server, client_side = new_algorithm(), new_algorithm(server=False)
-            state = pickle.loads(pickle.dumps(state))
-            client_states = pickle.loads(pickle.dumps(client_states))
+            state, client_states = through_state_file((state, client_states))
         message = server.broadcast(state, round_)
         destination = server.migration(round_)
         results = {}
@@ -102,6 +103,13 @@ def simulate(config: ExperimentConfig, *, fresh_objects: bool = False,
     trace.server_state, trace.client_states = state, client_states
     trace.algorithm, trace.runtime, trace.dataset = server, runtime, dataset
     return trace
+
+
+def through_state_file(tree: Any) -> Any:
+    """``tree`` written to a checkpoint's state file and read back (as after a resume)."""
+    with tempfile.TemporaryDirectory() as directory:
+        path = save_state(Path(directory) / "state.npz", tree, "test", 1)
+        return read_state(path, "test", 1)
 
 
 def flatten(value: Any) -> list[np.ndarray]:

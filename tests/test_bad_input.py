@@ -295,6 +295,8 @@ def test_resume_of_an_empty_directory_or_a_results_parent_exits_2_naming_the_run
     parent = tmp_path / "results"
     for stamp in ("20260101-100000", "20260101-110000"):  # two earlier run roots
         (parent / f"quickstart-{stamp}" / "seed_0").mkdir(parents=True)
+        (parent / f"quickstart-{stamp}" / "seed_0" / "manifest.json").write_text(
+            '{"status": "completed"}')  # the layout <parent>/<root>/seed_<s>/manifest.json
         (parent / f"quickstart-{stamp}" / "invocation.json").write_text("{}")
     before = sorted(parent.rglob("*"))
     code, err = run_cli(capsys, tmp_path, raw, "--no-progress", "--resume", str(parent),
@@ -315,12 +317,52 @@ def test_a_method_that_needs_images_on_a_tabular_set_is_one_message(capsys, tmp_
     assert err.count("error:") == 1
 
 
-def test_resume_of_a_checkpoint_of_an_earlier_format_exits_2_before_anything_starts(
+def test_resume_with_another_seed_list_and_config_is_refused_whatever_the_seeds(
         capsys, tmp_path):
-    """A run interrupted under an earlier raysim left a checkpoint whose server state is laid
-    out differently: --resume refuses it with one paragraph before Ray starts, and changes
-    nothing in the run root."""
+    """A root interrupted with seeds [0] is not continued by a config with seeds [2] and
+    another learning rate: the stored run's config is compared even though no seed is shared,
+    so two configs never end up in one root (and one experiment in ``raysim report``)."""
     import json
+
+    from raysim.config import parse_config
+
+    original = quickstart_raw(training={"rounds": 2}, seeds=[0])
+    root = tmp_path / "results" / "quickstart-20260101-100000"
+    (root / "seed_0").mkdir(parents=True)
+    (root / "seed_0" / "manifest.json").write_text(json.dumps(
+        {"config": parse_config(original).model_dump(mode="json"), "status": "interrupted"}))
+    (root / "invocation.json").write_text("{}")
+    before = sorted(root.rglob("*"))
+    other = quickstart_raw(training={"rounds": 2, "optimizer": {"name": "sgd", "lr": 0.5}},
+                           seeds=[2])
+    code, err = run_cli(capsys, tmp_path, other, "--no-progress", "--resume", str(root),
+                        command="run")
+    assert code == 2 and "Traceback" not in err and "different config" in err, err
+    assert "seeds" in err and "training" in err and err.count("error:") == 1
+    assert sorted(root.rglob("*")) == before
+
+
+class _RunsACommand:
+    """A pickle whose loading runs a command (a crafted checkpoint)."""
+
+    def __init__(self, marker):
+        self.marker = marker
+
+    def __reduce__(self):
+        import os
+
+        return (os.system, (f"touch {self.marker}",))
+
+
+@pytest.mark.parametrize("kind", ["earlier format", "crafted pickle"])
+def test_resume_of_a_checkpoint_of_an_earlier_format_exits_2_before_anything_starts(
+        capsys, tmp_path, kind):
+    """A run interrupted under an earlier raysim left a pickled checkpoint, or a colleague's
+    results directory holds a crafted one where the checkpoint belongs: --resume refuses it
+    with one paragraph naming the file before Ray starts, reads no pickle (the crafted file's
+    command never runs), and changes nothing in the run root."""
+    import json
+    import pickle
 
     from raysim.config import parse_config
 
@@ -328,17 +370,27 @@ def test_resume_of_a_checkpoint_of_an_earlier_format_exits_2_before_anything_sta
     root = tmp_path / "results" / "quickstart-20260101-100000"
     run_dir = root / "seed_0"
     (run_dir / "checkpoint").mkdir(parents=True)
-    (run_dir / "checkpoint" / "latest.pt").write_bytes(b"an earlier layout")
+    marker = tmp_path / "command-ran"
+    manifest = {"status": "interrupted", "checkpoint_round": 1}
+    if kind == "earlier format":
+        checkpoint = run_dir / "checkpoint" / "latest.pt"
+        checkpoint.write_bytes(b"an earlier layout")
+        needle = "written by an earlier version of raysim"
+    else:
+        checkpoint = run_dir / "checkpoint" / "latest.npz"
+        checkpoint.write_bytes(pickle.dumps(_RunsACommand(marker)))
+        manifest["checkpoint_format"] = 3
+        needle = "it is not a raysim state file"
     config = parse_config(raw).model_dump(mode="json")
-    (run_dir / "manifest.json").write_text(json.dumps(
-        {"config": config, "status": "interrupted", "checkpoint_round": 1}))
+    (run_dir / "manifest.json").write_text(json.dumps({"config": config, **manifest}))
     (root / "invocation.json").write_text("{}")
     before = {p: p.read_bytes() for p in root.rglob("*") if p.is_file()}
     code, err = run_cli(capsys, tmp_path, raw, "--no-progress", "--resume", str(root),
                         command="run")
     assert code == 2 and "Traceback" not in err, err
-    assert "written by an earlier version of raysim" in err and err.count("error:") == 1
+    assert needle in err and err.count("error:") == 1 and str(checkpoint) in err
     assert {p: p.read_bytes() for p in root.rglob("*") if p.is_file()} == before
+    assert not marker.exists()
 
 
 @pytest.mark.parametrize("extra, needle", [(["--rounds", "1"], "--rounds 1"),

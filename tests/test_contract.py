@@ -44,7 +44,7 @@ def _same(a, b, exact: bool) -> bool:
 
 
 @pytest.mark.parametrize("name", sorted(CONFIGS))
-def test_results_survive_new_objects_pickled_states_and_other_groupings(data_root, name):
+def test_results_survive_new_objects_states_through_a_checkpoint_file_and_other_groupings(data_root, name):
     config = parse_config(contract_raw(data_root, name))
     reference = simulate(config)
     restarted = simulate(config, fresh_objects=True)

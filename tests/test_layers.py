@@ -36,7 +36,7 @@ LAYERS = {  # higher imports lower or equal, never the other way
     "models": 4,
     "vectors": 3,
     "data": 2, "results": 2,
-    "schema": 1, "errors": 1, "seeding": 1, "lazy": 1, "cache": 1,
+    "schema": 1, "errors": 1, "seeding": 1, "lazy": 1, "cache": 1, "state_codec": 1,
 }
 ENGINE_ROOMS = ("launch", "pool", "run")
 

@@ -299,31 +299,93 @@ def test_the_membership_audit_attacks_the_last_round_only(members, audited):
 
 
 def test_a_checkpoint_round_trips_its_arrays_and_one_of_an_earlier_format_is_refused(tmp_path):
-    """Checkpoints are pickles (client states' arrays written as they are) with a format
-    number; one an earlier version wrote (a pickle without the number, or a ``torch.save``
-    archive) is refused with one paragraph, never restored in part."""
+    """Checkpoints are state files (arrays as npz members, the rest JSON) with a format
+    number; one an earlier version wrote (a pickle, or a ``torch.save`` archive) is refused
+    with one paragraph, never read."""
     import pickle
 
     import torch
 
-    from raysim.engine.run.checkpoint import CHECKPOINT_FILE, Checkpoint, save_checkpoint
+    from raysim.engine.run.checkpoint import Checkpoint, save_checkpoint
     from raysim.errors import RaysimError
     from raysim.vectors.weights import FlatWeights
 
     states = {3: (FlatWeights(np.arange(6, dtype=np.float32), (("w", (2, 3)),)), None)}
-    written = Checkpoint(0, 5, {"global": {"w": np.ones(3)}}, states, 7)
+    written = Checkpoint(0, 5, {"global": {"w": np.ones(3)}, "step": np.float32(0.5),
+                                "t": torch.arange(4)}, states, 7)
     path = save_checkpoint(tmp_path / "new", written)
-    assert path.read_bytes()[:4] != b"PK\x03\x04"
+    assert path.read_bytes()[:4] == b"PK\x03\x04"
     loaded = load_checkpoint(tmp_path / "new")
     assert loaded is not None and (loaded.next_round, loaded.next_part) == (5, 7)
     assert np.array_equal(loaded.client_states[3][0]["w"], np.arange(6).reshape(2, 3))
+    assert loaded.client_states[3][0].layout == (("w", (2, 3)),)
+    assert type(loaded.server_state["step"]) is np.float32
+    assert torch.equal(loaded.server_state["t"], torch.arange(4))
     earlier = {k: v for k, v in written.__dict__.items() if k != "format"}
     earlier["server_versions"] = {}
     for name, write in (("pickled", lambda path: path.write_bytes(pickle.dumps(earlier))),
                         ("zipped", lambda path: torch.save(earlier, path))):
-        legacy = tmp_path / name / CHECKPOINT_FILE
+        legacy = tmp_path / name / "checkpoint" / "latest.pt"
         legacy.parent.mkdir(parents=True)
         write(legacy)
         with pytest.raises(RaysimError, match="written by an earlier version of raysim") as error:
             load_checkpoint(tmp_path / name)
         assert "\n" not in str(error.value) and "without --resume" in str(error.value)
+        assert str(legacy) in str(error.value)
+    unregistered = Checkpoint(0, 1, {"model": object()}, {}, 1)
+    with pytest.raises(TypeError, match="register its class"):
+        save_checkpoint(tmp_path / "unregistered", unregistered)
+    assert not any((tmp_path / "unregistered").rglob("*.tmp"))  # no temporary file is left
+
+
+class _Payload:
+    """A pickle that runs a command when it is loaded."""
+
+    def __init__(self, marker):
+        self.marker = marker
+
+    def __reduce__(self):
+        import os
+
+        return (os.system, (f"touch {self.marker}",))
+
+
+@pytest.mark.parametrize("placement", ["pickle as the checkpoint", "pickle inside the npz",
+                                       "damaged npz", "empty file"])
+def test_a_crafted_or_damaged_checkpoint_runs_no_code_and_is_refused_naming_the_file(
+        tmp_path, placement):
+    """A checkpoint is never unpickled: a crafted one (a pickle whose loading runs a command,
+    whether it replaces the file or hides in one of its arrays) and a damaged one are refused
+    with one paragraph naming the file, and the command never runs."""
+    import io
+    import pickle
+    import zipfile
+
+    from raysim.engine.run.checkpoint import CHECKPOINT_FILE, Checkpoint, save_checkpoint
+    from raysim.errors import RaysimError
+
+    marker = tmp_path / "ran"
+    run_dir = tmp_path / "run"
+    path = save_checkpoint(run_dir, Checkpoint(0, 2, {"w": np.ones(3)}, {}, 2))
+    if placement == "pickle as the checkpoint":
+        path.write_bytes(pickle.dumps(_Payload(marker)))
+    elif placement == "pickle inside the npz":
+        buffer = io.BytesIO()
+        np.save(buffer, np.array([_Payload(marker)], dtype=object), allow_pickle=True)
+        with zipfile.ZipFile(path) as archive:  # the header names the array a0: replace it
+            header = archive.read("header.npy")
+        with zipfile.ZipFile(path, "w") as archive:
+            archive.writestr("header.npy", header)
+            archive.writestr("a0.npy", buffer.getvalue())
+    elif placement == "damaged npz":
+        data = bytearray(path.read_bytes())
+        path.write_bytes(bytes(data[: len(data) // 2]))
+    else:
+        path.write_bytes(b"")
+    with pytest.raises(RaysimError) as error:
+        load_checkpoint(run_dir)
+    message = str(error.value)
+    assert "\n" not in message and str(run_dir / CHECKPOINT_FILE) in message
+    assert not marker.exists()
+    if placement == "pickle inside the npz":
+        assert "Object arrays cannot be loaded" in message

@@ -21,6 +21,7 @@ import torch
 from raysim.algorithms.base import Algorithm, ClientResult, register_algorithm
 from raysim.algorithms.params import ScaffoldParams
 from raysim.schema import StrictModel
+from raysim.state_codec import persistable
 from raysim.training.losses import loss_function, training_loss
 from raysim.vectors.weighted_sum import WeightedSum, mean_partial, merge_partials
 from raysim.vectors.weights import Weights, set_weights
@@ -32,6 +33,7 @@ ControlVariate = dict[str, np.ndarray]
 """One float32 array per trainable parameter of the model, by parameter name."""
 
 
+@persistable
 @dataclass
 class ScaffoldState:
     """The server's model x and control variate c."""

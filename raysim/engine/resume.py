@@ -13,7 +13,12 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from raysim.config import ExperimentConfig, parse_config
-from raysim.engine.run.checkpoint import CHECKPOINT_FILE, CHECKPOINT_FORMAT, incompatible_checkpoint
+from raysim.engine.run.checkpoint import (
+    CHECKPOINT_FILE,
+    CHECKPOINT_FORMAT,
+    check_checkpoint,
+    incompatible_checkpoint,
+)
 from raysim.errors import ConfigError
 from raysim.results.manifest import MANIFEST, read_manifest
 
@@ -33,9 +38,13 @@ def run_directory(root: Path, label: str, seed: int) -> Path:
 
 
 def is_run_root(path: Path) -> bool:
-    """Whether ``path`` holds a raysim invocation's runs."""
-    return (path / INVOCATION).is_file() or any(path.glob(f"seed_*/{MANIFEST}")) or any(
-        path.glob(f"*/seed_*/{MANIFEST}"))
+    """Whether ``path`` holds a raysim invocation's runs: its ``invocation.json``, or runs
+    ``seed_<s>/`` or ``<variant>/seed_<s>/`` of its own (a directory whose children are run
+    roots, such as ``results/``, is a results parent, not a root)."""
+    if (path / INVOCATION).is_file() or any(path.glob(f"seed_*/{MANIFEST}")):
+        return True
+    return any(not (manifest.parent.parent / INVOCATION).is_file()
+               for manifest in path.glob(f"*/seed_*/{MANIFEST}"))
 
 
 def check_run_root(root: str | Path) -> None:
@@ -88,6 +97,7 @@ def unfinished_runs(experiments: Mapping[str, ExperimentConfig], root: str | Pat
     """The runs of ``experiments`` under ``root`` that have not reached their end (missing,
     interrupted or failed). Raises ConfigError, before anything starts, when a run there was
     made from a different config or seed list, or holds a checkpoint of another format."""
+    check_stored_runs(experiments, Path(root))
     unfinished = []
     for label, config in experiments.items():
         for seed in config.seeds:
@@ -101,8 +111,37 @@ def unfinished_runs(experiments: Mapping[str, ExperimentConfig], root: str | Pat
                 if (run_dir / CHECKPOINT_FILE).is_file() and \
                         manifest.get("checkpoint_format") != CHECKPOINT_FORMAT:
                     raise incompatible_checkpoint(run_dir / CHECKPOINT_FILE)
+                check_checkpoint(run_dir)
                 unfinished.append((label, seed))
     return unfinished
+
+
+def stored_runs(root: Path) -> dict[str, list[Path]]:
+    """The run directories with a manifest under ``root``, by experiment label ("" for the
+    layout without variants)."""
+    found: dict[str, list[Path]] = {}
+    for manifest in sorted(root.glob(f"seed_*/{MANIFEST}")):
+        found.setdefault("", []).append(manifest.parent)
+    for manifest in sorted(root.glob(f"*/seed_*/{MANIFEST}")):
+        found.setdefault(manifest.parent.parent.name, []).append(manifest.parent)
+    return found
+
+
+def check_stored_runs(experiments: Mapping[str, ExperimentConfig], root: Path) -> None:
+    """Refuse to resume ``root`` when any run already there, whatever its seed, was made from
+    another config (or seed list), or belongs to an experiment the resumed config does not
+    define: its results would be mixed with this config's as one experiment."""
+    for label, run_dirs in stored_runs(root).items():
+        if label not in experiments:
+            defined = ", ".join(repr(name) for name in experiments if name) or "no variants"
+            held = f"variant {label!r}" if label else "runs without variants"
+            raise ConfigError(
+                f"Cannot resume {root}: it holds {held} ({run_dirs[0]}), which the config "
+                f"being resumed does not define (it defines {defined}). Resume with the "
+                "config and --variant options of the original run, or start a new run without "
+                "--resume; nothing was written.")
+        for run_dir in run_dirs:
+            check_same_config(run_dir, experiments[label])
 
 
 def latest_run_root(config: ExperimentConfig, output: str | None) -> Path:
@@ -154,5 +193,6 @@ def check_writable(parent: Path) -> None:
 
 
 __all__ = ["FINISHED", "INVOCATION", "RESUME_MAY_CHANGE", "check_output", "check_run_root",
-           "check_same_config", "check_writable", "is_run_root", "latest_run_root",
-           "new_run_root", "run_directory", "stored_config_change", "unfinished_runs"]
+           "check_same_config", "check_stored_runs", "check_writable", "is_run_root",
+           "latest_run_root", "new_run_root", "run_directory", "stored_config_change",
+           "unfinished_runs"]

@@ -37,6 +37,7 @@ import numpy as np
 import torch
 
 from raysim.layers.wrapped import Wrapped, merged
+from raysim.state_codec import persistable
 from raysim.vectors.weighted_sum import WeightedSum
 from raysim.vectors.weights import FlatWeights, Weights, on_device
 
@@ -50,6 +51,7 @@ MESSAGE = "fedbuff"
 downloads the model current when it starts)."""
 
 
+@persistable
 @dataclass
 class BufferedState:
     """The server's model (the wrapped algorithm's state) and the global models of earlier

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from raysim.privacy.mechanism import gaussian_noise
+from raysim.state_codec import persistable
 from raysim.vectors.weighted_sum import WeightedSum
 from raysim.vectors.weights import Weights
 
@@ -38,6 +39,7 @@ def private_mean(partials: Sequence[WeightedSum], broadcast: Weights, expected: 
     return total.mean()
 
 
+@persistable
 @dataclass(frozen=True)
 class AdaptivelyClipped:
     """A server state under adaptive clipping: the global model and the next round's clip."""

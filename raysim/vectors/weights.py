@@ -24,6 +24,8 @@ import numpy as np
 import torch
 from torch import nn
 
+from raysim.state_codec import persistable
+
 Weights = Mapping[str, np.ndarray]
 """A model's state by entry name (see the module docstring for its two forms)."""
 
@@ -370,6 +372,11 @@ class FlatWeights(Mapping):
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (FlatWeights, (self.host_vector, self.layout, self.extras))
+
+
+persistable(FlatWeights, name="raysim.FlatWeights",
+            to_fields=lambda w: {"vector": w.host_vector, "layout": w.layout, "extras": w.extras},
+            from_fields=lambda fields: FlatWeights(**fields))
 
 
 @functools.lru_cache(maxsize=64)

@@ -17,12 +17,17 @@ import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import IO
+
+from raysim.engine.launch.private_state import open_private_file, private_directory
+
+VARIABLE = "RAYSIM_CPU_SLOTS"
+"""The environment variable that moves the slot files (default: a per-user directory in the
+system's temporary folder)."""
 
 
 def default_directory() -> Path:
     """Where the slot files live (per user; ``RAYSIM_CPU_SLOTS`` overrides it)."""
-    override = os.environ.get("RAYSIM_CPU_SLOTS")
+    override = os.environ.get(VARIABLE)
     if override:
         return Path(override)
     return Path(tempfile.gettempdir()) / f"raysim-cpu-slots-{os.getuid()}"
@@ -34,24 +39,25 @@ class CpuSlots:
     def __init__(self, total: int, directory: Path | None = None):
         self.total = total
         self.directory = directory or default_directory()
-        self._held: list[IO[bytes]] = []
+        self._held: list[int] = []
+        """Open descriptors of the lock files whose locks this process holds."""
 
     @property
     def held(self) -> int:
         return len(self._held)
 
     def _grab_free(self, wanted: int) -> None:
-        self.directory.mkdir(parents=True, exist_ok=True)
+        private_directory(self.directory, VARIABLE)
         for slot in range(self.total):
             if len(self._held) >= wanted:
                 return
-            handle = open(self.directory / f"cpu-{slot}.lock", "wb")  # noqa: SIM115 (held open)
+            descriptor = open_private_file(self.directory / f"cpu-{slot}.lock", VARIABLE)
             try:
-                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
-                handle.close()
+                os.close(descriptor)
                 continue
-            self._held.append(handle)
+            self._held.append(descriptor)
 
     def acquire(self, needed: int, wanted: int | None = None, *, timeout: float | None = None,
                 notify: Callable[[str], None] | None = None, poll_seconds: float = 1.0) -> int:
@@ -80,11 +86,11 @@ class CpuSlots:
     def file_descriptors(self) -> tuple[int, ...]:
         """The held slots' open lock files: a child process given them (``pass_fds``) keeps
         the slots held after this process releases its own copies."""
-        return tuple(handle.fileno() for handle in self._held)
+        return tuple(self._held)
 
     def release(self) -> None:
-        for handle in self._held:
-            handle.close()  # closing drops the lock
+        for descriptor in self._held:
+            os.close(descriptor)  # closing drops the lock
         self._held = []
 
 

@@ -29,6 +29,11 @@ from pathlib import Path
 
 from raysim.engine.launch.bytecode import bytecode_settings
 from raysim.engine.launch.cpu_slots import CpuSlots
+from raysim.engine.launch.private_state import (
+    private_directory,
+    read_private_text,
+    write_private_text,
+)
 from raysim.engine.launch.watchdog import start_time, start_watchdog
 from raysim.errors import RaysimError
 
@@ -79,10 +84,14 @@ def raylet_environment() -> dict[str, str]:
 def state_directory() -> Path:
     """Where the cluster's record and ``ray start``'s output live (per user;
     ``RAYSIM_CLUSTER_DIR`` overrides it, e.g. to keep tests apart from a user's cluster)."""
-    override = os.environ.get("RAYSIM_CLUSTER_DIR")
+    override = os.environ.get(STATE_VARIABLE)
     if override:
         return Path(override)
     return Path(tempfile.gettempdir()) / f"raysim-cluster-{os.getuid()}"
+
+
+STATE_VARIABLE = "RAYSIM_CLUSTER_DIR"
+"""The environment variable that moves :func:`state_directory`."""
 
 
 @dataclass(frozen=True)
@@ -119,8 +128,15 @@ def is_running(pid: int, started: int | None) -> bool:
 def running_cluster() -> ClusterInfo | None:
     """The warm cluster of this machine and user, or None (no record, or its process is gone:
     the stale record is removed)."""
+    directory = state_directory()
+    if not directory.exists() and not directory.is_symlink():
+        return None
+    private_directory(directory, STATE_VARIABLE)  # (refuses a record another user planted)
     try:
-        info = ClusterInfo(**json.loads(_record().read_text()))
+        text = read_private_text(_record(), STATE_VARIABLE)
+        if text is None:
+            return None
+        info = ClusterInfo(**json.loads(text))
     except (OSError, ValueError, TypeError):
         return None
     if not is_running(info.pid, info.pid_started):
@@ -164,8 +180,7 @@ def start_cluster(cpus: int | None = None, gpus: float | None = None,
             f"Cannot start a raysim cluster with {wanted} CPUs: other raysim invocations on this "
             "machine hold some of its CPUs. Wait for them to finish, or pass a smaller "
             "`--cpus`.") from None
-    directory = state_directory()
-    directory.mkdir(parents=True, exist_ok=True)
+    directory = private_directory(state_directory(), STATE_VARIABLE)
     # Ray's sockets live under its temp dir, and a socket path may hold at most 107 bytes
     session = Path(tempfile.mkdtemp(prefix="raysim-ray-"))
     log = directory / "ray-start.log"
@@ -211,7 +226,7 @@ def start_cluster(cpus: int | None = None, gpus: float | None = None,
                        pid_started=start_time(process.pid) or 0, cpus=held,
                        gpus=gpus, started_at=time.time(), log=str(log),
                        ray_directory=str(session))
-    _record().write_text(json.dumps(asdict(info)))
+    write_private_text(_record(), json.dumps(asdict(info)), STATE_VARIABLE)
     return info
 
 

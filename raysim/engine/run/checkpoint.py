@@ -10,21 +10,26 @@ round counter *is* the position of every stream.
 
 from __future__ import annotations
 
-import os
-import pickle
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from raysim.errors import RaysimError
 from raysim.results.sink import TABLES
+from raysim.state_codec import StateFileError, read_header, read_state, save_state
 
-CHECKPOINT_FILE = Path("checkpoint") / "latest.pt"
-CHECKPOINT_FORMAT = 2
-"""The layout of the server states a checkpoint holds; a checkpoint of another layout (one
-written before DP and FedBuff became layers around the algorithm) is refused, never restored
-in part. Also recorded in the run's manifest (``checkpoint_format``), so that ``--resume``
-refuses it before anything starts."""
+CHECKPOINT_FILE = Path("checkpoint") / "latest.npz"
+CHECKPOINT_FORMAT = 3
+"""The layout of a checkpoint: 3 is a state file (:mod:`raysim.state_codec`: arrays and JSON,
+nothing that runs code when read) of server states laid out with DP and FedBuff as layers
+around the algorithm. A checkpoint of another format (the pickles of earlier versions, which
+could run code when loaded) is refused, never read. Also recorded in the run's manifest
+(``checkpoint_format``), so that ``--resume`` refuses it before anything starts."""
+
+EARLIER_CHECKPOINT_FILES = (Path("checkpoint") / "latest.pt",)
+"""Where earlier versions kept their (pickled) checkpoint; refused, never read."""
+
+_KIND = "checkpoint"
 
 
 @dataclass
@@ -42,52 +47,69 @@ class Checkpoint:
 
 def save_checkpoint(run_dir: Path, checkpoint: Checkpoint) -> Path:
     """Write the checkpoint atomically (temporary file, then rename) over the previous one, as
-    a pickle of protocol 5: client states are numpy arrays, which it writes as they are
-    (``torch.save`` copied them through its zip records: 9.4 s against 2.0 s for 900 MB)."""
+    a state file: numpy arrays as they are, the rest as JSON."""
     path = Path(run_dir) / CHECKPOINT_FILE
     path.parent.mkdir(parents=True, exist_ok=True)
-    temporary = path.with_suffix(".tmp")
-    with open(temporary, "wb") as file:
-        pickle.dump(checkpoint.__dict__, file, protocol=5)
-    os.replace(temporary, path)
-    return path
+    return save_state(path, dict(checkpoint.__dict__), _KIND, CHECKPOINT_FORMAT)
 
 
 def load_checkpoint(run_dir: Path) -> Checkpoint | None:
-    """The run's latest checkpoint, or None when it has none; refuses (with one paragraph) a
-    checkpoint of another format."""
+    """The run's latest checkpoint, or None when it has none; refuses (with one paragraph
+    naming the file) a checkpoint of another format or a damaged one, checking the format
+    before it decodes anything."""
+    check_checkpoint(run_dir)
     path = Path(run_dir) / CHECKPOINT_FILE
     if not path.is_file():
         return None
-    with open(path, "rb") as file:
-        stored: Any = {}  # a torch.save archive of early versions holds no format either
-        if file.read(4) != _ZIP_MAGIC:
-            file.seek(0)
-            stored = pickle.load(file)
-    if not isinstance(stored, dict) or stored.get("format") != CHECKPOINT_FORMAT:
+    try:
+        stored = read_state(path, _KIND, CHECKPOINT_FORMAT)
+        return Checkpoint(**stored)
+    except (StateFileError, TypeError) as error:
+        raise unreadable_checkpoint(path, str(error)) from None
+
+
+def check_checkpoint(run_dir: Path) -> None:
+    """Refuse, before anything starts, a run whose checkpoint is of an earlier format or is
+    not a raysim checkpoint (reads the file's header only)."""
+    for earlier in EARLIER_CHECKPOINT_FILES:
+        if (Path(run_dir) / earlier).is_file():
+            raise incompatible_checkpoint(Path(run_dir) / earlier)
+    path = Path(run_dir) / CHECKPOINT_FILE
+    if not path.is_file():
+        return
+    try:
+        header = read_header(path)
+    except (StateFileError, OSError) as error:
+        raise unreadable_checkpoint(path, str(error)) from None
+    if header.get("kind") != _KIND or header.get("version") != CHECKPOINT_FORMAT:
         raise incompatible_checkpoint(path)
-    return Checkpoint(**stored)
 
 
 def incompatible_checkpoint(path: Path) -> RaysimError:
     """The refusal of a checkpoint of another format."""
     return RaysimError(
-        f"Cannot resume from {path}: it was written by an earlier version of raysim, whose "
-        f"server states are laid out differently (checkpoint format {CHECKPOINT_FORMAT} is "
-        "read here), so it cannot be restored without guessing. The rows of its completed "
-        "rounds are kept; to continue the run, resume it with the version that wrote it, or "
-        "run the config again without --resume.")
+        f"Cannot resume from {path}: it was written by an earlier version of raysim (checkpoint "
+        f"format {CHECKPOINT_FORMAT} is read here), either as a pickle, which can run code when "
+        "it is loaded and is therefore never read, or with server states laid out differently. "
+        "The rows of its completed rounds are kept; to continue the run, resume it with the "
+        "version that wrote it (only if you trust the file), or run the config again without "
+        "--resume.")
 
 
-_ZIP_MAGIC = b"PK\x03\x04"
-"""The first bytes of a zip archive (the ``torch.save`` file of early versions)."""
+def unreadable_checkpoint(path: Path, reason: str) -> RaysimError:
+    """The refusal of a damaged checkpoint, or of a file that is no raysim checkpoint."""
+    return RaysimError(
+        f"Cannot resume from {path}: {reason}. raysim reads only checkpoints it wrote (arrays "
+        "and JSON; nothing in one can run code). The rows of the run's completed rounds are "
+        "kept; to continue, restore the file from a copy, or delete the run's seed_<s> "
+        "directory and resume again, which runs that seed from its first round.")
 
 
 def remove_checkpoint(run_dir: Path) -> None:
     """Delete a finished run's checkpoint (its results are complete)."""
     path = Path(run_dir) / CHECKPOINT_FILE
     path.unlink(missing_ok=True)
-    path.with_suffix(".tmp").unlink(missing_ok=True)
+    path.with_name(path.name + ".tmp").unlink(missing_ok=True)
     if path.parent.is_dir() and not any(path.parent.iterdir()):
         path.parent.rmdir()
 
