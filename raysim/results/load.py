@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import pyarrow as pa
 import pyarrow.parquet as pq
 
 from raysim.errors import RaysimError
@@ -21,6 +22,22 @@ def run_dirs(path: str | Path) -> list[Path]:
     if (path / MANIFEST).is_file():
         return [path]
     return sorted(manifest.parent for manifest in path.rglob(MANIFEST))
+
+
+def read_part(path: Path) -> pa.Table:
+    """One Parquet part, its pages' checksums verified (parts written by raysim carry them);
+    a damaged or truncated part is refused with one paragraph naming it and how to recover."""
+    try:
+        return pq.read_table(path, page_checksum_verification=True)
+    except (OSError, pa.ArrowException) as error:
+        reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        run = path.parent.parent
+        raise RaysimError(
+            f"Cannot read {path}: it is damaged ({reason}); its rows cannot be trusted, so "
+            "none of them is returned. Restore the file from a copy of the results; or delete "
+            f"the run's directory ({run}) and run the same config with `--resume` on its run "
+            "root, which runs that seed again from its first round (an interrupted run resumed "
+            "from its checkpoint rewrites only the parts after it).") from None
 
 
 def load(path: str | Path, table: str = "rounds") -> pd.DataFrame:
@@ -52,7 +69,7 @@ def load(path: str | Path, table: str = "rounds") -> pd.DataFrame:
         parts = sorted((directory / table).glob("part-*.parquet"))
         if not parts:
             continue
-        frame = pd.concat([pq.read_table(part).to_pandas() for part in parts], ignore_index=True)
+        frame = pd.concat([read_part(part).to_pandas() for part in parts], ignore_index=True)
         meta = {"experiment": directory.parent.name, "name": manifest["name"],
                 "algorithm": manifest["algorithm"], "seed": manifest["seed"],
                 "run": str(directory), "status": manifest.get("status", "unknown")}

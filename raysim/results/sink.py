@@ -1,5 +1,6 @@
 """Streaming Parquet sink: rows are buffered per table and flushed into part files that are
-complete the moment they appear (written under a temporary name, then renamed)."""
+complete the moment they appear (written under a temporary name, then renamed), with a CRC
+checksum on every page, which :func:`raysim.results.load.read_part` verifies."""
 
 from __future__ import annotations
 
@@ -75,7 +76,8 @@ class ParquetSink:
             directory.mkdir(parents=True, exist_ok=True)
             final = directory / f"part-{self._part:06d}.parquet"
             temporary = directory / f".part-{self._part:06d}.parquet.tmp"
-            pq.write_table(pa.concat_tables(tables, promote_options="permissive"), temporary)
+            pq.write_table(pa.concat_tables(tables, promote_options="permissive"), temporary,
+                           write_page_checksum=True)  # (verified by results.load)
             os.replace(temporary, final)
             wrote = True
         if wrote:
