@@ -253,6 +253,7 @@ def _execute(experiments: dict, args: argparse.Namespace, labels: dict | None = 
 
 def _summarise(outcomes: list, root: Path, modules: tuple, experiments: dict) -> list[str]:
     """The closing lines, from the files the runs wrote (no Ray needed)."""
+    from raysim.errors import ResultsNotWritable
     from raysim.results.manifest import read_manifest
 
     load, format_summary, report, summary_table = modules
@@ -275,9 +276,13 @@ def _summarise(outcomes: list, root: Path, modules: tuple, experiments: dict) ->
     rounds = load(root, "rounds")
     if not rounds.empty and rounds["accuracy"].notna().any():
         lines.append(format_summary(summary_table(rounds)))
-        curves = report(root)[1]
-        lines.append(f"learning curves: {curves}")
-        _attach_curves(outcomes, experiments, curves)
+        try:
+            curves = report(root)[1]
+        except ResultsNotWritable as error:  # (the runs' results are complete)
+            lines.append(f"learning curves not written: {error}")
+        else:
+            lines.append(f"learning curves: {curves}")
+            _attach_curves(outcomes, experiments, curves)
     return lines
 
 
@@ -403,22 +408,46 @@ def _estimate(args: argparse.Namespace) -> int:
 
 
 def _report(args: argparse.Namespace) -> int:
-    from raysim.results.report import report
+    from raysim.results.report import PlotNotWritten, report
 
     for path in args.paths:
         if not os.path.exists(path):
             raise RaysimError(f"Results path {path!r} does not exist. Pass a directory that "
                               "`raysim run` printed.")
     metrics = args.metrics.split(",") if args.metrics else None
-    text, png = report(args.paths, args.metric, args.output, metrics, args.selection,
-                       args.per_client, args.privacy, args.communication, args.csv,
-                       args.checkpoint, args.select_by, time=args.time is not None,
-                       time_target=args.time if args.time is not None and args.time >= 0
-                       else None)
+    try:
+        text, png = report(args.paths, args.metric, args.output, metrics, args.selection,
+                           args.per_client, args.privacy, args.communication, args.csv,
+                           args.checkpoint, args.select_by, time=args.time is not None,
+                           time_target=args.time if args.time is not None and args.time >= 0
+                           else None)
+    except PlotNotWritten as error:  # the tables were made: print them before the error
+        print(error.text)
+        raise
     print(text)
     if png is not None:
         print(f"learning curves: {png}")
     return 0
+
+
+def _terminate_as_interrupt() -> None:
+    """SIGTERM (a scheduler, ``timeout``, ``docker stop``) stops a command as Ctrl-C does, with
+    its closing message and exit code 143, instead of killing it mid-write; while runs go,
+    :meth:`raysim.engine.interrupt.StopRequest.handling_signals` stops them at a round
+    boundary instead. Only in the main thread (tests call :func:`main` from others)."""
+    import signal
+    import threading
+
+    from raysim.engine.interrupt import STOP
+
+    if threading.current_thread() is not threading.main_thread():
+        return
+
+    def interrupt(signum: int, frame: object) -> None:
+        STOP.signal_number = signum
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, interrupt)
 
 
 def main(argv: Sequence[str] | None = None, started_at: float | None = None) -> int:
@@ -428,6 +457,7 @@ def main(argv: Sequence[str] | None = None, started_at: float | None = None) -> 
     _STARTED_AT = started_at or time.time()
     use_cached_bytecode()  # before torch is imported
     args = _parser().parse_args(argv)
+    _terminate_as_interrupt()
     handlers = {"run": _run, "sweep": _sweep, "validate": _validate, "costs": _costs,
                 "report": _report, "cluster": _cluster, "estimate": _estimate}
     try:
@@ -436,15 +466,17 @@ def main(argv: Sequence[str] | None = None, started_at: float | None = None) -> 
         print(f"error: {error}", file=sys.stderr)
         return error.exit_code
     except KeyboardInterrupt as interrupt:
+        from raysim.engine.interrupt import STOP
+
         root = getattr(interrupt, "root", None)
         if args.command not in ("run", "sweep"):
             print("interrupted", file=sys.stderr)
-            return 130
+            return STOP.exit_code
         if root is None and not _RUNS_STARTED[0]:
             print(f"interrupted during start-up: no run had started, so this command wrote "
                   f"nothing (results of earlier commands are untouched); run `raysim "
                   f"{args.command} ...` again to start.", file=sys.stderr)
-            return 130
+            return STOP.exit_code
         where = f" in {root}" if root else " in the results directory"
         again = (f"; continue exactly the interrupted work with `{_resume_command(args, root)}` "
                  f"(or `raysim {args.command} {args.config} --resume {root}`: the root "
@@ -452,7 +484,7 @@ def main(argv: Sequence[str] | None = None, started_at: float | None = None) -> 
         print(f"interrupted: every completed round is written{where} (runs marked "
               f"`interrupted` in their manifest.json, with a checkpoint of their last completed "
               f"round after a first Ctrl-C){again}.", file=sys.stderr)
-        return 130
+        return STOP.exit_code
 
 
 def _attach_curves(outcomes: list, experiments: dict, curves: str) -> None:

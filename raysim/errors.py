@@ -3,6 +3,9 @@ and how to fix it. The CLI prints the paragraph and exits with code 2 (no traceb
 
 from __future__ import annotations
 
+import errno
+from pathlib import Path
+
 
 class RaysimError(Exception):
     """Base class of errors caused by the user's input rather than by a bug."""
@@ -54,3 +57,27 @@ class RunInterrupted(KeyboardInterrupt):
     def __init__(self, root: str):
         super().__init__(root)
         self.root = root
+
+
+class ResultsNotWritable(RaysimError):
+    """A results file could not be written because of the disk (full, over quota, read-only,
+    no permission), not because of a bug; what was written before it is intact."""
+
+
+DISK_ERRNOS = {errno.ENOSPC: "the disk is full", errno.EDQUOT: "the disk quota is used up",
+               errno.EROFS: "the file system is read-only",
+               errno.EACCES: "permission is denied", errno.EPERM: "permission is denied"}
+"""The errors of a disk rather than of raysim, with what each means for the user."""
+
+
+def not_writable(path: Path | str, error: BaseException, recovery: str
+                 ) -> ResultsNotWritable | None:
+    """The one-paragraph error for ``error`` raised while writing ``path`` when it is a disk's
+    (:data:`DISK_ERRNOS`), else None; ``recovery`` says how to get what was not written."""
+    reason = DISK_ERRNOS.get(getattr(error, "errno", None) or -1)
+    if reason is None:
+        return None
+    return ResultsNotWritable(
+        f"Cannot write {path}: {reason} ({error.strerror if isinstance(error, OSError) else error}"
+        f"). Everything written before it is intact and no partial file was left. Free space "
+        f"(or make the directory writable, or choose another with --output), then {recovery}")

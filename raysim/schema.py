@@ -6,9 +6,10 @@ themselves; :mod:`raysim.config` assembles the whole experiment configuration.
 
 from __future__ import annotations
 
+import os
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 MEDMNIST_SIZES = (28, 64, 128, 224)
 
@@ -167,6 +168,25 @@ class LoggingConfig(StrictModel):
         "root (MLflow 3 retired its file store): one MLflow run per seed and variant with the "
         "config as parameters, every evaluated round, the final summary and the learning "
         "curves (`pip install -e '.[mlflow]'`)")
+
+    @field_validator("tensorboard")
+    @classmethod
+    def _tensorboard_from_here(cls, directory: str | None) -> str | None:
+        """A relative directory is relative to where raysim was started (the drivers that
+        write the event files run elsewhere)."""
+        return None if directory is None else os.path.abspath(os.path.expanduser(directory))
+
+    @field_validator("mlflow")
+    @classmethod
+    def _mlflow_store_from_here(cls, uri: str | None) -> str | None:
+        """A relative SQLite file (``sqlite:///mlflow.db``) or plain directory is relative to
+        where raysim was started."""
+        if uri is None or uri == "local":
+            return uri
+        sqlite = "sqlite:///"
+        if uri.startswith(sqlite) and not uri[len(sqlite):].startswith("/"):
+            return sqlite + os.path.abspath(uri[len(sqlite):])
+        return uri if "://" in uri or ":" in uri.split("/")[0] else os.path.abspath(uri)
 
 
 class AdaptiveClipConfig(StrictModel):

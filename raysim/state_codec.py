@@ -170,7 +170,8 @@ def write_state(file: IO[bytes], tree: Any, kind: str, version: int) -> None:
     encoder = _Encoder()
     body = encoder.encode(tree)
     header = json.dumps({"format": FORMAT, "kind": kind, "version": version, "tree": body})
-    np.savez(file, header=np.frombuffer(header.encode(), dtype=np.uint8), **encoder.arrays)
+    members = {"header": np.frombuffer(header.encode(), dtype=np.uint8), **encoder.arrays}
+    np.savez(file, **members)  # type: ignore[arg-type]  # (numpy's stub types ``allow_pickle``)
 
 
 def save_state(path: Path, tree: Any, kind: str, version: int) -> Path:

@@ -7,6 +7,7 @@ an uninterrupted run."""
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -29,16 +30,20 @@ ROUNDS = 60
 
 
 def _interrupted_run(raw: dict, tmp_path: Path, extra: list[str],
-                     signals: list[signal.Signals]) -> tuple[Path, Path, str]:
-    """Run ``raw`` as `raysim run` in a process of its own; once it shows progress, send
-    ``signals`` (each after the previous one was acknowledged); it must exit 130. Returns the
-    config path, the output directory and its stderr."""
+                     signals: list[signal.Signals], to_group: bool = False
+                     ) -> tuple[Path, Path, str]:
+    """Run ``raw`` as `raysim run` in a process of its own (and a process group of its own);
+    once it shows progress, send ``signals`` (each after the previous one was acknowledged) to
+    the process, or with ``to_group`` to its whole process group as a batch scheduler,
+    ``timeout`` or ``docker stop`` do; it must exit 128 + the first signal (130 after SIGINT,
+    143 after SIGTERM). Returns the config path, the output directory and its stderr."""
     config = tmp_path / "run.yaml"
     config.write_text(yaml.safe_dump(raw))
     output = tmp_path / "results"
     process = subprocess.Popen(
         [sys.executable, "-m", "raysim.cli", "run", str(config), "--output", str(output),
-         *extra], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+         *extra], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+        start_new_session=True)
     lines: list[str] = []
     reader = threading.Thread(target=lambda: lines.extend(process.stderr), daemon=True)
     reader.start()
@@ -51,8 +56,11 @@ def _interrupted_run(raw: dict, tmp_path: Path, extra: list[str],
                 _wait_for(lambda: any("stopping at the next round boundary" in line
                                       for line in lines),
                           timeout=30, what="the first signal was not acknowledged")
-            process.send_signal(sent)
-        assert process.wait(timeout=120) == 130
+            if to_group:
+                os.killpg(process.pid, sent)
+            else:
+                process.send_signal(sent)
+        assert process.wait(timeout=120) == 128 + signals[0]
     finally:
         if process.poll() is None:
             process.kill()
@@ -60,16 +68,19 @@ def _interrupted_run(raw: dict, tmp_path: Path, extra: list[str],
     return config, output, "".join(lines)
 
 
-@pytest.mark.parametrize("algorithm, sent", [  # local: personal models as client state
-    ("fedavg", signal.SIGTERM), ("local", signal.SIGINT)])
+@pytest.mark.parametrize("algorithm, sent, to_group", [  # local: personal client state
+    ("fedavg", signal.SIGTERM, True), ("local", signal.SIGINT, False)])
 def test_first_signal_stops_at_a_round_boundary_and_resume_completes_the_same_run(
-        ray_session, tmp_path, algorithm, sent):
+        ray_session, tmp_path, algorithm, sent, to_group):
+    """SIGTERM to the whole process group (Ray's processes run in a session of their own, so
+    they are not in it) stops as SIGINT to the process does."""
     raw = quickstart_raw(training={"rounds": ROUNDS}, algorithm={"name": algorithm},
                          evaluation={"every": 5},  # metrics every 5th round, losses every one
                          seeds=[0], engine={"num_workers": 1, "cpus_per_worker": 1,
                                             "flush_seconds": 600})  # rows only flushed on stop
     override = "training.local_epochs=2"
-    config, output, text = _interrupted_run(raw, tmp_path, ["--set", override], [sent])
+    config, output, text = _interrupted_run(raw, tmp_path, ["--set", override], [sent],
+                                            to_group)
     assert "Traceback" not in text
     run_dir = next(output.glob("*/seed_0"))
     root = run_dir.parent

@@ -124,3 +124,20 @@ def test_a_missing_extra_is_one_paragraph_and_exit_2(capsys, tmp_path, monkeypat
     assert main(["validate", str(config)]) == 2
     err = capsys.readouterr().err
     assert "logging.mlflow" in err and "pip install -e '.[mlflow]'" in err
+
+
+def test_relative_live_metric_locations_are_relative_to_where_raysim_starts(tmp_path,
+                                                                             monkeypatch):
+    """The drivers that write them run in another directory (the package's): a relative
+    TensorBoard directory or SQLite store would land there, not beside the user."""
+    from raysim.config import parse_config
+
+    monkeypatch.chdir(tmp_path)
+    raw = quickstart_raw(logging={"tensorboard": "tb", "mlflow": "sqlite:///runs/mlflow.db"})
+    logging = parse_config(raw).logging
+    assert logging.tensorboard == str(tmp_path / "tb")
+    assert logging.mlflow == f"sqlite:///{tmp_path / 'runs' / 'mlflow.db'}"
+    kept = parse_config(quickstart_raw(logging={"tensorboard": "/data/tb",
+                                                "mlflow": "http://tracking:5000"})).logging
+    assert (kept.tensorboard, kept.mlflow) == ("/data/tb", "http://tracking:5000")
+    assert parse_config(quickstart_raw(logging={"mlflow": "local"})).logging.mlflow == "local"

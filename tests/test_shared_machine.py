@@ -92,3 +92,66 @@ def test_the_record_is_written_owner_only(tmp_path, monkeypatch):
 def test_the_default_slot_directory_is_per_user(monkeypatch):
     monkeypatch.delenv("RAYSIM_CPU_SLOTS", raising=False)
     assert cpu_slots.default_directory().name == f"raysim-cpu-slots-{os.getuid()}"
+
+
+LOCAL_RAY_PROBE = """
+import json, os, sys
+from pathlib import Path
+import ray
+import raysim.engine  # Ray's settings, as the raysim command has them
+from raysim.config import load_config
+from raysim.engine.launch.local_ray import ensure_ray, stop_local_ray
+from raysim.engine.launch.watchdog import descendants
+
+def listening_addresses(pids):
+    sockets = set()
+    for pid in pids:
+        for fd in Path(f"/proc/{pid}/fd").glob("*"):
+            try:
+                target = os.readlink(fd)
+            except OSError:
+                continue
+            if target.startswith("socket:["):
+                sockets.add(target[8:-1])
+    found = set()
+    for table in ("tcp", "tcp6"):
+        for line in Path(f"/proc/net/{table}").read_text().splitlines()[1:]:
+            fields = line.split()
+            if fields[3] == "0A" and fields[9] in sockets:  # LISTEN
+                found.add(fields[1].split(":")[0])
+    return sorted(found)
+
+config = load_config(sys.argv[1])
+ensure_ray(config)
+children = list(descendants(os.getpid()))
+names = {pid: Path(f"/proc/{pid}/comm").read_text().strip() for pid in children}
+ray_processes = [pid for pid, name in names.items() if name in ("gcs_server", "raylet")]
+print(json.dumps({"gcs": ray.get_runtime_context().gcs_address,
+                  "listening": listening_addresses(children),
+                  "ray_names": sorted(names[pid] for pid in ray_processes),
+                  "ray_groups": sorted({os.getpgid(pid) for pid in ray_processes}),
+                  "own_group": os.getpgid(0)}))
+stop_local_ray()
+"""
+
+LOOPBACK = ("0100007F", "0000000000000000FFFF00000100007F")
+"""127.0.0.1 as /proc/net/tcp and tcp6 write it."""
+
+
+def test_a_local_ray_listens_on_loopback_only_and_outside_raysims_process_group(tmp_path):
+    """A Ray of raysim's own serves no other machine: its ports are on the loopback interface
+    only; and a signal to raysim's process group (a scheduler's SIGTERM) does not reach its
+    GCS and raylet, which raysim needs to stop at a round boundary."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    quickstart = Path(__file__).resolve().parents[1] / "experiments" / "quickstart.yaml"
+    probe = subprocess.run([sys.executable, "-c", LOCAL_RAY_PROBE, str(quickstart)],
+                           capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert probe.returncode == 0, probe.stderr
+    found = json.loads(probe.stdout.strip().splitlines()[-1])
+    assert found["gcs"].startswith("127.0.0.1:")
+    assert found["ray_names"] == ["gcs_server", "raylet"]
+    assert found["listening"] and set(found["listening"]) <= set(LOOPBACK)
+    assert found["own_group"] not in found["ray_groups"]

@@ -19,6 +19,8 @@ class StopRequest:
 
     def __init__(self) -> None:
         self._event = threading.Event()
+        self.signal_number: int | None = None
+        """The signal that asked for the stop (None: none, or :meth:`request`)."""
 
     @property
     def requested(self) -> bool:
@@ -29,6 +31,14 @@ class StopRequest:
 
     def clear(self) -> None:
         self._event.clear()
+        self.signal_number = None
+
+    @property
+    def exit_code(self) -> int:
+        """The shell's code for a process stopped by the signal that asked for the stop:
+        130 after SIGINT (Ctrl-C), 143 after SIGTERM (a scheduler, ``timeout``, ``docker
+        stop``)."""
+        return 128 + (self.signal_number or signal.SIGINT)
 
     @contextmanager
     def handling_signals(self) -> Iterator[None]:
@@ -48,6 +58,7 @@ class StopRequest:
             signalled = True
             if self.requested:
                 raise KeyboardInterrupt
+            self.signal_number = signum
             self.request()
             print(f"\n{signal.Signals(signum).name}: stopping at the next round boundary: every "
                   "running run finishes its round in flight, writes its rows and a checkpoint; "

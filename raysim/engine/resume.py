@@ -25,8 +25,9 @@ from raysim.results.manifest import MANIFEST, read_manifest
 INVOCATION = "invocation.json"
 """The options of the command that created a run root (``--resume`` reuses them)."""
 
-RESUME_MAY_CHANGE = ("engine", "output")
-"""Config sections that may differ between a run and its resumption."""
+RESUME_MAY_CHANGE = ("engine", "output", "logging")
+"""Config sections that may differ between a run and its resumption (how it runs, where its
+results and live metrics go; not what it computes)."""
 
 FINISHED = ("completed", "stopped")
 """Manifest statuses of runs that reached their end (``stopped``: by the privacy budget)."""
@@ -88,8 +89,8 @@ def check_same_config(run_dir: Path, config: ExperimentConfig) -> None:
         raise ConfigError(
             f"Cannot resume {run_dir}: it was run with a different config (sections "
             f"{', '.join(changed)} differ). Resume with the same config, seeds and --set "
-            "overrides as the original run (only engine settings may change), or start a new "
-            "run without --resume; nothing was written.")
+            "overrides as the original run (only the engine, output and logging sections may "
+            "change), or start a new run without --resume; nothing was written.")
 
 
 def unfinished_runs(experiments: Mapping[str, ExperimentConfig], root: str | Path

@@ -28,7 +28,7 @@ from raysim.engine.progress import RunProgress, labels_of
 from raysim.engine.resume import FINISHED, INVOCATION, check_same_config, new_run_root, run_directory
 from raysim.engine.run.driver import RunSpec
 from raysim.engine.run.worker import WorkerSetup
-from raysim.errors import RaysimError, RunInterrupted
+from raysim.errors import RaysimError, ResultsNotWritable, RunInterrupted
 from raysim.preparation import initial_weights, pooled, prepare, run_context
 from raysim.results.live import prepare_store
 from raysim.results.load import load
@@ -240,8 +240,9 @@ def _leave_slot(run_dir: Path, workers: list[RunBoundWorker]) -> bool:
         ray.get([w.reset.remote() for w in workers], timeout=30)
     except (ray.exceptions.RayError, TimeoutError):
         return False
-    update_manifest(run_dir, merged_training={
-        name: sum(s[name] for s in stats) for name in stats[0]})
+    with contextlib.suppress(ResultsNotWritable):  # (a record; the run's driver reported
+        update_manifest(run_dir, merged_training={  # a full disk already)
+            name: sum(s[name] for s in stats) for name in stats[0]})
     return True
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import platform
@@ -9,6 +10,8 @@ import subprocess
 from importlib import metadata
 from pathlib import Path
 from typing import Any
+
+from raysim.errors import ResultsNotWritable, not_writable
 
 MANIFEST = "manifest.json"
 _PACKAGES = ("raysim", "ray", "torch", "numpy", "pandas", "pyarrow", "medmnist", "scikit-learn")
@@ -36,11 +39,51 @@ def git_commit(start: Path | None = None) -> str | None:
     return output.stdout.strip() or None
 
 
+def resume_hint(run_dir: Path) -> str:
+    """How to continue the run in ``run_dir`` after a results file could not be written."""
+    root = run_dir.parent
+    if not (root / "invocation.json").is_file() and (root.parent / "invocation.json").is_file():
+        root = root.parent  # a variant's run
+    return (f"continue with `raysim run CONFIG --resume {root}`: the run restarts from its "
+            "last checkpoint and recomputes the rounds after it.")
+
+
 def write_manifest(run_dir: Path, manifest: dict[str, Any]) -> None:
-    """Atomically (re)write ``run_dir/manifest.json``."""
-    temporary = run_dir / f".{MANIFEST}.tmp"
-    temporary.write_text(json.dumps(manifest, indent=2, default=str))
-    os.replace(temporary, run_dir / MANIFEST)
+    """Atomically (re)write ``run_dir/manifest.json`` (a temporary file beside it, then a
+    rename). On a full disk, where the temporary file finds no room, the manifest is rewritten
+    in place when the new text fits in the blocks the old one holds (a run's status must say
+    what happened to it, and freeing the old text's blocks makes that room); otherwise, and on
+    a read-only or forbidden directory, :class:`ResultsNotWritable` names the file."""
+    text = json.dumps(manifest, indent=2, default=str).encode()
+    final, temporary = run_dir / MANIFEST, run_dir / f".{MANIFEST}.tmp"
+    try:
+        temporary.write_bytes(text)
+        os.replace(temporary, final)
+    except OSError as error:
+        temporary.unlink(missing_ok=True)
+        if error.errno in (errno.ENOSPC, errno.EDQUOT) and _rewrite_in_place(final, text):
+            return
+        raise not_writable(final, error, resume_hint(run_dir)) or error from None
+
+
+def _rewrite_in_place(path: Path, text: bytes) -> bool:
+    """Overwrite ``path`` with ``text`` inside the blocks it holds; False when it would need
+    more (nothing is changed then) or the file cannot be opened."""
+    try:
+        descriptor = os.open(path, os.O_WRONLY | getattr(os, "O_NOFOLLOW", 0))
+    except OSError:
+        return False
+    try:
+        if len(text) > os.fstat(descriptor).st_blocks * 512:
+            return False
+        os.pwrite(descriptor, text, 0)
+        os.ftruncate(descriptor, len(text))
+        os.fsync(descriptor)
+        return True
+    except OSError:
+        return False
+    finally:
+        os.close(descriptor)
 
 
 def read_manifest(run_dir: Path) -> dict[str, Any]:
@@ -53,3 +96,7 @@ def update_manifest(run_dir: Path, **fields: Any) -> None:
     manifest = read_manifest(run_dir)
     manifest.update(fields)
     write_manifest(run_dir, manifest)
+
+
+__all__ = ["MANIFEST", "ResultsNotWritable", "git_commit", "package_versions", "read_manifest",
+           "resume_hint", "update_manifest", "write_manifest"]

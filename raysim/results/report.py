@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import re
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
-from raysim.errors import RaysimError
+from raysim.errors import RaysimError, ResultsNotWritable
+from raysim.results.atomic import write_atomically
 from raysim.results.load import load
 from raysim.results.manifest import read_manifest
 
@@ -102,7 +104,8 @@ def pyplot() -> Any:
 
 
 def plot_learning_curves(rounds: pd.DataFrame, path: Path, metric: str = "accuracy",
-                         x_axis: str = "round") -> Path:
+                         x_axis: str = "round",
+                         recovery: str = "run `raysim report` again.") -> Path:
     """Mean (line) and ± one standard deviation over seeds (band; none for one seed) of
     ``metric`` after each completed round (Parquet ``round`` r is the state after r + 1
     rounds), one line per experiment, variant or grid point, in distinct colours and line
@@ -139,8 +142,11 @@ def plot_learning_curves(rounds: pd.DataFrame, path: Path, metric: str = "accura
     axis.set_title(f"{metric} on {', '.join(datasets) or 'the test set'}{band}", fontsize=10)
     axis.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
     figure.tight_layout()
-    figure.savefig(path, dpi=120, bbox_inches="tight")
-    plt.close(figure)
+    try:
+        write_atomically(path, lambda file: figure.savefig(file, dpi=120, bbox_inches="tight",
+                                                           format="png"), recovery)
+    finally:
+        plt.close(figure)
     return path
 
 
@@ -306,6 +312,37 @@ def guarantee_table(rounds: pd.DataFrame) -> pd.DataFrame:
                  "dp_clip": "clip", "dp_noise_multiplier": "noise_multiplier"})
 
 
+def _write_csv(table: pd.DataFrame, file: Path) -> None:
+    table.to_csv(file, index=False)
+
+
+class PlotNotWritten(ResultsNotWritable):
+    """The report's tables were made but its learning curves could not be written; ``text``
+    holds the tables (the command prints them before the error)."""
+
+    def __init__(self, message: str, text: str):
+        super().__init__(message)
+        self.text = text
+
+
+def plot_location(paths: list[str | Path], output: str | Path | None,
+                  csv_dir: str | Path | None, metric: str) -> tuple[Path, str]:
+    """Where :func:`report` writes its learning curves, and the file's stem: ``output`` when
+    given, else the ``csv_dir`` (the user chose where this report's files go), else the one
+    results path as ``learning_curves_<metric>``; for several paths the first one, under a
+    name of its own for that set of paths (``learning_curves_<metric>_with_<digest>``), so a
+    comparison never replaces a run's own plot."""
+    stem = f"learning_curves_{metric}"
+    if output is not None or csv_dir is not None:
+        return Path(output if output is not None else csv_dir), stem  # type: ignore[arg-type]
+    if len(paths) == 1:
+        return Path(paths[0]), stem
+    import hashlib
+
+    named = "\n".join(sorted(str(Path(path).resolve()) for path in paths))
+    return Path(paths[0]), f"{stem}_with_{hashlib.sha256(named.encode()).hexdigest()[:8]}"
+
+
 def report(paths: str | Path | list[str | Path], metric: str = "accuracy",
            output: str | Path | None = None, metrics: list[str] | None = None,
            selection: str | None = None, per_client: bool = False,
@@ -318,7 +355,7 @@ def report(paths: str | Path | list[str | Path], metric: str = "accuracy",
     e.g. "main"; ``per_client``: also each client's accuracy and macro-F1 on its own test
     share; ``privacy``: also the membership-inference audit; ``communication``: MB per round
     by message type) and the
-    learning-curve PNG, written to ``output`` (default: the first path). ``csv_dir``: also write
+    learning-curve PNG, written where :func:`plot_location` says. ``csv_dir``: also write
     every table shown as CSV there (summary.csv, per_client_<metric>.csv, communication.csv,
     privacy.csv, selection.csv) and per_seed.csv (each run's row of the summarised metrics,
     with its seed and chosen round), the form committed under docs/results/. ``checkpoint``:
@@ -328,9 +365,6 @@ def report(paths: str | Path | list[str | Path], metric: str = "accuracy",
     rounds = pd.concat([load(path, "rounds") for path in paths], ignore_index=True)
     if rounds.empty or rounds["accuracy"].isna().all():
         return "No evaluated rounds yet.", None
-    target = Path(output or paths[0])
-    target.mkdir(parents=True, exist_ok=True)
-    png = plot_learning_curves(rounds, target / f"learning_curves_{metric}.png", metric)
     tables: dict[str, pd.DataFrame] = {"summary": summary_table(rounds, metrics, checkpoint,
                                                                 select_by)}
     text = format_summary(tables["summary"])
@@ -341,8 +375,6 @@ def report(paths: str | Path | list[str | Path], metric: str = "accuracy",
         clock = tables["time"] = time_table(rounds, metric, time_target)
         tables["participation"] = participation_table(pd.concat(
             [load(path, "system") for path in paths], ignore_index=True))
-        plot_learning_curves(rounds, target / f"learning_curves_{metric}_hours.png", metric,
-                             "sim_hours")
         text += ("\n\nsimulated clock (mean ± std over seeds): seconds of the run, final "
                  f"{metric}, share of selected clients dropped"
                  + (f", seconds and rounds until {metric} >= {time_target:g} (reached: "
@@ -382,12 +414,22 @@ def report(paths: str | Path | list[str | Path], metric: str = "accuracy",
         text += ("\n\nselection frequencies (" + selection + "; source_client -1: unseen "
                  "client)\n" + (routes.round(3).to_string(index=False) if not routes.empty
                                  else "no routes recorded"))
+    # every table computed (a bad request has failed by now): the files are written last
+    recovery = ("run the same `raysim report` again (or give --output DIR for the plots and "
+                "--csv DIR for the tables somewhere writable).")
     if csv_dir is not None:  # with every run's own row, for paired per-seed comparisons
         summarised = [c[:-len("_mean")] for c in tables["summary"].columns if c.endswith("_mean")]
         final = final_metrics(rounds, checkpoint, select_by)
         tables["per_seed"] = final[[*_KEYS, "seed", "round", *summarised]]
-        Path(csv_dir).mkdir(parents=True, exist_ok=True)
         for name, table in tables.items():
-            table.to_csv(Path(csv_dir) / f"{name}.csv", index=False)
+            write_atomically(Path(csv_dir) / f"{name}.csv", partial(_write_csv, table), recovery)
         text += f"\n\ntables as CSV: {csv_dir}"
+    target, stem = plot_location(paths, output, csv_dir, metric)
+    try:
+        png = plot_learning_curves(rounds, target / f"{stem}.png", metric, recovery=recovery)
+        if time:
+            plot_learning_curves(rounds, target / f"{stem}_hours.png", metric, "sim_hours",
+                                 recovery)
+    except ResultsNotWritable as error:
+        raise PlotNotWritten(str(error), text) from None
     return text, png

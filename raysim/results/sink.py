@@ -16,6 +16,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from raysim.errors import not_writable
+from raysim.results.manifest import resume_hint
+
 TABLES = ("rounds", "clients", "client_eval", "communication", "selection", "system")
 
 
@@ -73,12 +76,16 @@ class ParquetSink:
             if not tables:
                 continue
             directory = self.run_dir / table
-            directory.mkdir(parents=True, exist_ok=True)
             final = directory / f"part-{self._part:06d}.parquet"
             temporary = directory / f".part-{self._part:06d}.parquet.tmp"
-            pq.write_table(pa.concat_tables(tables, promote_options="permissive"), temporary,
-                           write_page_checksum=True)  # (verified by results.load)
-            os.replace(temporary, final)
+            try:
+                directory.mkdir(parents=True, exist_ok=True)
+                pq.write_table(pa.concat_tables(tables, promote_options="permissive"),
+                               temporary, write_page_checksum=True)  # (verified by load)
+                os.replace(temporary, final)
+            except OSError as error:  # (pyarrow's IO errors are OSErrors with the errno)
+                temporary.unlink(missing_ok=True)
+                raise not_writable(final, error, resume_hint(self.run_dir)) or error from None
             wrote = True
         if wrote:
             self._part += 1

@@ -30,6 +30,7 @@ from raysim.engine.launch.ray_internals import (
     gpus_ray_will_detect,
     node_class,
     ray_address_file,
+    ray_constants_module,
     services_module,
 )
 from raysim.engine.launch.warm_cluster import (
@@ -210,6 +211,54 @@ def _prestarting(count: int) -> Iterator[None]:
         services.start_ray_process = original
 
 
+@contextmanager
+def _own_session() -> Iterator[None]:
+    """Start the Ray processes of the block (the GCS and the raylet, which starts the workers)
+    in a session of their own. A batch scheduler, ``timeout`` or ``docker stop`` signals a
+    job's whole process group: Ray's processes in raysim's group would die at once (Ray blocks
+    SIGINT in them, not SIGTERM), and raysim would wait on a GCS that is gone instead of
+    stopping at the round boundary. Outside the group they die with raysim as before (Ray's
+    fate sharing, and the watchdog on SIGKILL). ``ray.init`` has no option for it, so the
+    block gives Ray's process class ``start_new_session``; a Ray without that class starts
+    them as it would."""
+    services = services_module()
+    popen = getattr(services, "ConsolePopen", None)
+    if services is None or not isinstance(popen, type):
+        yield
+        return
+
+    class OwnSessionPopen(popen):  # type: ignore[misc, valid-type]
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            kwargs["start_new_session"] = True
+            super().__init__(*args, **kwargs)
+
+    services.ConsolePopen = OwnSessionPopen
+    try:
+        yield
+    finally:
+        services.ConsolePopen = popen
+
+
+@contextmanager
+def _loopback_only() -> Iterator[None]:
+    """Have the local Ray started in the block listen on the loopback interface only (its GCS,
+    raylet, object manager and worker ports): a Ray of one process's own serves no other
+    machine, and its ports on the machine's network address are open to anyone who can reach
+    it. Ray takes the loopback address where its clusters are off (its default on macOS and
+    Windows); the block turns them off while the local Ray starts. A Ray without that switch
+    listens where it would."""
+    constants = ray_constants_module()
+    if constants is None:
+        yield
+        return
+    before = constants.ENABLE_RAY_CLUSTER
+    constants.ENABLE_RAY_CLUSTER = False
+    try:
+        yield
+    finally:
+        constants.ENABLE_RAY_CLUSTER = before
+
+
 _SLOTS: CpuSlots | None = None
 """The machine's CPU slots this process holds while its local Ray runs."""
 
@@ -337,7 +386,7 @@ def _start_ray(config: ExperimentConfig, before_waiting: Callable[[], object] | 
             CPU_WAIT[0] += time.time() - waiting_since
     prestart = processes_at_start(runs or [config], held, gpus_ray_will_detect())
     with (_raylet_settings(raylet_environment()), _without_unused_ray_services(),
-          _prestarting(prestart)):
+          _prestarting(prestart), _own_session(), _loopback_only()):
         # address="local": a new Ray of this process's own, whatever RAY_ADDRESS or a
         # stale /tmp/ray/ray_current_cluster of a dead cluster says
         ray.init(address="local", num_cpus=held, logging_level=logging.ERROR,

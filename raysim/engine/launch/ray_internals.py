@@ -8,6 +8,10 @@ default when a Ray release moves or renames them, so an upgrade can cost speed, 
   never uses);
 - ``ray._private.services.start_ray_process``: the raylet's command line (how many worker
   processes it starts ahead of time);
+- ``ray._private.services.ConsolePopen``: how Ray's head processes are started (in a session
+  of their own, so a signal to raysim's process group reaches raysim alone);
+- ``ray._private.ray_constants.ENABLE_RAY_CLUSTER``: whether a local Ray takes the machine's
+  network address or the loopback one (raysim's local Ray listens on loopback only);
 - ``ray._private.accelerators``: the GPUs a local Ray would detect, without initialising CUDA;
 - ``ray._private.state.available_resources_per_node``: the CPUs of a node no actor reserved;
 - ``ray._common.utils.get_ray_address_file``: where `ray start` records its cluster;
@@ -52,6 +56,16 @@ def services_module() -> Any | None:
     return services if hasattr(services, "start_ray_process") else None
 
 
+def ray_constants_module() -> Any | None:
+    """Ray's ``ray_constants`` module when it has ``ENABLE_RAY_CLUSTER`` (None: a Ray without
+    it)."""
+    try:
+        from ray._private import ray_constants
+    except ImportError:
+        return None
+    return ray_constants if hasattr(ray_constants, "ENABLE_RAY_CLUSTER") else None
+
+
 def gpus_ray_will_detect() -> float:
     """The GPUs a local Ray started now would find on this machine (Ray's own detection,
     ``CUDA_VISIBLE_DEVICES`` respected), without initialising CUDA in this process; 0 when
@@ -93,4 +107,5 @@ def ray_address_file() -> Path:
 
 
 __all__ = ["CHECKED_WITH", "GCS_PROBE", "gpus_ray_will_detect", "node_class",
-           "ray_address_file", "services_module", "unreserved_cpus"]
+           "ray_address_file", "ray_constants_module", "services_module",
+           "unreserved_cpus"]

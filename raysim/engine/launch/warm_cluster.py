@@ -193,7 +193,9 @@ def start_cluster(cpus: int | None = None, gpus: float | None = None,
                "--no-monitor", "--include-log-monitor=false"]
     if gpus is not None:
         command.append(f"--num-gpus={gpus:g}")
-    environment = {**os.environ, **raylet_environment(), "RAY_AUTH_MODE": "token"}
+    environment = {**os.environ, **raylet_environment(), "RAY_AUTH_MODE": "token",
+                   # listen on loopback only: the warm cluster serves this machine
+                   "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}
     # `ray start` needs the token to exist (a local `ray.init` creates one, `ray start` does
     # not); this keeps an existing one
     subprocess.run([*ray_cli, "get-auth-token", "--generate"], capture_output=True,

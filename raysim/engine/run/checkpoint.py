@@ -14,7 +14,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from raysim.errors import RaysimError
+from raysim.errors import RaysimError, not_writable
+from raysim.results.manifest import resume_hint
 from raysim.results.sink import TABLES
 from raysim.state_codec import StateFileError, read_header, read_state, save_state
 
@@ -49,8 +50,11 @@ def save_checkpoint(run_dir: Path, checkpoint: Checkpoint) -> Path:
     """Write the checkpoint atomically (temporary file, then rename) over the previous one, as
     a state file: numpy arrays as they are, the rest as JSON."""
     path = Path(run_dir) / CHECKPOINT_FILE
-    path.parent.mkdir(parents=True, exist_ok=True)
-    return save_state(path, dict(checkpoint.__dict__), _KIND, CHECKPOINT_FORMAT)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        return save_state(path, dict(checkpoint.__dict__), _KIND, CHECKPOINT_FORMAT)
+    except OSError as error:  # (save_state leaves no temporary file; the previous one stays)
+        raise not_writable(path, error, resume_hint(Path(run_dir))) or error from None
 
 
 def load_checkpoint(run_dir: Path) -> Checkpoint | None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import threading
@@ -48,7 +49,7 @@ from raysim.engine.run.round_loop import (
 )
 from raysim.engine.run.server_evaluation import Evaluator
 from raysim.engine.run.worker import WorkerSetup
-from raysim.errors import DivergenceError, RunError, WorkerFailureError
+from raysim.errors import DivergenceError, ResultsNotWritable, RunError, WorkerFailureError
 from raysim.layers.compose import compose
 from raysim.results.live import MetricStreams
 from raysim.results.manifest import update_manifest
@@ -196,11 +197,15 @@ class Driver:
             self._finish_streams(final, "completed")
             return final
         except BaseException as exc:
-            sink.flush()
-            update_manifest(self.run_dir,
-                            status="diverged" if isinstance(exc, DivergenceError) else "failed",
-                            finished=time.time(), error=f"{type(exc).__name__}: {exc}",
-                            traceback=traceback.format_exc())
+            disk_full = isinstance(exc, ResultsNotWritable)
+            with contextlib.suppress(ResultsNotWritable):  # (a disk's error: raised below)
+                sink.flush()
+            with contextlib.suppress(ResultsNotWritable):
+                update_manifest(  # (a disk's error needs no traceback, and room for one)
+                    self.run_dir,
+                    status="diverged" if isinstance(exc, DivergenceError) else "failed",
+                    finished=time.time(), error=f"{type(exc).__name__}: {exc}",
+                    **({} if disk_full else {"traceback": traceback.format_exc()}))
             self._set_progress(status="failed")
             self._finish_streams({}, "failed")
             raise

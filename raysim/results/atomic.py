@@ -1,0 +1,32 @@
+"""Files of a results directory written whole or not at all: under a temporary name beside the
+final one, then renamed; a disk's error (full, read-only, forbidden) removes the temporary file
+and becomes one paragraph naming the file (:class:`raysim.errors.ResultsNotWritable`)."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from pathlib import Path
+
+from raysim.errors import not_writable
+
+
+def write_atomically(path: Path, write: Callable[[Path], object], recovery: str) -> Path:
+    """Call ``write(temporary)`` to fill a temporary file beside ``path``, then rename it to
+    ``path``; on an error nothing is left but what was there before. ``recovery``: how the
+    user gets the file once the disk allows (the end of the error's paragraph)."""
+    path = Path(path)
+    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write(temporary)
+        os.replace(temporary, path)
+    except BaseException as error:
+        temporary.unlink(missing_ok=True)
+        if isinstance(error, OSError):
+            raise not_writable(path, error, recovery) or error from None
+        raise
+    return path
+
+
+__all__ = ["write_atomically"]
