@@ -367,7 +367,16 @@ def _estimate(args: argparse.Namespace) -> int:
 
     from raysim.config import load_experiments
     from raysim.engine.invocation import ray_for
-    from raysim.estimate import describe, measure, project, table_rows
+    from raysim.engine.launch.local_ray import cluster_to_join
+    from raysim.engine.launch.warm_cluster import running_cluster
+    from raysim.estimate import (
+        busy_notice,
+        describe,
+        fit_to_machine,
+        measure,
+        project,
+        table_rows,
+    )
 
     if args.rounds < 2:
         raise RaysimError(f"Invalid --rounds {args.rounds}: the estimate needs at least 2 rounds "
@@ -383,6 +392,13 @@ def _estimate(args: argparse.Namespace) -> int:
                           f"{', '.join(label for label in experiments if label) or 'no variants'}.")
     if args.variants:
         experiments = {label: experiments[label] for label in args.variants}
+    cpus = _os.cpu_count() or 1
+    if all(cluster_to_join(config.engine.address) is None and running_cluster() is None
+           for config in experiments.values()):  # a local Ray: make the engine fit
+        experiments, fitted = fit_to_machine(experiments, cpus)
+        for notice in (fitted, busy_notice(cpus)):
+            if notice:
+                print(notice, file=sys.stderr)
     with ray_for(experiments) as notices:
         for notice in notices:
             print(notice, file=sys.stderr)

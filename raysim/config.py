@@ -196,9 +196,26 @@ def format_validation_error(error: ValidationError) -> str:
             "checks a config without running it.")
 
 
+NAMED_SECTIONS = ("model", "algorithm")
+"""Sections whose fields depend on their ``name``: an override that switches the name starts
+the section afresh (the new model's or method's defaults), since the old one's fields mean
+nothing to it."""
+
+
 def apply_overrides(raw: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
-    """Apply ``key.sub=value`` overrides (values parsed as YAML) to a raw config dict."""
+    """Apply ``key.sub=value`` overrides (values parsed as YAML) to a raw config dict. An
+    override of ``model.name`` or ``algorithm.name`` to another name replaces that section by
+    ``{name: ...}``: the other fields come from the new name's defaults and from the other
+    overrides (``--set model.name=cnn --set model.channels=[8,16]``)."""
     result = copy.deepcopy(raw)
+    for override in overrides:
+        key, separator, text = override.partition("=")
+        section, _, field = key.strip().partition(".")
+        if separator and section in NAMED_SECTIONS and field == "name":
+            current = result.get(section)
+            name = text.strip()
+            if isinstance(current, dict) and current.get("name") != name:
+                result[section] = {}
     for override in overrides:
         key, separator, text = override.partition("=")
         if not separator or not key.strip():

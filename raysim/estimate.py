@@ -25,13 +25,19 @@ Two slices make a paper-scale config measurable on a small machine:
 
 A variant that cannot be probed (its config refused at the probe's size, e.g. FedSM-extra's
 selector rounds outnumbering the probe's, or its probe failing) is named with the reason and
-left out of the projection; the other variants are still estimated.
+left out of the projection; the other variants are still estimated. Interrupted (Ctrl-C,
+SIGTERM) after at least one probe, the estimate projects the variants probed so far.
+
+A config whose engine asks for more CPUs than this machine has (a paper-scale config on a
+laptop) is probed with an engine that fits (:func:`fit_to_machine`, said in a notice): the
+projection is then for this machine with those settings.
 """
 
 from __future__ import annotations
 
 import heapq
 import math
+import os
 import sys
 import tempfile
 import time
@@ -145,6 +151,45 @@ def project(configs: Mapping[str, ExperimentConfig], probes: Mapping[str, Probe]
                     hours, "GPU" if uses_gpus else "CPU", refused)
 
 
+def fit_to_machine(configs: Mapping[str, ExperimentConfig], cpus: int
+                   ) -> tuple[dict[str, ExperimentConfig], str | None]:
+    """``configs`` with engines that fit a local Ray of ``cpus`` CPUs: where a config's workers
+    need more CPUs than that, one CPU per worker and at most ``cpus`` workers (its GPU share
+    kept). Returns the configs and a notice saying what changed (None: nothing did)."""
+    fitted, changed = {}, None
+    for label, config in configs.items():
+        engine = config.engine
+        if engine.num_workers * engine.cpus_per_worker <= cpus + 1e-9:
+            fitted[label] = config
+            continue
+        workers = max(1, min(engine.num_workers, cpus))
+        fitted[label] = config.model_copy(update={"engine": engine.model_copy(update={
+            "num_workers": workers, "cpus_per_worker": 1.0})})
+        changed = changed or (
+            f"This machine has {cpus} CPUs and the config's workers need "
+            f"{engine.num_workers} x {engine.cpus_per_worker:g}: the probes run with "
+            f"engine.num_workers={workers} and engine.cpus_per_worker=1, and the projection is "
+            "for this machine with those settings (estimate on the machine the config was "
+            "written for to project its own; `--set engine.num_workers=N` chooses another "
+            "fit).")
+    return fitted, changed
+
+
+def busy_notice(cpus: int) -> str | None:
+    """A line when other processes keep this machine busy before the probes start (a load
+    average over half its CPUs): probes then measure slower rounds than a quiet machine
+    runs."""
+    try:
+        load = os.getloadavg()[0]
+    except OSError:
+        return None
+    if load <= cpus / 2:
+        return None
+    return (f"This machine is busy (load average {load:.1f} on {cpus} CPUs before the probes "
+            "started): the probes share it, so the projection can be several times what a quiet "
+            "machine takes.")
+
+
 def sliced(config: ExperimentConfig, clients: int | None
            ) -> tuple[ExperimentConfig, float, float]:
     """``config`` with ``clients`` clients per round (where fewer than its own), and the scales
@@ -236,6 +281,15 @@ def measure(configs: Mapping[str, ExperimentConfig], rounds: int, data_root: str
                 error = None if outcome.error is None else str(outcome.error)
             except ConfigError as refused:  # e.g. a phase longer than the probe's rounds
                 error = str(refused)
+            except KeyboardInterrupt:  # Ctrl-C or SIGTERM: project what was probed
+                if not any(probe.refused is None for probe in probes.values()):
+                    raise
+                for rest in configs:
+                    probes.setdefault(rest, Probe(0, 0.0, 0.0, 0.0,
+                                                  refused="interrupted before its probe ended"))
+                print(f"interrupted: projecting the {sum(p.refused is None for p in probes.values())} "
+                      f"of {len(configs)} variants probed", file=sys.stderr, flush=True)
+                break
             if error is not None:
                 probes[label] = Probe(0, 0.0, 0.0, 0.0, refused=error)
                 print(f"not probed {label or config.name} ({len(probes)} of {len(configs)}): "
@@ -317,5 +371,6 @@ def table_rows(estimate: Estimate, machine: str) -> list[dict[str, object]]:
             for cost in estimate.variants]
 
 
-__all__ = ["Estimate", "Probe", "VariantCost", "describe", "evaluations", "makespan", "measure",
-           "project", "sliced", "stand_in_data", "table_rows"]
+__all__ = ["Estimate", "Probe", "VariantCost", "busy_notice", "describe", "evaluations",
+           "fit_to_machine", "makespan", "measure", "project", "sliced", "stand_in_data",
+           "table_rows"]

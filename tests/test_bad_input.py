@@ -400,3 +400,19 @@ def test_an_estimate_that_cannot_measure_exits_2_before_starting(capsys, tmp_pat
     code, err = run_cli(capsys, tmp_path, quickstart_raw(), *extra, command="estimate")
     assert code == 2 and needle in err and "Traceback" not in err
     assert err.startswith("error: ") and err.count("\n") == 1
+
+
+def test_switching_a_model_or_method_by_name_starts_its_section_afresh():
+    """`--set model.name=cnn` on an MLP config must not fail on the MLP's `hidden`; fields
+    given beside the new name still apply, whichever order they come in."""
+    from raysim.config import apply_overrides, parse_config
+
+    raw = quickstart_raw(dataset={"name": "pneumoniamnist"}, model={"name": "mlp",
+                                                                     "hidden": [32]},
+                         algorithm={"name": "fedprox", "mu": 0.1})
+    switched = apply_overrides(raw, ["model.channels=[8, 16]", "model.name=cnn",
+                                     "algorithm.name=fedavg"])
+    assert switched["model"] == {"channels": [8, 16], "name": "cnn"}
+    assert switched["algorithm"] == {"name": "fedavg"}
+    assert parse_config(switched).model.name == "cnn"
+    assert apply_overrides(raw, ["model.name=mlp"])["model"] == raw["model"]  # same name: kept

@@ -3,11 +3,19 @@ measured here."""
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
+from types import SimpleNamespace
+
+import pandas as pd
 import pytest
 from conftest import quickstart_raw
 
+from raysim.cli import main
 from raysim.config import parse_config
 from raysim.estimate import Probe, evaluations, makespan, measure, project
+
+PAPER_CONFIG = Path(__file__).resolve().parents[1] / "experiments" / "feddc" / "pneumonia_paper.yaml"
 
 
 def test_runs_are_scheduled_in_order_on_the_slots_that_free_first():
@@ -139,3 +147,54 @@ def test_a_variant_that_cannot_be_probed_is_named_and_left_out(ray_session, caps
     estimate = project(configs, probes, concurrent, gpus)
     assert [cost.label for cost in estimate.variants] == ["fedavg"]
     assert "not in the projection: fedsm_extra" in describe(estimate, "here")
+
+
+def test_a_paper_scale_engine_is_fitted_to_a_small_machine_and_said_so():
+    from raysim.config import load_experiments
+    from raysim.estimate import fit_to_machine
+
+    experiments = load_experiments(str(PAPER_CONFIG), [])
+    fitted, notice = fit_to_machine(experiments, 2)
+    engine = fitted["feddc"].engine
+    assert (engine.num_workers, engine.cpus_per_worker) == (2, 1.0)
+    assert engine.gpus_per_worker == experiments["feddc"].engine.gpus_per_worker
+    assert notice is not None and "8 x 2" in notice and "engine.num_workers=2" in notice
+    assert fit_to_machine(experiments, 16) == (experiments, None)
+
+
+def test_the_readmes_estimate_runs_on_a_two_cpu_machine(tmp_path, monkeypatch, capsys):
+    """The README's command on the paper-scale config, here on one variant, a slice and the
+    stand-in data (the whole config takes minutes on 2 CPUs)."""
+    monkeypatch.setattr(os, "cpu_count", lambda: 2)
+    assert main(["estimate", str(PAPER_CONFIG), "--data-root", str(tmp_path),
+                 "--variant", "fedavg_b10", "--rounds", "2", "--clients", "2",
+                 "--stand-in-data"]) == 0
+    out, err = capsys.readouterr()
+    assert "engine.num_workers=2" in err and "projected wall time" in out
+
+
+def test_an_interrupted_estimate_projects_the_variants_it_probed(monkeypatch, capsys):
+    from raysim import estimate
+
+    calls = []
+
+    def probe_then_interrupt(configs, **kwargs):
+        calls.append(1)
+        if len(calls) > 1:
+            raise KeyboardInterrupt
+        return [SimpleNamespace(error=None, run_dir=None)]
+
+    table = pd.DataFrame({"wall_time": [1.0, 1.5, 2.0], "seconds_evaluate": [0.1, 0.1, 0.1]})
+    monkeypatch.setattr("raysim.engine.runner.run_experiments", probe_then_interrupt)
+    monkeypatch.setattr("raysim.results.load", lambda run_dir: table)
+    monkeypatch.setattr("raysim.engine.runner._concurrent_runs", lambda configs: 1)
+    monkeypatch.setattr("raysim.engine.runner._uses_gpus", lambda config: False)
+    from raysim.config import load_experiments
+
+    experiments = load_experiments(str(PAPER_CONFIG), [])
+    probes, _, _ = estimate.measure(experiments, 3, None)
+    assert probes["feddc"].refused is None
+    assert all(probes[label].refused == "interrupted before its probe ended"
+               for label in experiments if label != "feddc")
+    assert "interrupted: projecting the 1 of 7 variants probed" in capsys.readouterr().err
+    assert estimate.project(experiments, probes, 1, False).variants[0].label == "feddc"

@@ -155,3 +155,19 @@ def test_a_local_ray_listens_on_loopback_only_and_outside_raysims_process_group(
     assert found["ray_names"] == ["gcs_server", "raylet"]
     assert found["listening"] and set(found["listening"]) <= set(LOOPBACK)
     assert found["own_group"] not in found["ray_groups"]
+
+
+def test_a_waiting_invocation_names_the_processes_holding_the_cpus_and_the_opt_out(
+        tmp_path, monkeypatch):
+    slots_dir = tmp_path / "slots"
+    holder = CpuSlots(2, slots_dir)
+    assert holder.acquire(2) == 2
+    assert cpu_slots.holders(slots_dir) == {os.getpid(): 2}
+    lines: list[str] = []
+    with pytest.raises(TimeoutError):
+        CpuSlots(2, slots_dir).acquire(1, timeout=0, notify=lines.append)
+    assert f"pid {os.getpid()} (" in lines[0] and "holds 2 of its CPUs" in lines[0]
+    assert "RAYSIM_CPU_SLOTS=off" in lines[0]
+    monkeypatch.setenv("RAYSIM_CPU_SLOTS", "off")
+    assert CpuSlots(2).acquire(2, timeout=0) == 2  # opted out: every CPU, no wait
+    holder.release()

@@ -99,6 +99,9 @@ class Algorithm(ABC, Generic[ParamsT, StateT]):
     params_class: ClassVar[type[StrictModel]]
     pooled: ClassVar[bool] = False
     """True when the algorithm trains on the union of all clients' data (centralized)."""
+    per_client_loop: ClassVar[str | None] = None
+    """Why this method always trains clients one after another (the per-client path), when
+    it does: the run then reports that reason, not the vectorised path's choice."""
     personalized: ClassVar[bool] = False
     """True when clients keep personal models (evaluated on their own test shares)."""
     relayed_uploads: ClassVar[tuple[str, ...]] = ()

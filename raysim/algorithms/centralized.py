@@ -29,6 +29,7 @@ class Centralized(LocalOnly):
         "it trains on the pooled data of every client (no federated upload to protect)")
     params: CentralizedParams
     pooled = True
+    per_client_loop = "one pooled client: nothing to batch"
     personalized = False
     heterogeneous = False
     evaluation_uploads = ("model",)

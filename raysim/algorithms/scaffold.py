@@ -49,6 +49,9 @@ class Scaffold(Algorithm[ScaffoldParams, ScaffoldState]):
     params_class: ClassVar[type[StrictModel]] = ScaffoldParams
     params: ScaffoldParams
     mean_uploads: ClassVar[tuple[str, ...]] = ()
+    per_client_loop: ClassVar[str | None] = (
+        "SCAFFOLD's control variates shift every step's gradient, which only the per-client "
+        "path applies")
     privacy_refusal: ClassVar[str] = (
         "its control-variate uploads depend on the client's data and client-level DP here "
         "clips and noises weight updates only, so an epsilon would not cover them")

@@ -360,8 +360,8 @@ def _run_spec(config: ExperimentConfig, dataset: ArrayDataset, partition: Partit
     setup = WorkerSetup(algorithm_class, config.algorithm, context, arrays, partition,
                         initial_weights(config, dataset, seed), config.evaluation.batch_size,
                         threads=max(1, math.floor(config.engine.cpus_per_worker)),
-                        # one pooled client gains nothing from batching clients
-                        vectorize="never" if algorithm_class.pooled else config.engine.vectorize,
+                        vectorize=config.engine.vectorize,
+                        per_client_loop=algorithm_class.per_client_loop,
                         test_sources=sources,
                         membership_audit=config.evaluation.membership_audit,
                         gpu_fraction=config.engine.gpus_per_worker,

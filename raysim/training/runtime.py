@@ -216,7 +216,7 @@ class ClientRuntime:
     """
 
     def __init__(self, context: RunContext, data: ClientData, device: torch.device,
-                 vectorize: str = "auto"):
+                 vectorize: str = "auto", per_client_loop: str | None = None):
         self.context = context
         self.seed = context.seed
         self.info = context.info
@@ -239,7 +239,9 @@ class ClientRuntime:
         self._models: dict[str, nn.Module] = {}
         self._initial: dict[str, Weights] = {context.model.model_dump_json():
                                              data.initial_weights}
-        if len({a.model_dump_json() for a in self.architectures}) > 1 or any(
+        if per_client_loop is not None:
+            self.path, self.path_reason = LOOP, per_client_loop
+        elif len({a.model_dump_json() for a in self.architectures}) > 1 or any(
                 f > 1 for f in self.downsample):
             self.path, self.path_reason = LOOP, "clients differ in architecture or resolution"
         else:

@@ -5,7 +5,9 @@ Each of the machine's CPUs is a lock file; an invocation that starts a local Ray
 free slots as it can (at most the machine's CPUs), starts Ray with that many CPUs, and holds the
 locks for its lifetime. The operating system releases ``flock`` locks when a process ends in
 any way, SIGKILL included, so a killed invocation never leaves slots taken. An invocation that
-finds fewer free slots than its runs need waits, with a notice, until another one finishes.
+finds fewer free slots than its runs need waits, with a notice naming the processes that hold
+them, until another one finishes. ``RAYSIM_CPU_SLOTS=off`` opts out: the invocation takes every
+CPU without waiting, sharing them with whatever else runs.
 """
 
 from __future__ import annotations
@@ -22,7 +24,15 @@ from raysim.engine.launch.private_state import open_private_file, private_direct
 
 VARIABLE = "RAYSIM_CPU_SLOTS"
 """The environment variable that moves the slot files (default: a per-user directory in the
-system's temporary folder)."""
+system's temporary folder), or turns the slots off (``off``)."""
+
+OFF = "off"
+"""``RAYSIM_CPU_SLOTS=off``: no slots; every invocation takes all CPUs."""
+
+
+def slots_off() -> bool:
+    """Whether the user opted out of sharing the machine's CPUs between invocations."""
+    return os.environ.get(VARIABLE, "").strip().lower() == OFF
 
 
 def default_directory() -> Path:
@@ -44,7 +54,11 @@ class CpuSlots:
 
     @property
     def held(self) -> int:
-        return len(self._held)
+        return self.total if self._off else len(self._held)
+
+    @property
+    def _off(self) -> bool:
+        return slots_off() and self.directory == default_directory()
 
     def _grab_free(self, wanted: int) -> None:
         private_directory(self.directory, VARIABLE)
@@ -64,6 +78,8 @@ class CpuSlots:
         """Take up to ``wanted`` free slots (default: all), waiting until at least ``needed``
         are free; returns how many are held. ``timeout``: give up after this many seconds
         (TimeoutError). ``notify`` receives one line when this has to wait."""
+        if self._off:
+            return self.total
         wanted = self.total if wanted is None else min(wanted, self.total)
         needed = min(max(needed, 1), wanted)
         deadline = None if timeout is None else time.monotonic() + timeout
@@ -75,9 +91,10 @@ class CpuSlots:
             self.release()  # never sit on a partial set while waiting
             if not told:
                 (notify or _to_stderr)(
-                    f"Another raysim invocation on this machine holds its CPUs: waiting for "
-                    f"{needed} of the {self.total} to be free (Ctrl-C stops; results of runs "
-                    "already written are kept).")
+                    f"{holders_text(self.directory)} its CPUs: waiting for {needed} of the "
+                    f"{self.total} to be free (Ctrl-C stops; results of runs already written are "
+                    f"kept). To run now beside it instead, sharing the CPUs (each slower), set "
+                    f"{VARIABLE}={OFF}.")
                 told = True
             if deadline is not None and time.monotonic() > deadline:
                 raise TimeoutError(f"{needed} CPU slots did not become free within {timeout} s")
@@ -92,6 +109,52 @@ class CpuSlots:
         for descriptor in self._held:
             os.close(descriptor)  # closing drops the lock
         self._held = []
+
+
+def holders(directory: Path) -> dict[int, int]:
+    """PID -> how many of the slot files in ``directory`` that process holds locked (from
+    Linux's ``/proc/locks``; empty elsewhere)."""
+    inodes = {}
+    for path in directory.glob("cpu-*.lock"):
+        try:
+            info = path.lstat()
+        except OSError:
+            continue
+        inodes[(os.major(info.st_dev), os.minor(info.st_dev), info.st_ino)] = path
+    held: dict[int, int] = {}
+    try:
+        lines = Path("/proc/locks").read_text().splitlines()
+    except OSError:
+        return held
+    for line in lines:
+        fields = line.split()
+        if len(fields) < 6 or fields[1] != "FLOCK" or "->" in fields:
+            continue
+        try:
+            major, minor, inode = fields[5].split(":")
+            key = (int(major, 16), int(minor, 16), int(inode))
+            pid = int(fields[4])
+        except ValueError:
+            continue
+        if key in inodes:
+            held[pid] = held.get(pid, 0) + 1
+    return held
+
+
+def holders_text(directory: Path) -> str:
+    """Who holds the slots, for the waiting notice: the processes with their commands."""
+    found = holders(directory)
+    if not found:
+        return "Another raysim invocation on this machine holds"
+    described = []
+    for pid, count in sorted(found.items()):
+        try:
+            command = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(
+                errors="replace").strip()
+        except OSError:
+            command = "?"
+        described.append(f"pid {pid} ({command[:120]}) holds {count}")
+    return "On this machine " + "; ".join(described) + " of"
 
 
 def _to_stderr(line: str) -> None:

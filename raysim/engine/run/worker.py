@@ -46,6 +46,8 @@ class WorkerSetup:
     eval_batch_size: int
     threads: int
     vectorize: str = "auto"
+    per_client_loop: str | None = None
+    """Why the method always trains on the per-client path (``Algorithm.per_client_loop``)."""
     test_sources: np.ndarray | None = None
     """The client whose test share holds each test sample (-1: unseen client, -2: none)."""
     membership_audit: int = 0
@@ -101,7 +103,7 @@ class ClientWorker:
         self.runtime = ClientRuntime(
             context, ClientData(self.arrays["train_x"], self.arrays["train_y"],
                                 setup.partition.train, setup.initial_weights),
-            self.device, vectorize=setup.vectorize)
+            self.device, vectorize=setup.vectorize, per_client_loop=setup.per_client_loop)
         with gpu_memory_errors(self.gpu_share, index, "while warming up"):
             warm_up(self.runtime.model, context.info, context.training.optimizer, self.device)
         freeze_imported_objects()  # torch's first training imported the rest of what it needs
