@@ -23,6 +23,7 @@ from raysim.schema import (
     LoggingConfig,
     PartitionConfig,
     PrivacyConfig,
+    ServerOptimizerConfig,
     StrictModel,
     SystemConfig,
     TrainingConfig,
@@ -104,6 +105,7 @@ class ExperimentConfig(StrictModel):
     logging: LoggingConfig = LoggingConfig()
     privacy: PrivacyConfig | None = None
     system: SystemConfig | None = None
+    server_optimizer: ServerOptimizerConfig | None = None
     output: str = "results"
 
     @model_validator(mode="after")

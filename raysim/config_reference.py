@@ -58,7 +58,7 @@ def _comment(field: FieldInfo, annotation: Any) -> str:
     if choices and len(choices) > 1:
         parts.append(" | ".join(str(c) for c in choices))
     if field.description:
-        parts.append(field.description)
+        parts.append(" ".join(field.description.split()))
     return "; ".join(parts)
 
 
@@ -88,7 +88,7 @@ def _section(model: type[BaseModel], indent: int) -> list[str]:
             if names:
                 lines.append(_line(indent, key, "{name: ...}",
                                    f"required; name: {' | '.join(names)} (each with its own "
-                                   "keys, see below)"))
+                                   "keys, below)"))
             elif nested is not None:
                 lines.append(_line(indent, key, "", comment))
                 lines += _section(nested, indent + 2)
@@ -110,10 +110,31 @@ def _section(model: type[BaseModel], indent: int) -> list[str]:
     return lines
 
 
+def _by_name(section: str, classes: tuple[type[BaseModel], ...]) -> list[str]:
+    """Each registered model's or method's own keys with their defaults, one ``section:``
+    entry per name (the classes' docstrings as the headings)."""
+    lines = [f"# ---- {section}: the keys of each name ----"]
+    for params in sorted(classes, key=lambda c: str(c.model_fields["name"].default)):
+        lines.append(_line(0, section, "", _summary(params)))
+        lines += _section(params, 2)
+    return lines
+
+
+def _summary(params: type[BaseModel]) -> str:
+    """The first sentence of a parameter class's own docstring (none: empty)."""
+    doc = params.__dict__.get("__doc__") or ""
+    return " ".join(doc.split()).split(". ")[0].rstrip(".") if doc.strip() else ""
+
+
 def render_reference() -> str:
     """The config reference as a fenced YAML block (every key of ExperimentConfig with its
-    default, its allowed values and its description)."""
-    body = "\n".join(_section(ExperimentConfig, 0))
+    default, its allowed values and its description), then every registered model's and
+    method's own keys."""
+    from raysim.algorithms.params import ALGORITHM_PARAMS
+    from raysim.models.params import MODEL_PARAMS
+
+    body = "\n".join([*_section(ExperimentConfig, 0), "", *_by_name("model", MODEL_PARAMS), "",
+                      *_by_name("algorithm", ALGORITHM_PARAMS)])
     return f"{START}\n```yaml\n{body}\n```\n{END}"
 
 

@@ -22,6 +22,7 @@ from raysim.errors import ConfigError
 from raysim.models import build_model
 from raysim.privacy.settings import resolve as resolve_privacy
 from raysim.results.live import check_available
+from raysim.schema import ServerOptimizerConfig
 from raysim.seeding import torch_generator
 from raysim.vectors.weights import get_weights
 
@@ -56,6 +57,7 @@ def prepare(config: ExperimentConfig, data_root: str | None,
     check_method_data(config)
     check_privacy(config)
     check_system(config)
+    check_server_optimizer(config)
     check_available(config.logging)
     dataset = load_dataset(config.dataset, data_root) if read is None else read()
     build_model(config.model, dataset.info)
@@ -245,6 +247,25 @@ def check_system(config: ExperimentConfig) -> None:
                 "system.buffer_size.")
 
 
+def check_server_optimizer(config: ExperimentConfig) -> None:
+    """``server_optimizer:`` needs a method whose next global model is the mean of its
+    clients' models (one paragraph naming why otherwise)."""
+    if config.server_optimizer is None:
+        return
+    algorithm_class = ALGORITHMS[config.algorithm.name]
+    if not algorithm_class.server_optimizers:
+        raise ConfigError(
+            f"Invalid config section `server_optimizer`: algorithm `{config.algorithm.name}` "
+            "does not produce one mean model per round for a server optimizer to step on. "
+            f"Remove `server_optimizer`, or use {_supporting('server_optimizers')}.")
+    if config.system is not None and config.system.policy == "fedbuff" and \
+            config.system.server_lr != 1.0:
+        raise ConfigError(
+            "Invalid combination: `system.server_lr` and `server_optimizer` both set the "
+            "server's step on FedBuff's buffered update. Keep one: server_optimizer (with "
+            "its lr), or system.server_lr alone (an SGD step).")
+
+
 def check_client_settings(config: ExperimentConfig, dataset: ArrayDataset) -> None:
     """Per-client architectures and resolutions need an algorithm that supports them, and
     every listed architecture must build for the dataset."""
@@ -284,6 +305,9 @@ def run_context(config: ExperimentConfig, dataset: ArrayDataset, seed: int,
         ALGORITHMS[config.algorithm.name].dp_releases_per_round(config.algorithm))
     fedbuff = (config.system.server_lr if config.system is not None
                and config.system.policy == "fedbuff" else None)
+    optimizer = config.server_optimizer
+    if optimizer is None and fedbuff is not None and fedbuff != 1.0:  # FedBuff's server step
+        optimizer = ServerOptimizerConfig(name="sgd", lr=fedbuff)
     return RunContext(seed, dataset.info, config.model, config.training, num_clients,
                       per_round, architectures, downsample, config.engine.memory_format,
-                      privacy, fedbuff)
+                      privacy, fedbuff, optimizer)

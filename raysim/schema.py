@@ -17,7 +17,7 @@ MEDMNIST_SIZES = (28, 64, 128, 224)
 class StrictModel(BaseModel):
     """A frozen config section that rejects unknown keys (typos must not be ignored)."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
 
 
 class DatasetConfig(StrictModel):
@@ -187,6 +187,33 @@ class LoggingConfig(StrictModel):
         if uri.startswith(sqlite) and not uri[len(sqlite):].startswith("/"):
             return sqlite + os.path.abspath(uri[len(sqlite):])
         return uri if "://" in uri or ":" in uri.split("/")[0] else os.path.abspath(uri)
+
+
+class ServerOptimizerConfig(StrictModel):
+    """The server's step on the round's mean (Reddi et al. 2021, "Adaptive Federated
+    Optimization", Algorithm 2): with the pseudo-gradient D = mean - global model, sgd moves
+    the model by lr x m where m = momentum x m + D (FedAvgM, Hsu et al. 2019; lr 1 without
+    momentum is FedAvg), adagrad, adam and yogi by lr x m / (sqrt(v) + tau) where
+    m = beta1 x m + (1 - beta1) D and v is D^2 summed (adagrad), averaged (adam,
+    v = beta2 v + (1 - beta2) D^2) or moved by its sign (yogi,
+    v = v - (1 - beta2) D^2 sign(v - D^2)), v starting at tau^2. Under `privacy:` the step sees
+    only the private mean; under FedBuff it is the server's step on each buffered update."""
+
+    name: Literal["sgd", "adagrad", "adam", "yogi"] = Field(
+        "sgd", description="sgd (FedAvgM), adagrad (FedAdagrad), adam (FedAdam), yogi (FedYogi)")
+    lr: float | None = Field(
+        None, gt=0, description="server learning rate eta (default: 1 for sgd, 0.01 for the "
+        "adaptive ones, the middle of Reddi et al.'s tuned range; tune it on a validation split)")
+    momentum: float = Field(0.0, ge=0, lt=1, description="sgd: server momentum (FedAvgM)")
+    beta1: float = Field(0.9, ge=0, lt=1, description="adagrad/adam/yogi: first-moment decay")
+    beta2: float = Field(0.99, ge=0, lt=1, description="adam/yogi: second-moment decay")
+    tau: float = Field(1e-3, gt=0, description="adagrad/adam/yogi: adaptivity (the step's "
+                       "epsilon; v starts at tau^2)")
+
+    @property
+    def step_size(self) -> float:
+        """The server learning rate, its default resolved."""
+        return self.lr if self.lr is not None else (1.0 if self.name == "sgd" else 0.01)
 
 
 class AdaptiveClipConfig(StrictModel):

@@ -69,6 +69,15 @@ LAYERED = {  # an algorithm inside the layers a run composes around it
                                                                "constrained_site": 0.5},
                                                      "policy": "fedbuff", "buffer_size": 2},
                                           "partition": {"scheme": "iid", "num_clients": 6}}),
+    "fedavg with FedAdam's server step": ("fedavg", {"server_optimizer": {"name": "adam"}}),
+    "fedprox with FedAvgM's server step under central DP": (
+        "fedprox", {"server_optimizer": {"name": "sgd", "momentum": 0.9, "lr": 0.5},
+                    "privacy": {"clip": 0.5, "noise_multiplier": 0.8, "delta": 1e-3}}),
+    "fedavg under FedBuff with FedYogi's server step": (
+        "fedavg", {"server_optimizer": {"name": "yogi"},
+                   "system": {"tiers": {"cpu_server": 0.5, "constrained_site": 0.5},
+                              "policy": "fedbuff", "buffer_size": 2},
+                   "partition": {"scheme": "iid", "num_clients": 6}}),
 }
 
 

@@ -102,3 +102,15 @@ def test_option_one_refreshes_c_i_to_the_gradient_at_the_server_model(data_root)
     for name, parameter in model.named_parameters():
         np.testing.assert_allclose(trace.client_states[1][name], parameter.grad.numpy(),
                                    rtol=1e-4, atol=1e-6)
+
+
+def test_momentum_is_warned_about_and_the_per_client_path_is_reported_as_scaffolds(tmp_path):
+    raw = contract_raw(tmp_path, "scaffold")
+    plain = parse_config({**raw, "training": {**raw["training"],
+                                              "optimizer": {"name": "sgd", "lr": 0.1}}})
+    assert Scaffold.config_warnings(plain.algorithm, plain.training) == []
+    heavy = parse_config({**raw, "training": {**raw["training"], "optimizer": {
+        "name": "sgd", "lr": 0.1, "momentum": 0.9}}})
+    (line,) = Scaffold.config_warnings(heavy.algorithm, heavy.training)
+    assert "momentum 0.9" in line and "momentum=0" in line
+    assert Scaffold.per_client_loop is not None and "control variates" in Scaffold.per_client_loop

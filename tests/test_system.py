@@ -248,12 +248,16 @@ def test_the_buffered_update_applies_stale_updates_to_the_current_model():
         return BufferedPartial(WeightedSum.of([fresh, stale], [1.0, weight]), totals,
                                server_correction(current, totals, {3: base}, 4))
 
-    new = buffered_update(current, partial(), server_lr=1.0)["w"]
+    new = buffered_update(partial())["w"]
     # g + (1 x (fresh - g) + w x (stale - base)) / 2
     expected = np.array([1 + (1 + weight * 0.25) / 2, 1 + (2 + weight * 1.0) / 2])
     np.testing.assert_allclose(new, expected, rtol=1e-6)
-    halfway = buffered_update(current, partial(), server_lr=0.5)["w"]
-    np.testing.assert_allclose(halfway, 1 + 0.5 * (expected - 1), rtol=1e-6)
+    from raysim.layers.server_optimizer import ServerMoments, server_step
+    from raysim.schema import ServerOptimizerConfig
+
+    halfway, _ = server_step(ServerOptimizerConfig(lr=0.5), current, buffered_update(partial()),
+                             ServerMoments())  # system.server_lr 0.5: an SGD step
+    np.testing.assert_allclose(halfway["w"], 1 + 0.5 * (expected - 1), rtol=1e-6)
 
 
 def test_the_fedbuff_partials_carry_a_and_each_versions_weight_up_the_reduction_tree():
@@ -280,7 +284,7 @@ def test_the_fedbuff_partials_carry_a_and_each_versions_weight_up_the_reduction_
             return [ClientResult({"model": {"w": np.ones(2, np.float32)}}, weight=sizes[c])
                     for c in clients]
 
-    layer = FedBuff(Weighted(), 1.0)
+    layer = FedBuff(Weighted())
     message = {"model": {"w": np.zeros(2, np.float32)},
                MESSAGE: {"starts": (trained, versions, staleness),
                          "bases": {int(v): {"w": np.zeros(2, np.float32)}
@@ -331,13 +335,13 @@ def test_stale_clients_train_from_their_start_version_and_their_updates_apply_to
                                                       np.array([1.0, 0.7])),
                                            "bases": {3: base}}}
     inner = FedAvg(FedAvgParams(), None)
-    client = FedBuff(inner, 1.0)
+    client = FedBuff(inner)
     results = client.local_updates(OneStepRuntime(), [0, 1], 4, message, [None, None])
     # the fresh client trained from the current model, the stale one from its base
     assert [r.upload["model"].vector.tolist() for r in results] == [[6.0, 6.0], [3.0, 4.0]]
     partial = client.reduce(list(zip([0, 1], results, strict=True)))
     assert partial["version_weights"] == {4: 1.0, 3: 0.7}  # a_c s_c with a_c = 1 sample
-    server = FedBuff(inner, 1.0, lambda: Plan(last_use={3: 4, 4: 4}))
+    server = FedBuff(inner, lambda: Plan(last_use={3: 4, 4: 4}))
     new = server.aggregate(BufferedState(current, {3: base}), [partial], 4)
     # each update (+1) applies to the current model, weighted 1 and 0.7, over A = 2
     np.testing.assert_allclose(new.model["w"], [5.85, 5.85], rtol=1e-6)
@@ -359,7 +363,7 @@ def test_fedprox_under_fedbuff_trains_each_start_version_anchored_there():
     v2, v3, v4 = _flat([1.0, 1.0]), _flat([2.0, 3.0]), _flat([5.0, 5.0])
     message = {"model": v4, MESSAGE: {"starts": (np.arange(4), np.array([4, 3, 2, 3]),
                                                  np.ones(4)), "bases": {2: v2, 3: v3}}}
-    layer = FedBuff(FedProx(FedProxParams(mu=0.1), None), 1.0)
+    layer = FedBuff(FedProx(FedProxParams(mu=0.1), None))
     results = layer.local_updates(LoggingRuntime(), [0, 1, 2, 3], 4, message, [None] * 4)
     assert [clients for clients, _, _ in calls] == [[2], [1, 3], [0]]  # by start version
     for _, starts, (anchor, mu) in calls:
@@ -402,13 +406,16 @@ def test_the_fedbuff_layer_applies_every_stale_update_to_the_current_model():
         def global_weights(self, state):
             return state
 
+        def server_step(self, state, mean):  # plain averaging
+            return mean
+
         def local_updates(self, runtime, clients, round_, message, states):
             start = message["model"]
             return [ClientResult({"model": FlatWeights(as_tensor(start.vector) + 1,
                                                        start.layout)}) for _ in clients]
 
-    server = FedBuff(PlusOne(), 1.0, lambda: plan)
-    client = FedBuff(PlusOne(), 1.0)  # a worker's: the start versions come in the broadcast
+    server = FedBuff(PlusOne(), lambda: plan)
+    client = FedBuff(PlusOne())  # a worker's: the start versions come in the broadcast
     state = server.init_server_state(FlatWeights(torch.tensor([0.5, -2.0]), (("w", (2,)),)))
     stale = 0
     for round_ in range(20):

@@ -99,6 +99,9 @@ class Algorithm(ABC, Generic[ParamsT, StateT]):
     params_class: ClassVar[type[StrictModel]]
     pooled: ClassVar[bool] = False
     """True when the algorithm trains on the union of all clients' data (centralized)."""
+    server_optimizers: ClassVar[bool] = False
+    """True when the next global model is the mean of the clients' models, so a server
+    optimizer (``server_optimizer:``) can step on it (:meth:`server_step`)."""
     per_client_loop: ClassVar[str | None] = None
     """Why this method always trains clients one after another (the per-client path), when
     it does: the run then reports that reason, not the vectorised path's choice."""
@@ -152,6 +155,13 @@ class Algorithm(ABC, Generic[ParamsT, StateT]):
     """True when the server works on (unlabelled) training inputs, e.g. FedDF's public set:
     the driver then calls :meth:`attach_server_inputs` once before round 0."""
 
+    @classmethod
+    def config_warnings(cls, params: Any, training: Any) -> list[str]:
+        """Lines a run of this method prints before it starts, for settings it accepts but
+        where it is known to do worse than published (``training``: the config's
+        ``training`` section). None by default."""
+        return []
+
     def __init__(self, params: ParamsT, context: RunContext):
         self.params: ParamsT = params
         self.context = context
@@ -174,6 +184,12 @@ class Algorithm(ABC, Generic[ParamsT, StateT]):
     def aggregate(self, state: StateT, partials: Sequence[Any], round_: int) -> StateT:
         """The next server state from the per-group partials (default: unchanged)."""
         return state
+
+    def server_step(self, state: StateT, mean: Weights) -> StateT:
+        """The server state after a round whose (buffered) mean model is ``mean``, for the
+        layers that compute the mean themselves (FedBuff): plain averaging takes the mean as
+        the next model; a server optimizer layer steps towards it."""
+        return cast(StateT, mean)
 
     def global_weights(self, state: StateT) -> Weights | None:
         """The model evaluated on the global test set, or None if there is no global model."""

@@ -21,6 +21,7 @@ class FedAvg(Algorithm[FedAvgParams | FedProxParams, Weights]):
 
     params_class: ClassVar[type[StrictModel]] = FedAvgParams
     mean_uploads: ClassVar[tuple[str, ...]] = ("model",)
+    server_optimizers: ClassVar[bool] = True
 
     def broadcast(self, state: Weights, round_: int) -> dict[str, Any]:
         return {"model": state}

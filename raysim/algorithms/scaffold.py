@@ -58,6 +58,18 @@ class Scaffold(Algorithm[ScaffoldParams, ScaffoldState]):
     asynchronous_refusal: ClassVar[str | None] = (
         "its control variates are defined relative to one synchronous round's server model")
 
+    @classmethod
+    def config_warnings(cls, params: Any, training: Any) -> list[str]:
+        optimizer = training.optimizer
+        if optimizer.name == "sgd" and optimizer.momentum == 0:
+            return []
+        setting = (f"momentum {optimizer.momentum:g}" if optimizer.name == "sgd"
+                   else f"optimizer {optimizer.name}")
+        return [f"SCAFFOLD with {setting}: its control variates (option II) assume plain SGD "
+                "steps, so here they only approximate the drift correction and runs can do "
+                "worse than FedAvg; set training.optimizer.momentum=0 (and name: sgd) for the "
+                "method as published."]
+
     # ----- server -----
     def init_server_state(self, initial_weights: Weights) -> ScaffoldState:
         return ScaffoldState(initial_weights, zero_control(initial_weights,

@@ -112,6 +112,9 @@ def run_experiments(experiments: dict[str, ExperimentConfig], *, data_root: str 
         for config in experiments.values():
             notices += [n for n in ensure_ray(config, runs=list(experiments.values()))
                         if n not in notices]
+    for config in experiments.values():  # settings a method accepts but does worse under
+        notices += [line for line in ALGORITHMS[config.algorithm.name].config_warnings(
+            config.algorithm, config.training) if line not in notices]
     for notice in notices:
         print(notice, file=sys.stderr)
     phases.setdefault("ray_ready_at", time.time())

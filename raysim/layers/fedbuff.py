@@ -19,8 +19,11 @@ On a worker the layer calls the wrapped algorithm's ``local_updates`` once per s
 with that version as the broadcast model (so FedProx's anchor is each client's own start), and
 weighs each client's upload by its weight a_c (:attr:`~raysim.algorithms.base.ClientResult.
 weight`) times its staleness weight s_c.
-The new model is g + server_lr (X - g) (X itself at server_lr 1). Without staleness (every
-client from g, s_c = 1) W_now = A and X is FedAvg's weighted mean of the w_c to the bit.
+The new model is the wrapped algorithm's server step towards X (``server_step``): X itself for
+plain averaging, or the step of a server optimizer layer inside this one
+(:mod:`raysim.layers.server_optimizer`; ``system.server_lr`` is its SGD step,
+g + server_lr (X - g)). Without staleness (every client from g, s_c = 1) W_now = A and X is
+FedAvg's weighted mean of the w_c to the bit.
 
 A trained model is never rebased on its worker (w_c + g - b_c for every stale client, in
 float64: about 0.3-0.7 s a round per worker for a model of 1 M parameters, more than its
@@ -68,11 +71,9 @@ class FedBuff(Wrapped):
 
     bookkeeping_broadcasts = (MESSAGE,)
 
-    def __init__(self, inner: Any, server_lr: float,
-                 plan: Callable[[], SystemPlan] | None = None):
+    def __init__(self, inner: Any, plan: Callable[[], SystemPlan] | None = None):
         super().__init__(inner)
         (self.kind,) = inner.mean_uploads
-        self.server_lr = server_lr
         self.plan = plan
         self._weights: dict[int, tuple[float, float, int]] = {}
         """This round's clients on this worker: a_c, a_c s_c and start version (what
@@ -108,10 +109,12 @@ class FedBuff(Wrapped):
             return BufferedState(state.model, self._kept(state.versions, state.model,
                                                          round_ + 1))
         totals = BufferTotals(root["client_weight"], root["version_weights"])
-        correction = server_correction(state.model, totals, {
+        current = self.inner.global_weights(state.model)
+        assert current is not None, "FedBuff wraps algorithms with a global model"
+        correction = server_correction(current, totals, {
             v: state.versions[v] for v in totals.version_weights if v != round_}, round_)
-        model = buffered_update(state.model, BufferedPartial(root[self.kind], totals,
-                                                             correction), self.server_lr)
+        target = buffered_update(BufferedPartial(root[self.kind], totals, correction))
+        model = self.inner.server_step(state.model, target)
         return BufferedState(model, self._kept(state.versions, model, round_ + 1))
 
     def _kept(self, versions: dict[int, FlatWeights], model: Any,
@@ -200,22 +203,12 @@ class BufferedPartial:
     correction: WeightedSum | None
 
 
-def buffered_update(current: Weights, partial: BufferedPartial, server_lr: float
-                    ) -> FlatWeights:
-    """The new global model from the merged partial and the start versions' share attached to
-    it (see the module docstring), as a host FlatWeights: the round loop keeps it as a start
+def buffered_update(partial: BufferedPartial) -> FlatWeights:
+    """X, the buffered mean (see the module docstring), from the merged partial and the start
+    versions' share attached to it, as a host FlatWeights: the round loop keeps it as a start
     version and sums it again in one piece."""
     total = partial.model
     if partial.correction is not None:  # (the same bits as adding its terms here)
         total = total.merge(partial.correction)
     total.total_weight = partial.totals.client_weight
-    target = total.mean_flat()
-    if server_lr == 1.0:
-        return target
-    assert isinstance(target.vector, np.ndarray)
-    now_vector = np.concatenate([np.asarray(current[name], dtype=np.float32).reshape(-1)
-                                 for name, _ in target.layout]) if target.layout else \
-        np.zeros(0, dtype=np.float32)
-    # per value as g + lr (X - g) in float32 (the stored dtype); other entries as averaged
-    return FlatWeights(now_vector + server_lr * (target.vector - now_vector), target.layout,
-                       target.extras)
+    return total.mean_flat()

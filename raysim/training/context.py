@@ -10,7 +10,7 @@ import numpy as np
 
 from raysim.data.dataset import DataInfo
 from raysim.privacy.settings import DpSettings
-from raysim.schema import StrictModel, TrainingConfig
+from raysim.schema import ServerOptimizerConfig, StrictModel, TrainingConfig
 from raysim.vectors.weights import Weights
 
 
@@ -36,6 +36,9 @@ class RunContext:
     fedbuff_server_lr: float | None = None
     """Asynchronous buffered aggregation (``system.policy: fedbuff``): the server's step on
     the buffered update; None: synchronous rounds."""
+    server_optimizer: ServerOptimizerConfig | None = None
+    """The server's step on the round's mean (``server_optimizer:``, or FedBuff's
+    ``system.server_lr`` as an SGD step); None: the mean is the next model."""
 
     def architecture(self, client: int) -> StrictModel:
         """The architecture of one client."""

@@ -1,0 +1,148 @@
+"""The server's step as a layer (Reddi et al. 2021, "Adaptive Federated Optimization",
+Algorithm 2): the wrapped algorithm produces the round's mean model (a plain weighted mean, a
+private mean under DP, a buffered mean under FedBuff) and this layer moves the global model
+along the pseudo-gradient D = mean - global by SGD with momentum (FedAvgM), Adagrad, Adam or
+Yogi (:class:`~raysim.schema.ServerOptimizerConfig`).
+
+The optimizer works on the model's float32 vector (entries of other types, e.g. BatchNorm's
+step counters, are the mean's). SGD keeps its arithmetic in float32 as the model is stored
+(``g + lr x m``; at lr 1 without momentum the mean itself, FedAvg's bits); the adaptive
+optimizers keep their moments in float64. Their state is part of the server state, so a
+checkpoint holds it and a resumed run continues it bit for bit.
+
+Under ``privacy:`` the DP layer sits inside this one: the optimizer reads only the private
+mean, so every value it produces is post-processing of the Gaussian mechanism and the
+accountant's epsilon holds unchanged.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from raysim.layers.wrapped import Wrapped
+from raysim.state_codec import persistable
+from raysim.vectors.weights import FlatWeights, Weights, layout_of
+
+if TYPE_CHECKING:
+    from raysim.schema import ServerOptimizerConfig
+
+
+@persistable
+@dataclass
+class ServerMoments:
+    """The optimizer's state: the first moment (SGD's momentum buffer, float32; the adaptive
+    optimizers' m, float64), the second moment v (float64) and how many steps were taken."""
+
+    first: np.ndarray | None = None
+    second: np.ndarray | None = None
+    steps: int = 0
+
+
+@persistable
+@dataclass
+class OptimizedState:
+    """The wrapped algorithm's server state and the optimizer's moments."""
+
+    model: Any
+    moments: ServerMoments
+
+
+def flat_vector(weights: Weights, layout: Any) -> np.ndarray:
+    """The float32 entries of ``weights`` in ``layout`` order as one host vector."""
+    if isinstance(weights, FlatWeights) and weights.layout == layout:
+        return np.asarray(weights.host_vector, dtype=np.float32)
+    if not layout:
+        return np.zeros(0, dtype=np.float32)
+    return np.concatenate([np.asarray(weights[name], dtype=np.float32).reshape(-1)
+                           for name, _ in layout])
+
+
+def server_step(settings: ServerOptimizerConfig, current: Weights, mean: Weights,
+                moments: ServerMoments) -> tuple[Weights, ServerMoments]:
+    """The next global model from the current one and the round's mean, and the optimizer's
+    next state (see the module docstring)."""
+    lr = settings.step_size
+    if settings.name == "sgd" and settings.momentum == 0 and lr == 1.0:
+        return mean, moments  # plain averaging: the mean itself
+    layout = layout_of(mean)
+    extras = mean.extras if isinstance(mean, FlatWeights) else {
+        name: np.asarray(value) for name, value in mean.items()
+        if name not in dict(layout)}
+    now, target = flat_vector(current, layout), flat_vector(mean, layout)
+    delta = target - now  # the pseudo-gradient, float32
+    if settings.name == "sgd":  # FedAvgM: m = momentum m + D; g + lr m, in float32
+        first = delta if settings.momentum == 0 or moments.first is None else \
+            np.float32(settings.momentum) * moments.first + delta
+        return FlatWeights(now + lr * first, layout, extras), ServerMoments(
+            None if settings.momentum == 0 else first, None, moments.steps + 1)
+    wide = delta.astype(np.float64)
+    square = wide * wide
+    first64 = np.zeros_like(wide) if moments.first is None else moments.first
+    second = np.full_like(wide, settings.tau ** 2) if moments.second is None else moments.second
+    first64 = settings.beta1 * first64 + (1.0 - settings.beta1) * wide
+    if settings.name == "adagrad":
+        second = second + square
+    elif settings.name == "adam":
+        second = settings.beta2 * second + (1.0 - settings.beta2) * square
+    else:  # yogi
+        second = second - (1.0 - settings.beta2) * square * np.sign(second - square)
+    step = lr * first64 / (np.sqrt(second) + settings.tau)
+    new = (now.astype(np.float64) + step).astype(np.float32)
+    return FlatWeights(new, layout, extras), ServerMoments(first64, second, moments.steps + 1)
+
+
+def with_model(state: Any, weights: Weights) -> Any:
+    """``state`` (an algorithm's or a layer's server state) with its global model replaced:
+    the state itself when it is the model, else its ``model`` field, recursively."""
+    if dataclasses.is_dataclass(state) and not isinstance(state, type) and any(
+            f.name == "model" for f in dataclasses.fields(state)):
+        return dataclasses.replace(state, model=with_model(state.model, weights))
+    return weights
+
+
+class ServerOptimizer(Wrapped):
+    """The wrapped algorithm's round mean, taken as a pseudo-gradient step by
+    ``settings``."""
+
+    def __init__(self, inner: Any, settings: ServerOptimizerConfig):
+        super().__init__(inner)
+        self.settings = settings
+
+    # ----- server -----
+    def init_server_state(self, initial_weights: Weights) -> OptimizedState:
+        return OptimizedState(self.inner.init_server_state(initial_weights), ServerMoments())
+
+    def inner_state(self, state: OptimizedState) -> Any:
+        return state.model
+
+    def broadcast(self, state: OptimizedState, round_: int) -> dict[str, Any]:
+        return self.inner.broadcast(state.model, round_)
+
+    def aggregate(self, state: OptimizedState, partials: Sequence[Any],
+                  round_: int) -> OptimizedState:
+        averaged = self.inner.aggregate(state.model, partials, round_)
+        if averaged is state.model:  # no client this round: nothing to step on
+            return state
+        mean = self.inner.global_weights(averaged)
+        assert mean is not None, "a server optimizer wraps algorithms with a global model"
+        return self.server_step(state, mean, averaged)
+
+    def server_step(self, state: OptimizedState, mean: Weights,
+                    averaged: Any | None = None) -> OptimizedState:
+        """The state after the optimizer's step from the round's ``mean`` (``averaged``: the
+        wrapped algorithm's next state holding it, e.g. with adaptive clipping's next clip;
+        default: ``mean`` is that state)."""
+        current = self.inner.global_weights(state.model)
+        assert current is not None, "a server optimizer wraps algorithms with a global model"
+        model, moments = server_step(self.settings, current, mean, state.moments)
+        return OptimizedState(with_model(averaged if averaged is not None else mean, model),
+                              moments)
+
+
+__all__ = ["OptimizedState", "ServerMoments", "ServerOptimizer", "flat_vector", "server_step",
+           "with_model"]
