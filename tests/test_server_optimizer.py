@@ -34,7 +34,7 @@ def _flat(values) -> FlatWeights:
 
 def _same(a, b) -> bool:
     left, right = flatten(a), flatten(b)
-    return len(left) == len(right) and all(np.array_equal(x, y) for x, y in zip(left, right))
+    return len(left) == len(right) and all(np.array_equal(x, y) for x, y in zip(left, right, strict=True))
 
 
 def test_sgd_at_lr_one_without_momentum_is_fedavg_to_the_bit(data_root):
@@ -110,7 +110,7 @@ def test_adams_second_moment_shapes_its_trajectory(monkeypatch):
     for mean in MEANS:
         current, moments = without_second(settings, current, _flat(mean), moments)
         trajectory.append(np.asarray(current["w"], dtype=np.float64))
-    assert not all(np.allclose(a, b) for a, b in zip(with_second, trajectory))
+    assert not all(np.allclose(a, b) for a, b in zip(with_second, trajectory, strict=True))
 
 
 def test_under_dp_the_optimizer_steps_on_the_private_mean_only(data_root, monkeypatch):

@@ -151,7 +151,8 @@ def run_experiments(experiments: dict[str, ExperimentConfig], *, data_root: str 
             arrays[dataset_key] = {name: ray.put(getattr(dataset, name))
                                    for name in ("train_x", "train_y", "test_x", "test_y")}
         spec = _run_spec(config, dataset, partition, seed, arrays[dataset_key], run_dirs[key],
-                         notices, {**(labels or {}).get(label, {}), "startup": phases}, root)
+                         notices, {**(labels or {}).get(label, {}), "startup": phases,
+                                   "variant_index": list(experiments).index(label)}, root)
         restarted = borrowed.get(key)
         shape, workers = restarted[:2] if restarted else run_workers(key)
         seed_group = seed_groups.get(key)

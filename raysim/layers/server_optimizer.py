@@ -101,7 +101,8 @@ def with_model(state: Any, weights: Weights) -> Any:
     the state itself when it is the model, else its ``model`` field, recursively."""
     if dataclasses.is_dataclass(state) and not isinstance(state, type) and any(
             f.name == "model" for f in dataclasses.fields(state)):
-        return dataclasses.replace(state, model=with_model(state.model, weights))
+        held: Any = state
+        return dataclasses.replace(state, model=with_model(held.model, weights))
     return weights
 
 

@@ -24,6 +24,15 @@ def run_dirs(path: str | Path) -> list[Path]:
     return sorted(manifest.parent for manifest in path.rglob(MANIFEST))
 
 
+def _config_order(directory: Path, manifest: dict) -> tuple[str, int, str, int]:
+    """Where a run comes in a table: by run root, then its variant's place in the config (the
+    order the config lists them), then seed."""
+    root = directory.parent if (directory.parent / "invocation.json").is_file() \
+        else directory.parent.parent
+    return (str(root), int(manifest.get("variant_index", 0)), directory.parent.name,
+            int(manifest.get("seed", 0)))
+
+
 def read_part(path: Path) -> pa.Table:
     """One Parquet part, its pages' checksums verified (parts written by raysim carry them);
     a damaged or truncated part is refused with one paragraph naming it and how to recover."""
@@ -63,9 +72,11 @@ def load(path: str | Path, table: str = "rounds") -> pd.DataFrame:
             f"No raysim runs under {str(path)!r} (no {MANIFEST} found). Pass a directory that "
             "`raysim run` wrote, e.g. results/quickstart-<timestamp>."
         )
+    manifests = {directory: read_manifest(directory) for directory in directories}
+    directories = sorted(directories, key=lambda d: _config_order(d, manifests[d]))
     frames = []
     for directory in directories:
-        manifest = read_manifest(directory)
+        manifest = manifests[directory]
         parts = sorted((directory / table).glob("part-*.parquet"))
         if not parts:
             continue

@@ -25,7 +25,7 @@ def final_metrics(rounds: pd.DataFrame, checkpoint: str = "last",
     (``checkpoint="best"``) its evaluated round of highest ``select_by``, a validation metric
     (the earliest such round on ties), as papers that report the best validation checkpoint
     do. The row's ``round`` says which round was chosen."""
-    evaluated = rounds.dropna(subset=["accuracy"]).sort_values("round")
+    evaluated = rounds.dropna(subset=["accuracy"]).sort_values("round", kind="stable")
     if checkpoint == "last":
         chosen = evaluated.groupby("run", sort=False).tail(1)
     elif checkpoint == "best":
@@ -39,7 +39,11 @@ def final_metrics(rounds: pd.DataFrame, checkpoint: str = "last",
         chosen = scored.loc[scored.groupby("run", sort=False)[select_by].idxmax()]
     else:
         raise RaysimError(f"Unknown checkpoint {checkpoint!r}: use 'last' or 'best'.")
-    return chosen.sort_values([*_KEYS, "seed"]).reset_index(drop=True)
+    order = {key: place for place, key in enumerate(dict.fromkeys(
+        zip(rounds["experiment"], rounds["algorithm"], strict=True)))}  # load's: the config's
+    place = [order[key] for key in zip(chosen["experiment"], chosen["algorithm"], strict=True)]
+    return chosen.assign(_place=place).sort_values(["_place", "seed"], kind="stable").drop(
+        columns="_place").reset_index(drop=True)
 
 
 def summary_table(rounds: pd.DataFrame, metrics: list[str] | None = None,
@@ -60,7 +64,7 @@ def summary_table(rounds: pd.DataFrame, metrics: list[str] | None = None,
             f"No column {missing[0]!r} in these results. Metric columns present: "
             f"{', '.join(c for c in final.columns if final[c].dtype.kind == 'f')}."
         )
-    grouped = final.groupby(_KEYS, sort=True)
+    grouped = final.groupby(_KEYS, sort=False)  # in the order load gives: the config's
     table = grouped[metrics].agg(["mean", "std"])
     table.columns = [f"{metric}_{stat}" for metric, stat in table.columns]
     table.insert(0, "seeds", grouped["seed"].nunique())
@@ -118,8 +122,11 @@ def plot_learning_curves(rounds: pd.DataFrame, path: Path, metric: str = "accura
     colours = plt.get_cmap("tab10").colors  # type: ignore[attr-defined]
     styles = ("-", "--", "-.", ":")
     seeds_seen = set()
-    for index, ((experiment, algorithm), frame) in enumerate(
-            evaluated.groupby(_KEYS, sort=True)):
+    groups = list(evaluated.groupby(_KEYS, sort=False))
+    labels = [_curve_label(experiment, algorithm) for (experiment, algorithm), _ in groups]
+    if len(set(labels)) < len(labels):  # runs of one config in several roots: keep the stamps
+        labels = [f"{experiment} ({algorithm})" for (experiment, algorithm), _ in groups]
+    for index, (_, frame) in enumerate(groups):
         curve = frame.groupby("round")[metric].agg(["mean", "std", "count"])
         x = (curve.index.to_numpy() + 1 if x_axis == "round"
              else frame.groupby("round")[x_axis].mean().to_numpy())
@@ -127,11 +134,11 @@ def plot_learning_curves(rounds: pd.DataFrame, path: Path, metric: str = "accura
         seeds = int(curve["count"].max())
         seeds_seen.add(seeds)
         axis.plot(x, curve["mean"], color=colour, linestyle=style, linewidth=1.8,
-                  label=f"{_curve_label(experiment, algorithm)} (n={seeds})")
+                  label=f"{labels[index]} (n={seeds})")
         if seeds > 1:
             axis.fill_between(x, curve["mean"] - curve["std"], curve["mean"] + curve["std"],
                               color=colour, alpha=0.15, linewidth=0)
-    axis.set_xlabel("rounds completed (Parquet round + 1)" if x_axis == "round" else
+    axis.set_xlabel("rounds completed" if x_axis == "round" else
                     "simulated hours (mean over seeds at each round's end)")
     axis.set_ylabel(f"test {metric}")
     axis.xaxis.set_major_locator(MaxNLocator(integer=True))
