@@ -308,6 +308,16 @@ def test_aggregation_takes_precedence_over_daisy_chaining_in_the_same_round():
     assert sorted(permutation.tolist()) == [0, 1, 2, 3]
 
 
+def test_the_start_schedule_acts_in_the_first_round_of_each_period_as_the_authors_code():
+    """The authors' loop aggregates when t % b == 0 counting from t = 0: after the first
+    round, then every b rounds; `schedule: end` (the default) after every b rounds."""
+    start, *_ = _feddc(daisy_period=2, aggregation_period=4, schedule="start")
+    assert [start.aggregates_in(r) for r in range(9)] == [True, False, False, False] * 2 + [True]
+    assert [start.daisy_chains_in(r) for r in range(8)] == [False, False, True, False] * 2
+    end, *_ = _feddc(daisy_period=2, aggregation_period=4)
+    assert [end.aggregates_in(r) for r in range(8)] == [False, False, False, True] * 2
+
+
 def test_proximal_anchor_lives_in_client_state_and_survives_a_new_algorithm_object():
     algorithm, dataset, model, training = _feddc(daisy_period=None, aggregation_period=2,
                                                  mu=0.5)

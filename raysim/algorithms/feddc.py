@@ -83,13 +83,18 @@ class FedDC(Algorithm[FedDCParams, dict[str, Any]]):
         (a hand-over or an aggregation)."""
         return sum(self.aggregates_in(t) or self.daisy_chains_in(t) for t in range(rounds_done))
 
+    def _in_phase(self, round_: int, period: int | None) -> bool:
+        """Whether ``round_`` is a period's round of action: its last (``schedule: end``) or
+        its first (``start``, the authors' code)."""
+        if period is None:
+            return False
+        return round_ % period == (0 if self.params.schedule == "start" else period - 1)
+
     def aggregates_in(self, round_: int) -> bool:
-        b = self.params.aggregation_period
-        return b is not None and round_ % b == b - 1
+        return self._in_phase(round_, self.params.aggregation_period)
 
     def daisy_chains_in(self, round_: int) -> bool:
-        d = self.params.daisy_period
-        return d is not None and round_ % d == d - 1 and not self.aggregates_in(round_)
+        return self._in_phase(round_, self.params.daisy_period) and not self.aggregates_in(round_)
 
     # ----- server -----
     def init_server_state(self, initial_weights: Weights) -> dict[str, Any]:
