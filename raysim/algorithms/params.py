@@ -77,7 +77,7 @@ class FedDCParams(StrictModel):
     dp: DifferentialPrivacy | None = None
     schedule: Literal["end", "start"] = Field(
         "end", description="end: aggregate (and permute) in the last round of each period, "
-        "rounds b-1, 2b-1, ... (the paper's Algorithm 1, after b local rounds); start: in "
+        "rounds b-1, 2b-1, ... (the paper's Algorithm 1: t mod b = b - 1); start: in "
         "rounds 0, b, 2b, ..., as the authors' code counts (t % b == 0 from t = 0, one round "
         "earlier and once after the very first round)")
 
