@@ -148,7 +148,8 @@ def test_a_local_ray_listens_on_loopback_only_and_outside_raysims_process_group(
 
     quickstart = Path(__file__).resolve().parents[1] / "experiments" / "quickstart.yaml"
     probe = subprocess.run([sys.executable, "-c", LOCAL_RAY_PROBE, str(quickstart)],
-                           capture_output=True, text=True, timeout=120, cwd=tmp_path)
+                           capture_output=True, text=True, timeout=120, cwd=tmp_path,
+                           env={**os.environ, "RAYSIM_CPU_SLOTS": "off"})  # never waits
     assert probe.returncode == 0, probe.stderr
     found = json.loads(probe.stdout.strip().splitlines()[-1])
     assert found["gcs"].startswith("127.0.0.1:")

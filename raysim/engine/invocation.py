@@ -132,17 +132,22 @@ def invoke(invocation: Invocation, preload: Callable[[], Preloaded],
 @contextmanager
 def ray_for(experiments: dict[str, ExperimentConfig]) -> Iterator[list[str]]:
     """Ray, up for these experiments while the block runs (a warm cluster is joined, a local
-    Ray started with their resources), then stopped; yields the start-up notices."""
+    Ray started with their resources), then stopped if the block started it; yields the
+    start-up notices."""
+    import ray
+
     from raysim.engine.launch.local_ray import ensure_ray
 
     notices: list[str] = []
+    ours = not ray.is_initialized()  # a Ray that was up before (a notebook's) stays up
     try:
         for config in experiments.values():
             notices += [n for n in ensure_ray(config, runs=list(experiments.values()))
                         if n not in notices]
         yield notices
     finally:
-        stop_ray()
+        if ours:
+            stop_ray()
 
 
 def recorded_options(root: str) -> dict[str, Any]:
