@@ -360,7 +360,9 @@ def _start_ray(config: ExperimentConfig, before_waiting: Callable[[], object] | 
     warm = running_cluster() if config.engine.address != "local" else None
     if warm is not None:
         try:
-            ray.init(address=warm.address, logging_level=logging.ERROR, log_to_driver=False)
+            with _loopback_only():  # (it listens on loopback: Ray would take the network's)
+                ray.init(address=warm.address, logging_level=logging.ERROR,
+                         log_to_driver=False)
         except ConnectionError as error:
             raise ConfigError(
                 f"Cannot join the warm raysim cluster at {warm.address} ({error}). It uses "
