@@ -147,12 +147,12 @@ def test_a_run_into_a_full_disk_says_so_marks_its_runs_failed_and_resumes_identi
         ray_session, tmp_path):
     """A real full disk (a small tmpfs; where mounting one is not allowed, skipped)."""
     disk = tmp_path / "disk"
-    if not _mount_tmpfs(disk, "150k"):
+    if not _mount_tmpfs(disk, "80k"):
         pytest.skip("cannot mount a small tmpfs here (needs root)")
     try:
         config = tmp_path / "run.yaml"
         config.write_text(yaml.safe_dump(quickstart_raw(
-            training={"rounds": 200}, evaluation={"every": 1}, seeds=[0],
+            training={"rounds": 80}, evaluation={"every": 1}, seeds=[0],
             engine={"num_workers": 1, "cpus_per_worker": 1})))
         run = subprocess.run(
             [sys.executable, "-m", "raysim.cli", "run", str(config), "--output",
@@ -170,7 +170,7 @@ def test_a_run_into_a_full_disk_says_so_marks_its_runs_failed_and_resumes_identi
         from raysim.results import load
 
         resumed, clean = load(root), load(next((tmp_path / "clean").iterdir()))
-        assert resumed["round"].tolist() == list(range(200))
+        assert resumed["round"].tolist() == list(range(80))
         assert np.array_equal(resumed["accuracy"].to_numpy(), clean["accuracy"].to_numpy())
     finally:
         subprocess.run(["umount", str(disk)], capture_output=True)

@@ -170,16 +170,16 @@ sys.exit(main(sys.argv[1:]))
 
 
 def test_the_readmes_estimate_runs_on_a_two_cpu_machine(tmp_path):
-    """The README's command on the paper-scale config, here on one variant, a slice and the
-    stand-in data (the whole config takes minutes on 2 CPUs), in a process of its own (it
-    starts and stops a Ray of its own)."""
+    """The README's command on the paper-scale config, here on one variant, a slice, the
+    stand-in data and 28 px images (the whole config takes minutes on 2 CPUs), in a process
+    of its own (it starts and stops a Ray of its own)."""
     import subprocess
     import sys
 
     done = subprocess.run(
         [sys.executable, "-c", TWO_CPU_ESTIMATE, "estimate", str(PAPER_CONFIG), "--data-root",
          str(tmp_path), "--variant", "fedavg_b10", "--rounds", "2", "--clients", "2",
-         "--stand-in-data"], capture_output=True, text=True, timeout=600, cwd=tmp_path,
+         "--stand-in-data", "--set", "dataset.size=28"], capture_output=True, text=True, timeout=600, cwd=tmp_path,
         env={**os.environ, "RAYSIM_CPU_SLOTS": "off"})
     assert done.returncode == 0, done.stderr[-3000:]
     assert "engine.num_workers=2" in done.stderr and "projected wall time" in done.stdout
