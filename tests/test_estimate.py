@@ -179,8 +179,8 @@ def test_the_readmes_estimate_runs_on_a_two_cpu_machine(tmp_path):
     done = subprocess.run(
         [sys.executable, "-c", TWO_CPU_ESTIMATE, "estimate", str(PAPER_CONFIG), "--data-root",
          str(tmp_path), "--variant", "fedavg_b10", "--rounds", "2", "--clients", "2",
-         "--stand-in-data", "--set", "dataset.size=28"], capture_output=True, text=True, timeout=600, cwd=tmp_path,
-        env={**os.environ, "RAYSIM_CPU_SLOTS": "off"})
+         "--stand-in-data", "--set", "dataset.size=28"], capture_output=True, text=True,
+        timeout=600, cwd=tmp_path, env={**os.environ, "RAYSIM_CPU_SLOTS": "off"})
     assert done.returncode == 0, done.stderr[-3000:]
     assert "engine.num_workers=2" in done.stderr and "projected wall time" in done.stdout
 
