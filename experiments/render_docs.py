@@ -37,7 +37,9 @@ Welch-Satterthwaite degrees of freedom; with ``per_seed`` (a CSV with a ``seed``
 metric as a column) the per-seed differences and the paired t with n - 1 degrees of freedom
 instead (``per_seed_b``: b's seeds from another CSV, for runs of the same seeds and code made
 by two invocations). Beside t it prints the two-sided p from the t distribution. The wording is fixed by
-p: "above" or "below" at p < 0.05, otherwise "within noise (p = ...)".
+p: "above" or "below" at p < 0.05, otherwise "within noise (p = ...)". Statistics that name a
+``family`` (e.g. ``family: Table 1``) get Benjamini-Hochberg q-values over that family's
+comparisons on the page, printed beside p with whether the verdict survives the correction.
 
 A choice on validation data (``<!-- choose ... -->...<!-- /choose -->``, see
 :func:`render_choice`) names the setting with the best mean validation metric and reports its
@@ -235,8 +237,19 @@ def _t_text(test: Test) -> str:
     return f"{t}, df {test.df:.1f}, {_p_text(test.p)}"
 
 
-def render_stat(spec: Mapping[str, Any]) -> str:
-    """The inline statistic a spec describes (see the module docstring)."""
+def render_stat(spec: Mapping[str, Any], q: tuple[float, int] | None = None) -> str:
+    """The inline statistic a spec describes (see the module docstring); ``q``: its
+    Benjamini-Hochberg q-value and the size of its family, printed beside p."""
+    text, test = stat_test(spec)
+    if q is None:
+        return f"{text}: {verdict(test)})"
+    survives = "survives" if q[0] < SIGNIFICANCE else "does not survive"
+    return (f"{text}; BH q = {q[0]:.3f} over the {q[1]} comparisons of "
+            f"{spec['family']!s}: {verdict(test)}, {survives} the correction)")
+
+
+def stat_test(spec: Mapping[str, Any]) -> tuple[str, Test]:
+    """The statistic's text up to its verdict, and its test."""
     metric, a, b = spec["metric"], spec["a"], spec["b"]
     key = spec.get("key", "experiment")
     if "per_seed" in spec:
@@ -260,7 +273,25 @@ def render_stat(spec: Mapping[str, Any]) -> str:
         text = (f"{groups[0][0] - groups[1][0]:+.3f} {metric} ({groups[0][0]:.3f} vs "
                 f"{groups[1][0]:.3f}; Welch's {_t_text(test)}, {groups[0][2]} vs "
                 f"{groups[1][2]} seeds")
-    return f"{text}: {verdict(test)})"
+    return text, test
+
+
+def family_q_values(text: str) -> dict[int, tuple[float, int]]:
+    """Benjamini-Hochberg q-values (scipy's ``false_discovery_control``) of the statistics of
+    ``text`` that name a ``family``, by the start of their comment: the comparisons of one
+    family (e.g. one table's baselines) are corrected together."""
+    families: dict[str, list[tuple[int, float]]] = {}
+    for match in _STAT.finditer(text):
+        spec = yaml.safe_load("{" + match.group("spec") + "}")
+        if "family" in spec:
+            families.setdefault(str(spec["family"]), []).append(
+                (match.start(), stat_test(spec)[1].p))
+    found = {}
+    for members in families.values():
+        q = stats.false_discovery_control([p for _, p in members], method="bh")
+        found.update({start: (float(value), len(members))
+                      for (start, _), value in zip(members, q, strict=True)})
+    return found
 
 
 def render_choice(spec: Mapping[str, Any]) -> str:
@@ -302,15 +333,19 @@ def render(text: str) -> str:
         return match.group(1) + render_table(yaml.safe_load(match.group("spec"))) + \
             match.group(4)
 
+    tabled = _TABLE.sub(table, text)
+    q_values = family_q_values(tabled)
+
     def stat(match: re.Match[str]) -> str:
         spec = yaml.safe_load("{" + match.group("spec") + "}")
-        return match.group(1) + render_stat(spec) + match.group(4)
+        return match.group(1) + render_stat(spec, q_values.get(match.start())) + \
+            match.group(4)
 
     def choice(match: re.Match[str]) -> str:
         spec = yaml.safe_load("{" + match.group("spec") + "}")
         return match.group(1) + render_choice(spec) + match.group(4)
 
-    return _CHOOSE.sub(choice, _STAT.sub(stat, _TABLE.sub(table, text)))
+    return _CHOOSE.sub(choice, _STAT.sub(stat, tabled))
 
 
 def main() -> int:

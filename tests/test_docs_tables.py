@@ -111,3 +111,26 @@ def test_a_row_can_be_chosen_by_several_columns_and_tiny_values_keep_their_digit
         "  a x: {where: {arch: a, tokens: x}}\n  a y: {where: {arch: a, tokens: y}}\n"
         "-->\n<!-- /table -->")
     assert "| a x | 5.52e-05 |" in rendered and "| a y | 6.400 |" in rendered
+
+
+def test_a_family_of_comparisons_gets_benjamini_hochberg_q_values(tmp_path, monkeypatch):
+    monkeypatch.setattr(render_docs, "RESULTS", tmp_path)
+    pd.DataFrame({"experiment": ["m", "x", "y", "z"],
+                  "accuracy_mean": [0.80, 0.70, 0.78, 0.60],
+                  "accuracy_std": [0.02, 0.03, 0.02, 0.05], "seeds": [3, 3, 3, 3]}).to_csv(
+        tmp_path / "f.csv", index=False)
+    comparisons = ["x", "y", "z"]
+    doc = " ".join(f"<!-- stat csv: f.csv, a: m, b: {b}, metric: accuracy, family: Table 1 -->"
+                   f"old<!-- /stat -->" for b in comparisons)
+    rendered = render_docs.render(doc)
+    p_values = [render_docs.welch_test(0.80, 0.02, 3, *row, 3).p
+                for row in [(0.70, 0.03), (0.78, 0.02), (0.60, 0.05)]]
+    # Benjamini-Hochberg by hand: q_(i) = min over j >= i of p_(j) m / j
+    order = np.argsort(p_values)
+    ranked = np.array(p_values)[order] * len(p_values) / np.arange(1, len(p_values) + 1)
+    q_sorted = np.minimum.accumulate(ranked[::-1])[::-1]
+    q = np.empty(len(p_values))
+    q[order] = np.minimum(q_sorted, 1)
+    for value in q:
+        assert f"BH q = {value:.3f} over the 3 comparisons of Table 1" in rendered
+    assert rendered.count("the correction)") == 3 and "old" not in rendered
