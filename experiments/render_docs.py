@@ -243,9 +243,12 @@ def render_stat(spec: Mapping[str, Any], q: tuple[float, int] | None = None) -> 
     text, test = stat_test(spec)
     if q is None:
         return f"{text}: {verdict(test)})"
-    survives = "survives" if q[0] < SIGNIFICANCE else "does not survive"
+    said = verdict(test)
+    if test.p < SIGNIFICANCE:  # a verdict the correction keeps or takes back
+        said += (", and after the correction" if q[0] < SIGNIFICANCE
+                 else ", but within noise after the correction")
     return (f"{text}; BH q = {q[0]:.3f} over the {q[1]} comparisons of "
-            f"{spec['family']!s}: {verdict(test)}, {survives} the correction)")
+            f"{spec['family']!s}: {said})")
 
 
 def stat_test(spec: Mapping[str, Any]) -> tuple[str, Test]:
