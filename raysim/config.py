@@ -204,32 +204,35 @@ the section afresh (the new model's or method's defaults), since the old one's f
 nothing to it."""
 
 
+def _parsed_override(override: str) -> tuple[list[str], Any]:
+    """The dotted key of ``key.sub=value`` as its parts, and the value parsed as YAML (kept as
+    text where it is no YAML)."""
+    key, separator, text = override.partition("=")
+    if not separator or not key.strip():
+        raise ConfigError(
+            f"Invalid override {override!r}: expected `--set key=value` with a dotted key, "
+            "e.g. `--set training.rounds=20`."
+        )
+    try:
+        value = yaml.safe_load(text)
+    except yaml.YAMLError:
+        value = text
+    return key.strip().split("."), value
+
+
 def apply_overrides(raw: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
     """Apply ``key.sub=value`` overrides (values parsed as YAML) to a raw config dict. An
     override of ``model.name`` or ``algorithm.name`` to another name replaces that section by
     ``{name: ...}``: the other fields come from the new name's defaults and from the other
     overrides (``--set model.name=cnn --set model.channels=[8,16]``)."""
     result = copy.deepcopy(raw)
-    for override in overrides:
-        key, separator, text = override.partition("=")
-        section, _, field = key.strip().partition(".")
-        if separator and section in NAMED_SECTIONS and field == "name":
-            current = result.get(section)
-            name = text.strip()
-            if isinstance(current, dict) and current.get("name") != name:
-                result[section] = {}
-    for override in overrides:
-        key, separator, text = override.partition("=")
-        if not separator or not key.strip():
-            raise ConfigError(
-                f"Invalid override {override!r}: expected `--set key=value` with a dotted key, "
-                "e.g. `--set training.rounds=20`."
-            )
-        try:
-            value = yaml.safe_load(text)
-        except yaml.YAMLError:
-            value = text
-        parts = key.strip().split(".")
+    parsed = [(override, *_parsed_override(override)) for override in overrides]
+    for _, parts, value in parsed:  # a new name first: the old one's fields mean nothing to it
+        current = result.get(parts[0])
+        if parts[0] in NAMED_SECTIONS and parts[1:] == ["name"] and isinstance(current, dict) \
+                and current.get("name") != value:
+            result[parts[0]] = {}
+    for override, parts, value in parsed:
         node = result
         for depth, part in enumerate(parts[:-1]):
             child = node.setdefault(part, {})

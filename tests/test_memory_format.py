@@ -91,3 +91,20 @@ def test_the_server_trains_on_synthetic_sets_channels_last_under_auto(monkeypatc
         context = dataclasses.replace(_context(runtime), memory_format=setting)
         _rounds(FedDM(FedDMParams(**FAST, images_per_class=2), context), runtime, 1)
     assert layouts == [True, False]
+
+
+def test_a_method_that_always_trains_per_client_takes_that_path_and_says_why():
+    """A small MLP on CPU would take the vectorised path; a method declaring
+    ``per_client_loop`` (SCAFFOLD, centralized) gets the per-client path with its own reason."""
+    from raysim.algorithms.scaffold import Scaffold
+    from raysim.training.vectorized import LOOP, VECTORIZED
+
+    assert _runtime("mlp", "auto").path == VECTORIZED
+    dataset = load_dataset(DatasetConfig(name="digits"))
+    params = MODELS["mlp"].params()
+    runtime = ClientRuntime(
+        RunContext(1, dataset.info, params, TrainingConfig(local_steps=1, batch_size=8), 2, 2),
+        ClientData(dataset.train_x, dataset.train_y, [np.arange(0, 40), np.arange(40, 80)],
+                   get_weights(build_model(params, dataset.info))),
+        torch.device("cpu"), per_client_loop=Scaffold.per_client_loop)
+    assert (runtime.path, runtime.path_reason) == (LOOP, Scaffold.per_client_loop)

@@ -151,3 +151,18 @@ def test_a_method_without_a_mean_model_is_refused(data_root):
     raw = {**contract_raw(data_root, "scaffold"), "server_optimizer": {"name": "adam"}}
     with pytest.raises(ConfigError, match="server_optimizer"):
         prepare(parse_config(raw), None)
+
+
+def test_fedbuff_takes_its_server_step_from_the_optimizer_layer(data_root):
+    """Under FedBuff the buffered mean goes through the server step: system.server_lr is the
+    layer's SGD step, and a server optimizer moves the model elsewhere than the mean."""
+    raw = {**contract_raw(data_root, "fedavg"),
+           "system": {"tiers": {"cpu_server": 0.5, "constrained_site": 0.5},
+                      "policy": "fedbuff", "buffer_size": 2},
+           "partition": {"scheme": "iid", "num_clients": 6}}
+    plain = simulate(parse_config(raw)).server_state.model
+    halved = simulate(parse_config({**raw, "system": {**raw["system"], "server_lr": 0.5}}))
+    adam = simulate(parse_config({**raw, "server_optimizer": {"name": "adam"}}))
+    assert type(halved.algorithm.inner).__name__ == "ServerOptimizer"
+    assert not _same(plain, halved.server_state.model.model)
+    assert not _same(plain, adam.server_state.model.model)

@@ -20,10 +20,7 @@ from raysim.engine.run.checkpoint import (
     incompatible_checkpoint,
 )
 from raysim.errors import ConfigError
-from raysim.results.manifest import MANIFEST, read_manifest
-
-INVOCATION = "invocation.json"
-"""The options of the command that created a run root (``--resume`` reuses them)."""
+from raysim.results.manifest import INVOCATION, MANIFEST, read_manifest
 
 RESUME_MAY_CHANGE = ("engine", "output", "logging")
 """Config sections that may differ between a run and its resumption (how it runs, where its

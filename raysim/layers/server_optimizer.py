@@ -23,10 +23,11 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+import torch
 
 from raysim.layers.wrapped import Wrapped
 from raysim.state_codec import persistable
-from raysim.vectors.weights import FlatWeights, Weights, layout_of
+from raysim.vectors.weights import FlatWeights, Weights, flat_tensor, layout_of, to_host
 
 if TYPE_CHECKING:
     from raysim.schema import ServerOptimizerConfig
@@ -54,12 +55,7 @@ class OptimizedState:
 
 def flat_vector(weights: Weights, layout: Any) -> np.ndarray:
     """The float32 entries of ``weights`` in ``layout`` order as one host vector."""
-    if isinstance(weights, FlatWeights) and weights.layout == layout:
-        return np.asarray(weights.host_vector, dtype=np.float32)
-    if not layout:
-        return np.zeros(0, dtype=np.float32)
-    return np.concatenate([np.asarray(weights[name], dtype=np.float32).reshape(-1)
-                           for name, _ in layout])
+    return to_host(flat_tensor(weights, layout, torch.device("cpu")))
 
 
 def server_step(settings: ServerOptimizerConfig, current: Weights, mean: Weights,

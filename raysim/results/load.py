@@ -25,12 +25,11 @@ def run_dirs(path: str | Path) -> list[Path]:
 
 
 def _config_order(directory: Path, manifest: dict) -> tuple[str, int, str, int]:
-    """Where a run comes in a table: by run root, then its variant's place in the config (the
-    order the config lists them), then seed."""
-    root = directory.parent if (directory.parent / "invocation.json").is_file() \
-        else directory.parent.parent
-    return (str(root), int(manifest.get("variant_index", 0)), directory.parent.name,
-            int(manifest.get("seed", 0)))
+    """Where a run comes in a table: by the directory above its own (the run root of a
+    variant's run, the results parent of a root's), then its variant's place in the config
+    (the order the config lists them), then its directory's name, then seed."""
+    return (str(directory.parent.parent), int(manifest.get("variant_index", 0)),
+            directory.parent.name, int(manifest.get("seed", 0)))
 
 
 def read_part(path: Path) -> pa.Table:

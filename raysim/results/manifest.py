@@ -14,6 +14,8 @@ from typing import Any
 from raysim.errors import ResultsNotWritable, not_writable
 
 MANIFEST = "manifest.json"
+INVOCATION = "invocation.json"
+"""The options of the command that created a run root (``--resume`` reuses them)."""
 _PACKAGES = ("raysim", "ray", "torch", "numpy", "pandas", "pyarrow", "medmnist", "scikit-learn")
 
 
@@ -39,12 +41,18 @@ def git_commit(start: Path | None = None) -> str | None:
     return output.stdout.strip() or None
 
 
+def run_root(run_dir: Path) -> Path:
+    """The run root holding ``run_dir``: its parent, or for a variant's run
+    (``<root>/<variant>/seed_<s>``) its parent's parent."""
+    root = run_dir.parent
+    if not (root / INVOCATION).is_file() and (root.parent / INVOCATION).is_file():
+        return root.parent
+    return root
+
+
 def resume_hint(run_dir: Path) -> str:
     """How to continue the run in ``run_dir`` after a results file could not be written."""
-    root = run_dir.parent
-    if not (root / "invocation.json").is_file() and (root.parent / "invocation.json").is_file():
-        root = root.parent  # a variant's run
-    return (f"continue with `raysim run CONFIG --resume {root}`: the run restarts from its "
+    return (f"continue with `raysim run CONFIG --resume {run_root(run_dir)}`: the run restarts from its "
             "last checkpoint and recomputes the rounds after it.")
 
 
@@ -98,5 +106,5 @@ def update_manifest(run_dir: Path, **fields: Any) -> None:
     write_manifest(run_dir, manifest)
 
 
-__all__ = ["MANIFEST", "ResultsNotWritable", "git_commit", "package_versions", "read_manifest",
-           "resume_hint", "update_manifest", "write_manifest"]
+__all__ = ["INVOCATION", "MANIFEST", "ResultsNotWritable", "git_commit", "package_versions",
+           "read_manifest", "resume_hint", "run_root", "update_manifest", "write_manifest"]

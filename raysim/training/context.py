@@ -34,8 +34,8 @@ class RunContext:
     privacy: DpSettings | None = None
     """Client-level DP (``privacy:``), resolved before the run; None: off."""
     fedbuff_server_lr: float | None = None
-    """Asynchronous buffered aggregation (``system.policy: fedbuff``): the server's step on
-    the buffered update; None: synchronous rounds."""
+    """Asynchronous buffered aggregation (``system.policy: fedbuff``; its ``system.server_lr``,
+    which reaches the model as ``server_optimizer``'s SGD step); None: synchronous rounds."""
     server_optimizer: ServerOptimizerConfig | None = None
     """The server's step on the round's mean (``server_optimizer:``, or FedBuff's
     ``system.server_lr`` as an SGD step); None: the mean is the next model."""

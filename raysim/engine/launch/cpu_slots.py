@@ -48,6 +48,8 @@ class CpuSlots:
 
     def __init__(self, total: int, directory: Path | None = None):
         self.total = total
+        self._off = directory is None and slots_off()
+        """The user opted out (``RAYSIM_CPU_SLOTS=off``): every CPU, no lock files."""
         self.directory = directory or default_directory()
         self._held: list[int] = []
         """Open descriptors of the lock files whose locks this process holds."""
@@ -55,10 +57,6 @@ class CpuSlots:
     @property
     def held(self) -> int:
         return self.total if self._off else len(self._held)
-
-    @property
-    def _off(self) -> bool:
-        return slots_off() and self.directory == default_directory()
 
     def _grab_free(self, wanted: int) -> None:
         private_directory(self.directory, VARIABLE)
