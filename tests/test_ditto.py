@@ -53,3 +53,24 @@ def test_lambda_pulls_each_personal_model_towards_the_global_one(data_root):
                           for state in trace.client_states.values()]
     assert all(pulled < alone for pulled, alone in zip(distances[1.0], distances[0.0],
                                                        strict=True)), distances
+
+
+def test_per_client_report_shows_personal_models_where_there_are_any():
+    """``raysim report --per-client``: Ditto's clients are scored with their personal models
+    (``own_*``), not the global model on their share; FedAvg's with the server's."""
+    import pandas as pd
+
+    from raysim.results.report import client_table
+    rows = []
+    for algorithm, personal in (("ditto", True), ("fedavg", False)):
+        for client in (0, 1):
+            row = {"experiment": "e", "algorithm": algorithm, "run": f"{algorithm}/seed_0",
+                   "round": 4, "client": client, "main_own_accuracy": 0.5}
+            if personal:
+                row["own_accuracy"] = 0.9 + client / 100
+            rows.append(row)
+    table = client_table(pd.DataFrame(rows)).set_index("algorithm")
+    assert table.loc["ditto", "model"] == "personal"
+    assert table.loc["ditto", "client 1"] == pytest.approx(0.91)
+    assert table.loc["fedavg", "model"] == "server"
+    assert table.loc["fedavg", "average"] == pytest.approx(0.5)

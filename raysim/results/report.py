@@ -250,18 +250,19 @@ def selection_table(selection: pd.DataFrame, model: str = "main") -> pd.DataFram
 def client_table(client_eval: pd.DataFrame, metric: str = "accuracy") -> pd.DataFrame:
     """Each client's ``metric`` on its own test share at the last evaluated round, mean over
     seeds: one row per experiment and algorithm, one column per client, plus their average.
-    Uses the main server model (``main_own_*``) where there is one, else the client's own
-    model (``own_*``, e.g. local-only)."""
+    Uses the client's personal model (``own_*``: Ditto's personal models, local-only training,
+    MH-pFLID's clients) where it has one, else the main server model (``main_own_*``); the
+    ``model`` column says which."""
     if client_eval.empty:
         return pd.DataFrame()
     frame = client_eval.copy()
     main, own = f"main_own_{metric}", f"own_{metric}"
-    values = frame[main] if main in frame else pd.Series(float("nan"), index=frame.index)
-    if own in frame:
-        values = values.fillna(frame[own])
-    frame["value"] = values
+    personal = frame[own] if own in frame else pd.Series(float("nan"), index=frame.index)
+    frame["value"] = personal.fillna(frame[main]) if main in frame else personal
+    frame["model"] = personal.notna().map({True: "personal", False: "server"})
     frame = frame[frame["round"] == frame.groupby("run")["round"].transform("max")]
-    table = frame.pivot_table(index=_KEYS, columns="client", values="value", aggfunc="mean")
+    keys = [*_KEYS, "model"]
+    table = frame.pivot_table(index=keys, columns="client", values="value", aggfunc="mean")
     names = (frame.dropna(subset=["architecture"]).groupby("client")["architecture"]
              .agg(lambda a: "/".join(dict.fromkeys(a))) if "architecture" in frame else {})
     table.columns = [f"client {c}" + (f" {names[c]}" if c in names else "")
@@ -392,7 +393,8 @@ def report(paths: str | Path | list[str | Path], metric: str = "accuracy",
         for name in ("accuracy", "macro_f1"):
             clients = tables[f"per_client_{name}"] = client_table(client_eval, name)
             text += (f"\n\n{name} on each client's own test share (last evaluated round, mean "
-                     "over seeds)\n" + (clients.round(4).to_string(index=False)
+                     "over seeds; model: the client's personal model, or the server's where "
+                     "it has none)\n" + (clients.round(4).to_string(index=False)
                                         if not clients.empty
                                         else "no per-client evaluations recorded"))
     if communication:
