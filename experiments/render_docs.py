@@ -132,12 +132,14 @@ def _per_seed_cell(csv: str, key: str, value: Any, metric: str) -> str:
 
 
 def _seeds(row: pd.Series, metric: str) -> int:
-    """The number of seeds behind a summary row (``completed``, else ``seeds``, else
-    ``<metric>_count``)."""
-    for column in ("completed", "seeds", f"{metric}_count"):
+    """The number of seeds behind a summary row: ``reached`` for a ``*_to_target`` metric of
+    ``raysim report --time`` (its mean is over the seeds that reached the target), else
+    ``<metric>_count``, ``completed`` or ``seeds``."""
+    columns = ("reached",) if metric.endswith("_to_target") else ()
+    for column in (*columns, f"{metric}_count", "completed", "seeds"):
         if column in row.index:
             return int(row[column])
-    raise ValueError(f"no seed count for {metric!r} (completed, seeds or {metric}_count)")
+    raise ValueError(f"no seed count for {metric!r} ({metric}_count, completed or seeds)")
 
 
 def render_table(spec: Mapping[str, Any]) -> str:
@@ -300,8 +302,8 @@ def family_q_values(text: str) -> dict[int, tuple[float, int]]:
 def render_choice(spec: Mapping[str, Any]) -> str:
     """A setting chosen on validation data: among ``labels`` (e.g. gammas), the one whose
     ``select`` column (a validation metric) has the highest mean, and its ``report`` column
-    (the test metric) as mean ± std; with ``compare`` ({csv, key, metric}) Welch's t of the
-    chosen setting's test metric against that row's. With ``rows`` ({label: key}) the
+    (the test metric) as mean ± std; with ``compare`` ({csv, key, metric}, or a list of them)
+    Welch's t of the chosen setting's test metric against each such row's. With ``rows`` ({label: key}) the
     settings are rows of the CSV and ``select``/``report`` one metric each."""
     csv, key = spec["csv"], spec.get("key", "experiment")
     if "rows" in spec:  # settings as rows: {label: key}, one validation and one test metric
@@ -318,8 +320,8 @@ def render_choice(spec: Mapping[str, Any]) -> str:
     label, report = spec["labels"][best], spec["report"][best]
     text = (f"{spec.get('name', 'setting')} {label} (the highest mean validation value, "
             f"{means[best]:.3f}); test {_cell(row, report, csv)} at it")
-    if "compare" in spec:
-        other = spec["compare"]
+    compares = spec.get("compare", [])
+    for other in compares if isinstance(compares, list) else [compares]:
         base = _row(_read(other["csv"]), key, other["key"], other["csv"])
         a = (float(row[f"{report}_mean"]), float(row[f"{report}_std"]), _seeds(row, report))
         b = (float(base[f"{other['metric']}_mean"]), float(base[f"{other['metric']}_std"]),
