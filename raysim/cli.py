@@ -7,6 +7,7 @@ import os
 import sys
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 from raysim.engine.invocation import (
@@ -22,7 +23,15 @@ from raysim.errors import RaysimError
 
 _IMPORTED_AT = time.time()  # the console script's start (its first import)
 _STARTED_AT = _IMPORTED_AT  # the running command's start, for the start-up phases
-_RUNS_STARTED = [False]  # whether the command got past start-up (Ray, data) to its runs
+@dataclass
+class _Command:
+    """What this command did so far."""
+
+    runs_started: bool = False
+    """Whether it got past start-up (Ray, data) to its runs."""
+
+
+_COMMAND = _Command()
 
 
 def _directory(path: str) -> str:
@@ -223,7 +232,7 @@ def _execute(experiments: dict, args: argparse.Namespace, labels: dict | None = 
     from raysim.engine.invocation import Invocation, invoke
 
     def runs_started() -> None:
-        _RUNS_STARTED[0] = True
+        _COMMAND.runs_started = True
 
     invoked = invoke(Invocation(experiments, args.data_root, args.output,
                                 progress=not args.no_progress, resume=args.resume,
@@ -488,7 +497,7 @@ def main(argv: Sequence[str] | None = None, started_at: float | None = None) -> 
         if args.command not in ("run", "sweep"):
             print("interrupted", file=sys.stderr)
             return STOP.exit_code
-        if root is None and not _RUNS_STARTED[0]:
+        if root is None and not _COMMAND.runs_started:
             print(f"interrupted during start-up: no run had started, so this command wrote "
                   f"nothing (results of earlier commands are untouched); run `raysim "
                   f"{args.command} ...` again to start.", file=sys.stderr)

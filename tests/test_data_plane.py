@@ -799,7 +799,7 @@ def test_a_configured_worker_leaves_the_imported_objects_out_of_full_collections
     from raysim.engine.run import process_memory as memory
 
     gc.unfreeze()
-    monkeypatch.setattr(memory, "_FROZEN", [False])
+    monkeypatch.setattr(memory.PROCESS, "frozen", False)
     try:
         tracked = len(gc.get_objects())
         workers, _, _ = _workers(_config(4, "auto"), 1, monkeypatch)

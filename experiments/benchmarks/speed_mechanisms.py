@@ -8,7 +8,7 @@ machine; one JSON line per mechanism (``--records FILE`` also appends them there
   on the per-client loop; milliseconds per client, median over ``--repeats`` alternations,
   and the paired t of the per-repeat ratios.
 - ``prestart``: a local Ray starting only the worker processes the first runs use
-  (``raysim/engine/launch/local_ray.py``, ``_prestarting``) against Ray's default of one per
+  (``raysim/engine/launch/ray_internals.py``, ``prestarting``) against Ray's default of one per
   CPU, where each process imports torch and the engine. ``raysim run experiments/quickstart.yaml``
   as a new process whose machine reports ``--cpus`` CPUs (16: a GPU node's), seconds until its
   first round is dispatched (from the run's manifest) and of the whole command, medians over
@@ -16,7 +16,7 @@ machine; one JSON line per mechanism (``--records FILE`` also appends them there
   imports also contend for the cores, so the gain there is larger than on a node that has them.
 - ``head_services``: a local Ray started without the head processes raysim never uses (the API
   server, the autoscaler monitor and the log monitor:
-  ``raysim.engine.launch.local_ray.UNUSED_RAY_SERVICES``) against Ray's default. A fresh
+  ``raysim.engine.launch.ray_internals.UNUSED_RAY_SERVICES``) against Ray's default. A fresh
   Python process starts a local Ray as ``raysim run`` does (the engine preloaded in Ray's
   worker processes and imported in a background thread beside ``ray.init``), asks for three
   actors that import the engine (two client workers and a driver host) and waits until all
@@ -87,7 +87,7 @@ import contextlib, os, sys
 os.cpu_count = lambda: {cpus}
 if {off}:
     import raysim.engine.launch.local_ray as local_ray
-    local_ray._prestarting = lambda count: contextlib.nullcontext()
+    local_ray.prestarting = lambda count: contextlib.nullcontext()
 from raysim.cli import main
 sys.exit(main(["run", "experiments/quickstart.yaml", "--output", {output!r}, "--no-progress"]))
 """
@@ -131,12 +131,12 @@ import contextlib, json, os, sys, threading, time
 started = time.perf_counter()
 import ray
 from raysim.engine.launch.warm_cluster import PRELOAD_VARIABLE, WORKER_MODULES
-from raysim.engine.launch.local_ray import _without_unused_ray_services
+from raysim.engine.launch.ray_internals import without_unused_ray_services
 
 os.environ[PRELOAD_VARIABLE] = ",".join(WORKER_MODULES)
 engine = threading.Thread(target=lambda: __import__("raysim.engine.runner"))
 engine.start()
-with _without_unused_ray_services() if sys.argv[1] == "on" else contextlib.nullcontext():
+with without_unused_ray_services() if sys.argv[1] == "on" else contextlib.nullcontext():
     ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False,
              logging_level="ERROR")
 

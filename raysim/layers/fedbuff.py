@@ -167,8 +167,8 @@ class FedBuff(Wrapped):
 @dataclass(slots=True)
 class BufferTotals:
     """A round's A, the sum of the trained clients' weights a_c (``client_weight``), and W_v,
-    the sum of a_c s_c by start version v (``version_weights``); the driver computes them
-    (:class:`BufferWeighting`)."""
+    the sum of a_c s_c by start version v (``version_weights``), as the workers' partials
+    (:meth:`FedBuff.reduce`) add them up along the reduction tree."""
 
     client_weight: float
     version_weights: dict[int, float]
@@ -177,10 +177,10 @@ class BufferTotals:
 def server_correction(current: Weights, totals: BufferTotals, bases: dict[int, Weights],
                       now: int) -> WeightedSum | None:
     """The start versions' share that the server's update of round ``now`` adds to the
-    workers' sum, -sum_{v != now} W_v b_v + (A - W_now) g (see the module docstring), computed
-    now (None: nothing to add). It needs only the plan's totals, the kept start versions
-    ``bases`` and the current model ``current``, so the driver computes it while the workers
-    train, off the path between their replies and the next round's dispatch."""
+    workers' sum, -sum_{v != now} W_v b_v + (A - W_now) g (see the module docstring), or None
+    when there is nothing to add. It needs only the round's totals, the kept start versions
+    ``bases`` and the current model ``current``: one weighted sum of the round's few start
+    versions, never one per client."""
     weight, shares = totals.client_weight, totals.version_weights
     stale = [version for version in sorted(shares) if version != now]
     models = [bases[version] for version in stale]
@@ -195,8 +195,7 @@ def server_correction(current: Weights, totals: BufferTotals, bases: dict[int, W
 class BufferedPartial:
     """A round's reduced uploads as the server's update takes them: the sum of
     a_c s_c x trained model over the tree (``model``), the round's :class:`BufferTotals` and
-    the start versions' share (:func:`server_correction`, computed while the workers
-    trained)."""
+    the start versions' share (:func:`server_correction`)."""
 
     model: WeightedSum
     totals: BufferTotals
@@ -205,8 +204,8 @@ class BufferedPartial:
 
 def buffered_update(partial: BufferedPartial) -> FlatWeights:
     """X, the buffered mean (see the module docstring), from the merged partial and the start
-    versions' share attached to it, as a host FlatWeights: the round loop keeps it as a start
-    version and sums it again in one piece."""
+    versions' share attached to it, as one flat vector: the wrapped algorithm's server step
+    takes it as its target."""
     total = partial.model
     if partial.correction is not None:  # (the same bits as adding its terms here)
         total = total.merge(partial.correction)

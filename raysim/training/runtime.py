@@ -231,7 +231,8 @@ class ClientRuntime:
         self.architectures = context.architectures
         self.downsample = context.downsample
         self.resident: ResidentData | None = None
-        """The held clients' training rows on the device (:meth:`hold`), else None."""
+        """The worker's clients' training rows on the device (:meth:`keep_rows_on_device`),
+        else None."""
         self.job_trainer: Callable[[list[VectorizedJob]], list[JobResult]] = train_jobs
         """Trains the vectorised path's jobs: alone, or with other runs' jobs on a shared
         worker (:class:`~raysim.training.merged_training.Rendezvous`)."""

@@ -216,7 +216,7 @@ def step_batches(x: torch.Tensor, y: torch.Tensor, plan: Sequence[np.ndarray],
     row_bytes = x[:1].numel() * x.element_size()
     once = index.numel() * row_bytes <= GATHER_ONCE_BYTES
     rows_x, rows_y = (x.index_select(0, index), y.index_select(0, index)) if once else (x, y)
-    if once and len(plan) == 1:  # (one step, e.g. W2's clients: the gather is its batch)
+    if once and len(plan) == 1:  # (one step, e.g. a client of 4 rows and batch 4: the gather is its batch)
         yield rows_x, rows_y
         return
     offset = 0

@@ -1,5 +1,5 @@
 """An invocation's start-up, without torch: Ray started (or joined) in this thread while the
-engine's imports and the data preparation run in a background thread, and the run directories.
+engine's imports and the data preparation run in a background thread.
 
 On a small machine the three take seconds each (Ray's GCS and raylet, importing torch, loading
 and partitioning the data); Ray's start mostly waits for its own processes, so doing them side
@@ -28,10 +28,11 @@ from raysim.engine.launch.cpu_slots import CpuSlots
 from raysim.engine.launch.parallel_runs import processes_at_start
 from raysim.engine.launch.ray_internals import (
     gpus_ray_will_detect,
-    node_class,
+    loopback_only,
+    own_session,
+    prestarting,
     ray_address_file,
-    ray_constants_module,
-    services_module,
+    without_unused_ray_services,
 )
 from raysim.engine.launch.warm_cluster import (
     ClusterInfo,
@@ -65,7 +66,7 @@ def start_alongside(experiments: Iterable[ExperimentConfig], load: Callable[[], 
     """
     phases = {"ray_started_at": time.time()}
     ray_was_running = ray.is_initialized()
-    CPU_WAIT[0] = 0.0
+    CPU_WAIT.seconds = 0.0
 
     def timed_load() -> tuple[Any, float]:
         return load(), time.time()
@@ -79,7 +80,7 @@ def start_alongside(experiments: Iterable[ExperimentConfig], load: Callable[[], 
                 notices += [n for n in ensure_ray(config, loading.result, runs=configs)
                             if n not in notices]
             phases["ray_ready_at"] = time.time()
-            phases["cpu_wait_s"] = CPU_WAIT[0]
+            phases["cpu_wait_s"] = CPU_WAIT.seconds
             if _JOINED is not None:
                 phases["joined"] = 1.0
             if loading.done():
@@ -145,126 +146,18 @@ def _raylet_settings(settings: Mapping[str, str]) -> Iterator[None]:
                 os.environ[name] = value
 
 
-UNUSED_RAY_SERVICES = ("start_api_server", "start_monitor", "start_log_monitor")
-"""The head processes a local Ray starts that raysim never uses: the API server (with
-``include_dashboard=False`` it only reports usage statistics, and ``ray.init`` waits for it to
-come up before it starts the raylet), the autoscaler monitor (a local Ray has nothing to scale)
-and the log monitor (it forwards worker output to the driver, which raysim turns off with
-``log_to_driver=False``)."""
-
-
-@contextmanager
-def _without_unused_ray_services() -> Iterator[None]:
-    """Start the local Ray in the block without :data:`UNUSED_RAY_SERVICES`: three Python
-    processes that import Ray (about 2 s of CPU on a 2-CPU machine, beside the worker processes
-    importing torch) and a wait of about 1 s in ``ray.init``. ``ray.init`` has no option for
-    them, so the block replaces the methods of Ray's ``Node`` that start them; a Ray whose
-    ``Node`` lacks one starts that process as usual."""
-    Node = node_class()
-    if Node is None:  # a Ray without this layout: start everything
-        yield
-        return
-    saved = {name: Node.__dict__[name] for name in UNUSED_RAY_SERVICES if name in Node.__dict__}
-
-    def skip(self: Any, *args: Any, **kwargs: Any) -> None:
-        self._webui_url = None  # what a head without an API server reports
-
-    try:
-        for name in saved:
-            setattr(Node, name, skip)
-        yield
-    finally:
-        for name, method in saved.items():
-            setattr(Node, name, method)
-
-
-PRESTART_FLAG = "--num_prestart_python_workers="
-"""The raylet's command-line flag for how many worker processes it starts ahead of time
-(with ``enable_worker_prestart``: as soon as it is up)."""
-
-
-@contextmanager
-def _prestarting(count: int) -> Iterator[None]:
-    """Have the raylet started in the block start ``count`` worker processes ahead of time.
-    Ray starts one per CPU it is given, and a raysim Ray's preload makes each import torch and
-    the engine (seconds of CPU, and 184 MiB of private memory each on the development
-    machine): on a node with many CPUs, dozens of processes for a run that uses a few.
-    ``ray.init`` has no option for it, so the block rewrites the flag in the raylet's command
-    line as Ray's ``services.start_ray_process`` receives it; a Ray without that function or
-    flag starts as many as it would."""
-    services = services_module()
-    if services is None:
-        yield
-        return
-    original = services.start_ray_process
-
-    def start(command: list[str], process_type: str, *args: Any, **kwargs: Any) -> Any:
-        if process_type == "raylet":
-            command = [f"{PRESTART_FLAG}{count}" if part.startswith(PRESTART_FLAG) else part
-                       for part in command]
-        return original(command, process_type, *args, **kwargs)
-
-    services.start_ray_process = start
-    try:
-        yield
-    finally:
-        services.start_ray_process = original
-
-
-@contextmanager
-def _own_session() -> Iterator[None]:
-    """Start the Ray processes of the block (the GCS and the raylet, which starts the workers)
-    in a session of their own. A batch scheduler, ``timeout`` or ``docker stop`` signals a
-    job's whole process group: Ray's processes in raysim's group would die at once (Ray blocks
-    SIGINT in them, not SIGTERM), and raysim would wait on a GCS that is gone instead of
-    stopping at the round boundary. Outside the group they die with raysim as before (Ray's
-    fate sharing, and the watchdog on SIGKILL). ``ray.init`` has no option for it, so the
-    block gives Ray's process class ``start_new_session``; a Ray without that class starts
-    them as it would."""
-    services = services_module()
-    popen = getattr(services, "ConsolePopen", None)
-    if services is None or not isinstance(popen, type):
-        yield
-        return
-
-    class OwnSessionPopen(popen):  # type: ignore[misc, valid-type]
-        def __init__(self, *args: Any, **kwargs: Any) -> None:
-            kwargs["start_new_session"] = True
-            super().__init__(*args, **kwargs)
-
-    services.ConsolePopen = OwnSessionPopen
-    try:
-        yield
-    finally:
-        services.ConsolePopen = popen
-
-
-@contextmanager
-def _loopback_only() -> Iterator[None]:
-    """Have the local Ray started in the block listen on the loopback interface only (its GCS,
-    raylet, object manager and worker ports): a Ray of one process's own serves no other
-    machine, and its ports on the machine's network address are open to anyone who can reach
-    it. Ray takes the loopback address where its clusters are off (its default on macOS and
-    Windows); the block turns them off while the local Ray starts. A Ray without that switch
-    listens where it would."""
-    constants = ray_constants_module()
-    if constants is None:
-        yield
-        return
-    before = constants.ENABLE_RAY_CLUSTER
-    constants.ENABLE_RAY_CLUSTER = False
-    try:
-        yield
-    finally:
-        constants.ENABLE_RAY_CLUSTER = before
-
-
 _SLOTS: CpuSlots | None = None
 """The machine's CPU slots this process holds while its local Ray runs."""
 
-CPU_WAIT = [0.0]
-"""Seconds this process waited for CPUs another raysim invocation held (a start-up phase of
-its own, not Ray's start)."""
+@dataclass
+class _CpuWait:
+    """How long this process's start waited for CPUs another raysim invocation held (a
+    start-up phase of its own, not Ray's start)."""
+
+    seconds: float = 0.0
+
+
+CPU_WAIT = _CpuWait()
 
 _JOINED: ClusterInfo | None = None
 """The warm cluster this process joined instead of starting a local Ray."""
@@ -360,7 +253,7 @@ def _start_ray(config: ExperimentConfig, before_waiting: Callable[[], object] | 
     warm = running_cluster() if config.engine.address != "local" else None
     if warm is not None:
         try:
-            with _loopback_only():  # (it listens on loopback: Ray would take the network's)
+            with loopback_only():  # (it listens on loopback: Ray would take the network's)
                 ray.init(address=warm.address, logging_level=logging.ERROR,
                          log_to_driver=False)
         except ConnectionError as error:
@@ -385,10 +278,10 @@ def _start_ray(config: ExperimentConfig, before_waiting: Callable[[], object] | 
                 before_waiting()  # e.g. report a missing data file before a long wait
             waiting_since = time.time()
             held = _SLOTS.acquire(needed)
-            CPU_WAIT[0] += time.time() - waiting_since
+            CPU_WAIT.seconds += time.time() - waiting_since
     prestart = processes_at_start(runs or [config], held, gpus_ray_will_detect())
-    with (_raylet_settings(raylet_environment()), _without_unused_ray_services(),
-          _prestarting(prestart), _own_session(), _loopback_only()):
+    with (_raylet_settings(raylet_environment()), without_unused_ray_services(),
+          prestarting(prestart), own_session(), loopback_only()):
         # address="local": a new Ray of this process's own, whatever RAY_ADDRESS or a
         # stale /tmp/ray/ray_current_cluster of a dead cluster says
         ray.init(address="local", num_cpus=held, logging_level=logging.ERROR,

@@ -1,4 +1,6 @@
-"""Every use raysim makes of Ray's private modules, in one place, each guarded.
+"""Every use raysim makes of Ray's private modules, in one place, each guarded, and the four
+patches of Ray's start (:func:`without_unused_ray_services`, :func:`prestarting`,
+:func:`own_session`, :func:`loopback_only`) that use them.
 
 Ray's public API has no way to do these, so raysim reaches into the modules below; they are
 checked with Ray 2.60 (the version the test suite runs) and each degrades to what Ray does by
@@ -21,11 +23,15 @@ default when a Ray release moves or renames them, so an upgrade can cost speed, 
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 CHECKED_WITH = "2.60"
-"""The Ray version these uses were checked against."""
+"""The Ray version these uses were checked against: ``tests/test_ray_internals.py`` fails
+on an older Ray, and on any Ray where one of them degraded (so an upgrade that moves one is
+seen in the suite, not only as a slower start)."""
 
 GCS_PROBE = """
 import sys
@@ -106,6 +112,123 @@ def ray_address_file() -> Path:
         return Path(base) / "ray" / "ray_current_cluster"
 
 
-__all__ = ["CHECKED_WITH", "GCS_PROBE", "gpus_ray_will_detect", "node_class",
-           "ray_address_file", "ray_constants_module", "services_module",
-           "unreserved_cpus"]
+# ----- the patches: each applies for the duration of a local Ray's start -----
+
+UNUSED_RAY_SERVICES = ("start_api_server", "start_monitor", "start_log_monitor")
+"""The head processes a local Ray starts that raysim never uses: the API server (with
+``include_dashboard=False`` it only reports usage statistics, and ``ray.init`` waits for it to
+come up before it starts the raylet), the autoscaler monitor (a local Ray has nothing to scale)
+and the log monitor (it forwards worker output to the driver, which raysim turns off with
+``log_to_driver=False``)."""
+
+
+@contextmanager
+def without_unused_ray_services() -> Iterator[None]:
+    """Start the local Ray in the block without :data:`UNUSED_RAY_SERVICES`: three Python
+    processes that import Ray (about 2 s of CPU on a 2-CPU machine, beside the worker processes
+    importing torch) and a wait of about 1 s in ``ray.init``. ``ray.init`` has no option for
+    them, so the block replaces the methods of Ray's ``Node`` that start them; a Ray whose
+    ``Node`` lacks one starts that process as usual."""
+    Node = node_class()
+    if Node is None:  # a Ray without this layout: start everything
+        yield
+        return
+    saved = {name: Node.__dict__[name] for name in UNUSED_RAY_SERVICES if name in Node.__dict__}
+
+    def skip(self: Any, *args: Any, **kwargs: Any) -> None:
+        self._webui_url = None  # what a head without an API server reports
+
+    try:
+        for name in saved:
+            setattr(Node, name, skip)
+        yield
+    finally:
+        for name, method in saved.items():
+            setattr(Node, name, method)
+
+
+PRESTART_FLAG = "--num_prestart_python_workers="
+"""The raylet's command-line flag for how many worker processes it starts ahead of time
+(with ``enable_worker_prestart``: as soon as it is up)."""
+
+
+@contextmanager
+def prestarting(count: int) -> Iterator[None]:
+    """Have the raylet started in the block start ``count`` worker processes ahead of time.
+    Ray starts one per CPU it is given, and a raysim Ray's preload makes each import torch and
+    the engine (seconds of CPU, and 184 MiB of private memory each on the development
+    machine): on a node with many CPUs, dozens of processes for a run that uses a few.
+    ``ray.init`` has no option for it, so the block rewrites the flag in the raylet's command
+    line as Ray's ``services.start_ray_process`` receives it; a Ray without that function or
+    flag starts as many as it would."""
+    services = services_module()
+    if services is None:
+        yield
+        return
+    original = services.start_ray_process
+
+    def start(command: list[str], process_type: str, *args: Any, **kwargs: Any) -> Any:
+        if process_type == "raylet":
+            command = [f"{PRESTART_FLAG}{count}" if part.startswith(PRESTART_FLAG) else part
+                       for part in command]
+        return original(command, process_type, *args, **kwargs)
+
+    services.start_ray_process = start
+    try:
+        yield
+    finally:
+        services.start_ray_process = original
+
+
+@contextmanager
+def own_session() -> Iterator[None]:
+    """Start the Ray processes of the block (the GCS and the raylet, which starts the workers)
+    in a session of their own. A batch scheduler, ``timeout`` or ``docker stop`` signals a
+    job's whole process group: Ray's processes in raysim's group would die at once (Ray blocks
+    SIGINT in them, not SIGTERM), and raysim would wait on a GCS that is gone instead of
+    stopping at the round boundary. Outside the group they die with raysim as before (Ray's
+    fate sharing, and the watchdog on SIGKILL). ``ray.init`` has no option for it, so the
+    block gives Ray's process class ``start_new_session``; a Ray without that class starts
+    them as it would."""
+    services = services_module()
+    popen = getattr(services, "ConsolePopen", None)
+    if services is None or not isinstance(popen, type):
+        yield
+        return
+
+    class OwnSessionPopen(popen):  # type: ignore[misc, valid-type]
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            kwargs["start_new_session"] = True
+            super().__init__(*args, **kwargs)
+
+    services.ConsolePopen = OwnSessionPopen
+    try:
+        yield
+    finally:
+        services.ConsolePopen = popen
+
+
+@contextmanager
+def loopback_only() -> Iterator[None]:
+    """Have the local Ray started in the block listen on the loopback interface only (its GCS,
+    raylet, object manager and worker ports): a Ray of one process's own serves no other
+    machine, and its ports on the machine's network address are open to anyone who can reach
+    it. Ray takes the loopback address where its clusters are off (its default on macOS and
+    Windows); the block turns them off while the local Ray starts. A Ray without that switch
+    listens where it would."""
+    constants = ray_constants_module()
+    if constants is None:
+        yield
+        return
+    before = constants.ENABLE_RAY_CLUSTER
+    constants.ENABLE_RAY_CLUSTER = False
+    try:
+        yield
+    finally:
+        constants.ENABLE_RAY_CLUSTER = before
+
+
+__all__ = ["CHECKED_WITH", "GCS_PROBE", "PRESTART_FLAG", "UNUSED_RAY_SERVICES",
+           "gpus_ray_will_detect", "loopback_only", "node_class", "own_session", "prestarting",
+           "ray_address_file", "ray_constants_module", "services_module", "unreserved_cpus",
+           "without_unused_ray_services"]

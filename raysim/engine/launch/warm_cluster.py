@@ -52,7 +52,7 @@ PRELOAD_VARIABLE = "RAY_preload_python_modules"
 PRESTART_VARIABLE = "RAY_enable_worker_prestart"
 """The raylet's setting that starts its worker processes as soon as it is up, rather than
 when the first driver connects (as many as its prestart count: one per CPU, or for a local
-Ray what ``startup._prestarting`` sets). Without it they are spawned only once
+Ray what ``ray_internals.prestarting`` sets). Without it they are spawned only once
 Ray's two agents have started (1-2 s after the raylet). The worker processes' import chain
 (torch, the engine, then ``torch._dynamo`` in the client workers) is the critical path of a
 cold command, so it starts that much earlier."""
@@ -189,7 +189,7 @@ def start_cluster(cpus: int | None = None, gpus: float | None = None,
     command = [*ray_cli, "start", "--head", "--block",
                f"--temp-dir={session}", f"--num-cpus={held}", "--port=0",
                "--include-dashboard=false", "--disable-usage-stats",
-               # (no autoscaler monitor or log monitor: see startup.UNUSED_RAY_SERVICES)
+               # (no autoscaler monitor or log monitor: see ray_internals.UNUSED_RAY_SERVICES)
                "--no-monitor", "--include-log-monitor=false"]
     if gpus is not None:
         command.append(f"--num-gpus={gpus:g}")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import resource
 import sys
+from dataclasses import dataclass
 
 
 def resident_memory_mb() -> float:
@@ -29,7 +30,7 @@ def keep_freed_memory() -> bool:
     A client worker allocates and frees a model's weights and a float64 sum for every client:
     with glibc's defaults such blocks often go back to the OS on free and come again with one
     page fault per 4 KiB on the next use (about 1,000 faults, 2 ms, per client for a 1 M
-    parameter model; ``BENCHMARKS.md``, W4). The process keeps its peak heap instead, which a
+    parameter model, measured on the development machine). The process keeps its peak heap instead, which a
     round needs anyway. Returns False where there is no glibc ``mallopt`` (nothing changes).
     """
     import ctypes
@@ -43,7 +44,15 @@ def keep_freed_memory() -> bool:
                 and mallopt(m_trim_threshold, TRIM_THRESHOLD_BYTES))
 
 
-_FROZEN = [False]
+@dataclass
+class _ProcessMemory:
+    """What this process did to its memory so far."""
+
+    frozen: bool = False
+    """Whether :func:`freeze_imported_objects` froze this process's objects."""
+
+
+PROCESS = _ProcessMemory()
 
 
 def freeze_imported_objects() -> bool:
@@ -54,14 +63,14 @@ def freeze_imported_objects() -> bool:
     A full collection walks every tracked object: about 150-200 ms in a driver or a client
     worker after torch is imported, on the development machine, and a run's allocations
     trigger one now and then (a FedBuff driver's planning, a worker every few hundred rounds
-    of W3). ``gc.freeze`` moves the objects alive now out of the collector's
+    of a 1,000-client MLP workload). ``gc.freeze`` moves the objects alive now out of the collector's
     generations, so a collection walks only what the runs allocated since; frozen objects are
     still freed by reference counting (only a reference cycle among them would be kept).
     """
     import gc
 
-    if _FROZEN[0]:
+    if PROCESS.frozen:
         return False
-    _FROZEN[0] = True
+    PROCESS.frozen = True
     gc.freeze()
     return True
