@@ -256,7 +256,7 @@ def measure(configs: Mapping[str, ExperimentConfig], rounds: int, data_root: str
     given; on a generated file of the dataset's layout where ``stand_in`` and the file is
     missing), saying on stderr what each probe measured as it ends; returns the probes, how
     many runs of the config fit at once here, and whether the workers get GPUs."""
-    from raysim.engine.runner import _concurrent_runs, _uses_gpus, run_experiments
+    from raysim.engine.invocation import concurrent_runs, run_experiments, uses_gpus
     from raysim.errors import ConfigError, RunError
     from raysim.results import load
 
@@ -314,8 +314,8 @@ def measure(configs: Mapping[str, ExperimentConfig], rounds: int, data_root: str
             first = next(iter(probes.items()))
             raise RunError(f"The estimate's probe of {first[0] or 'the config'} failed, and no "
                            f"variant could be probed: {first[1].refused}")
-        return probes, _concurrent_runs(configs.values()), any(
-            _uses_gpus(config) for config in configs.values())
+        return probes, concurrent_runs(configs.values()), any(
+            uses_gpus(config) for config in configs.values())
 
 
 def describe(estimate: Estimate, machine: str) -> str:

@@ -15,9 +15,9 @@ import torch
 from raysim.algorithms import ALGORITHMS
 from raysim.config import parse_config
 from raysim.engine.run import worker as worker_module
-from raysim.engine.run.placement import assign_groups, client_groups
 from raysim.engine.run.worker import ClientWorker, WorkerSetup
 from raysim.preparation import initial_weights, prepare, run_context
+from raysim.rounds.placement import assign_groups, client_groups
 from raysim.training import resident_data
 from raysim.vectors.reduction_tree import combine
 from raysim.vectors.weighted_sum import WeightedSum, weighted_mean
@@ -366,7 +366,7 @@ def test_a_gpu_keeps_normalised_data_only_within_what_the_data_cap_leaves():
 _FAULTS_PER_BLOCK = """
 import resource, sys, torch
 if sys.argv[1] == "keep":
-    from raysim.engine.run.process_memory import keep_freed_memory
+    from raysim.rounds.process_memory import keep_freed_memory
     assert keep_freed_memory()
 def faults():
     return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
@@ -796,7 +796,7 @@ def test_a_configured_worker_leaves_the_imported_objects_out_of_full_collections
     collections walk."""
     import gc
 
-    from raysim.engine.run import process_memory as memory
+    from raysim.rounds import process_memory as memory
 
     gc.unfreeze()
     monkeypatch.setattr(memory.PROCESS, "frozen", False)

@@ -197,10 +197,10 @@ def test_an_interrupted_estimate_projects_the_variants_it_probed(monkeypatch, ca
         return [SimpleNamespace(error=None, run_dir=None)]
 
     table = pd.DataFrame({"wall_time": [1.0, 1.5, 2.0], "seconds_evaluate": [0.1, 0.1, 0.1]})
-    monkeypatch.setattr("raysim.engine.runner.run_experiments", probe_then_interrupt)
+    monkeypatch.setattr("raysim.engine.invocation.run_experiments", probe_then_interrupt)
     monkeypatch.setattr("raysim.results.load", lambda run_dir: table)
-    monkeypatch.setattr("raysim.engine.runner._concurrent_runs", lambda configs: 1)
-    monkeypatch.setattr("raysim.engine.runner._uses_gpus", lambda config: False)
+    monkeypatch.setattr("raysim.engine.invocation.concurrent_runs", lambda configs: 1)
+    monkeypatch.setattr("raysim.engine.invocation.uses_gpus", lambda config: False)
     from raysim.config import load_experiments
 
     experiments = load_experiments(str(PAPER_CONFIG), [])

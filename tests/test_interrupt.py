@@ -21,9 +21,9 @@ from conftest import quickstart_raw
 from test_resilience import _same_metrics, _wait_for
 
 from raysim.cli import main
-from raysim.engine.run.checkpoint import CHECKPOINT_FILE, load_checkpoint
-from raysim.engine.runner import startup_phases
+from raysim.engine.startup_phases import startup_phases
 from raysim.results import load
+from raysim.rounds.checkpoint import CHECKPOINT_FILE, load_checkpoint
 from raysim.training.evaluation import METRICS
 
 ROUNDS = 60

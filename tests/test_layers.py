@@ -1,8 +1,9 @@
 """The package's layers only point down, and no module imports itself back:
 
-cli -> sweep/estimate -> the engine's invocation (engine/) -> engine/pool -> engine/run
--> engine/launch (these four with Ray) -> config/preparation -> layers (DP, FedBuff) -> system
--> algorithms -> training/condensation -> privacy -> models -> vectors -> data/results ->
+experiments -> cli -> sweep/estimate -> the engine's invocation (engine/) -> engine/pool ->
+engine/run -> engine/launch (these four with Ray) -> config/preparation -> layers (DP, the
+server optimizer, FedBuff) -> rounds (one run's round loop, without Ray) -> system ->
+algorithms -> training/condensation -> privacy -> models -> vectors -> data/results ->
 schema/errors/seeding.
 
 Every import counts: module-level, function-local and type-only, absolute and relative, and a
@@ -27,15 +28,16 @@ PACKAGE = Path(__file__).resolve().parents[1] / "raysim"
 EXPERIMENTS = PACKAGE.parent / "experiments"
 
 LAYERS = {  # higher imports lower or equal, never the other way
-    "experiments": 17,
-    "cli": 16, "__main__": 16,
-    "sweep": 15, "estimate": 15,
-    "engine": 14,
-    "engine.pool": 13,
-    "engine.run": 12,
-    "engine.launch": 11,
-    "config": 10, "preparation": 10, "config_reference": 10,
-    "layers": 9,
+    "experiments": 18,
+    "cli": 17, "__main__": 17,
+    "sweep": 16, "estimate": 16,
+    "engine": 15,
+    "engine.pool": 14,
+    "engine.run": 13,
+    "engine.launch": 12,
+    "config": 11, "preparation": 11, "config_reference": 11,
+    "layers": 10,
+    "rounds": 9,
     "system": 8,
     "algorithms": 7,
     "training": 6, "condensation": 6,
@@ -227,7 +229,7 @@ def _printed_by_python(code: str) -> str:
 def test_config_algorithms_and_training_load_without_ray():
     out = _printed_by_python(
         "import sys, raysim.config, raysim.preparation, raysim.training.runtime, "
-        "raysim.engine.run.round_loop, raysim.engine.run.round_callbacks; "
+        "raysim.rounds.round_loop, raysim.rounds.round_callbacks; "
         "from raysim.algorithms import ALGORITHMS; from raysim.models import MODELS; "
         "print(sorted(m for m in ('ray',) if m in sys.modules))")
     assert out == "[]"

@@ -499,7 +499,7 @@ def test_fedmd_pretrains_on_the_labelled_public_set_once_and_digest_regresses_lo
 
 
 def test_heterogeneous_clients_are_placed_by_flops_times_samples():
-    from raysim.engine.run.placement import assign_groups, per_sample_costs
+    from raysim.rounds.placement import assign_groups, per_sample_costs
 
     architectures = ("resnet17", "shufflenetv2", "senet", "mobilenetv2")
     runtime = _runtime(4, architectures)

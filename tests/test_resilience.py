@@ -21,9 +21,9 @@ from raysim.cli import main
 from raysim.config import parse_config
 from raysim.engine.launch import local_ray as startup
 from raysim.engine.launch.watchdog import descendants, start_time
-from raysim.engine.run.checkpoint import CHECKPOINT_FILE, load_checkpoint
 from raysim.engine.runner import run_experiment
 from raysim.results import load
+from raysim.rounds.checkpoint import CHECKPOINT_FILE, load_checkpoint
 
 METRICS = ["round", "accuracy", "macro_f1", "auc", "loss", "train_loss", "bytes_up"]
 
@@ -231,18 +231,18 @@ def test_ctrl_c_marks_running_runs_interrupted_and_names_resume(ray_session, tmp
                                                                monkeypatch):
     from raysim.engine import runner
 
-    real_follow = runner._follow
+    real_follow = runner.follow
 
     def follow_then_interrupt(queue, start, finish, limit, rounds, show, groups=None):
         start(queue[0])  # the first run has started (manifest written) ...
         raise KeyboardInterrupt  # ... when the user presses Ctrl-C
 
-    monkeypatch.setattr(runner, "_follow", follow_then_interrupt)
+    monkeypatch.setattr(runner, "follow", follow_then_interrupt)
     config = tmp_path / "config.yaml"
     config.write_text(yaml.safe_dump(quickstart_raw(training={"rounds": 50})))
     code = main(["run", str(config), "--output", str(tmp_path / "out"), "--no-progress"])
     err = capsys.readouterr().err
-    monkeypatch.setattr(runner, "_follow", real_follow)
+    monkeypatch.setattr(runner, "follow", real_follow)
     manifests = list((tmp_path / "out").glob("*/seed_0/manifest.json"))
     assert code == 130 and len(manifests) == 1
     assert json.loads(manifests[0].read_text())["status"] == "interrupted"

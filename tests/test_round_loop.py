@@ -13,15 +13,17 @@ from typing import Any
 import numpy as np
 import pytest
 
-from raysim.engine.run.checkpoint import load_checkpoint
-from raysim.engine.run.client_sampling import UniformSampler
-from raysim.engine.run.round_callbacks import (
+from raysim.errors import DivergenceError
+from raysim.results.manifest import write_manifest
+from raysim.rounds.checkpoint import load_checkpoint
+from raysim.rounds.client_sampling import UniformSampler
+from raysim.rounds.round_callbacks import (
     Checkpointing,
     DivergenceStop,
     EvaluationSchedule,
     MembershipAudit,
 )
-from raysim.engine.run.round_loop import (
+from raysim.rounds.round_loop import (
     Durable,
     Evaluation,
     LoopProgress,
@@ -29,8 +31,6 @@ from raysim.engine.run.round_loop import (
     RoundLoop,
     RoundReply,
 )
-from raysim.errors import DivergenceError
-from raysim.results.manifest import write_manifest
 from raysim.vectors.reduction_tree import Subtree
 
 NUM_CLIENTS = 4
@@ -306,8 +306,8 @@ def test_a_checkpoint_round_trips_its_arrays_and_one_of_an_earlier_format_is_ref
 
     import torch
 
-    from raysim.engine.run.checkpoint import Checkpoint, save_checkpoint
     from raysim.errors import RaysimError
+    from raysim.rounds.checkpoint import Checkpoint, save_checkpoint
     from raysim.vectors.weights import FlatWeights
 
     states = {3: (FlatWeights(np.arange(6, dtype=np.float32), (("w", (2, 3)),)), None)}
@@ -361,8 +361,8 @@ def test_a_crafted_or_damaged_checkpoint_runs_no_code_and_is_refused_naming_the_
     import pickle
     import zipfile
 
-    from raysim.engine.run.checkpoint import CHECKPOINT_FILE, Checkpoint, save_checkpoint
     from raysim.errors import RaysimError
+    from raysim.rounds.checkpoint import CHECKPOINT_FILE, Checkpoint, save_checkpoint
 
     marker = tmp_path / "ran"
     run_dir = tmp_path / "run"

@@ -24,7 +24,7 @@ def test_first_runs_actors_start_while_the_data_is_prepared_and_serve_the_run(
         ray_session, tmp_path, monkeypatch):
     import raysim.preparation as preparation
     from raysim.engine.pool.shared_actors import POOL, SharedActors
-    from raysim.engine.runner import startup_phases
+    from raysim.engine.startup_phases import startup_phases
 
     prestarted = threading.Event()
     created: list = []

@@ -11,8 +11,8 @@ import torch
 from sklearn.metrics import roc_auc_score
 
 from raysim.data.dataset import DataInfo
-from raysim.engine.run.placement import assign_groups, client_groups
 from raysim.models import MODELS, build_model
+from raysim.rounds.placement import assign_groups, client_groups
 from raysim.training.evaluation import classification_metrics
 from raysim.training.runtime import batch_plans, proximal_term
 from raysim.vectors.reduction_tree import aligned_spans, combine, reduce_span, subtree_roots
@@ -201,7 +201,7 @@ def test_every_cli_argument_has_help():
 
 
 def test_a_wait_for_another_invocations_cpus_is_its_own_start_up_phase():
-    from raysim.engine.runner import startup_phases
+    from raysim.engine.startup_phases import startup_phases
 
     manifest = {"startup": {"command_at": 0.0, "ray_started_at": 1.0, "prepared_at": 4.0,
                             "ray_ready_at": 125.0, "cpu_wait_s": 119.0},

@@ -53,9 +53,9 @@ from workloads import raysim_config
 from raysim.algorithms import ALGORITHMS
 from raysim.config import parse_config
 from raysim.data.generated import write_medmnist_npz
-from raysim.engine.run.placement import client_groups
-from raysim.engine.run.process_memory import keep_freed_memory
 from raysim.preparation import initial_weights, prepare, run_context
+from raysim.rounds.placement import client_groups
+from raysim.rounds.process_memory import keep_freed_memory
 from raysim.training.context import ClientData, RunContext
 from raysim.training.runtime import ClientRuntime
 from raysim.vectors.reduction_tree import subtree_roots

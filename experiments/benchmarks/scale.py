@@ -29,10 +29,10 @@ import torch
 
 from raysim.config import load_config
 from raysim.data import load_dataset, make_partition, to_tensor
-from raysim.engine.run.process_memory import resident_memory_mb
 from raysim.engine.runner import run_experiment
 from raysim.models import build_model
 from raysim.results import load
+from raysim.rounds.process_memory import resident_memory_mb
 from raysim.seeding import numpy_rng
 
 CONFIG = Path(__file__).resolve().parents[1] / "scale" / "synthetic_10k.yaml"

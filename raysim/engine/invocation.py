@@ -11,7 +11,7 @@ table, the learning curves) runs beside it.
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -26,9 +26,9 @@ if TYPE_CHECKING:
     from raysim.config import ExperimentConfig
     from raysim.engine.runner import RunOutcome
 
-__all__ = ["Invocation", "Invoked", "invoke", "latest_run_root", "ray_for", "recorded_options",
-           "running_cluster", "start_cluster", "startup_phases", "stop_cluster", "stop_ray",
-           "use_cached_bytecode"]
+__all__ = ["Invocation", "Invoked", "concurrent_runs", "invoke", "latest_run_root", "ray_for",
+           "recorded_options", "run_experiments", "running_cluster", "start_cluster",
+           "startup_phases", "stop_cluster", "stop_ray", "use_cached_bytecode", "uses_gpus"]
 """What the command line uses of the engine: this module is its one door."""
 
 Closing = TypeVar("Closing")
@@ -170,9 +170,33 @@ def latest_run_root(config: ExperimentConfig, output: str | None) -> Path:
 
 def startup_phases(manifest: dict[str, Any]) -> dict[str, float] | None:
     """A run's start-up phases (imports, data, Ray, workers, first round) from its manifest."""
-    from raysim.engine.runner import startup_phases as phases
+    from raysim.engine.startup_phases import startup_phases as phases
 
     return phases(manifest)
+
+
+def run_experiments(experiments: dict[str, ExperimentConfig], **options: Any
+                    ) -> list[RunOutcome]:
+    """Run labelled experiments on the Ray this process started or joined, without the
+    command's start-up around them (``raysim estimate``'s probes); ``options`` as
+    :func:`raysim.engine.runner.run_experiments` takes them."""
+    from raysim.engine.runner import run_experiments as run
+
+    return run(experiments, **options)
+
+
+def concurrent_runs(configs: Iterable[ExperimentConfig]) -> int:
+    """How many runs of ``configs`` fit on this process's Ray at once."""
+    from raysim.engine.pool.run_actors import concurrent_runs as fitting
+
+    return fitting(configs)
+
+
+def uses_gpus(config: ExperimentConfig) -> bool:
+    """Whether a run of ``config`` gets GPUs on this process's Ray."""
+    from raysim.engine.pool.run_actors import uses_gpus as gets_gpus
+
+    return gets_gpus(config)
 
 
 def stop_ray() -> None:
@@ -207,6 +231,6 @@ def _import_engine_and_prepare(experiments: dict[str, ExperimentConfig],
 
 
 def _prestart_actors(experiments: dict[str, ExperimentConfig]) -> None:
-    from raysim.engine.runner import prestart_actors
+    from raysim.engine.pool.run_actors import prestart_actors
 
     prestart_actors(experiments)

@@ -11,16 +11,18 @@ import contextlib
 import time
 from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 from raysim.config import ExperimentConfig, parse_config
-from raysim.engine.run.checkpoint import (
+from raysim.errors import ConfigError
+from raysim.results.load import load
+from raysim.results.manifest import INVOCATION, MANIFEST, read_manifest
+from raysim.rounds.checkpoint import (
     CHECKPOINT_FILE,
     CHECKPOINT_FORMAT,
     check_checkpoint,
     incompatible_checkpoint,
 )
-from raysim.errors import ConfigError
-from raysim.results.manifest import INVOCATION, MANIFEST, read_manifest
 
 RESUME_MAY_CHANGE = ("engine", "output", "logging")
 """Config sections that may differ between a run and its resumption (how it runs, where its
@@ -190,7 +192,19 @@ def check_writable(parent: Path) -> None:
         ) from None
 
 
+def completed_run(run_dir: Path, config: ExperimentConfig) -> dict[str, Any] | None:
+    """For a run directory from an earlier invocation: its final rounds row if it reached its
+    end, None if it must (re)start. Raises ConfigError if it was made from a different config."""
+    if not (run_dir / MANIFEST).is_file():
+        return None
+    check_same_config(run_dir, config)
+    if read_manifest(run_dir).get("status") not in FINISHED:
+        return None
+    rounds = load(run_dir, "rounds")
+    return rounds.iloc[-1].to_dict() if not rounds.empty else {}
+
+
 __all__ = ["FINISHED", "INVOCATION", "RESUME_MAY_CHANGE", "check_output", "check_run_root",
-           "check_same_config", "check_stored_runs", "check_writable", "is_run_root",
+           "check_same_config", "check_stored_runs", "check_writable", "completed_run", "is_run_root",
            "latest_run_root", "new_run_root", "run_directory", "stored_config_change",
            "unfinished_runs"]

@@ -18,16 +18,23 @@ import ray
 
 from raysim.engine.launch.ray_internals import unreserved_cpus
 from raysim.engine.run import driver_turns as turns
-from raysim.engine.run.checkpoint import Checkpoint, load_checkpoint, remove_checkpoint, truncate_results
-from raysim.engine.run.client_sampling import ClockSampler, PoissonSampler, UniformSampler
-from raysim.engine.run.placement import (
+from raysim.engine.run.ray_workers import RayWorkers
+from raysim.engine.run.server_evaluation import Evaluator
+from raysim.engine.run.worker import WorkerSetup
+from raysim.errors import DivergenceError, ResultsNotWritable, RunError, WorkerFailureError
+from raysim.layers.compose import compose
+from raysim.results.live import MetricStreams
+from raysim.results.manifest import update_manifest
+from raysim.results.sink import ParquetSink
+from raysim.rounds.checkpoint import Checkpoint, load_checkpoint, remove_checkpoint, truncate_results
+from raysim.rounds.client_sampling import ClockSampler, PoissonSampler, UniformSampler
+from raysim.rounds.placement import (
     assign_groups,
     client_groups,
     group_of_client,
     per_sample_costs,
 )
-from raysim.engine.run.ray_workers import RayWorkers
-from raysim.engine.run.round_callbacks import (
+from raysim.rounds.round_callbacks import (
     Checkpointing,
     ClockColumns,
     DivergenceStop,
@@ -39,7 +46,7 @@ from raysim.engine.run.round_callbacks import (
     StopAtRoundBoundary,
     StoppedAtRoundBoundary,
 )
-from raysim.engine.run.round_loop import (
+from raysim.rounds.round_loop import (
     Dispatch,
     Durable,
     LoopProgress,
@@ -47,13 +54,6 @@ from raysim.engine.run.round_loop import (
     RoundLoop,
     Sampler,
 )
-from raysim.engine.run.server_evaluation import Evaluator
-from raysim.engine.run.worker import WorkerSetup
-from raysim.errors import DivergenceError, ResultsNotWritable, RunError, WorkerFailureError
-from raysim.layers.compose import compose
-from raysim.results.live import MetricStreams
-from raysim.results.manifest import update_manifest
-from raysim.results.sink import ParquetSink
 from raysim.schema import EngineConfig, EvaluationConfig, LoggingConfig
 from raysim.system.plan import SystemPlan
 from raysim.system.planning import ClockSettings, PlanInBackground
@@ -422,7 +422,7 @@ class DriverHost:
     whose workers they share. ``progress`` answers while the runs are going."""
 
     def __init__(self) -> None:
-        from raysim.engine.run.process_memory import keep_freed_memory
+        from raysim.rounds.process_memory import keep_freed_memory
 
         keep_freed_memory()  # partials and means are allocated and freed every round
         self._drivers: dict[str, Driver] = {}
@@ -437,7 +437,7 @@ class DriverHost:
         node's CPUs no actor reserved, :func:`spare_node_cpus`)."""
         import torch
 
-        from raysim.engine.run.process_memory import freeze_imported_objects
+        from raysim.rounds.process_memory import freeze_imported_objects
 
         freeze_imported_objects()  # full collections stop walking torch's and Ray's objects
         engine = spec.engine

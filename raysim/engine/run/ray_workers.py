@@ -1,4 +1,4 @@
-"""A run's worker actors behind the round loop's :class:`~raysim.engine.run.round_loop.Workers`
+"""A run's worker actors behind the round loop's :class:`~raysim.rounds.round_loop.Workers`
 interface: each call becomes actor tasks, large broadcasts go into the object store once."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import numpy as np
 import ray
 
 from raysim.engine.run import driver_turns as turns
-from raysim.engine.run.round_loop import RoundReply
+from raysim.rounds.round_loop import RoundReply
 from raysim.vectors.weights import payload_bytes
 
 _INLINE_BYTES = 100 * 1024  # Ray inlines arguments below this size

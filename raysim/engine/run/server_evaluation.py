@@ -12,8 +12,8 @@ import ray
 
 from raysim.algorithms.base import Algorithm
 from raysim.engine.run import driver_turns as turns
-from raysim.engine.run.round_loop import Evaluation
 from raysim.results.sink import ParquetSink
+from raysim.rounds.round_loop import Evaluation
 from raysim.schema import EvaluationConfig
 from raysim.training.evaluation import (
     METRICS,

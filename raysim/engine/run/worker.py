@@ -16,9 +16,9 @@ import torch
 from raysim.algorithms.base import Algorithm, RunContext
 from raysim.data.partition import Partition
 from raysim.engine.run.gpu_share import cap_gpu_memory, gpu_memory_errors
-from raysim.engine.run.process_memory import freeze_imported_objects, keep_freed_memory, resident_memory_mb
-from raysim.engine.run.round_loop import RoundReply
 from raysim.layers.compose import compose
+from raysim.rounds.process_memory import freeze_imported_objects, keep_freed_memory, resident_memory_mb
+from raysim.rounds.round_loop import RoundReply
 from raysim.schema import StrictModel
 from raysim.system.plan import ArchitectureKey, architecture_flops
 from raysim.training.context import ClientData
@@ -168,7 +168,7 @@ class ClientWorker:
         held here, applied after the local work; states bound for other workers are put into
         the object store and returned as {worker: reference}, never sent through the driver.
         ``audit``: score every client's upload with the algorithm's membership attack
-        (``mia_auc``; the driver's :class:`~raysim.engine.run.round_callbacks.MembershipAudit`
+        (``mia_auc``; the driver's :class:`~raysim.rounds.round_callbacks.MembershipAudit`
         decides the round).
         """
         self.receive_states(incoming or [])

@@ -10,7 +10,7 @@ Round r+1 is dispatched before round r's rows are recorded, so the workers train
 driver does bookkeeping, unless a callback needs the workers idle after round r (a checkpoint
 gathers the client states) or round r asks to stop. Evaluation schedule, divergence stop and
 checkpointing and the membership audit's schedule are :class:`RoundCallback` s
-(``raysim.engine.run.round_callbacks``).
+(``raysim.rounds.round_callbacks``).
 
 After a rollback (a worker died and the driver restored the last durable state) the rounds
 between the durable state and the last recorded round are *replayed*: trained and aggregated
@@ -28,7 +28,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from raysim.engine.run.process_memory import resident_memory_mb
+from raysim.rounds.process_memory import resident_memory_mb
 from raysim.training.evaluation import METRICS
 from raysim.vectors.reduction_tree import Subtree, combine
 from raysim.vectors.weights import payload_bytes
@@ -92,7 +92,7 @@ class Sink(Protocol):
 
 
 class Sampler(Protocol):
-    """Who takes part in each round (:mod:`raysim.engine.run.client_sampling`)."""
+    """Who takes part in each round (:mod:`raysim.rounds.client_sampling`)."""
 
     skip_empty_rounds: bool
     """A round without a client that sent anything leaves the server state as it is (True), or

@@ -1,4 +1,4 @@
-"""The round loop's callbacks (``raysim.engine.run.round_loop``): evaluation schedule, divergence
+"""The round loop's callbacks (``raysim.rounds.round_loop``): evaluation schedule, divergence
 stop, checkpointing and the membership audit's schedule. Ray-free: what touches the workers
 comes in as functions."""
 
@@ -11,17 +11,17 @@ from typing import Any
 
 import numpy as np
 
-from raysim.engine.run.checkpoint import CHECKPOINT_FORMAT, Checkpoint, save_checkpoint
-from raysim.engine.run.round_loop import (
+from raysim.errors import DivergenceError
+from raysim.privacy.settings import DpSettings
+from raysim.results.manifest import read_manifest, update_manifest
+from raysim.rounds.checkpoint import CHECKPOINT_FORMAT, Checkpoint, save_checkpoint
+from raysim.rounds.round_loop import (
     Durable,
     Evaluation,
     RoundCallback,
     RoundLoop,
     RoundOutcome,
 )
-from raysim.errors import DivergenceError
-from raysim.privacy.settings import DpSettings
-from raysim.results.manifest import read_manifest, update_manifest
 from raysim.system.records import ClockRecords
 
 
