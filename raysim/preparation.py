@@ -19,6 +19,8 @@ from raysim.data.medmnist_io import is_volumetric, task_of
 from raysim.data.partition import share_like_training
 from raysim.data.site_shift import apply_site_shift
 from raysim.errors import ConfigError
+from raysim.layers.assembly import check_features
+from raysim.layers.feature import algorithms_with
 from raysim.models import build_model
 from raysim.privacy.settings import resolve as resolve_privacy
 from raysim.results.live import check_available
@@ -55,9 +57,7 @@ def prepare(config: ExperimentConfig, data_root: str | None,
     data_root)`` run in another thread), called after the config's own checks; by default
     the dataset is read here."""
     check_method_data(config)
-    check_privacy(config)
-    check_system(config)
-    check_server_optimizer(config)
+    check_features(config)
     check_available(config.logging)
     dataset = load_dataset(config.dataset, data_root) if read is None else read()
     build_model(config.model, dataset.info)
@@ -140,7 +140,7 @@ def check_method_data(config: ExperimentConfig) -> None:
                 f"multi-label data, and dataset `{name}` gives each image a 0/1 vector of "
                 f"labels: {algorithm_class.multi_label_refusal}. Use a single-label dataset, "
                 f"or a method that supports multi-label data: "
-                f"{_supporting_none('multi_label_refusal')}.")
+                f"{algorithms_with('multi_label_refusal', truthy=False)}.")
         if config.training.loss == "hinge":
             raise ConfigError(
                 f"Invalid config field `training.loss` = 'hinge': dataset `{name}` is "
@@ -151,119 +151,7 @@ def check_method_data(config: ExperimentConfig) -> None:
             f"Invalid combination: algorithm `{config.algorithm.name}` does not support 3D "
             f"volumes, and dataset `{name}` is a MedMNIST 3D subset: "
             f"{algorithm_class.volume_refusal}. Use a 2D dataset, or a method that supports "
-            f"3D data: {_supporting_none('volume_refusal')}.")
-
-
-def _supporting_none(attribute: str) -> str:
-    """The registered algorithms whose class attribute ``attribute`` is None, listed."""
-    return ", ".join(sorted(n for n, c in ALGORITHMS.items() if getattr(c, attribute) is None))
-
-
-def _supporting(attribute: str) -> str:
-    """The registered algorithms whose class attribute ``attribute`` is truthy, listed."""
-    return ", ".join(sorted(n for n, c in ALGORITHMS.items() if getattr(c, attribute)))
-
-
-def check_privacy(config: ExperimentConfig) -> None:
-    """``privacy:`` needs an algorithm with weight uploads DP can protect, or one that
-    privatizes its own releases in local mode (one paragraph naming why otherwise)."""
-    if config.privacy is None:
-        return
-    algorithm_class = ALGORITHMS[config.algorithm.name]
-    releases = algorithm_class.private_releases
-    if releases is not None:
-        if config.privacy.mode != "local":
-            reason = algorithm_class.central_privacy_refusal or (
-                f"{releases}, so there is no sum for the server to noise")
-            raise ConfigError(
-                f"Invalid config field `privacy.mode` = 'central': with algorithm "
-                f"`{config.algorithm.name}`, {reason}. Set privacy.mode: local (every released "
-                "model clipped and noised by its client; epsilon composes one Gaussian "
-                "mechanism per release).")
-        if config.privacy.adaptive_clip is not None:
-            raise ConfigError(
-                f"Invalid config field `privacy.adaptive_clip`: algorithm "
-                f"`{config.algorithm.name}` releases its clients' models in local mode, and "
-                "adaptive clipping needs central noise on a count. Remove "
-                "privacy.adaptive_clip.")
-        if getattr(config.algorithm, "dp", None) is not None:
-            raise ConfigError(
-                f"Invalid combination: `algorithm.dp` and `privacy` both ask "
-                f"`{config.algorithm.name}` to clip and noise its released models. Keep "
-                "`privacy` (the same mechanism, with an accountant) and remove algorithm.dp.")
-        return
-    if not algorithm_class.mean_uploads:
-        raise ConfigError(
-            f"Invalid config section `privacy`: algorithm `{config.algorithm.name}` cannot give "
-            f"a client-level DP guarantee here: {algorithm_class.privacy_refusal}. A privacy "
-            f"setting would suggest a guarantee that is not there. Remove `privacy`, or use an "
-            f"algorithm whose uploads are weight updates: {_private_anywhere()} (or "
-            f"{_private_locally()} in local mode).")
-
-
-def _private_anywhere() -> str:
-    """The algorithms that take ``privacy`` in central and local mode, listed."""
-    return _supporting("mean_uploads")
-
-
-def _private_locally() -> str:
-    """The algorithms that take ``privacy`` in local mode only, listed."""
-    return _supporting("private_releases")
-
-
-def check_system(config: ExperimentConfig) -> None:
-    """``system:`` needs sites to simulate and, for fedbuff, a method that takes asynchronous
-    updates (one paragraph naming why otherwise)."""
-    system = config.system
-    if system is None:
-        return
-    algorithm_class = ALGORITHMS[config.algorithm.name]
-    if algorithm_class.pooled:
-        raise ConfigError(
-            f"Invalid config section `system`: algorithm `{config.algorithm.name}` trains one "
-            "model on the pooled data, so there are no sites whose speed, bandwidth or "
-            "availability could differ. Remove `system`.")
-    from raysim.system.profiles import check_profiles
-
-    check_profiles(system, config.partition.num_clients)  # tiers, trace file
-    if config.privacy is not None:
-        raise ConfigError(
-            "Invalid combination: `system` and `privacy`. DP's accountant assumes Poisson "
-            "sampling of the clients, and the simulated clock selects by availability and "
-            "finishing time, which that accountant does not cover. Remove one of them.")
-    if system.policy == "fedbuff":
-        if not algorithm_class.mean_uploads:
-            raise ConfigError(
-                f"Invalid config field `system.policy` = 'fedbuff': algorithm "
-                f"`{config.algorithm.name}` needs synchronous rounds: "
-                f"{algorithm_class.asynchronous_refusal}. Use system.policy sync, deadline or "
-                f"overselect, or an algorithm that takes asynchronous updates: "
-                f"{_supporting('mean_uploads')}.")
-        buffer = system.buffer_size or config.clients_per_round
-        if buffer > config.partition.num_clients:
-            raise ConfigError(
-                f"Invalid config field `system.buffer_size` = {buffer}: a buffer holds one "
-                f"update per site, and there are {config.partition.num_clients} sites. Lower "
-                "system.buffer_size.")
-
-
-def check_server_optimizer(config: ExperimentConfig) -> None:
-    """``server_optimizer:`` needs a method whose next global model is the mean of its
-    clients' models (one paragraph naming why otherwise)."""
-    if config.server_optimizer is None:
-        return
-    algorithm_class = ALGORITHMS[config.algorithm.name]
-    if not algorithm_class.server_optimizers:
-        raise ConfigError(
-            f"Invalid config section `server_optimizer`: algorithm `{config.algorithm.name}` "
-            "does not produce one mean model per round for a server optimizer to step on. "
-            f"Remove `server_optimizer`, or use {_supporting('server_optimizers')}.")
-    if config.system is not None and config.system.policy == "fedbuff" and \
-            config.system.server_lr != 1.0:
-        raise ConfigError(
-            "Invalid combination: `system.server_lr` and `server_optimizer` both set the "
-            "server's step on FedBuff's buffered update. Keep one: server_optimizer (with "
-            "its lr), or system.server_lr alone (an SGD step).")
+            f"3D data: {algorithms_with('volume_refusal', truthy=False)}.")
 
 
 def check_client_settings(config: ExperimentConfig, dataset: ArrayDataset) -> None:
@@ -277,7 +165,7 @@ def check_client_settings(config: ExperimentConfig, dataset: ArrayDataset) -> No
                 f"Invalid config field `clients.{key}`: algorithm {config.algorithm.name!r} "
                 f"trains one shared model, so every client must use the same architecture and "
                 f"input. Set `model` (and remove clients.{key}), or use an algorithm for "
-                f"heterogeneous clients: {_supporting('heterogeneous')}.")
+                f"heterogeneous clients: {algorithms_with('heterogeneous')}.")
     for architecture in per_client.architectures or ():
         build_model(architecture, dataset.info)
     if per_client.downsample and dataset.info.kind != "image":

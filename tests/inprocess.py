@@ -18,7 +18,7 @@ import torch
 
 from raysim.algorithms import ALGORITHMS
 from raysim.config import ExperimentConfig
-from raysim.layers.compose import compose
+from raysim.layers.assembly import compose
 from raysim.preparation import initial_weights, pooled, prepare, run_context
 from raysim.state_codec import read_state, save_state
 from raysim.system.plan import architecture_flops

@@ -19,7 +19,8 @@ from inprocess import flatten, simulate
 from raysim.algorithms import ALGORITHMS
 from raysim.config import parse_config
 from raysim.errors import ConfigError
-from raysim.preparation import check_privacy, check_system
+from raysim.layers.client_dp import check as check_privacy
+from raysim.layers.clock import check as check_system
 
 
 @pytest.fixture(scope="module")

@@ -245,7 +245,7 @@ def test_under_dp_every_client_weighs_one_in_the_sum(tmp_path):
     than its clip)."""
     from raysim.algorithms.fedavg import FedAvg
     from raysim.algorithms.params import FedAvgParams
-    from raysim.layers.compose import compose
+    from raysim.layers.assembly import compose
     from raysim.preparation import prepare, run_context
 
     config = parse_config(_raw(clip=1.0, noise_multiplier=1.0))
@@ -345,7 +345,7 @@ def test_feddc_refuses_its_own_dp_beside_privacy(capsys, tmp_path):
 def test_adaptive_clipping_noises_the_sum_at_the_rounds_clip_with_the_updates_multiplier():
     from raysim.algorithms.fedavg import FedAvg
     from raysim.algorithms.params import FedAvgParams
-    from raysim.layers.compose import compose
+    from raysim.layers.assembly import compose
     from raysim.preparation import prepare, run_context
     from raysim.privacy.private_mean import AdaptivelyClipped
     from raysim.vectors.weighted_sum import WeightedSum
@@ -497,3 +497,29 @@ def test_fedsm_calibrates_its_noise_for_every_upload_of_every_round():
     settings = context.privacy
     assert settings is not None and settings.calibrated
     assert settings.epsilon_after(fedsm.dp_releases(4)) == pytest.approx(4.0, rel=1e-3)
+
+
+def test_the_dp_feature_brings_its_layer_sampler_accountant_and_round_cap(tmp_path):
+    """``privacy:`` is one feature (``raysim.layers.client_dp``): assembled into a run it wraps
+    the algorithm in the private mean, samples clients by Poisson at the accountant's rate,
+    adds the budget's columns and caps the rounds at what ``target_epsilon`` allows; without
+    it the run has none of them."""
+    from raysim.algorithms.fedavg import FedAvg
+    from raysim.algorithms.params import FedAvgParams
+    from raysim.layers.assembly import assemble
+    from raysim.layers.client_dp import PoissonSampler, PrivacyAccounting
+    from raysim.preparation import prepare, run_context
+
+    config = parse_config(_raw(clip=1.0, noise_multiplier=1.0))
+    dataset, partition = prepare(config, None)[0]
+    context = run_context(config, dataset, 0, partition.num_clients)
+    parts = assemble(FedAvg, FedAvgParams(), context)
+    assert type(parts.algorithm).__name__ == "PrivateMean"
+    assert isinstance(parts.sampler(), PoissonSampler)
+    assert parts.sampler().rate == context.privacy.rate
+    assert [type(c) for c in parts.callbacks(10)] == [PrivacyAccounting]
+    assert parts.rounds(10 ** 6) == context.privacy.rounds_allowed
+    assert "privacy" in parts.manifest()
+    plain = assemble(FedAvg, FedAvgParams(), replace(context, privacy=None))
+    assert type(plain.algorithm) is FedAvg and plain.sampler() is None
+    assert plain.callbacks(10) == [] and plain.rounds(7) == 7 and plain.manifest() == {}

@@ -8,7 +8,7 @@ uploads are summed with one vote each and the next model is their private mean w
 denominator and, in central mode, Gaussian noise on the sum
 (:func:`~raysim.privacy.private_mean.private_mean`); under adaptive clipping the server state
 also carries the next round's clip. Poisson sampling, the accountant and the round cap are the
-run's part of DP (the engine's driver composes them with this layer).
+run's part of DP (:mod:`raysim.layers.client_dp`, the DP feature this layer belongs to).
 """
 
 from __future__ import annotations

@@ -25,12 +25,15 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
+from raysim.errors import ConfigError
+from raysim.layers.feature import Feature, RunSettings, algorithms_with
 from raysim.layers.wrapped import Wrapped
 from raysim.state_codec import persistable
 from raysim.vectors.weights import FlatWeights, Weights, flat_tensor, layout_of, to_host
 
 if TYPE_CHECKING:
     from raysim.schema import ServerOptimizerConfig
+    from raysim.training.context import RunContext
 
 
 @persistable
@@ -141,5 +144,43 @@ class ServerOptimizer(Wrapped):
                               moments)
 
 
-__all__ = ["OptimizedState", "ServerMoments", "ServerOptimizer", "flat_vector", "server_step",
-           "with_model"]
+def check(config: RunSettings) -> None:
+    """``server_optimizer:`` needs a method whose next global model is the mean of its
+    clients' models (one paragraph naming why otherwise)."""
+    from raysim.algorithms import ALGORITHMS
+
+    if config.server_optimizer is None:
+        return
+    name = getattr(config.algorithm, "name", "")
+    if not ALGORITHMS[name].server_optimizers:
+        raise ConfigError(
+            f"Invalid config section `server_optimizer`: algorithm `{name}` "
+            "does not produce one mean model per round for a server optimizer to step on. "
+            f"Remove `server_optimizer`, or use {algorithms_with('server_optimizers')}.")
+    if config.system is not None and config.system.policy == "fedbuff" and \
+            config.system.server_lr != 1.0:
+        raise ConfigError(
+            "Invalid combination: `system.server_lr` and `server_optimizer` both set the "
+            "server's step on FedBuff's buffered update. Keep one: server_optimizer (with "
+            "its lr), or system.server_lr alone (an SGD step).")
+
+
+class ServerOptimization(Feature):
+    """The server optimizer's part in a run: its layer (its state is the server state's)."""
+
+    def __init__(self, settings: ServerOptimizerConfig):
+        self.settings = settings
+
+    def wrap(self, algorithm: Any) -> Any:
+        return ServerOptimizer(algorithm, self.settings)
+
+
+def feature(context: RunContext) -> ServerOptimization | None:
+    """The optimizer's part of the run (``server_optimizer:``, or FedBuff's
+    ``system.server_lr`` as an SGD step), or None without one."""
+    settings = context.server_optimizer
+    return None if settings is None else ServerOptimization(settings)
+
+
+__all__ = ["OptimizedState", "ServerMoments", "ServerOptimization", "ServerOptimizer", "check",
+           "feature", "flat_vector", "server_step", "with_model"]

@@ -1,6 +1,6 @@
 """Who takes part in a round: the round loop asks its sampler. Uniform sampling without
-replacement (the default), Poisson sampling (each client independently, as DP's accountant
-assumes) and the simulated clock's choice (``system:``)."""
+replacement is the default; a feature may replace it (DP's Poisson sampling,
+:mod:`raysim.layers.client_dp`; the simulated clock's choice, :mod:`raysim.layers.clock`)."""
 
 from __future__ import annotations
 
@@ -8,9 +8,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from raysim.privacy.sampling import poisson_sample
 from raysim.seeding import numpy_rng
-from raysim.system.records import ClockRecords
 
 
 @dataclass(frozen=True)
@@ -29,29 +27,3 @@ class UniformSampler:
             return np.arange(self.num_clients)
         return np.sort(numpy_rng(self.seed, "sample", round_).choice(self.num_clients, count,
                                                                      replace=False))
-
-
-@dataclass(frozen=True)
-class PoissonSampler:
-    """Every client independently with probability ``rate`` (a round may have none: the
-    algorithm still aggregates it)."""
-
-    seed: int
-    num_clients: int
-    rate: float
-    skip_empty_rounds = False
-
-    def clients(self, round_: int) -> np.ndarray:
-        return poisson_sample(self.seed, round_, self.num_clients, self.rate)
-
-
-@dataclass(frozen=True)
-class ClockSampler:
-    """The clients the simulated clock let finish in time (or buffered) in each round; a round
-    where none did leaves the server state as it was."""
-
-    records: ClockRecords
-    skip_empty_rounds = True
-
-    def clients(self, round_: int) -> np.ndarray:
-        return self.records.trained(round_)

@@ -9,10 +9,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from raysim.errors import DivergenceError
-from raysim.privacy.settings import DpSettings
 from raysim.results.manifest import read_manifest, update_manifest
 from raysim.rounds.checkpoint import CHECKPOINT_FORMAT, Checkpoint, save_checkpoint
 from raysim.rounds.round_loop import (
@@ -22,7 +19,6 @@ from raysim.rounds.round_loop import (
     RoundLoop,
     RoundOutcome,
 )
-from raysim.system.records import ClockRecords
 
 
 class EvaluationSchedule(RoundCallback):
@@ -192,52 +188,3 @@ class StateResidencyNotices(RoundCallback):
         if notices:
             known = read_manifest(self.run_dir).get("worker_states", {})
             update_manifest(self.run_dir, worker_states={**known, **notices})
-
-
-class PrivacyAccounting(RoundCallback):
-    """The privacy budget in every ``rounds`` row: ``epsilon`` at the run's delta after the
-    round (dp-accounting, :mod:`raysim.privacy.accountant`), the noise multiplier and the
-    clip; the last row of a run capped by ``privacy.target_epsilon`` says why it stopped."""
-
-    def __init__(self, settings: DpSettings, rounds: int):
-        self.settings = settings
-        self.rounds = rounds
-        """The configured rounds (the loop may run fewer: ``settings.rounds_allowed``)."""
-
-    def columns(self, loop: RoundLoop, outcome: RoundOutcome) -> dict[str, Any]:
-        done = outcome.round + 1
-        releases = loop.algorithm.dp_releases(done)  # FedDC: only hand-over rounds release
-        row: dict[str, Any] = {"epsilon": self.settings.epsilon_after(releases),
-                               "dp_delta": self.settings.delta,
-                               "dp_noise_multiplier": self.settings.noise_multiplier,
-                               "dp_clip": float(outcome.dispatch.message.get(
-                                   "dp_clip", self.settings.clip)),  # the round's clip
-                               "dp_accountant": self.settings.accountant,
-                               "dp_mode": self.settings.mode}
-        if done == self.settings.rounds_allowed < self.rounds:
-            following = self.settings.epsilon_after(done + 1)
-            row["stop_reason"] = (
-                f"privacy budget: epsilon after round {done} would be {following:.4g} > "
-                f"privacy.target_epsilon={self.settings.target_epsilon:g} (delta "
-                f"{self.settings.delta:.3g}); the run stopped after {done} of {self.rounds} "
-                "rounds")
-        return row
-
-
-class ClockColumns(RoundCallback):
-    """The simulated clock's record of every round (``system:``): its columns in the
-    ``rounds`` row, each trained client's simulated times in the ``clients`` rows, and the
-    ``system`` table's rows of every selected site."""
-
-    def __init__(self, records: ClockRecords):
-        self.records = records
-
-    def columns(self, loop: RoundLoop, outcome: RoundOutcome) -> dict[str, Any]:
-        return self.records.columns(outcome.round)
-
-    def client_columns(self, loop: RoundLoop, outcome: RoundOutcome,
-                       clients: np.ndarray) -> dict[str, np.ndarray]:
-        return self.records.clock_columns(outcome.round, clients)
-
-    def tables(self, loop: RoundLoop, outcome: RoundOutcome) -> dict[str, dict[str, Any]]:
-        return {"system": self.records.table(outcome.round)}

@@ -22,12 +22,12 @@ from raysim.engine.run.ray_workers import RayWorkers
 from raysim.engine.run.server_evaluation import Evaluator
 from raysim.engine.run.worker import WorkerSetup
 from raysim.errors import DivergenceError, ResultsNotWritable, RunError, WorkerFailureError
-from raysim.layers.compose import compose
+from raysim.layers.assembly import assemble
 from raysim.results.live import MetricStreams
 from raysim.results.manifest import update_manifest
 from raysim.results.sink import ParquetSink
 from raysim.rounds.checkpoint import Checkpoint, load_checkpoint, remove_checkpoint, truncate_results
-from raysim.rounds.client_sampling import ClockSampler, PoissonSampler, UniformSampler
+from raysim.rounds.client_sampling import UniformSampler
 from raysim.rounds.placement import (
     assign_groups,
     client_groups,
@@ -36,12 +36,10 @@ from raysim.rounds.placement import (
 )
 from raysim.rounds.round_callbacks import (
     Checkpointing,
-    ClockColumns,
     DivergenceStop,
     EvaluationSchedule,
     LiveMetrics,
     MembershipAudit,
-    PrivacyAccounting,
     StateResidencyNotices,
     StopAtRoundBoundary,
     StoppedAtRoundBoundary,
@@ -113,8 +111,10 @@ class Driver:
         self.run_dir = Path(spec.run_dir)
         setup = spec.setup
         self.context = setup.context
-        self.algorithm = compose(setup.algorithm_class, setup.algorithm_params,
-                                 setup.context, plan=self._clock_plan)
+        self.parts = assemble(setup.algorithm_class, setup.algorithm_params, setup.context,
+                              plan=None if spec.clock is None else self._clock_plan)
+        """The algorithm in its features' layers, and what the features add to the rounds."""
+        self.algorithm = self.parts.algorithm
         self.test_y = _fetch(setup.arrays["test_y"])
         if self.algorithm.server_holds_inputs:
             self.algorithm.attach_server_inputs(_fetch(setup.arrays["train_x"]),
@@ -348,10 +348,9 @@ class Driver:
     def _rounds(self, workers: list[Any], layout: _Layout, sink: ParquetSink) -> dict[str, Any]:
         """One pass of the round loop from the durable state to the end."""
         spec, context = self.spec, self.context
-        privacy = context.privacy  # its budget may allow fewer rounds than configured
-        rounds = spec.rounds if privacy is None else min(spec.rounds, privacy.rounds_allowed)
-        if privacy is not None:
-            update_manifest(self.run_dir, privacy=privacy.describe())
+        rounds = self.parts.rounds(spec.rounds)  # a feature may allow fewer (DP's budget)
+        if entries := self.parts.manifest():
+            update_manifest(self.run_dir, **entries)
         evaluation = EvaluationSchedule(
             spec.evaluation.every, rounds,
             lambda state, round_: self._evaluator.evaluate(workers, state, round_,
@@ -369,20 +368,16 @@ class Driver:
                        StopAtRoundBoundary(self._stop.is_set, spec.rounds, self.run_dir,
                                            context.seed),
                        *([LiveMetrics(self._streams)] if self._streams else []),
-                       *([PrivacyAccounting(privacy, spec.rounds)] if privacy else []),
-                       *([ClockColumns(system.records)] if (system := self._system()) else [])],
+                       *self.parts.callbacks(spec.rounds)],
             report=self._set_progress)
         return loop.run()
 
     def _sampler(self) -> Sampler:
-        """Who takes part in each round: the simulated clock's choice (``system:``), Poisson
-        sampling at DP's rate (``privacy:``), else a uniform draw of the configured number."""
-        context, system = self.context, self._system()
-        if system is not None:
-            return ClockSampler(system.records)
-        if context.privacy is not None:
-            return PoissonSampler(context.seed, context.num_clients, context.privacy.rate)
-        return UniformSampler(context.seed, context.num_clients, context.clients_per_round)
+        """Who takes part in each round: a feature's choice (the simulated clock's, DP's
+        Poisson sampling), else a uniform draw of the configured number."""
+        context = self.context
+        return self.parts.sampler() or UniformSampler(context.seed, context.num_clients,
+                                                      context.clients_per_round)
 
     def _send_groups(self, workers: list[Any], group_of_client: np.ndarray,
                      worker_of_client: np.ndarray) -> None:

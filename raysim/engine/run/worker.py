@@ -16,7 +16,7 @@ import torch
 from raysim.algorithms.base import Algorithm, RunContext
 from raysim.data.partition import Partition
 from raysim.engine.run.gpu_share import cap_gpu_memory, gpu_memory_errors
-from raysim.layers.compose import compose
+from raysim.layers.assembly import compose
 from raysim.rounds.process_memory import freeze_imported_objects, keep_freed_memory, resident_memory_mb
 from raysim.rounds.round_loop import RoundReply
 from raysim.schema import StrictModel
