@@ -3,9 +3,8 @@ resources and keeps their persistent state resident between rounds."""
 
 from __future__ import annotations
 
+import dataclasses
 import os
-import time
-from collections import defaultdict
 from dataclasses import dataclass
 from typing import Any
 
@@ -17,7 +16,8 @@ from raysim.algorithms.base import Algorithm, RunContext
 from raysim.data.partition import Partition
 from raysim.engine.run.gpu_share import cap_gpu_memory, gpu_memory_errors
 from raysim.layers.assembly import compose
-from raysim.rounds.process_memory import freeze_imported_objects, keep_freed_memory, resident_memory_mb
+from raysim.rounds.client_work import ClientWork
+from raysim.rounds.process_memory import freeze_imported_objects, keep_freed_memory
 from raysim.rounds.round_loop import RoundReply
 from raysim.schema import StrictModel
 from raysim.system.plan import ArchitectureKey, architecture_flops
@@ -25,11 +25,9 @@ from raysim.training.context import ClientData
 from raysim.training.evaluation import classification_metrics, predict_proba
 from raysim.training.membership import audit_sets, membership_auc
 from raysim.training.resident_data import data_cap_bytes
-from raysim.training.resident_states import StateResidency, state_cap_bytes
+from raysim.training.resident_states import state_cap_bytes
 from raysim.training.runtime import ClientRuntime, warm_up
-from raysim.vectors.reduction_tree import subtree_roots
-from raysim.vectors.weighted_sum import settle
-from raysim.vectors.weights import Weights, host_tree, payload_bytes, set_weights
+from raysim.vectors.weights import Weights, host_tree, set_weights
 
 
 @dataclass(frozen=True)
@@ -82,11 +80,8 @@ class ClientWorker:
         keep_freed_memory()
 
         self.setup: WorkerSetup | None = None  # set by configure (also after a Ray restart)
-        self.client_states: dict[int, Any] = {}
-        self.residency = StateResidency(None)
-        self.group_of: dict[int, int] = {}
-        self.group_span = (0, 0)
-        """[first, stop) of the contiguous client groups this worker holds."""
+        self.work: ClientWork | None = None
+        """The run's clients held here (:class:`~raysim.rounds.client_work.ClientWork`)."""
 
     def configure(self, setup: WorkerSetup, index: int) -> dict[str, Any]:
         """Bind this worker to one run: its algorithm, data and models, warmed up; client
@@ -108,6 +103,9 @@ class ClientWorker:
             warm_up(self.runtime.model, context.info, context.training.optimizer, self.device)
         freeze_imported_objects()  # torch's first training imported the rest of what it needs
         self.setup = setup
+        self.work = ClientWork(self.algorithm, self.runtime, index,
+                               lambda where: gpu_memory_errors(self.gpu_share, index, where),
+                               self._audit if setup.membership_audit else None)
         return self.describe()
 
     def clock_flops(self, context: RunContext, num_clients: int
@@ -121,10 +119,21 @@ class ClientWorker:
     def reset(self) -> None:
         """Forget the current run (its data references, models and client states)."""
         self.setup = None
-        self.client_states, self.group_of, self.group_span = {}, {}, (0, 0)
-        self.residency = StateResidency(None)
+        self.work = None
         for name in ("algorithm", "arrays", "runtime"):
             self.__dict__.pop(name, None)
+
+    @property
+    def client_states(self) -> dict[int, Any]:
+        """The client states held here for the current run."""
+        return {} if self.work is None else self.work.client_states
+
+    @property
+    def run_work(self) -> ClientWork:
+        """The clients of the run this worker is configured for."""
+        if self.work is None:
+            raise RuntimeError(f"worker {os.getpid()} was used before configure()")
+        return self.work
 
     @property
     def run_setup(self) -> WorkerSetup:
@@ -149,68 +158,22 @@ class ClientWorker:
         """The fixed client group of each client this worker holds (a contiguous range of
         groups: the worker merges them into subtrees of the fixed reduction tree); their
         training rows go onto the worker's device for the run. Returns where the data lives."""
-        self.group_of = dict(zip(clients.tolist(), groups.tolist(), strict=True))
         gpu_cap = self.gpu_share.cap_bytes if self.gpu_share else None
-        self.residency = StateResidency(state_cap_bytes(self.device, gpu_cap))
-        self.group_span = (int(groups.min()), int(groups.max()) + 1) if len(groups) else (0, 0)
+        self.run_work.set_groups(clients, groups, state_cap_bytes(self.device, gpu_cap))
         return self.runtime.keep_rows_on_device(clients.tolist(), data_cap_bytes(self.device, gpu_cap))
 
     def run_round(self, round_: int, message: dict[str, Any], clients: np.ndarray,
                   incoming: list[ray.ObjectRef] | None = None,
                   moves: np.ndarray | None = None, audit: bool = False) -> RoundReply:
-        """Run the local work of this worker's sampled ``clients`` (ascending ids) in one
-        batch (per-client results do not depend on the batch), reduce each client group in
-        client order, and merge the groups into the subtrees of the fixed reduction tree that
-        this worker holds (one partial per worker when its groups form an aligned block).
-
-        ``incoming``: client states relayed to this worker after the previous round.
-        ``moves``: rows (client, destination client, destination worker) for every client state
-        held here, applied after the local work; states bound for other workers are put into
-        the object store and returned as {worker: reference}, never sent through the driver.
-        ``audit``: score every client's upload with the algorithm's membership attack
-        (``mia_auc``; the driver's :class:`~raysim.rounds.round_callbacks.MembershipAudit`
-        decides the round).
-        """
-        self.receive_states(incoming or [])
-        ids: list[int] = clients.tolist()
-        groups: dict[int, list[int]] = defaultdict(list)
-        for client in ids:
-            groups[self.group_of[client]].append(client)
-        started = time.perf_counter()
-        with gpu_memory_errors(self.gpu_share, self.index, f"in round {round_}"):
-            updates = self.algorithm.local_updates(
-                self.runtime, ids, round_, message,
-                [self.client_states.get(c) for c in ids])
-        seconds = (time.perf_counter() - started) / max(len(ids), 1)
-        by_client = dict(zip(ids, updates, strict=True))
-        bytes_up: dict[str, int] = defaultdict(int)
-        for client, result in by_client.items():
-            if result.state is not None:
-                self.client_states[client] = result.state
-            for kind, payload in result.upload.items():
-                if kind not in self.algorithm.evaluation_uploads:
-                    bytes_up[kind] += payload_bytes(payload)
-        partials = {}
-        for group, members in sorted(groups.items()):
-            partial = self.algorithm.reduce([(c, by_client[c]) for c in members])
-            if partial is not None:
-                partials[group] = partial
-        results = subtree_roots(partials, *self.group_span, self.algorithm.merge)
-        settle(results)  # the sums read the clients' models, which move on below
-        columns = {"client": np.array(ids, dtype=np.int64)}
-        if any(u.train_loss is not None for u in updates):
-            columns["train_loss"] = np.array([np.nan if u.train_loss is None else u.train_loss
-                                              for u in updates], dtype=float)
-        columns["num_samples"] = np.array([u.num_samples for u in updates], dtype=float)
-        for key in dict.fromkeys(k for u in updates for k in u.metrics):
-            columns[key] = np.array([u.metrics.get(key, np.nan) for u in updates], dtype=float)
-        columns["train_seconds"] = np.full(len(ids), seconds)
-        if audit:
-            columns["mia_auc"] = np.array([self._audit(c, by_client[c].upload) for c in ids])
-        outgoing = self._apply_moves([] if moves is None else moves.tolist())
-        notice = self.residency.keep(self.client_states)
-        return RoundReply(results, columns, dict(bytes_up), outgoing, len(self.client_states),
-                          resident_memory_mb(), notice)
+        """The round's local work of this worker's sampled ``clients``
+        (:meth:`ClientWork.run_round`), with the client states relayed here (``incoming``)
+        and those leaving for other workers (the reply's ``outgoing``) in the object store,
+        never sent through the driver. ``audit``: the driver's
+        :class:`~raysim.rounds.round_callbacks.MembershipAudit` decides the round."""
+        bundles = ray.get(list(incoming)) if incoming else []
+        reply = self.run_work.run_round(round_, message, clients, bundles, moves, audit)
+        return dataclasses.replace(reply, outgoing={
+            worker: ray.put(host_tree(states)) for worker, states in reply.outgoing.items()})
 
     def _audit(self, client: int, upload: dict[str, Any]) -> float:
         """Membership-inference AUC of one client's upload (see raysim.training.membership)."""
@@ -229,29 +192,12 @@ class ClientWorker:
 
     def restore_states(self, states: dict[int, Any]) -> int:
         """Replace the client states held here (after a restart or a rollback)."""
-        self.client_states = dict(states)
-        return len(self.client_states)
-
-    def _apply_moves(self, moves: list[list[int]]) -> dict[int, ray.ObjectRef]:
-        leaving = {client: self.client_states.pop(client) for client, _, _ in moves
-                   if client in self.client_states}
-        outgoing: dict[int, dict[int, Any]] = defaultdict(dict)
-        for client, destination, worker in moves:
-            if client not in leaving:
-                continue
-            if worker == self.index:
-                self.client_states[destination] = leaving[client]
-            else:
-                outgoing[worker][destination] = leaving[client]
-        return {worker: ray.put(host_tree(states)) for worker, states in outgoing.items()}
+        self.run_work.client_states = dict(states)
+        return len(states)
 
     def receive_states(self, refs: list[ray.ObjectRef]) -> int:
         """Adopt client states relayed from other workers; returns how many arrived."""
-        arrived = 0
-        for bundle in ray.get(list(refs)) if refs else []:
-            self.client_states.update(bundle)
-            arrived += len(bundle)
-        return arrived
+        return self.run_work.receive(ray.get(list(refs)) if refs else [])
 
     def predict_test(self, models: dict[str, Any], chunks: list[tuple[int, int]],
                      split: str = "test"
