@@ -1,8 +1,9 @@
-"""A Ray-free stand-in for the engine's round loop (tests only): one process plays the driver
-and every worker, with the same hooks in the same order (broadcast, migration, local updates,
-per-group reduce, aggregate, state moves). Used to check the algorithm contract: results do
-not depend on the algorithm object surviving between rounds, on writing the states to a
-checkpoint's file, or on how clients are grouped."""
+"""The production round loop in one process, without Ray (tests only): the engine's
+:class:`~raysim.rounds.round_loop.RoundLoop` over in-process workers
+(:mod:`raysim.rounds.in_process`), the algorithm assembled with its features as the driver
+assembles it. Used to check the algorithm contract: results do not depend on the algorithm
+object surviving between rounds, on writing the states to a checkpoint's file, or on how
+clients are grouped."""
 
 from __future__ import annotations
 
@@ -18,8 +19,12 @@ import torch
 
 from raysim.algorithms import ALGORITHMS
 from raysim.config import ExperimentConfig
-from raysim.layers.assembly import compose
+from raysim.layers.assembly import assemble, compose
 from raysim.preparation import initial_weights, pooled, prepare, run_context
+from raysim.rounds.client_sampling import UniformSampler
+from raysim.rounds.client_work import ClientWork
+from raysim.rounds.in_process import InProcessWorkers, MemorySink
+from raysim.rounds.round_loop import Durable, LoopProgress, RoundCallback, RoundLoop, RoundOutcome
 from raysim.state_codec import read_state, save_state
 from raysim.system.plan import architecture_flops
 from raysim.system.planning import ClockSettings, plan_for_run
@@ -39,15 +44,19 @@ class Trace:
     runtime: Any = None
     """The ClientRuntime every client trained in."""
     dataset: Any = None
+    rows: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    """The rows the loop wrote (``rounds``, ``clients``, ``communication``, ...)."""
 
 
 def simulate(config: ExperimentConfig, *, fresh_objects: bool = False,
-             group_size: int = 1) -> Trace:
-    """Run ``config``'s first seed for its rounds, every client every round (with ``system:``,
-    the clients the clock's plan trains), the algorithm composed with the layers the config
-    asks for (DP, FedBuff) as the engine composes it. ``fresh_objects``: new algorithm
-    objects every round, server and client states round-tripped through a checkpoint's state
-    file (as after a resume). ``group_size``: clients per reduce group."""
+             group_size: int = 1, workers: int = 1) -> Trace:
+    """Run ``config``'s first seed on the production round loop in this process
+    (:class:`~raysim.rounds.round_loop.RoundLoop` over :class:`~raysim.rounds.in_process.
+    InProcessWorkers`), its algorithm in the layers its features add and their sampler (the
+    clock's, DP's Poisson sampling, else a uniform draw), as the engine's driver assembles it.
+    ``fresh_objects``: new algorithm objects every round, server and client states
+    round-tripped through a checkpoint's state file (as after a resume). ``group_size``:
+    clients per reduce group; ``workers``: workers holding contiguous blocks of groups."""
     seed = config.seeds[0]
     dataset, partition = prepare(config, None)[seed]
     algorithm_class = ALGORITHMS[config.algorithm.name]
@@ -55,54 +64,89 @@ def simulate(config: ExperimentConfig, *, fresh_objects: bool = False,
         partition = pooled(partition, len(dataset.test_y))
     context = run_context(config, dataset, seed, partition.num_clients)
     start = initial_weights(config, dataset, seed)
-
     plan = None
     if config.system is not None:
         plan = plan_for_run(ClockSettings(config.system, config.clients_per_round), context,
                             partition, start, architecture_flops(context, partition.num_clients))
-
-    def new_algorithm(server: bool = True) -> Any:
-        algorithm = compose(algorithm_class, config.algorithm, context,
-                            plan=(lambda: plan) if server and plan is not None else None)
-        if algorithm.server_holds_inputs:
-            algorithm.attach_server_inputs(dataset.train_x, partition.train)
-        return algorithm
-
     runtime = ClientRuntime(
         RunContext(seed, dataset.info, config.model, config.training, len(partition.train),
                    len(partition.train), context.architectures, context.downsample),
         ClientData(dataset.train_x, dataset.train_y, partition.train, start),
-        torch.device("cpu"), vectorize=config.engine.vectorize)
-    server, client_side = new_algorithm(), new_algorithm(server=False)
-    state = server.init_server_state(start)
+        torch.device("cpu"), vectorize=config.engine.vectorize,
+        per_client_loop=algorithm_class.per_client_loop)
+    num_clients = partition.num_clients
+    group_of_client = np.arange(num_clients) // group_size
+    groups = int(group_of_client.max()) + 1
+    worker_of_group = np.arange(groups) * workers // groups  # contiguous blocks of groups
+    worker_of_client = worker_of_group[group_of_client]
+
+    def attached(algorithm: Any) -> Any:
+        if algorithm.server_holds_inputs:
+            algorithm.attach_server_inputs(dataset.train_x, partition.train)
+        return algorithm
+
+    def new_loop(state: Any, states: dict[int, Any], first: int, rounds: int,
+                 ending: list[Any]) -> tuple[RoundLoop, list[ClientWork]]:
+        parts = assemble(algorithm_class, config.algorithm, context,
+                         plan=None if plan is None else (lambda: plan))
+        works = [ClientWork(attached(compose(algorithm_class, config.algorithm, context)),
+                            runtime, w) for w in range(workers)]
+        for w, work in enumerate(works):
+            held = np.flatnonzero(worker_of_client == w)
+            work.set_groups(held, group_of_client[held])
+            work.client_states = {c: s for c, s in states.items() if worker_of_client[c] == w}
+        sampler = parts.sampler() or UniformSampler(seed, num_clients, context.clients_per_round)
+        loop = RoundLoop(attached(parts.algorithm), sampler=sampler, rounds=rounds,
+                         worker_of_client=worker_of_client, workers=InProcessWorkers(works),
+                         sink=sink, progress=LoopProgress(Durable(first, state, states),
+                                                          recorded=first),
+                         callbacks=[*parts.callbacks(config.training.rounds), _Ending(ending)])
+        return loop, works
+
+    sink = MemorySink()
     trace = Trace()
-    client_states: dict[int, Any] = {}
-    for round_ in range(config.training.rounds):
-        clients = (list(range(partition.num_clients)) if plan is None
-                   else plan.records.trained(round_).tolist())
-        groups = [clients[i:i + group_size] for i in range(0, len(clients), group_size)]
-        if fresh_objects:
-            server, client_side = new_algorithm(), new_algorithm(server=False)
-            state, client_states = through_state_file((state, client_states))
-        message = server.broadcast(state, round_)
-        destination = server.migration(round_)
-        results = {}
-        for group in groups:  # one worker call per group, as in the engine
-            results.update(zip(group, client_side.local_updates(
-                runtime, group, round_, message, [client_states.get(c) for c in group]),
-                strict=True))
-        partials = [p for group in groups
-                    if (p := client_side.reduce([(c, results[c]) for c in group])) is not None]
-        state = server.aggregate(state, partials, round_)
-        client_states = {c: r.state for c, r in results.items() if r.state is not None}
-        if destination is not None:
-            client_states = {int(destination[c]): s for c, s in client_states.items()}
-        trace.metrics.append({c: {**{k: v for k, v in r.metrics.items() if "seconds" not in k},
-                                  **({} if r.train_loss is None else {"train_loss": r.train_loss})}
-                              for c, r in results.items()})  # timings differ run to run
-    trace.server_state, trace.client_states = state, client_states
-    trace.algorithm, trace.runtime, trace.dataset = server, runtime, dataset
+    ending: list[Any] = []
+    rounds = config.training.rounds
+    if fresh_objects:  # one loop per round from the states read back, as after a resume
+        state: Any = None
+        states: dict[int, Any] = {}
+        for round_ in range(rounds):
+            loop, works = new_loop(state, states, round_, round_ + 1, ending)
+            if round_ == 0:
+                state = loop.algorithm.init_server_state(start)
+            state, states = through_state_file((state, states))
+            loop.progress.durable = Durable(round_, state, states)
+            for work in works:
+                work.client_states = {c: s for c, s in states.items()
+                                      if worker_of_client[c] == work.index}
+            loop.run()
+            state, states = ending[-1], loop.workers.snapshot_states()
+    else:
+        loop, works = new_loop(None, {}, 0, rounds, ending)
+        loop.progress.durable = Durable(0, loop.algorithm.init_server_state(start), {})
+        loop.run()
+        state, states = ending[-1], loop.workers.snapshot_states()
+    by_round: list[dict[int, dict[str, float]]] = [{} for _ in range(rounds)]
+    for row in sink.rows["clients"]:
+        by_round[int(row["round"])][int(row["client"])] = {
+            k: float(v) for k, v in row.items()
+            if k not in ("round", "client", "num_samples") and "seconds" not in k
+            and not (isinstance(v, float) and np.isnan(v))}  # timings differ run to run
+    trace.metrics = by_round
+    trace.server_state, trace.client_states = state, states
+    trace.algorithm, trace.runtime, trace.dataset = loop.algorithm, runtime, dataset
+    trace.rows = dict(sink.rows)
     return trace
+
+
+class _Ending(RoundCallback):
+    """Keeps the server state after every round (the loop's own is internal)."""
+
+    def __init__(self, states: list[Any]):
+        self.states = states
+
+    def after_record(self, loop: RoundLoop, outcome: RoundOutcome) -> None:
+        self.states.append(outcome.state)
 
 
 def through_state_file(tree: Any) -> Any:

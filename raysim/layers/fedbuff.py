@@ -39,7 +39,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
-from raysim.layers.wrapped import Wrapped, merged
+from raysim.layers.wrapped import Wrapped, root_of
 from raysim.state_codec import persistable
 from raysim.vectors.weighted_sum import WeightedSum
 from raysim.vectors.weights import FlatWeights, Weights, on_device
@@ -104,7 +104,7 @@ class FedBuff(Wrapped):
 
     def aggregate(self, state: BufferedState, partials: Sequence[Any],
                   round_: int) -> BufferedState:
-        root = merged(partials)
+        root = root_of(partials)
         if root is None:  # no client finished this round: the model stays
             return BufferedState(state.model, self._kept(state.versions, state.model,
                                                          round_ + 1))

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from raysim.layers.wrapped import Wrapped, merged
+from raysim.layers.wrapped import Wrapped, root_of
 from raysim.privacy.private_mean import AdaptivelyClipped, count_noise, private_mean
 from raysim.privacy.uploads import privatize_uploads
 from raysim.vectors.weighted_sum import WeightedSum
@@ -57,7 +57,7 @@ class PrivateMean(Wrapped):
     def aggregate(self, state: Any, partials: Sequence[Any], round_: int) -> Any:
         settings, seed = self.settings, self.inner.context.seed
         (kind,) = self.inner.mean_uploads
-        root = merged(partials)
+        root = root_of(partials)
         if isinstance(state, AdaptivelyClipped):  # Andrew et al. 2021: the clip moves too
             assert settings.adaptive is not None
             sums = [] if root is None else [root[kind]]

@@ -39,10 +39,8 @@ class Wrapped:
         return merge_partials(left, right)
 
 
-def merged(partials: Sequence[Any]) -> Any:
-    """The partials of a round merged in order into one (the engine hands one, the tree's
-    root; a test's in-process loop may hand one per group); None when there is none."""
-    total = None
-    for partial in partials:
-        total = merge_partials(total, partial)
-    return total
+def root_of(partials: Sequence[Any]) -> Any:
+    """The round's one partial, the reduction tree's root (the round loop hands ``aggregate``
+    that root, or nothing when no client sent anything); None when there is none."""
+    assert len(partials) <= 1, "the round loop hands aggregate the reduction tree's root"
+    return partials[0] if partials else None
