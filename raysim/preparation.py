@@ -19,12 +19,10 @@ from raysim.data.medmnist_io import is_volumetric, task_of
 from raysim.data.partition import share_like_training
 from raysim.data.site_shift import apply_site_shift
 from raysim.errors import ConfigError
-from raysim.layers.assembly import check_features
+from raysim.layers.assembly import check_features, context_settings
 from raysim.layers.feature import algorithms_with
 from raysim.models import build_model
-from raysim.privacy.settings import resolve as resolve_privacy
 from raysim.results.live import check_available
-from raysim.schema import ServerOptimizerConfig
 from raysim.seeding import torch_generator
 from raysim.vectors.weights import get_weights
 
@@ -188,14 +186,6 @@ def run_context(config: ExperimentConfig, dataset: ArrayDataset, seed: int,
         architectures = tuple(a for c, a in enumerate(architectures) if c != kept)
         downsample = tuple(d for c, d in enumerate(downsample) if c != kept)
     per_round = min(config.clients_per_round, training_clients)
-    privacy = None if config.privacy is None else resolve_privacy(
-        config.privacy, num_clients, per_round, config.training.rounds,
-        ALGORITHMS[config.algorithm.name].dp_releases_per_round(config.algorithm))
-    fedbuff = (config.system.server_lr if config.system is not None
-               and config.system.policy == "fedbuff" else None)
-    optimizer = config.server_optimizer
-    if optimizer is None and fedbuff is not None and fedbuff != 1.0:  # FedBuff's server step
-        optimizer = ServerOptimizerConfig(name="sgd", lr=fedbuff)
     return RunContext(seed, dataset.info, config.model, config.training, num_clients,
                       per_round, architectures, downsample, config.engine.memory_format,
-                      privacy, fedbuff, optimizer)
+                      **context_settings(config, num_clients, per_round))

@@ -15,6 +15,7 @@ from raysim.data import ArrayDataset, Partition
 from raysim.engine.pool.run_actors import uses_gpus
 from raysim.engine.run.driver import RunSpec
 from raysim.engine.run.worker import WorkerSetup
+from raysim.layers.assembly import ahead_of_rounds
 from raysim.preparation import initial_weights, pooled, run_context
 from raysim.results.manifest import (
     MANIFEST,
@@ -71,11 +72,6 @@ def run_spec(config: ExperimentConfig, dataset: ArrayDataset, partition: Partiti
                         validation_sources=validation_sources)
     use_gpus = uses_gpus(config)
     label = run_dir.parent.name if run_dir.parent.name != root.name else ""
-    clock = None
-    if config.system is not None:  # the driver plans the simulated clock of every round
-        from raysim.system.planning import ClockSettings
-
-        clock = ClockSettings(config.system, config.clients_per_round)
     return RunSpec(str(run_dir), setup, config.training.rounds, config.engine,
                    config.evaluation, use_gpus, resume=resume,
                    client_test_shares=client_test_shares, logging=config.logging,
@@ -83,4 +79,4 @@ def run_spec(config: ExperimentConfig, dataset: ArrayDataset, partition: Partiti
                                f"{run_dir.name}"),
                    params=config.model_dump(mode="json") if (
                        config.logging.mlflow or config.logging.tensorboard) else {},
-                   clock=clock)
+                   ahead=ahead_of_rounds(config))

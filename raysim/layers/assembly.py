@@ -12,7 +12,7 @@ module with ``check(config)`` and ``feature(context, ...)`` and one line in each
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -21,9 +21,11 @@ from raysim.layers.feature import Feature, RunSettings
 
 if TYPE_CHECKING:
     from raysim.algorithms.base import Algorithm
+    from raysim.data.partition import Partition
     from raysim.rounds.round_loop import RoundCallback, Sampler
     from raysim.schema import StrictModel
-    from raysim.system.plan import SystemPlan
+    from raysim.system.plan import ArchitectureKey, SystemPlan
+    from raysim.system.planning import ClockSettings
     from raysim.training.context import RunContext
 
 CHECKS: tuple[Callable[[RunSettings], None], ...] = (
@@ -35,6 +37,43 @@ def check_features(config: RunSettings) -> None:
     """Refuse a config whose features cannot run with its method (before any data is read)."""
     for check in CHECKS:
         check(config)
+
+
+@dataclass(frozen=True)
+class Ahead:
+    """What a run's features need made before its first round, on the driver while the
+    workers configure: the simulated clock's plan of every round (``system:``)."""
+
+    clock: ClockSettings | None = None
+
+    @property
+    def needed(self) -> bool:
+        return self.clock is not None
+
+    def start(self, context: RunContext, partition: Partition, initial_weights: Any,
+              flops: Callable[[], Mapping[ArchitectureKey, float]]
+              ) -> Callable[[], SystemPlan] | None:
+        """Start the work in a thread; returns the wait for its result (None: none needed).
+        ``flops``: the forward FLOPs of the clients' architectures (a worker counts them)."""
+        if self.clock is None:
+            return None
+        return clock.start_plan(self.clock, context, partition, initial_weights, flops)
+
+
+def ahead_of_rounds(config: RunSettings) -> Ahead:
+    """What the features of ``config`` need made before the first round."""
+    return Ahead(clock.settings(config))
+
+
+def context_settings(config: RunSettings, num_clients: int, per_round: int
+                     ) -> dict[str, Any]:
+    """The features' settings in a run's context (:class:`~raysim.training.context.
+    RunContext`): DP's resolved settings, FedBuff's server rate and the server optimizer, for
+    ``num_clients`` clients of which ``per_round`` are expected each round."""
+    buffered = clock.buffered_server_lr(config)
+    return {"privacy": client_dp.settings(config, num_clients, per_round),
+            "fedbuff_server_lr": buffered,
+            "server_optimizer": server_optimizer.settings(config, buffered)}
 
 
 def features(context: RunContext, plan: Callable[[], SystemPlan] | None = None

@@ -131,6 +131,19 @@ class ClientDp(Feature):
         return {"privacy": self.settings.describe()}
 
 
+def settings(config: RunSettings, num_clients: int, per_round: int) -> DpSettings | None:
+    """The run's DP settings resolved from ``privacy:`` (calibration, the round cap), for
+    ``num_clients`` clients of which ``per_round`` are expected each round; None without."""
+    from raysim.algorithms import ALGORITHMS
+    from raysim.privacy.settings import resolve
+
+    if config.privacy is None:
+        return None
+    releases = ALGORITHMS[getattr(config.algorithm, "name", "")].dp_releases_per_round(
+        config.algorithm)
+    return resolve(config.privacy, num_clients, per_round, config.training.rounds, releases)
+
+
 def feature(context: RunContext) -> ClientDp | None:
     """DP's parts of the run, or None without ``privacy:``."""
     return None if context.privacy is None else ClientDp(context, context.privacy)

@@ -7,7 +7,7 @@ driver before the rounds start (:mod:`raysim.system.planning`); the feature read
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -17,11 +17,13 @@ from raysim.errors import ConfigError
 from raysim.layers.feature import Feature, RunSettings, algorithms_with
 from raysim.layers.fedbuff import FedBuff
 from raysim.rounds.round_loop import RoundCallback, RoundLoop, RoundOutcome
+from raysim.system.planning import ClockSettings, PlanInBackground
 from raysim.system.records import ClockRecords
 
 if TYPE_CHECKING:
+    from raysim.data.partition import Partition
     from raysim.rounds.round_loop import Sampler
-    from raysim.system.plan import SystemPlan
+    from raysim.system.plan import ArchitectureKey, SystemPlan
     from raysim.training.context import RunContext
 
 
@@ -111,6 +113,28 @@ class SimulatedClock(Feature):
 
     def callbacks(self, rounds: int) -> list[RoundCallback]:
         return [] if self.plan is None else [ClockColumns(self.plan().records)]
+
+
+def buffered_server_lr(config: RunSettings) -> float | None:
+    """FedBuff's ``system.server_lr`` under ``system.policy: fedbuff`` (None: synchronous
+    rounds)."""
+    system = config.system
+    return system.server_lr if system is not None and system.policy == "fedbuff" else None
+
+
+def settings(config: RunSettings) -> ClockSettings | None:
+    """What the clock's plan of a run is made from (None without ``system:``)."""
+    system = config.system
+    return None if system is None else ClockSettings(system, config.clients_per_round)
+
+
+def start_plan(settings: ClockSettings, context: RunContext, partition: Partition,
+               initial_weights: Any, flops: Callable[[], Mapping[ArchitectureKey, float]]
+               ) -> Callable[[], SystemPlan]:
+    """Plan every round's clock in a thread, started now (``flops``: waits for the models'
+    forward FLOPs, which a worker counts); returns the wait for the plan (it raises what
+    planning raised)."""
+    return PlanInBackground(settings, context, partition, initial_weights, flops).result
 
 
 def feature(context: RunContext, plan: Callable[[], SystemPlan] | None) -> SimulatedClock | None:

@@ -16,6 +16,7 @@ if TYPE_CHECKING:
         ServerOptimizerConfig,
         StrictModel,
         SystemConfig,
+        TrainingConfig,
     )
 
 
@@ -40,6 +41,9 @@ class RunSettings(Protocol):
 
     @property
     def clients_per_round(self) -> int: ...
+
+    @property
+    def training(self) -> TrainingConfig: ...
 
 
 class Feature:

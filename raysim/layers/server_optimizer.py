@@ -175,6 +175,16 @@ class ServerOptimization(Feature):
         return ServerOptimizer(algorithm, self.settings)
 
 
+def settings(config: RunSettings, buffered_lr: float | None) -> ServerOptimizerConfig | None:
+    """The server's step: ``server_optimizer:``, else FedBuff's ``system.server_lr``
+    (``buffered_lr``) as an SGD step when it is not 1, else None (the mean is the model)."""
+    from raysim.schema import ServerOptimizerConfig
+
+    if config.server_optimizer is None and buffered_lr is not None and buffered_lr != 1.0:
+        return ServerOptimizerConfig(name="sgd", lr=buffered_lr)
+    return config.server_optimizer
+
+
 def feature(context: RunContext) -> ServerOptimization | None:
     """The optimizer's part of the run (``server_optimizer:``, or FedBuff's
     ``system.server_lr`` as an SGD step), or None without one."""

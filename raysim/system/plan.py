@@ -70,7 +70,7 @@ def architecture_flops(context: RunContext, num_clients: int) -> dict[Architectu
     """The forward FLOPs of one sample for every distinct (architecture, input shape) of the
     run's clients. torch's FLOP counter imports ``torch._dynamo`` on first use (0.8 s of CPU
     on the development machine), which a client worker imports anyway for its optimizer: the
-    engine asks a worker (``ClientWorker.clock_flops``), so the driver never pays it."""
+    engine asks a worker (``ClientWorker.architecture_flops``), so the driver never pays it."""
     from raysim.models.costs import forward_flops
     from raysim.models.registry import build_model
 

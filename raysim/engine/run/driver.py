@@ -9,6 +9,7 @@ import threading
 import time
 import traceback
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -22,7 +23,7 @@ from raysim.engine.run.ray_workers import RayWorkers
 from raysim.engine.run.server_evaluation import Evaluator
 from raysim.engine.run.worker import WorkerSetup
 from raysim.errors import DivergenceError, ResultsNotWritable, RunError, WorkerFailureError
-from raysim.layers.assembly import assemble
+from raysim.layers.assembly import Ahead, assemble
 from raysim.results.live import MetricStreams
 from raysim.results.manifest import update_manifest
 from raysim.results.sink import ParquetSink
@@ -53,8 +54,6 @@ from raysim.rounds.round_loop import (
     Sampler,
 )
 from raysim.schema import EngineConfig, EvaluationConfig, LoggingConfig
-from raysim.system.plan import SystemPlan
-from raysim.system.planning import ClockSettings, PlanInBackground
 from raysim.vectors import blocked_sum
 
 _RESTART_TIMEOUT = 300.0  # seconds to wait for Ray to restart a dead worker
@@ -80,8 +79,9 @@ class RunSpec:
     """(results root, experiment name, run name) for the live metrics."""
     params: dict[str, Any] = field(default_factory=dict)
     """The run's config (MLflow parameters)."""
-    clock: ClockSettings | None = None
-    """``system:``: what the driver plans the simulated clock of every round from."""
+    ahead: Ahead = field(default_factory=Ahead)
+    """What the run's features need made before its first round (the simulated clock's
+    plan), started while the workers configure."""
 
 
 @dataclass(frozen=True)
@@ -112,7 +112,7 @@ class Driver:
         setup = spec.setup
         self.context = setup.context
         self.parts = assemble(setup.algorithm_class, setup.algorithm_params, setup.context,
-                              plan=None if spec.clock is None else self._clock_plan)
+                              plan=self._made_ahead if spec.ahead.needed else None)
         """The algorithm in its features' layers, and what the features add to the rounds."""
         self.algorithm = self.parts.algorithm
         self.test_y = _fetch(setup.arrays["test_y"])
@@ -126,9 +126,9 @@ class Driver:
         self._streams: MetricStreams | None = None
         """Set by :meth:`request_stop`: stop at the next round boundary."""
         self._loop_progress = LoopProgress(Durable(0, None, {}), recorded=0)
-        self._planning: PlanInBackground | None = None
-        """The simulated clock's plan (``system:``), planned in a thread from the start of
-        :meth:`run` until the round loop needs it (:meth:`_system`)."""
+        self._ahead: Callable[[], Any] | None = None
+        """Waits for what the features needed made before the first round (started at the
+        start of :meth:`run`, made while the workers configure)."""
         self._recoveries: list[dict[str, Any]] = []
         validation_y = (None if setup.validation_index is None
                         else _fetch(setup.arrays["train_y"])[setup.validation_index])
@@ -168,9 +168,8 @@ class Driver:
             self._set_progress(status="waiting for resources")
             workers = self.workers
             try:
-                # the clock is planned while the workers configure and take their groups
-                self._planning = None if self.spec.clock is None else \
-                    self._plan_clock(workers[0])
+                # made while the workers configure and take their groups
+                self._ahead = self._start_ahead(workers[0])
                 update_manifest(self.run_dir, workers=self._configure(workers),
                                 workers_ready_at=time.time())
                 self._set_progress(status="running")
@@ -231,25 +230,20 @@ class Driver:
             self._streams.finish(final, status)
 
     # ----- setup -----
-    def _plan_clock(self, worker: Any) -> PlanInBackground:
-        """The clock's plan, started in a thread: ``worker`` counts the models' FLOPs first
-        (before it configures; its process imports what torch's FLOP counter needs anyway),
-        the thread plans as soon as they arrive."""
-        assert self.spec.clock is not None
+    def _start_ahead(self, worker: Any) -> Callable[[], Any] | None:
+        """Start what the features need made before the first round (the simulated clock's
+        plan) in a thread: ``worker`` counts the models' FLOPs first (before it configures;
+        its process imports what torch's FLOP counter needs anyway)."""
         setup = self.spec.setup
-        flops = worker.clock_flops.remote(setup.context, setup.partition.num_clients)
-        return PlanInBackground(self.spec.clock, setup.context, setup.partition,
-                                setup.initial_weights, lambda: ray.get(flops))
+        flops = worker.architecture_flops.remote(setup.context, setup.partition.num_clients)
+        return self.spec.ahead.start(setup.context, setup.partition, setup.initial_weights,
+                                     lambda: ray.get(flops))
 
-    def _clock_plan(self) -> SystemPlan:
-        """The clock's plan of a run with ``system:`` (waits for the planning thread)."""
-        plan = self._system()
-        assert plan is not None, "only a run with system: asks for the clock's plan"
-        return plan
-
-    def _system(self) -> SystemPlan | None:
-        """The clock's plan (waits for the planning thread; raises what planning raised)."""
-        return None if self._planning is None else self._planning.result()
+    def _made_ahead(self) -> Any:
+        """What the features needed made before the first round (waits for it; raises what
+        making it raised)."""
+        assert self._ahead is not None, "only a run whose features need it asks for it"
+        return self._ahead()
 
     def _configure(self, workers: list[Any]) -> list[dict[str, Any]]:
         """Bind every worker to this run (also after Ray restarted one); returns where each

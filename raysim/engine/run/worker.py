@@ -108,12 +108,12 @@ class ClientWorker:
                                self._audit if setup.membership_audit else None)
         return self.describe()
 
-    def clock_flops(self, context: RunContext, num_clients: int
-                    ) -> dict[ArchitectureKey, float]:
-        """The forward FLOPs of the clients' architectures, for the driver's plan of the
-        simulated clock (``system:``). Counted here, not on the driver: torch's FLOP counter
-        imports ``torch._dynamo`` (0.8 s of CPU), which this process imports anyway for its
-        optimizer."""
+    def architecture_flops(self, context: RunContext, num_clients: int
+                           ) -> dict[ArchitectureKey, float]:
+        """The forward FLOPs of the clients' architectures, for what the driver makes before
+        the first round (the simulated clock's plan). Counted here, not on the driver: torch's
+        FLOP counter imports ``torch._dynamo`` (0.8 s of CPU), which this process imports
+        anyway for its optimizer."""
         return architecture_flops(context, num_clients)
 
     def reset(self) -> None:
