@@ -21,6 +21,7 @@ from raysim.layers.feature import Feature, RunSettings
 
 if TYPE_CHECKING:
     from raysim.algorithms.base import Algorithm
+    from raysim.algorithms.contract import RunAlgorithm
     from raysim.data.partition import Partition
     from raysim.rounds.round_loop import RoundCallback, Sampler
     from raysim.schema import StrictModel
@@ -89,7 +90,7 @@ def features(context: RunContext, plan: Callable[[], SystemPlan] | None = None
 class RunParts:
     """A run as its features make it: the wrapped algorithm, and what they add to its rounds."""
 
-    algorithm: Any
+    algorithm: RunAlgorithm
     features: list[Feature]
 
     def sampler(self) -> Sampler | None:
@@ -117,14 +118,15 @@ def assemble(algorithm_class: type[Algorithm[Any, Any]], params: StrictModel,
              context: RunContext, plan: Callable[[], SystemPlan] | None = None) -> RunParts:
     """``algorithm_class(params, context)`` wrapped in its run's features, with their parts."""
     parts = features(context, plan)
-    algorithm: Any = algorithm_class(params, context)
+    algorithm: RunAlgorithm = algorithm_class(params, context)
     for feature in parts:
         algorithm = feature.wrap(algorithm)
     return RunParts(algorithm, parts)
 
 
 def compose(algorithm_class: type[Algorithm[Any, Any]], params: StrictModel,
-            context: RunContext, plan: Callable[[], SystemPlan] | None = None) -> Any:
+            context: RunContext, plan: Callable[[], SystemPlan] | None = None
+            ) -> RunAlgorithm:
     """The run's algorithm object: ``algorithm_class(params, context)`` wrapped in its
     features' layers (:func:`assemble`); the same on the driver and on every worker."""
     return assemble(algorithm_class, params, context, plan).algorithm

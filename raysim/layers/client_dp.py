@@ -18,6 +18,7 @@ from raysim.privacy.sampling import poisson_sample
 from raysim.rounds.round_loop import RoundCallback, RoundLoop, RoundOutcome
 
 if TYPE_CHECKING:
+    from raysim.algorithms.contract import RunAlgorithm
     from raysim.privacy.settings import DpSettings
     from raysim.rounds.round_loop import Sampler
     from raysim.training.context import RunContext
@@ -114,9 +115,9 @@ class ClientDp(Feature):
         self.context = context
         self.settings = settings
 
-    def wrap(self, algorithm: Any) -> Any:
+    def wrap(self, algorithm: RunAlgorithm) -> RunAlgorithm:
         # an algorithm with its own DP (private releases) reads context.privacy itself
-        return PrivateMean(algorithm) if type(algorithm).mean_uploads else algorithm
+        return PrivateMean(algorithm) if algorithm.mean_uploads else algorithm
 
     def sampler(self) -> Sampler:
         return PoissonSampler(self.context.seed, self.context.num_clients, self.settings.rate)

@@ -21,6 +21,7 @@ from raysim.system.planning import ClockSettings, PlanInBackground
 from raysim.system.records import ClockRecords
 
 if TYPE_CHECKING:
+    from raysim.algorithms.contract import RunAlgorithm
     from raysim.data.partition import Partition
     from raysim.rounds.round_loop import Sampler
     from raysim.system.plan import ArchitectureKey, SystemPlan
@@ -105,7 +106,7 @@ class SimulatedClock(Feature):
         self.buffered = context.fedbuff_server_lr is not None
         self.plan = plan
 
-    def wrap(self, algorithm: Any) -> Any:
+    def wrap(self, algorithm: RunAlgorithm) -> RunAlgorithm:
         return FedBuff(algorithm, self.plan) if self.buffered else algorithm
 
     def sampler(self) -> Sampler | None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
+    from raysim.algorithms.contract import RunAlgorithm
     from raysim.rounds.round_loop import RoundCallback, Sampler
     from raysim.schema import (
         PartitionConfig,
@@ -49,7 +50,7 @@ class RunSettings(Protocol):
 class Feature:
     """One feature's parts in one run; each hook's default adds nothing."""
 
-    def wrap(self, algorithm: Any) -> Any:
+    def wrap(self, algorithm: RunAlgorithm) -> RunAlgorithm:
         """The algorithm wrapped in this feature's layer (on the driver and every worker)."""
         return algorithm
 

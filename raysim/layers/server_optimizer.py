@@ -32,6 +32,7 @@ from raysim.state_codec import persistable
 from raysim.vectors.weights import FlatWeights, Weights, flat_tensor, layout_of, to_host
 
 if TYPE_CHECKING:
+    from raysim.algorithms.contract import RunAlgorithm
     from raysim.schema import ServerOptimizerConfig
     from raysim.training.context import RunContext
 
@@ -171,7 +172,7 @@ class ServerOptimization(Feature):
     def __init__(self, settings: ServerOptimizerConfig):
         self.settings = settings
 
-    def wrap(self, algorithm: Any) -> Any:
+    def wrap(self, algorithm: RunAlgorithm) -> RunAlgorithm:
         return ServerOptimizer(algorithm, self.settings)
 
 

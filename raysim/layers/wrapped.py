@@ -1,5 +1,7 @@
-"""The base of every layer: an algorithm object that holds another and passes every hook it
-does not change on to it, with the wrapped algorithm's own server state inside its own."""
+"""The base of every layer: an algorithm object that holds another and passes every hook of
+the contract (:class:`~raysim.algorithms.contract.RunAlgorithm`) it does not change on to it,
+with the wrapped algorithm's own server state inside its own. Every hook is written out, so
+mypy checks a layer against the contract."""
 
 from __future__ import annotations
 
@@ -9,25 +11,74 @@ from typing import TYPE_CHECKING, Any
 from raysim.vectors.weighted_sum import merge_partials
 
 if TYPE_CHECKING:
-    from raysim.algorithms.base import Algorithm
+    import numpy as np
+    import pandas as pd
+    from torch import nn
+
+    from raysim.algorithms.base import ClientResult
+    from raysim.algorithms.contract import RunAlgorithm
+    from raysim.training.context import RunContext
+    from raysim.training.runtime import ClientRuntime
     from raysim.vectors.weights import Weights
 
 
 class Wrapped:
-    """Passes every attribute and hook it does not define to ``inner`` (class attributes such
-    as ``personalized`` or ``relayed_uploads`` included). A layer whose server state holds the
-    inner state defines :meth:`inner_state`; the server-side hooks that read a state
-    (evaluation, the global weights) receive the inner one."""
+    """Passes every hook it does not override to ``inner``. A layer whose server state holds
+    the inner state defines :meth:`inner_state`; the server-side hooks that read a state
+    (evaluation, the global weights, the server step) receive the inner one."""
 
-    def __init__(self, inner: Algorithm[Any, Any] | Wrapped):
+    def __init__(self, inner: RunAlgorithm):
         self.inner = inner
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.inner, name)
 
     def inner_state(self, state: Any) -> Any:
         """The wrapped algorithm's server state inside this layer's (default: the same)."""
         return state
+
+    # ----- what the wrapped algorithm is -----
+    @property
+    def context(self) -> RunContext:
+        return self.inner.context
+
+    @property
+    def personalized(self) -> bool:
+        return self.inner.personalized
+
+    @property
+    def server_holds_inputs(self) -> bool:
+        return self.inner.server_holds_inputs
+
+    @property
+    def relayed_uploads(self) -> tuple[str, ...]:
+        return self.inner.relayed_uploads
+
+    @property
+    def evaluation_uploads(self) -> tuple[str, ...]:
+        return self.inner.evaluation_uploads
+
+    @property
+    def mean_uploads(self) -> tuple[str, ...]:
+        return self.inner.mean_uploads
+
+    @property
+    def bookkeeping_broadcasts(self) -> tuple[str, ...]:
+        return self.inner.bookkeeping_broadcasts
+
+    # ----- server -----
+    def init_server_state(self, initial_weights: Weights) -> Any:
+        return self.inner.init_server_state(initial_weights)
+
+    def attach_server_inputs(self, train_x: np.ndarray,
+                             client_indices: Sequence[np.ndarray]) -> None:
+        self.inner.attach_server_inputs(train_x, client_indices)
+
+    def broadcast(self, state: Any, round_: int) -> dict[str, Any]:
+        return self.inner.broadcast(state, round_)
+
+    def aggregate(self, state: Any, partials: Sequence[Any], round_: int) -> Any:
+        return self.inner.aggregate(state, partials, round_)
+
+    def server_step(self, state: Any, mean: Weights) -> Any:
+        return self.inner.server_step(state, mean)
 
     def global_weights(self, state: Any) -> Weights | None:
         return self.inner.global_weights(self.inner_state(state))
@@ -35,8 +86,40 @@ class Wrapped:
     def evaluation_models(self, state: Any) -> dict[str, Any]:
         return self.inner.evaluation_models(self.inner_state(state))
 
+    def predict_many(self, runtime: ClientRuntime, models: dict[str, Any], x: np.ndarray,
+                     sources: np.ndarray, batch_size: int
+                     ) -> dict[str, tuple[np.ndarray, np.ndarray | None]]:
+        return self.inner.predict_many(runtime, models, x, sources, batch_size)
+
+    def shared_models(self) -> dict[str, nn.Module]:
+        return self.inner.shared_models()
+
+    def cost_table(self) -> pd.DataFrame:
+        return self.inner.cost_table()
+
+    def migration(self, round_: int) -> np.ndarray | None:
+        return self.inner.migration(round_)
+
+    def dp_releases(self, rounds_done: int) -> int:
+        return self.inner.dp_releases(rounds_done)
+
+    def personal_weights(self, state: Any) -> Weights | None:
+        return self.inner.personal_weights(state)
+
+    # ----- clients -----
+    def local_updates(self, runtime: ClientRuntime, clients: Sequence[int], round_: int,
+                      message: dict[str, Any], states: Sequence[Any]) -> list[ClientResult]:
+        return self.inner.local_updates(runtime, clients, round_, message, states)
+
+    def reduce(self, results: Sequence[tuple[int, ClientResult]]) -> Any:
+        return self.inner.reduce(results)
+
     def merge(self, left: Any, right: Any) -> Any:
         return merge_partials(left, right)
+
+    def membership_scores(self, runtime: ClientRuntime, client: int, upload: dict[str, Any],
+                          x: np.ndarray, y: np.ndarray) -> np.ndarray | None:
+        return self.inner.membership_scores(runtime, client, upload, x, y)
 
 
 def root_of(partials: Sequence[Any]) -> Any:

@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from raysim.algorithms.contract import RunAlgorithm
 from raysim.rounds.process_memory import resident_memory_mb
 from raysim.rounds.round_loop import RoundReply
 from raysim.training.resident_states import StateResidency
@@ -35,7 +36,7 @@ Audit = Callable[[int, dict[str, Any]], float]
 class ClientWork:
     """The clients one worker holds, for one run."""
 
-    def __init__(self, algorithm: Any, runtime: ClientRuntime, index: int,
+    def __init__(self, algorithm: RunAlgorithm, runtime: ClientRuntime, index: int,
                  guard: Guard = lambda where: nullcontext(), audit: Audit | None = None):
         self.algorithm = algorithm
         self.runtime = runtime

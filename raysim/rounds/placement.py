@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 if TYPE_CHECKING:
-    from raysim.algorithms.base import Algorithm
+    from raysim.algorithms.contract import RunAlgorithm
 
 
 def client_groups(num_clients: int, num_groups: int) -> list[np.ndarray]:
@@ -77,7 +77,7 @@ def _busiest(prefix: np.ndarray, bounds: list[int]) -> float:
     return float(np.max(np.diff(prefix[bounds])))
 
 
-def per_sample_costs(algorithm: Algorithm) -> np.ndarray | None:
+def per_sample_costs(algorithm: RunAlgorithm) -> np.ndarray | None:
     """Forward MFLOPs per training sample of every client: its own architecture at its input
     size plus the models every client also trains (e.g. MH-pFLID's messenger), from
     :func:`raysim.models.costs.cost_table`. None when all clients cost the same (one

@@ -28,6 +28,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from raysim.algorithms.contract import RunAlgorithm
 from raysim.rounds.process_memory import resident_memory_mb
 from raysim.training.evaluation import METRICS
 from raysim.vectors.reduction_tree import Subtree, combine
@@ -214,7 +215,7 @@ class RoundCallback:
 class RoundLoop:
     """One pass of the rounds from ``progress.durable`` to ``rounds``."""
 
-    def __init__(self, algorithm: Any, *, sampler: Sampler, rounds: int,
+    def __init__(self, algorithm: RunAlgorithm, *, sampler: Sampler, rounds: int,
                  worker_of_client: np.ndarray, workers: Workers, sink: Sink,
                  progress: LoopProgress, callbacks: Sequence[RoundCallback] = (),
                  report: Callable[..., None] = lambda **fields: None):

@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 import ray
 
-from raysim.algorithms.base import Algorithm
+from raysim.algorithms.contract import RunAlgorithm
 from raysim.engine.run import driver_turns as turns
 from raysim.results.sink import ParquetSink
 from raysim.rounds.round_loop import Evaluation
@@ -29,7 +29,7 @@ _EVAL_CHUNK = 256  # fixed test-set chunks: predictions do not depend on the wor
 class Evaluator:
     """Evaluates one run's models; writes ``client_eval`` and ``selection`` rows."""
 
-    def __init__(self, algorithm: Algorithm, test_y: np.ndarray,
+    def __init__(self, algorithm: RunAlgorithm, test_y: np.ndarray,
                  shares: tuple[np.ndarray, ...], unseen: np.ndarray | None,
                  sources: np.ndarray, settings: EvaluationConfig,
                  validation_y: np.ndarray | None = None):
