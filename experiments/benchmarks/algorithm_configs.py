@@ -29,6 +29,10 @@ CONFIGS: dict[str, dict] = {
                                         "messenger_widths": [8, 8, 16], "messenger_hidden": 8}},
     "fedmd": {**HETERO, "algorithm": {"name": "fedmd", "public_per_client": 4,
                                       "pretrain_epochs": 1}},
+    "dspfl": {**HETERO, "algorithm": {"name": "dspfl", "public_per_client": 4,
+                                      "pretrain_epochs": 1}},
+    "ktpfl": {**HETERO, "algorithm": {"name": "ktpfl", "public_per_client": 4,
+                                      "pretrain_epochs": 1}},
     "feddf": {**HETERO, "algorithm": {"name": "feddf", "public_per_client": 4,
                                       "distillation_steps": 3, "distillation_batch_size": 8}},
 }

@@ -14,8 +14,8 @@ from raysim.lazy import lazy_exports
 if TYPE_CHECKING:
     from raysim.algorithms.base import ALGORITHMS, Algorithm, ClientResult, RunContext
 
-MODULES = ("centralized", "ditto", "fedavg", "feddc", "feddf", "feddm", "fedmd", "fedprox",
-           "fedsm", "fedvck", "local_only", "mhpflid", "scaffold")
+MODULES = ("centralized", "ditto", "dspfl", "fedavg", "feddc", "feddf", "feddm", "fedmd",
+           "fedprox", "fedsm", "fedvck", "ktpfl", "local_only", "mhpflid", "scaffold")
 """The modules that register an algorithm."""
 
 __all__ = ["ALGORITHMS", "Algorithm", "ClientResult", "RunContext"]

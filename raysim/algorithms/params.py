@@ -132,18 +132,48 @@ class FedDFParams(StrictModel):
     """Average a group's models by the clients' sample counts (False: plain mean)."""
 
 
-class FedMDParams(StrictModel):
-    name: Literal["fedmd"] = "fedmd"
+class PublicSetParams(StrictModel):
+    """What every method that exchanges outputs on a public set shares (FedMD, DS-pFL,
+    KT-pFL)."""
+
     public_per_client: int = Field(50, ge=1)
     """Samples each client contributes to the public set (all of them if it has fewer)."""
     digest_epochs: int = Field(1, ge=0)
+    """Epochs of training towards the server's targets on the public set each round."""
+    pretrain_epochs: int = Field(5, ge=0)
+    """Epochs of supervised training on the labelled public set before the first round."""
+
+
+class FedMDParams(PublicSetParams):
+    name: Literal["fedmd"] = "fedmd"
     digest_loss: Literal["l1", "mse", "kl"] = "l1"
     """How the digest pulls logits to the consensus: the authors' mean absolute error (l1),
     squared error (mse) or temperature-scaled KL divergence (kl)."""
     temperature: float = Field(1.0, gt=0)
     """Softmax temperature of ``digest_loss: kl``."""
-    pretrain_epochs: int = Field(5, ge=0)
-    """Epochs of supervised training on the labelled public set before the first round."""
+
+
+class DSpFLParams(PublicSetParams):
+    name: Literal["dspfl"] = "dspfl"
+    era_temperature: float | None = Field(0.1, gt=0)
+    """Entropy reduction aggregation (Itahara et al.): the server's soft labels are
+    softmax(mean of the clients' soft labels / era_temperature); the paper's 0.1. None: simple
+    averaging (the paper's SA baseline)."""
+
+
+class KTpFLParams(PublicSetParams):
+    name: Literal["ktpfl"] = "ktpfl"
+    temperature: float = Field(10.0, gt=0)
+    """Softmax temperature of the uploaded soft predictions and of the distillation (the
+    authors' configs: 10)."""
+    coefficient_lr: float = Field(0.5, ge=0)
+    """Step size of the gradient step on the knowledge-coefficient matrix each round (0: the
+    matrix stays uniform, every client gets the plain mean)."""
+    penalty: float = Field(0.1, ge=0)
+    """rho: weight of the pull of each matrix row towards 1/N."""
+    coefficient_sharpness: float = Field(5.0, gt=0)
+    """Each row is renormalised as softmax(sharpness x row) after the step (the authors'
+    code: 5)."""
 
 
 class MHpFLIDParams(StrictModel):
@@ -267,6 +297,8 @@ ALGORITHM_PARAMS: tuple[type[StrictModel], ...] = (
     FedSMParams,
     FedDFParams,
     FedMDParams,
+    DSpFLParams,
+    KTpFLParams,
     MHpFLIDParams,
     FedDMParams,
     FedVCKParams,
