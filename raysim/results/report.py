@@ -42,7 +42,7 @@ def final_metrics(rounds: pd.DataFrame, checkpoint: str = "last",
     order = {key: place for place, key in enumerate(dict.fromkeys(
         zip(rounds["experiment"], rounds["algorithm"], strict=True)))}  # load's: the config's
     place = [order[key] for key in zip(chosen["experiment"], chosen["algorithm"], strict=True)]
-    return chosen.assign(_place=place).sort_values(["_place", "seed"], kind="stable").drop(
+    return chosen.copy().assign(_place=place).sort_values(["_place", "seed"], kind="stable").drop(
         columns="_place").reset_index(drop=True)
 
 
