@@ -157,6 +157,10 @@ def _parser() -> argparse.ArgumentParser:
     report.add_argument("--checkpoint", choices=("last", "best"), default="last",
                         help="report each run at its last evaluated round (default) or at its "
                         "best validation round (needs evaluation.validation)")
+    report.add_argument("--window", type=int, default=1, metavar="K",
+                        help="each metric the mean over each run's last K evaluated rounds "
+                        "(runs with evaluation.final_rounds >= K): robust to a metric that "
+                        "alternates from round to round")
     report.add_argument("--select-by", default="val_accuracy", metavar="METRIC",
                         help="the validation metric that picks the best round "
                         "(default val_accuracy; e.g. val_auc, gm_val_accuracy)")
@@ -445,7 +449,7 @@ def _report(args: argparse.Namespace) -> int:
                            args.per_client, args.privacy, args.communication, args.csv,
                            args.checkpoint, args.select_by, time=args.time is not None,
                            time_target=args.time if args.time is not None and args.time >= 0
-                           else None)
+                           else None, window=args.window)
     except PlotNotWritten as error:  # the tables were made: print them before the error
         print(error.text)
         raise

@@ -134,6 +134,12 @@ class EvaluationConfig(StrictModel):
     """When and how the models are evaluated."""
 
     every: int = Field(1, ge=0, description="evaluate every k rounds (and the last); 0: never")
+    final_rounds: int = Field(
+        1, ge=1,
+        description="also evaluate each of the last this many rounds (with every > 0): a "
+        "method whose accuracy alternates from round to round (e.g. FedAvg with one step per "
+        "round on tiny clients) is then reported over both parities with `raysim report "
+        "--window 2`")
     batch_size: int = Field(512, ge=1)
     clients: bool = Field(
         True,

@@ -20,13 +20,22 @@ _KEYS = ["experiment", "algorithm"]
 
 
 def final_metrics(rounds: pd.DataFrame, checkpoint: str = "last",
-                  select_by: str = "val_accuracy") -> pd.DataFrame:
+                  select_by: str = "val_accuracy", window: int = 1) -> pd.DataFrame:
     """One row per run: its last evaluated round (``checkpoint="last"``), or
     (``checkpoint="best"``) its evaluated round of highest ``select_by``, a validation metric
     (the earliest such round on ties), as papers that report the best validation checkpoint
-    do. The row's ``round`` says which round was chosen."""
+    do. ``window`` > 1 (with "last"): every numeric metric is the mean over the run's last
+    ``window`` evaluated rounds, robust to a metric that alternates from round to round (run
+    with ``evaluation.final_rounds`` >= ``window``). The row's ``round`` says which round was
+    chosen (the last of the window)."""
     evaluated = rounds.dropna(subset=["accuracy"]).sort_values("round", kind="stable")
-    if checkpoint == "last":
+    if window > 1 and checkpoint != "last":
+        raise RaysimError(
+            f"Cannot average the last {window} evaluations at the best checkpoint: --window "
+            "applies to the last evaluated rounds. Drop --window, or report --checkpoint last.")
+    if checkpoint == "last" and window > 1:
+        chosen = _window_means(evaluated, window)
+    elif checkpoint == "last":
         chosen = evaluated.groupby("run", sort=False).tail(1)
     elif checkpoint == "best":
         if select_by not in evaluated or evaluated[select_by].isna().all():
@@ -46,8 +55,27 @@ def final_metrics(rounds: pd.DataFrame, checkpoint: str = "last",
         columns="_place").reset_index(drop=True)
 
 
+def _window_means(evaluated: pd.DataFrame, window: int) -> pd.DataFrame:
+    """Each run's last row with its numeric metrics averaged over its last ``window``
+    evaluated rounds; a run with fewer evaluations is refused (one paragraph)."""
+    last = evaluated.groupby("run", sort=False).tail(window)
+    counts = last.groupby("run", sort=False)["round"].count()
+    short = counts[counts < window]
+    if len(short):
+        raise RaysimError(
+            f"Cannot average the last {window} evaluations: {len(short)} run(s) have fewer "
+            f"(e.g. {short.index[0]} has {int(short.iloc[0])}). Run with "
+            f"evaluation.final_rounds >= {window} (and evaluation.every > 0), or lower --window.")
+    chosen = last.groupby("run", sort=False).tail(1).set_index("run")
+    numeric = [c for c in last.columns if c not in ("round", "seed")
+               and pd.api.types.is_float_dtype(last[c])]
+    chosen[numeric] = last.groupby("run", sort=False)[numeric].mean()
+    return chosen.reset_index()
+
+
 def summary_table(rounds: pd.DataFrame, metrics: list[str] | None = None,
-                  checkpoint: str = "last", select_by: str = "val_accuracy") -> pd.DataFrame:
+                  checkpoint: str = "last", select_by: str = "val_accuracy",
+                  window: int = 1) -> pd.DataFrame:
     """Mean and std over seeds of the final metrics (default: those of
     :data:`SUMMARY_METRICS` present), per experiment and algorithm, at each run's last
     evaluated round or (``checkpoint="best"``) its best validation round
@@ -55,7 +83,7 @@ def summary_table(rounds: pd.DataFrame, metrics: list[str] | None = None,
     the runs have finished (``stopped``, shown when any: how many ended early at their privacy
     budget; a run still going, or interrupted, is reported at its last evaluated
     round)."""
-    final = final_metrics(rounds, checkpoint, select_by)
+    final = final_metrics(rounds, checkpoint, select_by, window)
     if metrics is None:
         metrics = [m for m in SUMMARY_METRICS if m in final and final[m].notna().any()]
     missing = [m for m in metrics if m not in final]
@@ -357,7 +385,7 @@ def report(paths: str | Path | list[str | Path], metric: str = "accuracy",
            privacy: bool = False, communication: bool = False,
            csv_dir: str | Path | None = None, checkpoint: str = "last",
            select_by: str = "val_accuracy", time: bool = False,
-           time_target: float | None = None) -> tuple[str, Path | None]:
+           time_target: float | None = None, window: int = 1) -> tuple[str, Path | None]:
     """The summary text of every run under ``paths`` (``metrics``: the columns to summarise,
     default the usual ones; ``selection``: also the route frequencies of that routing model,
     e.g. "main"; ``per_client``: also each client's accuracy and macro-F1 on its own test
@@ -368,17 +396,24 @@ def report(paths: str | Path | list[str | Path], metric: str = "accuracy",
     privacy.csv, selection.csv) and per_seed.csv (each run's row of the summarised metrics,
     with its seed and chosen round), the form committed under docs/results/. ``checkpoint``:
     "last" (each run's last evaluated round) or "best" (its round of highest ``select_by``,
-    a validation metric)."""
+    a validation metric); ``window``: with "last", each metric averaged over the run's last
+    ``window`` evaluations."""
+    if window < 1:
+        raise RaysimError(f"Invalid --window {window}: the number of last evaluated rounds "
+                          "each metric is averaged over, at least 1 (1: the last round only).")
     paths = [paths] if isinstance(paths, str | Path) else list(paths)
     rounds = pd.concat([load(path, "rounds") for path in paths], ignore_index=True)
     if rounds.empty or rounds["accuracy"].isna().all():
         return "No evaluated rounds yet.", None
     tables: dict[str, pd.DataFrame] = {"summary": summary_table(rounds, metrics, checkpoint,
-                                                                select_by)}
+                                                                select_by, window)}
     text = format_summary(tables["summary"])
     if checkpoint == "best":
         text = (f"each run at its round of best {select_by} (the best validation checkpoint); "
                 "rounds: the latest round chosen\n" + text)
+    if window > 1:
+        text = (f"each metric the mean over each run's last {window} evaluated rounds\n"
+                + text)
     if time:
         clock = tables["time"] = time_table(rounds, metric, time_target)
         tables["participation"] = participation_table(pd.concat(
@@ -428,7 +463,7 @@ def report(paths: str | Path | list[str | Path], metric: str = "accuracy",
                 "--csv DIR for the tables somewhere writable).")
     if csv_dir is not None:  # with every run's own row, for paired per-seed comparisons
         summarised = [c[:-len("_mean")] for c in tables["summary"].columns if c.endswith("_mean")]
-        final = final_metrics(rounds, checkpoint, select_by)
+        final = final_metrics(rounds, checkpoint, select_by, window)
         tables["per_seed"] = final[[*_KEYS, "seed", "round", *summarised]]
         for name, table in tables.items():
             write_atomically(Path(csv_dir) / f"{name}.csv", partial(_write_csv, table), recovery)

@@ -22,21 +22,22 @@ from raysim.rounds.round_loop import (
 
 
 class EvaluationSchedule(RoundCallback):
-    """Evaluates every ``every`` rounds and after the last (never a replayed round or one in
-    which a client diverged); relayed client states are delivered first, so personal models
-    are evaluated where they now live."""
+    """Evaluates every ``every`` rounds and each of the last ``final`` rounds (never a
+    replayed round or one in which a client diverged); relayed client states are delivered
+    first, so personal models are evaluated where they now live."""
 
     def __init__(self, every: int, rounds: int,
-                 evaluate: Callable[[Any, int], Evaluation]):
+                 evaluate: Callable[[Any, int], Evaluation], final: int = 1):
         self.every = every
         self.rounds = rounds
+        self.final = final
         self._evaluate = evaluate
         """(server state, round) -> the round's evaluation."""
 
     def due(self, round_: int) -> bool:
         """Whether round ``round_`` is on the schedule."""
         every = self.every
-        return every > 0 and ((round_ + 1) % every == 0 or round_ + 1 == self.rounds)
+        return every > 0 and ((round_ + 1) % every == 0 or round_ + 1 > self.rounds - self.final)
 
     def evaluate(self, loop: RoundLoop, outcome: RoundOutcome) -> Evaluation | None:
         if outcome.replay or outcome.diverged_clients or not self.due(outcome.round):

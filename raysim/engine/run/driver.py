@@ -348,7 +348,8 @@ class Driver:
         evaluation = EvaluationSchedule(
             spec.evaluation.every, rounds,
             lambda state, round_: self._evaluator.evaluate(workers, state, round_,
-                                                           layout.clients_by_worker, sink))
+                                                           layout.clients_by_worker, sink),
+            final=spec.evaluation.final_rounds)
         loop = RoundLoop(
             self.algorithm, sampler=self._sampler(), rounds=rounds,
             worker_of_client=layout.worker_of_client, workers=RayWorkers(workers), sink=sink,
