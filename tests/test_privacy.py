@@ -523,3 +523,51 @@ def test_the_dp_feature_brings_its_layer_sampler_accountant_and_round_cap(tmp_pa
     plain = assemble(FedAvg, FedAvgParams(), replace(context, privacy=None))
     assert type(plain.algorithm) is FedAvg and plain.sampler() is None
     assert plain.callbacks(10) == [] and plain.rounds(7) == 7 and plain.manifest() == {}
+
+
+def test_the_dp_layer_takes_an_algorithm_with_two_mean_uploads(tmp_path):
+    """An algorithm that declares two mean uploads (e.g. a model and a control variate) under
+    central DP: each upload is clipped on its own, the server's private mean of each is taken
+    over its own broadcast entry with noise from its own stream, and the algorithm's server
+    step receives both means."""
+    from raysim.algorithms.fedavg import FedAvg
+    from raysim.algorithms.params import FedAvgParams
+    from raysim.layers.private_mean import PrivateMean
+    from raysim.preparation import prepare, run_context
+
+    class TwoMeans(FedAvg):
+        mean_uploads = ("model", "extra")
+
+        def broadcast(self, state, round_):
+            return {"model": state["model"], "extra": state["extra"]}
+
+        def server_step(self, state, mean):
+            return {"model": mean["model"], "extra": mean["extra"]}
+
+    config = parse_config(_raw(clip=1.0, noise_multiplier=1.0))
+    dataset, partition = prepare(config, None)[0]
+    context = run_context(config, dataset, 0, partition.num_clients)
+    state = {"model": {"w": np.zeros(3, np.float32)}, "extra": {"c": np.zeros(2, np.float32)}}
+
+    def run(settings):
+        layer = PrivateMean(TwoMeans(FedAvgParams(), replace(context, privacy=settings)))
+        message = layer.broadcast(state, 0)
+        results = [ClientResult({"model": {"w": np.full(3, 10.0, np.float32)},
+                                 "extra": {"c": np.full(2, 0.1 * c, np.float32)}},
+                                num_samples=5) for c in (1, 2)]
+        pairs = list(zip((0, 1), results, strict=True))
+        privatize_uploads(pairs, layer.mean_uploads, lambda kind, client: message[kind],
+                          message, layer.settings, 0, 0, torch.device("cpu"))
+        assert all(r.metrics["dp_model_update_norm"] > 1.0 for r in results)  # clipped alone
+        assert all(r.metrics["dp_extra_within_clip"] == 1.0 for r in results)
+        return layer.aggregate(state, [layer.reduce(pairs)], 0)
+
+    quiet = run(replace(context.privacy, noise_multiplier=0.0))
+    expected = context.privacy.expected_clients
+    np.testing.assert_allclose(quiet["model"]["w"], 2 * 10 / np.sqrt(300) / expected, rtol=1e-5)
+    np.testing.assert_allclose(quiet["extra"]["c"], (0.1 + 0.2) / expected, rtol=1e-5)
+    noisy = run(context.privacy)
+    model_noise = np.asarray(noisy["model"]["w"]) - quiet["model"]["w"]
+    extra_noise = np.asarray(noisy["extra"]["c"]) - quiet["extra"]["c"]
+    assert np.abs(model_noise).min() > 0 and np.abs(extra_noise).min() > 0
+    assert not np.allclose(model_noise[:2], extra_noise)  # streams of their own

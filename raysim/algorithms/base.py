@@ -187,8 +187,9 @@ class Algorithm(ABC, Generic[ParamsT, StateT]):
 
     def server_step(self, state: StateT, mean: Weights) -> StateT:
         """The server state after a round whose (buffered) mean model is ``mean``, for the
-        layers that compute the mean themselves (FedBuff): plain averaging takes the mean as
-        the next model; a server optimizer layer steps towards it."""
+        layers that compute the mean themselves (FedBuff; DP's private mean of an algorithm
+        with several ``mean_uploads``, which passes ``{upload: its mean}``): plain averaging
+        takes the mean as the next model; a server optimizer layer steps towards it."""
         return cast(StateT, mean)
 
     def global_weights(self, state: StateT) -> Weights | None:

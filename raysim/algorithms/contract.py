@@ -53,7 +53,8 @@ class RunAlgorithm(Protocol):
 
     def aggregate(self, state: Any, partials: Sequence[Any], round_: int) -> Any: ...
 
-    def server_step(self, state: Any, mean: Weights) -> Any: ...
+    def server_step(self, state: Any, mean: Any) -> Any:
+        """``mean``: the round's mean model, or {upload: mean} for several mean uploads."""
 
     def global_weights(self, state: Any) -> Weights | None: ...
 

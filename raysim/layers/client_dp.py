@@ -55,7 +55,22 @@ def check(config: RunSettings) -> None:
                 f"`{name}` to clip and noise its released models. Keep "
                 "`privacy` (the same mechanism, with an accountant) and remove algorithm.dp.")
         return
-    if not algorithm_class.mean_uploads:
+    kinds = algorithm_class.mean_uploads
+    if len(kinds) > 1:
+        counted = algorithm_class.dp_releases_per_round(config.algorithm)
+        if counted < len(kinds):
+            raise ConfigError(
+                f"Invalid combination: algorithm `{name}` uploads {len(kinds)} means "
+                f"({', '.join(kinds)}), each clipped and noised as a release of its own, but "
+                f"counts {counted} DP release(s) per round, so the accountant would "
+                f"understate epsilon. Declare dp_releases_per_round >= {len(kinds)} in the "
+                "algorithm, or remove `privacy`.")
+        if config.privacy.adaptive_clip is not None:
+            raise ConfigError(
+                f"Invalid config field `privacy.adaptive_clip`: algorithm `{name}` uploads "
+                f"{len(kinds)} means, and adaptive clipping follows one update norm. Remove "
+                "privacy.adaptive_clip, or give each upload a fixed clip (privacy.clip).")
+    if not kinds:
         raise ConfigError(
             f"Invalid config section `privacy`: algorithm `{name}` cannot give "
             f"a client-level DP guarantee here: {algorithm_class.privacy_refusal}. A privacy "

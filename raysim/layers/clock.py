@@ -59,6 +59,12 @@ def check(config: RunSettings) -> None:
                 f"{algorithm_class.asynchronous_refusal}. Use system.policy sync, deadline or "
                 f"overselect, or an algorithm that takes asynchronous updates: "
                 f"{algorithms_with('mean_uploads')}.")
+        if len(algorithm_class.mean_uploads) > 1:
+            raise ConfigError(
+                f"Invalid config field `system.policy` = 'fedbuff': algorithm `{name}` uploads "
+                f"{len(algorithm_class.mean_uploads)} means, and FedBuff's buffered update "
+                "rebases one model from its clients' start versions. Use system.policy sync, "
+                "deadline or overselect.")
         buffer = system.buffer_size or config.clients_per_round
         if buffer > config.partition.num_clients:
             raise ConfigError(

@@ -56,8 +56,10 @@ class PrivateMean(Wrapped):
 
     def aggregate(self, state: Any, partials: Sequence[Any], round_: int) -> Any:
         settings, seed = self.settings, self.inner.context.seed
-        (kind,) = self.inner.mean_uploads
         root = root_of(partials)
+        if len(self.inner.mean_uploads) > 1:
+            return self._aggregate_each(state, root, round_)
+        (kind,) = self.inner.mean_uploads
         if isinstance(state, AdaptivelyClipped):  # Andrew et al. 2021: the clip moves too
             assert settings.adaptive is not None
             sums = [] if root is None else [root[kind]]
@@ -72,6 +74,19 @@ class PrivateMean(Wrapped):
         noise = settings.noise_std if settings.mode == "central" else 0.0
         return private_mean([] if root is None else [root[kind]], state,
                             settings.expected_clients, noise, seed, round_)
+
+    def _aggregate_each(self, state: Any, root: Any, round_: int) -> Any:
+        """Several declared uploads: the private mean of each over its broadcast entry, with
+        noise of its own, handed to the wrapped algorithm's server step as {upload: mean}."""
+        settings, seed = self.settings, self.inner.context.seed
+        noise = settings.noise_std if settings.mode == "central" else 0.0
+        message = self.inner.broadcast(state, round_)
+        means = {kind: private_mean([] if root is None else [root[kind]], message[kind],
+                                    settings.expected_clients, noise, seed, round_,
+                                    stream="dp-central-noise" if index == 0
+                                    else f"dp-central-noise-{kind}")
+                 for index, kind in enumerate(self.inner.mean_uploads)}
+        return self.inner.server_step(state, means)
 
     # ----- clients -----
     def local_updates(self, runtime: ClientRuntime, clients: Sequence[int], round_: int,
@@ -91,9 +106,11 @@ class PrivateMean(Wrapped):
         return results
 
     def reduce(self, results: Sequence[tuple[int, ClientResult]]) -> Any:
-        (kind,) = self.inner.mean_uploads
-        partial = WeightedSum.of([r.upload[kind] for _, r in results], [1.0] * len(results))
-        if self.settings.adaptive is not None:  # and the within-clip bits
-            return {kind: partial, "within_clip": sum(
-                r.metrics[f"dp_{kind}_within_clip"] for _, r in results)}
-        return {kind: partial}
+        partials: dict[str, Any] = {
+            kind: WeightedSum.of([r.upload[kind] for _, r in results], [1.0] * len(results))
+            for kind in self.inner.mean_uploads}
+        if self.settings.adaptive is not None:  # and the within-clip bits (one upload)
+            (kind,) = self.inner.mean_uploads
+            partials["within_clip"] = sum(
+                r.metrics[f"dp_{kind}_within_clip"] for _, r in results)
+        return partials

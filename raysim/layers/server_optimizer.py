@@ -158,6 +158,11 @@ def check(config: RunSettings) -> None:
             f"Invalid config section `server_optimizer`: algorithm `{name}` "
             "does not produce one mean model per round for a server optimizer to step on. "
             f"Remove `server_optimizer`, or use {algorithms_with('server_optimizers')}.")
+    if len(ALGORITHMS[name].mean_uploads) > 1:
+        raise ConfigError(
+            f"Invalid config section `server_optimizer`: algorithm `{name}` uploads "
+            f"{len(ALGORITHMS[name].mean_uploads)} means, and a server optimizer steps one "
+            "model along its pseudo-gradient. Remove `server_optimizer`.")
     if config.system is not None and config.system.policy == "fedbuff" and \
             config.system.server_lr != 1.0:
         raise ConfigError(

@@ -77,7 +77,7 @@ class Wrapped:
     def aggregate(self, state: Any, partials: Sequence[Any], round_: int) -> Any:
         return self.inner.aggregate(state, partials, round_)
 
-    def server_step(self, state: Any, mean: Weights) -> Any:
+    def server_step(self, state: Any, mean: Any) -> Any:
         return self.inner.server_step(state, mean)
 
     def global_weights(self, state: Any) -> Weights | None:

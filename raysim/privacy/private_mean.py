@@ -24,16 +24,19 @@ from raysim.vectors.weights import Weights
 
 
 def private_mean(partials: Sequence[WeightedSum], broadcast: Weights, expected: float,
-                 noise_std: float, seed: int, round_: int) -> dict[str, np.ndarray]:
+                 noise_std: float, seed: int, round_: int,
+                 stream: str = "dp-central-noise") -> dict[str, np.ndarray]:
     """The private mean of a round's uploads (see the module docstring); ``partials``: the
     merged sums of the sampled clients' uploads, each client with weight 1 (none: no client
-    was sampled); ``noise_std``: the central noise on the sum (0 in local mode)."""
+    was sampled); ``noise_std``: the central noise on the sum (0 in local mode), drawn from
+    the stream (seed, ``stream``, round): each upload of an algorithm with several gets its
+    own."""
     sampled = sum(partial.total_weight for partial in partials)
     rest = WeightedSum.of([broadcast], [expected - sampled])  # (expected - n) broadcast
     total = functools.reduce(WeightedSum.merge, [*partials, rest])  # S first, in order
     if noise_std > 0:
         floats = total.float_count
-        noise = gaussian_noise(floats, noise_std, seed, "dp-central-noise", round_)
+        noise = gaussian_noise(floats, noise_std, seed, stream, round_)
         total.vector[:floats] += noise.to(total.vector.device)
     total.total_weight = expected
     return total.mean()
