@@ -74,7 +74,7 @@ def test_runs_reuse_pooled_actors_and_give_the_numbers_of_fresh_ones(ray_session
     pd.testing.assert_frame_equal(tables[1][metrics], tables[2][metrics])
     pd.testing.assert_frame_equal(tables[0][metrics], tables[3][metrics])
     assert not np.allclose(tables[0]["accuracy"], tables[1]["accuracy"])
-    from raysim.engine.runner import startup_phases
+    from raysim.engine.startup_phases import startup_phases
 
     phases = [startup_phases(json.loads((o.run_dir / "manifest.json").read_text()))
               for o in outcomes]

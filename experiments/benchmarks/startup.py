@@ -5,7 +5,7 @@ The pfl-research CIFAR-10 benchmark's shape (``cnn-1000x50-cifar-shape``: 1,000 
 YAML config on a generated 50,000-image file in the MedMNIST layout, run ``--repeats`` times as
 a new process (``python -m raysim.cli run``), each from a fresh output folder. For each
 command: the wall time of the whole command and the start-up phases its manifest records
-(:func:`raysim.engine.runner.startup_phases`: imports, data, Ray, workers and the first round's
+(:func:`raysim.engine.startup_phases.startup_phases`: imports, data, Ray, workers and the first round's
 dispatch after the command). Prints one JSON line per command and the medians. On a GPU the
 config runs 4 workers x 0.25 GPU (the shape measured); without one, 2 workers on the CPUs.
 ``--baseline-tree DIR`` alternates every command with one that runs another checkout of raysim
@@ -32,7 +32,7 @@ from pathlib import Path
 import yaml
 
 from raysim.data.generated import write_medmnist_npz
-from raysim.engine.runner import startup_phases
+from raysim.engine.startup_phases import startup_phases
 from raysim.results.manifest import read_manifest
 
 
