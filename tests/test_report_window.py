@@ -40,7 +40,7 @@ def test_window_averages_each_runs_last_evaluations():
 
 
 def test_a_window_longer_than_the_evaluations_is_refused():
-    with pytest.raises(RaysimError, match="evaluation.final_rounds >= 4"):
+    with pytest.raises(RaysimError, match=r"evaluation\.final_rounds >= 4"):
         final_metrics(_rounds(), window=4)
     with pytest.raises(RaysimError, match="--checkpoint last"):
         final_metrics(_rounds(), checkpoint="best", window=2)
