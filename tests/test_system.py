@@ -424,7 +424,10 @@ def test_the_fedbuff_layer_applies_every_stale_update_to_the_current_model():
         results = client.local_updates(None, clients.tolist(), round_, message,
                                        [None] * len(clients))
         partials = [client.reduce([(int(c), r)]) for c, r in zip(clients, results, strict=True)]
-        new = server.aggregate(state, partials, round_)
+        root = None  # one client per group, merged in order as the reduction tree does
+        for partial in partials:
+            root = partial if root is None else server.merge(root, partial)
+        new = server.aggregate(state, [] if root is None else [root], round_)
         stale += int((versions < round_).sum())
         step = weights.sum() / len(weights)  # sum of s_c x (+1) over A = the buffer's size
         np.testing.assert_allclose(new.model.vector, np.asarray(state.model.vector) + step,
