@@ -1,3 +1,26 @@
-"""raysim: Ray-based simulation of federated learning on medical images."""
+"""raysim: Ray-based simulation of federated learning on medical images.
+
+From Python: ``raysim.run(config, ...)`` runs an experiment and returns its
+:class:`~raysim.api.Results` (:mod:`raysim.api`); ``raysim.load(root, table)`` reads any
+results table as a pandas DataFrame. Both load on first use, so ``import raysim`` stays light.
+"""
+
+from __future__ import annotations
+
+from typing import Any
 
 __version__ = "0.1.0"
+
+__all__ = ["Results", "load", "run"]
+
+
+def __getattr__(name: str) -> Any:
+    if name in ("run", "Results"):
+        from raysim import api
+
+        return getattr(api, name)
+    if name == "load":
+        from raysim.results.load import load
+
+        return load
+    raise AttributeError(f"module 'raysim' has no attribute {name!r}")

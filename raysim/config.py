@@ -268,7 +268,13 @@ def load_experiments(path: str | Path, overrides: list[str] | None = None
     base config; its runs go to ``<run root>/<label>/seed_<s>``, so the label is the
     ``experiment`` of :func:`raysim.results.load` and ``raysim report``.
     """
-    raw = _read_yaml(path)
+    return experiments_from_raw(_read_yaml(path), overrides)
+
+
+def experiments_from_raw(raw: Any, overrides: list[str] | None = None
+                         ) -> dict[str, ExperimentConfig]:
+    """:func:`load_experiments` for a config already read (e.g. a dict built in Python)."""
+    raw = copy.deepcopy(raw)
     if not isinstance(raw, dict) or "variants" not in raw:
         return {"": _parse_raw(raw, overrides)}
     variants = raw.pop("variants")

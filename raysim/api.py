@@ -1,0 +1,100 @@
+"""raysim from Python (a notebook, a script): run an experiment and read its results as pandas
+DataFrames, with the command line's behaviour: the same progress lines, Ctrl-C stopping at a
+round boundary (the runs can be resumed), ``resume`` continuing an interrupted root, and bad
+input refused before anything runs; here as an exception (:class:`raysim.errors.RaysimError`,
+whose message is the paragraph the command line prints) instead of exit 2.
+
+    import raysim
+    results = raysim.run("experiments/quickstart.yaml", overrides=["training.rounds=5"])
+    results.summary()            # mean ± std over seeds of the final metrics
+    results.table("clients")     # any results table, every run under the root
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from raysim.errors import RaysimError
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from raysim.config import ExperimentConfig
+    from raysim.engine.runner import RunOutcome
+
+
+@dataclass(frozen=True)
+class Results:
+    """The runs of one invocation: where they wrote, and how each ended."""
+
+    root: Path
+    """The run root (``<output>/<name>-<timestamp>``): read it with :func:`raysim.results.load`
+    or ``raysim report``."""
+    outcomes: tuple[RunOutcome, ...]
+    """One per run (seed and variant): its directory, final rounds row, error, exit code."""
+
+    @property
+    def failed(self) -> list[RunOutcome]:
+        """The runs that ended with an error (rows written before it are kept)."""
+        return [outcome for outcome in self.outcomes if outcome.error]
+
+    def table(self, name: str = "rounds") -> pd.DataFrame:
+        """A results table (rounds, clients, client_eval, communication, selection, system)
+        of every run under the root, with its experiment, algorithm, seed and run columns."""
+        from raysim.results.load import load
+
+        return load(self.root, name)
+
+    def summary(self, metrics: Sequence[str] | None = None) -> pd.DataFrame:
+        """Mean and std over seeds of each run's final metrics, per experiment (variant)."""
+        from raysim.results.report import summary_table
+
+        return summary_table(self.table("rounds"), list(metrics) if metrics else None)
+
+
+def run(config: str | Path | dict[str, Any], *, overrides: Sequence[str] = (),
+        variants: Sequence[str] = (), data_root: str | None = None,
+        output: str | None = None, resume: str | Path | None = None,
+        progress: bool = True) -> Results | None:
+    """Run every seed (and every variant, or those named in ``variants``) of ``config`` (a
+    YAML path or a dict of the same keys; ``overrides`` as ``--set``: ``["key=value", ...]``)
+    and return its :class:`Results`; None when ``resume`` names a root whose runs are all
+    complete. ``resume``: a run root to continue, or "latest" for this config's newest.
+    Raises :class:`raysim.errors.RaysimError` on bad input (nothing runs) and
+    :class:`raysim.errors.RunInterrupted` after Ctrl-C (the runs stopped at a round
+    boundary; ``resume`` continues them)."""
+    import time
+
+    from raysim.engine.invocation import Invocation, invoke
+
+    experiments = _experiments(config, list(overrides), list(variants))
+    invoked = invoke(Invocation(experiments, data_root, output, progress=progress,
+                                resume=None if resume is None else str(resume),
+                                started_at=time.time()),
+                     preload=lambda: None, closing=lambda outcomes, root, preloaded: None)
+    if invoked is None:
+        return None
+    return Results(invoked.root, tuple(invoked.outcomes))
+
+
+def _experiments(config: str | Path | dict[str, Any], overrides: list[str],
+                 variants: list[str]) -> dict[str, ExperimentConfig]:
+    """The labelled configs of ``config``, limited to ``variants`` when given."""
+    from raysim.config import experiments_from_raw, load_experiments
+
+    if isinstance(config, dict):
+        experiments = experiments_from_raw(config, overrides)
+    elif isinstance(config, str | Path):
+        experiments = load_experiments(config, overrides)
+    else:
+        raise RaysimError(f"Invalid config {type(config).__name__!r}: pass the path of a YAML "
+                          "config or a dict of its keys.")
+    unknown = [label for label in variants if label not in experiments]
+    if unknown:
+        raise RaysimError(
+            f"Unknown variant {unknown[0]!r}: the config defines "
+            f"{', '.join(label for label in experiments if label) or 'no variants'}.")
+    return {label: experiments[label] for label in variants} if variants else experiments
