@@ -28,7 +28,7 @@ def test_run_returns_the_results_of_every_variant_and_resume_finds_them_complete
 
 
 def test_bad_input_is_one_paragraph_and_nothing_runs(tmp_path):
-    with pytest.raises(RaysimError, match="training.rounds") as error:
+    with pytest.raises(RaysimError, match=r"training\.rounds") as error:
         raysim.run(small_federation(name="bad"), overrides=["training.rounds=0"],
                    output=str(tmp_path))
     assert "\n" not in str(error.value)
