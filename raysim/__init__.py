@@ -1,8 +1,9 @@
 """raysim: Ray-based simulation of federated learning on medical images.
 
-From Python: ``raysim.run(config, ...)`` runs an experiment and returns its
-:class:`~raysim.api.Results` (:mod:`raysim.api`); ``raysim.load(root, table)`` reads any
-results table as a pandas DataFrame. Both load on first use, so ``import raysim`` stays light.
+From Python: ``raysim.run(config, ...)`` runs an experiment and ``raysim.sweep(config, grid)``
+a grid of them, each returning its :class:`~raysim.api.Results` (:mod:`raysim.api`);
+``raysim.load(root, table)`` reads any results table as a pandas DataFrame. They load on first
+use, so ``import raysim`` stays light.
 """
 
 from __future__ import annotations
@@ -11,11 +12,11 @@ from typing import Any
 
 __version__ = "0.1.0"
 
-__all__ = ["Results", "load", "run"]
+__all__ = ["Results", "load", "run", "sweep"]
 
 
 def __getattr__(name: str) -> Any:
-    if name in ("run", "Results"):
+    if name in ("run", "sweep", "Results"):
         from raysim import api
 
         return getattr(api, name)

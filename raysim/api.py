@@ -8,6 +8,7 @@ whose message is the paragraph the command line prints) instead of exit 2.
     results = raysim.run("experiments/quickstart.yaml", overrides=["training.rounds=5"])
     results.summary()            # mean ± std over seeds of the final metrics
     results.table("clients")     # any results table, every run under the root
+    raysim.sweep("experiments/quickstart.yaml", {"training.optimizer.lr": [0.01, 0.1]})
 """
 
 from __future__ import annotations
@@ -78,6 +79,29 @@ def run(config: str | Path | dict[str, Any], *, overrides: Sequence[str] = (),
     if invoked is None:
         return None
     return Results(invoked.root, tuple(invoked.outcomes))
+
+
+def sweep(config: str | Path, grid: dict[str, Sequence[Any]], *, seeds: Sequence[int] = (),
+          overrides: Sequence[str] = (), data_root: str | None = None,
+          output: str | None = None, resume: str | Path | None = None,
+          progress: bool = True) -> Results | None:
+    """Every combination of ``grid`` ({dotted key: values}, e.g. ``{"training.optimizer.lr":
+    [0.01, 0.1]}``) of the YAML config at ``config`` (times its variants), as ``raysim
+    sweep``; ``seeds`` replaces the config's. Returns as :func:`run` does; each run's manifest
+    records its grid point."""
+    import time
+
+    from raysim.engine.invocation import Invocation, invoke
+    from raysim.sweep import sweep_experiments
+
+    experiments, labels = sweep_experiments(
+        config, [(key, list(values)) for key, values in grid.items()],
+        list(seeds) or None, list(overrides))
+    invoked = invoke(Invocation(experiments, data_root, output, progress=progress,
+                                resume=None if resume is None else str(resume), labels=labels,
+                                started_at=time.time()),
+                     preload=lambda: None, closing=lambda outcomes, root, preloaded: None)
+    return None if invoked is None else Results(invoked.root, tuple(invoked.outcomes))
 
 
 def _experiments(config: str | Path | dict[str, Any], overrides: list[str],

@@ -35,3 +35,15 @@ def test_bad_input_is_one_paragraph_and_nothing_runs(tmp_path):
     with pytest.raises(RaysimError, match="Unknown variant 'nope'"):
         raysim.run(small_federation(name="bad"), variants=["nope"], output=str(tmp_path))
     assert not any(tmp_path.iterdir())
+
+
+def test_sweep_runs_every_grid_point_and_records_it(tmp_path):
+    config = tmp_path / "small.yaml"
+    import yaml
+
+    config.write_text(yaml.safe_dump(small_federation(name="grid")))
+    results = raysim.sweep(config, {"training.optimizer.lr": [0.01, 0.1]},
+                           overrides=["training.rounds=1"], output=str(tmp_path / "out"),
+                           progress=False)
+    assert results is not None and len(results.outcomes) == 2 and not results.failed
+    assert len(set(results.table("rounds")["experiment"])) == 2
