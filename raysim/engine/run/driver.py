@@ -234,6 +234,8 @@ class Driver:
         """Start what the features need made before the first round (the simulated clock's
         plan) in a thread: ``worker`` counts the models' FLOPs first (before it configures;
         its process imports what torch's FLOP counter needs anyway)."""
+        if not self.spec.ahead.needed:
+            return None
         setup = self.spec.setup
         flops = worker.architecture_flops.remote(setup.context, setup.partition.num_clients)
         return self.spec.ahead.start(setup.context, setup.partition, setup.initial_weights,
