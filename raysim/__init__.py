@@ -1,7 +1,7 @@
 """raysim: Ray-based simulation of federated learning on medical images.
 
-From Python: ``raysim.run(config, ...)`` runs an experiment and ``raysim.sweep(config, grid)``
-a grid of them, each returning its :class:`~raysim.api.Results` (:mod:`raysim.api`);
+From Python: ``raysim.run(config, ...)`` runs an experiment and ``raysim.run_sweep(config,
+grid)`` a grid of them, each returning its :class:`~raysim.api.Results` (:mod:`raysim.api`);
 ``raysim.load(root, table)`` reads any results table as a pandas DataFrame. They load on first
 use, so ``import raysim`` stays light.
 """
@@ -12,11 +12,11 @@ from typing import Any
 
 __version__ = "0.1.0"
 
-__all__ = ["Results", "load", "run", "sweep"]
+__all__ = ["Results", "load", "run", "run_sweep"]
 
 
 def __getattr__(name: str) -> Any:
-    if name in ("run", "sweep", "Results"):
+    if name in ("run", "run_sweep", "Results"):
         from raysim import api
 
         return getattr(api, name)

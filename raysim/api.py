@@ -8,7 +8,7 @@ whose message is the paragraph the command line prints) instead of exit 2.
     results = raysim.run("experiments/quickstart.yaml", overrides=["training.rounds=5"])
     results.summary()            # mean ± std over seeds of the final metrics
     results.table("clients")     # any results table, every run under the root
-    raysim.sweep("experiments/quickstart.yaml", {"training.optimizer.lr": [0.01, 0.1]})
+    raysim.run_sweep("experiments/quickstart.yaml", {"training.optimizer.lr": [0.01, 0.1]})
 """
 
 from __future__ import annotations
@@ -81,7 +81,7 @@ def run(config: str | Path | dict[str, Any], *, overrides: Sequence[str] = (),
     return Results(invoked.root, tuple(invoked.outcomes))
 
 
-def sweep(config: str | Path, grid: dict[str, Sequence[Any]], *, seeds: Sequence[int] = (),
+def run_sweep(config: str | Path, grid: dict[str, Sequence[Any]], *, seeds: Sequence[int] = (),
           overrides: Sequence[str] = (), data_root: str | None = None,
           output: str | None = None, resume: str | Path | None = None,
           progress: bool = True) -> Results | None:

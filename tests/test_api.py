@@ -42,7 +42,7 @@ def test_sweep_runs_every_grid_point_and_records_it(tmp_path):
     import yaml
 
     config.write_text(yaml.safe_dump(small_federation(name="grid")))
-    results = raysim.sweep(config, {"training.optimizer.lr": [0.01, 0.1]},
+    results = raysim.run_sweep(config, {"training.optimizer.lr": [0.01, 0.1]},
                            overrides=["training.rounds=1"], output=str(tmp_path / "out"),
                            progress=False)
     assert results is not None and len(results.outcomes) == 2 and not results.failed
