@@ -67,18 +67,8 @@ def run(config: str | Path | dict[str, Any], *, overrides: Sequence[str] = (),
     Raises :class:`raysim.errors.RaysimError` on bad input (nothing runs) and
     :class:`raysim.errors.RunInterrupted` after Ctrl-C (the runs stopped at a round
     boundary; ``resume`` continues them)."""
-    import time
-
-    from raysim.engine.invocation import Invocation, invoke
-
     experiments = _experiments(config, list(overrides), list(variants))
-    invoked = invoke(Invocation(experiments, data_root, output, progress=progress,
-                                resume=None if resume is None else str(resume),
-                                started_at=time.time()),
-                     preload=lambda: None, closing=lambda outcomes, root, preloaded: None)
-    if invoked is None:
-        return None
-    return Results(invoked.root, tuple(invoked.outcomes))
+    return _invoke(experiments, None, data_root, output, resume, progress)
 
 
 def run_sweep(config: str | Path, grid: dict[str, Sequence[Any]], *, seeds: Sequence[int] = (),
@@ -89,14 +79,22 @@ def run_sweep(config: str | Path, grid: dict[str, Sequence[Any]], *, seeds: Sequ
     [0.01, 0.1]}``) of the YAML config at ``config`` (times its variants), as ``raysim
     sweep``; ``seeds`` replaces the config's. Returns as :func:`run` does; each run's manifest
     records its grid point."""
-    import time
-
-    from raysim.engine.invocation import Invocation, invoke
     from raysim.sweep import sweep_experiments
 
     experiments, labels = sweep_experiments(
         config, [(key, list(values)) for key, values in grid.items()],
         list(seeds) or None, list(overrides))
+    return _invoke(experiments, labels, data_root, output, resume, progress)
+
+
+def _invoke(experiments: dict[str, ExperimentConfig], labels: dict[str, Any] | None,
+            data_root: str | None, output: str | None, resume: str | Path | None,
+            progress: bool) -> Results | None:
+    """Run labelled experiments through the engine's door; their :class:`Results`."""
+    import time
+
+    from raysim.engine.invocation import Invocation, invoke
+
     invoked = invoke(Invocation(experiments, data_root, output, progress=progress,
                                 resume=None if resume is None else str(resume), labels=labels,
                                 started_at=time.time()),

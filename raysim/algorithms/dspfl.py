@@ -10,18 +10,13 @@ client then distils towards the global soft labels with the soft cross-entropy
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Any
-
 import numpy as np
 import torch
 import torch.nn.functional as F
 
-from raysim.algorithms.base import ClientResult, register_algorithm
+from raysim.algorithms.base import register_algorithm
 from raysim.algorithms.params import DSpFLParams
-from raysim.algorithms.public_exchange import PublicSetExchange
-from raysim.vectors.weighted_sum import WeightedSum, mean_partial, weighted_mean
-from raysim.vectors.weights import Weights
+from raysim.algorithms.public_exchange import MeanConsensus
 
 
 def entropy_reduction(soft_labels: np.ndarray, temperature: float | None) -> np.ndarray:
@@ -29,38 +24,22 @@ def entropy_reduction(soft_labels: np.ndarray, temperature: float | None) -> np.
     paper's simple averaging)."""
     if temperature is None:
         return soft_labels
-    scaled = soft_labels / temperature
-    scaled -= scaled.max(axis=1, keepdims=True)
-    exp = np.exp(scaled)
-    return exp / exp.sum(axis=1, keepdims=True)
+    from scipy.special import softmax  # (scipy loads where a server aggregates, not at import)
+
+    return softmax(soft_labels / temperature, axis=1)
 
 
 @register_algorithm
-class DSpFL(PublicSetExchange[DSpFLParams, Weights | None]):
+class DSpFL(MeanConsensus[DSpFLParams]):
     """Soft labels on the public set, averaged and sharpened by ERA, distilled by every
     client into its own model."""
 
     params_class = DSpFLParams
 
-    # ----- server -----
-    def init_server_state(self, initial_weights: Weights) -> Weights | None:
-        return None  # no global soft labels before round 0
-
-    def broadcast(self, state: Weights | None, round_: int) -> dict[str, Any]:
-        return {} if state is None else {"consensus": state["logits"]}
-
-    def reduce(self, results: Sequence[tuple[int, ClientResult]]) -> WeightedSum:
-        return mean_partial([{"logits": r.upload["logits"]} for _, r in results],
-                            [1.0] * len(results), weighted=False)
-
-    def aggregate(self, state: Weights | None, partials: Sequence[WeightedSum],
-                  round_: int) -> Weights | None:
-        if not partials:
-            return state
-        mean = weighted_mean(partials)["logits"]
+    def consensus(self, mean: np.ndarray) -> np.ndarray:
         sharpened = entropy_reduction(np.asarray(mean, dtype=np.float64),
                                       self.params.era_temperature)
-        return {"logits": sharpened.astype(np.float32)}
+        return sharpened.astype(np.float32)
 
     # ----- client -----
     def public_outputs(self, logits: torch.Tensor) -> torch.Tensor:

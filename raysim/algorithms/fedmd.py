@@ -7,39 +7,19 @@ squared error; ``kl`` distils KL(softmax(consensus / T) || softmax(logits / T)) 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Any
-
 import torch
 import torch.nn.functional as F
 
-from raysim.algorithms.base import ClientResult, register_algorithm
+from raysim.algorithms.base import register_algorithm
 from raysim.algorithms.params import FedMDParams
-from raysim.algorithms.public_exchange import PublicSetExchange
-from raysim.vectors.weighted_sum import WeightedSum, mean_partial, weighted_mean
-from raysim.vectors.weights import Weights
+from raysim.algorithms.public_exchange import MeanConsensus
 
 
 @register_algorithm
-class FedMD(PublicSetExchange[FedMDParams, Weights | None]):
+class FedMD(MeanConsensus[FedMDParams]):
     """Digest the public consensus, revisit the private data, upload public logits."""
 
     params_class = FedMDParams
-
-    # ----- server -----
-    def init_server_state(self, initial_weights: Weights) -> Weights | None:
-        return None  # no consensus before round 0
-
-    def broadcast(self, state: Weights | None, round_: int) -> dict[str, Any]:
-        return {} if state is None else {"consensus": state["logits"]}
-
-    def reduce(self, results: Sequence[tuple[int, ClientResult]]) -> WeightedSum:
-        return mean_partial([{"logits": r.upload["logits"]} for _, r in results],
-                            [1.0] * len(results), weighted=False)
-
-    def aggregate(self, state: Weights | None, partials: Sequence[WeightedSum],
-                  round_: int) -> Weights | None:
-        return weighted_mean(partials) if partials else state
 
     # ----- client -----
     def digest_loss(self, logits: torch.Tensor, target: torch.Tensor) -> torch.Tensor:

@@ -28,6 +28,7 @@ from raysim.algorithms.public_set import public_indices
 from raysim.data.dataset import to_tensor
 from raysim.errors import field_error
 from raysim.training.runtime import make_optimizer
+from raysim.vectors.weighted_sum import WeightedSum, mean_partial, weighted_mean
 from raysim.vectors.weights import Weights, get_weights, set_weights
 
 if TYPE_CHECKING:
@@ -142,3 +143,28 @@ class PublicSetExchange(Algorithm[ParamsT, StateT]):
 
     def personal_weights(self, state: Any) -> Weights | None:
         return None if state is None else state[0]
+
+
+class MeanConsensus(PublicSetExchange[ParamsT, "Weights | None"]):
+    """The server of FedMD and DS-pFL: one consensus for every client, made from the mean of
+    the clients' public outputs (one vote each) by :meth:`consensus`."""
+
+    def init_server_state(self, initial_weights: Weights) -> Weights | None:
+        return None  # no consensus before round 0
+
+    def broadcast(self, state: Weights | None, round_: int) -> dict[str, Any]:
+        return {} if state is None else {"consensus": state["logits"]}
+
+    def reduce(self, results: Sequence[tuple[int, ClientResult]]) -> WeightedSum:
+        return mean_partial([{"logits": r.upload["logits"]} for _, r in results],
+                            [1.0] * len(results), weighted=False)
+
+    def aggregate(self, state: Weights | None, partials: Sequence[WeightedSum],
+                  round_: int) -> Weights | None:
+        if not partials:
+            return state
+        return {"logits": self.consensus(weighted_mean(partials)["logits"])}
+
+    def consensus(self, mean: np.ndarray) -> np.ndarray:
+        """The consensus from the mean of the uploads (default: the mean itself)."""
+        return mean
