@@ -40,6 +40,8 @@ by two invocations). Beside t it prints the two-sided p from the t distribution.
 p: "above" or "below" at p < 0.05, otherwise "within noise (p = ...)". Statistics that name a
 ``family`` (e.g. ``family: Table 1``) get Benjamini-Hochberg q-values over that family's
 comparisons on the page, printed beside p with whether the verdict survives the correction.
+A Welch statistic with ``margin: m`` adds the equivalence test (TOST, two one-sided Welch
+tests) of the difference lying inside (-m, +m), with its p and "equivalent" at p < 0.05.
 
 A choice on validation data (``<!-- choose ... -->...<!-- /choose -->``, see
 :func:`render_choice`) names the setting with the best mean validation metric and reports its
@@ -200,6 +202,27 @@ def welch_test(mean_a: float, std_a: float, n_a: int, mean_b: float, std_b: floa
     return Test(t, df, _two_sided(t, df))
 
 
+def equivalence_test(mean_a: float, std_a: float, n_a: int, mean_b: float, std_b: float,
+                     n_b: int, margin: float) -> float:
+    """The p of Schuirmann's two one-sided Welch tests (TOST) that the difference of the
+    means lies inside (-margin, +margin): the larger of the two one-sided p-values, with the
+    Welch-Satterthwaite degrees of freedom. p < 0.05 shows equivalence within the margin."""
+    difference = mean_a - mean_b
+    spread = math.sqrt(std_a ** 2 / n_a + std_b ** 2 / n_b)
+    if spread == 0:
+        return 0.0 if abs(difference) < margin else 1.0
+    df = welch_test(mean_a, std_a, n_a, mean_b, std_b, n_b).df
+    above_lower = float(stats.t.sf((difference + margin) / spread, df))
+    below_upper = float(stats.t.cdf((difference - margin) / spread, df))
+    return max(above_lower, below_upper)
+
+
+def equivalence_text(p: float, margin: float) -> str:
+    """The TOST's verdict: "equivalent within ±margin" at p < 0.05, else "not shown"."""
+    said = ("equivalent" if p < SIGNIFICANCE else "equivalence not shown")
+    return f"TOST at ±{margin:g}: {_p_text(p)}, {said}"
+
+
 def paired_test(a: np.ndarray, b: np.ndarray) -> Test:
     """The paired t of per-seed values with n - 1 degrees of freedom and the two-sided p
     (+-inf and p 0 when the differences do not vary but are not zero)."""
@@ -278,6 +301,10 @@ def stat_test(spec: Mapping[str, Any]) -> tuple[str, Test]:
         text = (f"{groups[0][0] - groups[1][0]:+.3f} {metric} ({groups[0][0]:.3f} vs "
                 f"{groups[1][0]:.3f}; Welch's {_t_text(test)}, {groups[0][2]} vs "
                 f"{groups[1][2]} seeds")
+        if "margin" in spec:  # an equivalence question: TOST beside the difference test
+            margin = float(spec["margin"])
+            text += "; " + equivalence_text(
+                equivalence_test(*groups[0], *groups[1], margin), margin)
     return text, test
 
 
