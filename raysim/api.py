@@ -59,22 +59,24 @@ class Results:
 def run(config: str | Path | dict[str, Any], *, overrides: Sequence[str] = (),
         variants: Sequence[str] = (), data_root: str | None = None,
         output: str | None = None, resume: str | Path | None = None,
-        progress: bool = True) -> Results | None:
+        progress: bool = True, plugins: Sequence[str] = ()) -> Results | None:
     """Run every seed (and every variant, or those named in ``variants``) of ``config`` (a
     YAML path or a dict of the same keys; ``overrides`` as ``--set``: ``["key=value", ...]``)
     and return its :class:`Results`; None when ``resume`` names a root whose runs are all
     complete. ``resume``: a run root to continue, or "latest" for this config's newest.
     Raises :class:`raysim.errors.RaysimError` on bad input (nothing runs) and
     :class:`raysim.errors.RunInterrupted` after Ctrl-C (the runs stopped at a round
-    boundary; ``resume`` continues them)."""
-    experiments = _experiments(config, list(overrides), list(variants))
+    boundary; ``resume`` continues them). ``plugins``: modules to import first, as
+    ``--plugin`` (a method, model or dataset registered in the calling script itself needs
+    none: it is registered already)."""
+    experiments = _experiments(config, list(overrides), list(variants), list(plugins))
     return _invoke(experiments, None, data_root, output, resume, progress)
 
 
 def run_sweep(config: str | Path, grid: dict[str, Sequence[Any]], *, seeds: Sequence[int] = (),
           overrides: Sequence[str] = (), data_root: str | None = None,
           output: str | None = None, resume: str | Path | None = None,
-          progress: bool = True) -> Results | None:
+          progress: bool = True, plugins: Sequence[str] = ()) -> Results | None:
     """Every combination of ``grid`` ({dotted key: values}, e.g. ``{"training.optimizer.lr":
     [0.01, 0.1]}``) of the YAML config at ``config`` (times its variants), as ``raysim
     sweep``; ``seeds`` replaces the config's. Returns as :func:`run` does; each run's manifest
@@ -83,7 +85,7 @@ def run_sweep(config: str | Path, grid: dict[str, Sequence[Any]], *, seeds: Sequ
 
     experiments, labels = sweep_experiments(
         config, [(key, list(values)) for key, values in grid.items()],
-        list(seeds) or None, list(overrides))
+        list(seeds) or None, list(overrides), list(plugins))
     return _invoke(experiments, labels, data_root, output, resume, progress)
 
 
@@ -103,14 +105,14 @@ def _invoke(experiments: dict[str, ExperimentConfig], labels: dict[str, Any] | N
 
 
 def _experiments(config: str | Path | dict[str, Any], overrides: list[str],
-                 variants: list[str]) -> dict[str, ExperimentConfig]:
+                 variants: list[str], plugins: list[str]) -> dict[str, ExperimentConfig]:
     """The labelled configs of ``config``, limited to ``variants`` when given."""
     from raysim.config import experiments_from_raw, load_experiments
 
     if isinstance(config, dict):
-        experiments = experiments_from_raw(config, overrides)
+        experiments = experiments_from_raw(config, overrides, plugins)
     elif isinstance(config, str | Path):
-        experiments = load_experiments(config, overrides)
+        experiments = load_experiments(config, overrides, plugins)
     else:
         raise RaysimError(f"Invalid config {type(config).__name__!r}: pass the path of a YAML "
                           "config or a dict of its keys.")

@@ -130,6 +130,11 @@ def _parser() -> argparse.ArgumentParser:
                           "MedMNIST file is not under the data root (timing only)")
     estimate.add_argument("--csv", help="also write the estimate to this CSV file (one row per "
                           "variant; e.g. docs/results/estimates/<config>.csv)")
+    for command in (run, sweep, validate, costs, estimate):
+        command.add_argument("--plugin", dest="plugins", action="append", default=[],
+                             metavar="MODULE", help="import this module first: its registered "
+                             "algorithms, models and datasets become config names (repeatable; "
+                             "recorded with the runs)")
     report = commands.add_parser("report", help="summary table and learning curves of results")
     report.add_argument("paths", nargs="+", metavar="PATH",
                         help="results directories (runs, experiments or trees); several are "
@@ -167,8 +172,8 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-_REMEMBERED = {"run": ("variants", "overrides", "data_root"),
-               "sweep": ("grid", "seeds", "overrides", "data_root")}
+_REMEMBERED = {"run": ("variants", "overrides", "data_root", "plugins"),
+               "sweep": ("grid", "seeds", "overrides", "data_root", "plugins")}
 
 
 def _remember_invocation(args: argparse.Namespace) -> dict:
@@ -193,7 +198,7 @@ def _resume_root(args: argparse.Namespace) -> str | None:
         return args.resume
     from raysim.config import load_experiments
 
-    first = next(iter(load_experiments(args.config, args.overrides).values()))
+    first = next(iter(load_experiments(args.config, args.overrides, args.plugins).values()))
     return str(latest_run_root(first, args.output))
 
 
@@ -204,7 +209,7 @@ def _run(args: argparse.Namespace) -> int:
         args.resume = _resume_root(args)
         if os.path.isdir(args.resume):
             _recall_invocation(args, args.resume)
-    experiments = load_experiments(args.config, args.overrides)
+    experiments = load_experiments(args.config, args.overrides, args.plugins)
     unknown = [label for label in args.variants if label not in experiments]
     if unknown:
         raise RaysimError(
@@ -224,7 +229,7 @@ def _sweep(args: argparse.Namespace) -> int:
 
     seeds = parse_seeds(args.seeds) if args.seeds else None
     experiments, labels = sweep_experiments(args.config, parse_grid(args.grid), seeds,
-                                            args.overrides)
+                                            args.overrides, args.plugins)
     print(f"sweep: {len(experiments)} configurations x "
           f"{len(next(iter(experiments.values())).seeds)} seeds", file=sys.stderr)
     return _execute(experiments, args, labels)
@@ -313,7 +318,7 @@ def _validate(args: argparse.Namespace) -> int:
     from raysim.errors import MissingDataError
     from raysim.preparation import prepare
 
-    for label, config in load_experiments(args.config, args.overrides).items():
+    for label, config in load_experiments(args.config, args.overrides, args.plugins).items():
         # partitions and the method's data-dependent settings (e.g. FedSM's lambda >= 1/K)
         # need the data: check them when the file is here, never download for a check
         offline = config.model_copy(update={"dataset": config.dataset.model_copy(
@@ -336,7 +341,7 @@ def _costs(args: argparse.Namespace) -> int:
     from raysim.preparation import prepare, run_context
 
     tables = []
-    for label, config in load_experiments(args.config, args.overrides).items():
+    for label, config in load_experiments(args.config, args.overrides, args.plugins).items():
         seed = config.seeds[0]
         dataset, partition = prepare(config, args.data_root)[seed]
         algorithm_class = ALGORITHMS[config.algorithm.name]
@@ -398,7 +403,7 @@ def _estimate(args: argparse.Namespace) -> int:
         raise RaysimError(f"Invalid --clients {args.clients}: a slice trains at least 1 client "
                           "per round. Pass a positive count, or leave --clients out to probe "
                           "the config's own rounds.")
-    experiments = load_experiments(args.config, args.overrides)
+    experiments = load_experiments(args.config, args.overrides, args.plugins)
     unknown = [label for label in args.variants if label not in experiments]
     if unknown:
         raise RaysimError(f"Unknown variant {unknown[0]!r} for --variant: {args.config} defines "

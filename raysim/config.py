@@ -6,16 +6,17 @@ from __future__ import annotations
 import copy
 import difflib
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Literal, Union, get_args
 
 import yaml
 from pydantic import BaseModel, Field, ValidationError, model_validator
 
-from raysim.algorithms.params import ALGORITHM_PARAMS
+from raysim.algorithms.params import ALGORITHM_PARAMS, algorithm_params
 from raysim.errors import ConfigError
-from raysim.models.params import MODEL_PARAMS
+from raysim.models.params import MODEL_PARAMS, model_params
+from raysim.plugins import load_plugins
 from raysim.schema import (
     DatasetConfig,
     EngineConfig,
@@ -106,6 +107,9 @@ class ExperimentConfig(StrictModel):
     privacy: PrivacyConfig | None = None
     system: SystemConfig | None = None
     server_optimizer: ServerOptimizerConfig | None = None
+    plugins: list[str] = Field(
+        [], description="modules to import before the config is read, which register their "
+        "own algorithms, models and datasets (e.g. [my_lab.fedfoo]; `--plugin` adds one)")
     output: str = "results"
 
     @model_validator(mode="after")
@@ -246,37 +250,73 @@ def apply_overrides(raw: dict[str, Any], overrides: list[str]) -> dict[str, Any]
     return result
 
 
-def parse_config(raw: Any) -> ExperimentConfig:
-    """Validate a raw config mapping; raise :class:`ConfigError` with one clear message."""
+def _union(members: tuple[type[StrictModel], ...]) -> Any:
+    return Annotated[Union[members], Field(discriminator="name")]  # noqa: UP007
+
+
+def sync_plugin_names() -> None:
+    """Extend the ``model`` and ``algorithm`` unions of the schema (and of
+    ``clients.architectures``) with the names plug-ins registered since the last call, so that
+    they validate, are suggested in "did you mean" and listed as allowed like shipped ones."""
+    models, algorithms = model_params(), algorithm_params()
+    if (get_args(ExperimentConfig.model_fields["model"].annotation) == models
+            and get_args(ExperimentConfig.model_fields["algorithm"].annotation) == algorithms):
+        return
+    fields, clients = ExperimentConfig.model_fields, ClientsConfig.model_fields
+    fields["model"].annotation = Union[models]  # type: ignore[assignment]  # noqa: UP007
+    fields["algorithm"].annotation = Union[algorithms]  # type: ignore[assignment]  # noqa: UP007
+    clients["architectures"].annotation = list[_union(models)] | None  # type: ignore[misc,assignment]
+    ClientsConfig.model_rebuild(force=True)
+    ExperimentConfig.model_rebuild(force=True)
+
+
+def parse_config(raw: Any, near: Path | None = None) -> ExperimentConfig:
+    """Validate a raw config mapping; raise :class:`ConfigError` with one clear message. Its
+    ``plugins`` are imported first (``near``: the config file's directory, where they may
+    lie), so the names they register validate like shipped ones."""
     if not isinstance(raw, dict):
         raise ConfigError(
             f"The config must be a YAML mapping of sections (dataset, partition, model, "
             f"algorithm, ...), not {type(raw).__name__}. See experiments/quickstart.yaml."
         )
+    plugins = raw.get("plugins", [])
+    if not isinstance(plugins, list):
+        raise ConfigError(
+            f"Invalid config field `plugins` = {plugins!r}: expected a list of module names, "
+            "e.g. `plugins: [my_lab.fedfoo]`.")
+    load_plugins(plugins, near)
+    sync_plugin_names()
     try:
         return ExperimentConfig.model_validate(raw)
     except ValidationError as error:
         raise ConfigError(format_validation_error(error)) from None
 
 
-def load_experiments(path: str | Path, overrides: list[str] | None = None
-                     ) -> dict[str, ExperimentConfig]:
+def load_experiments(path: str | Path, overrides: list[str] | None = None,
+                     plugins: Sequence[str] = ()) -> dict[str, ExperimentConfig]:
     """Read a YAML file that may hold ``variants:`` (label -> overrides, e.g. a method and its
     baselines) and return one validated config per variant ({"": config} without variants).
 
     Each variant applies its dotted-key overrides (like ``--set``, applied after them) to the
     base config; its runs go to ``<run root>/<label>/seed_<s>``, so the label is the
     ``experiment`` of :func:`raysim.results.load` and ``raysim report``.
+
+    ``plugins``: modules to import (``--plugin``), added to the config's ``plugins``; they
+    and the config's own are looked for beside the YAML file too.
     """
-    return experiments_from_raw(_read_yaml(path), overrides)
+    return experiments_from_raw(_read_yaml(path), overrides, plugins, Path(path).parent)
 
 
-def experiments_from_raw(raw: Any, overrides: list[str] | None = None
+def experiments_from_raw(raw: Any, overrides: list[str] | None = None,
+                         plugins: Sequence[str] = (), near: Path | None = None
                          ) -> dict[str, ExperimentConfig]:
     """:func:`load_experiments` for a config already read (e.g. a dict built in Python)."""
     raw = copy.deepcopy(raw)
+    if plugins and isinstance(raw, dict):
+        listed = raw.get("plugins") or []
+        raw["plugins"] = [*listed, *(name for name in plugins if name not in listed)]
     if not isinstance(raw, dict) or "variants" not in raw:
-        return {"": _parse_raw(raw, overrides)}
+        return {"": _parse_raw(raw, overrides, near)}
     variants = raw.pop("variants")
     if not isinstance(variants, dict) or not variants or not all(
             isinstance(v, dict | None) for v in variants.values()):
@@ -293,7 +333,7 @@ def experiments_from_raw(raw: Any, overrides: list[str] | None = None
         entries = [f"{key}={yaml.safe_dump(value, default_flow_style=True).strip()}"
                    for key, value in (changes or {}).items()]
         try:
-            experiments[str(label)] = parse_config(apply_overrides(base, entries))
+            experiments[str(label)] = parse_config(apply_overrides(base, entries), near)
         except ConfigError as error:
             raise ConfigError(f"In variant `{label}`: {error}") from None
     return experiments
@@ -351,8 +391,9 @@ def _read_yaml(path: str | Path) -> Any:
 
 def load_config(path: str | Path, overrides: list[str] | None = None) -> ExperimentConfig:
     """Read a YAML experiment config, apply overrides and validate it."""
-    return _parse_raw(_read_yaml(path), overrides)
+    return _parse_raw(_read_yaml(path), overrides, Path(path).parent)
 
 
-def _parse_raw(raw: Any, overrides: list[str] | None) -> ExperimentConfig:
-    return parse_config(apply_overrides(raw, overrides or []) if isinstance(raw, dict) else raw)
+def _parse_raw(raw: Any, overrides: list[str] | None, near: Path | None) -> ExperimentConfig:
+    return parse_config(apply_overrides(raw, overrides or []) if isinstance(raw, dict) else raw,
+                        near)

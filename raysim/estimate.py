@@ -47,6 +47,7 @@ from pathlib import Path
 
 from raysim.config import ExperimentConfig
 from raysim.engine.progress import duration_text
+from raysim.schema import DatasetConfig
 
 
 @dataclass(frozen=True)
@@ -224,7 +225,18 @@ def _train_size(config: ExperimentConfig) -> int:
         return dataset.train_subset
     if dataset.name in BUILTIN_DATASETS:
         return len(load_builtin(dataset.name).train_y)
+    if _users_dataset(dataset):
+        from raysim.data import load_dataset
+
+        return len(load_dataset(dataset).train_y)
     return int(medmnist_info()[dataset.name]["n_samples"]["train"])
+
+
+def _users_dataset(dataset: DatasetConfig) -> bool:
+    """A dataset of the user's: a ``.npz`` path or a name a plug-in registered."""
+    from raysim.data.registry import DATASETS
+
+    return dataset.path is not None or dataset.name.lower() in DATASETS
 
 
 def stand_in_data(config: ExperimentConfig, data_root: str | None, scratch: Path
@@ -237,7 +249,7 @@ def stand_in_data(config: ExperimentConfig, data_root: str | None, scratch: Path
     from raysim.data.medmnist_io import default_root, file_name
 
     dataset = config.dataset
-    if dataset.name in BUILTIN_DATASETS:
+    if dataset.name in BUILTIN_DATASETS or _users_dataset(dataset):
         return None
     name = file_name(dataset.name, dataset.size)
     if (Path(data_root or dataset.root or default_root()).expanduser() / name).exists():

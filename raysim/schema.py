@@ -24,7 +24,8 @@ class DatasetConfig(StrictModel):
     """Which dataset to load and from where."""
 
     name: str = Field(description="a MedMNIST flag: 2D (pneumoniamnist, chestmnist, ...) or 3D "
-                      "(adrenalmnist3d, organmnist3d, ...); or breast-cancer, digits, synthetic")
+                      "(adrenalmnist3d, organmnist3d, ...); or breast-cancer, digits, synthetic; "
+                      "or a name a plug-in registered, or any label with `path`")
     size: Literal[28, 64, 128, 224] = Field(
         28, description="MedMNIST image size (3D subsets: 28 or 64, volumes of size^3)")
     root: str | None = Field(None, description="directory of MedMNIST npz files")
@@ -33,6 +34,10 @@ class DatasetConfig(StrictModel):
     train_subset: int | None = Field(
         None, ge=2, description="keep only this many training samples (fixed class-stratified "
         "draw, the same for every seed); the test set is kept whole")
+    path: str | None = Field(
+        None, description="a .npz file in MedMNIST's layout (train_images, train_labels, "
+        "test_images, test_labels, optionally val_*): the dataset `name` labels it; relative "
+        "paths are read under --data-root when given")
 
 
 class SiteShiftConfig(StrictModel):

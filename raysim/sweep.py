@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import re
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -62,7 +63,7 @@ def _format(value: Any) -> str:
 
 
 def sweep_experiments(path: str | Path, grid: list[tuple[str, list[Any]]], seeds: list[int] | None,
-                      overrides: list[str] | None = None
+                      overrides: list[str] | None = None, plugins: Sequence[str] = ()
                       ) -> tuple[dict[str, ExperimentConfig], dict[str, dict[str, Any]]]:
     """Every combination of the grid (times the config's variants, if any), each validated.
 
@@ -81,7 +82,7 @@ def sweep_experiments(path: str | Path, grid: list[tuple[str, list[Any]]], seeds
                    for k, v in point.items()]
         label = grid_label(point)
         try:
-            variants = load_experiments(path, [*base, *entries])
+            variants = load_experiments(path, [*base, *entries], plugins)
         except ConfigError as error:
             raise ConfigError(f"In the grid point {label}: {error}") from None
         for variant, config in variants.items():

@@ -169,3 +169,28 @@ def flatten(value: Any) -> list[np.ndarray]:
     if isinstance(value, torch.Tensor):
         return [value.detach().cpu().numpy()]
     return []
+
+
+def same(a: Any, b: Any, exact: bool) -> bool:
+    """Two results trees equal entry by entry: exactly, or up to float summation order."""
+    left, right = flatten(a), flatten(b)
+    if len(left) != len(right):
+        return False
+    if exact:
+        return all(np.array_equal(x, y, equal_nan=True) for x, y in zip(left, right, strict=True))
+    return all(np.allclose(x.astype(float), y.astype(float), rtol=1e-4, atol=1e-5,
+                           equal_nan=True) for x, y in zip(left, right, strict=True))
+
+
+def check_contract(config: ExperimentConfig) -> None:
+    """The algorithm contract on one config: new algorithm objects every round, states
+    through a checkpoint file and other groupings of clients give the same results."""
+    reference = simulate(config)
+    restarted = simulate(config, fresh_objects=True)
+    assert reference.metrics == restarted.metrics or same(reference.metrics, restarted.metrics,
+                                                          exact=True)
+    assert same(reference.server_state, restarted.server_state, exact=True)
+    assert same(reference.client_states, restarted.client_states, exact=True)
+    regrouped = simulate(config, group_size=3)
+    assert same(reference.metrics, regrouped.metrics, exact=False)
+    assert same(reference.server_state, regrouped.server_state, exact=False)

@@ -42,6 +42,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar, cast
 import numpy as np
 from torch import nn
 
+from raysim.algorithms.params import ALGORITHM_PARAMS, PLUGIN_ALGORITHM_PARAMS
 from raysim.schema import StrictModel
 from raysim.training.context import RunContext
 from raysim.training.evaluation import predict_proba
@@ -308,6 +309,20 @@ def register_algorithm(cls: AlgorithmT) -> AlgorithmT:
             f"{cls.__name__} overrides {', '.join(overridden)} and inherits mean_uploads = "
             f"{cls.mean_uploads!r}: declare mean_uploads in {cls.__name__}'s own body (() if "
             "its server step is not the weighted mean of those uploads)")
-    ALGORITHMS[cls.params_class.model_fields["name"].default] = cls
+    params = cls.params_class
+    name = params.model_fields["name"].default
+    taken = ALGORITHMS.get(name)
+    if taken is not None and _qualified(taken) != _qualified(cls):
+        raise ValueError(
+            f"the algorithm name {name!r} of {_qualified(cls)} is taken by {_qualified(taken)}; "
+            "give the params class another `name` literal")
+    ALGORITHMS[name] = cls
+    if params not in ALGORITHM_PARAMS:  # a plug-in's: the config schema takes it from here
+        PLUGIN_ALGORITHM_PARAMS[:] = [p for p in PLUGIN_ALGORITHM_PARAMS
+                                      if p.model_fields["name"].default != name] + [params]
     return cls
+
+
+def _qualified(cls: type) -> str:
+    return f"{cls.__module__}.{cls.__qualname__}"
 

@@ -303,4 +303,13 @@ ALGORITHM_PARAMS: tuple[type[StrictModel], ...] = (
     FedDMParams,
     FedVCKParams,
 )
-"""The params class of every registered algorithm (a test checks it against the registry)."""
+"""The params class of every algorithm raysim ships (a test checks it against the registry)."""
+
+PLUGIN_ALGORITHM_PARAMS: list[type[StrictModel]] = []
+"""The params classes of algorithms registered by plug-ins (:mod:`raysim.plugins`), in the
+order they registered."""
+
+
+def algorithm_params() -> tuple[type[StrictModel], ...]:
+    """The params class of every registered algorithm: raysim's, then the plug-ins'."""
+    return (*ALGORITHM_PARAMS, *PLUGIN_ALGORITHM_PARAMS)

@@ -117,12 +117,16 @@ def load_medmnist(
     """
     info_table = medmnist_info()
     if flag not in info_table:
-        close = difflib.get_close_matches(flag, [*BUILTIN_DATASETS, *info_table], n=1)
+        from raysim.data.registry import DATASETS
+
+        close = difflib.get_close_matches(flag, [*DATASETS, *BUILTIN_DATASETS, *info_table], n=1)
         raise ConfigError(
             f"Invalid config field `dataset.name` = {flag!r}: not a MedMNIST subset or built-in "
             f"dataset{f' (did you mean {close[0]!r}?)' if close else ''}. Allowed: "
-            f"{', '.join(BUILTIN_DATASETS)}, {', '.join(sorted(info_table))}. "
-            "Fix the name in the YAML file or with `--set dataset.name=...`."
+            f"{', '.join([*DATASETS, *BUILTIN_DATASETS])}, {', '.join(sorted(info_table))}; "
+            "or any label with `dataset.path` naming a .npz file. Fix the name in the YAML "
+            "file or with `--set dataset.name=...`, or import the plug-in that registers it "
+            "(`plugins:` / `--plugin`)."
         )
     meta = info_table[flag]
     volumetric = is_volumetric(flag)

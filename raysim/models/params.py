@@ -95,4 +95,12 @@ ZOO_PARAMS: dict[str, type[StrictModel]] = {name: _zoo_params(name, doc)
 MODEL_PARAMS: tuple[type[StrictModel], ...] = (
     SimpleCNNParams, ConvNetParams, ConvNet3DParams, MLPParams, ResNet18Params,
     ResNet18_3DParams, *ZOO_PARAMS.values())
-"""The params class of every registered model (a test checks it against the registry)."""
+"""The params class of every model raysim ships (a test checks it against the registry)."""
+
+PLUGIN_MODEL_PARAMS: list[type[StrictModel]] = []
+"""The params classes of models registered by plug-ins (:mod:`raysim.plugins`)."""
+
+
+def model_params() -> tuple[type[StrictModel], ...]:
+    """The params class of every registered model: raysim's, then the plug-ins'."""
+    return (*MODEL_PARAMS, *PLUGIN_MODEL_PARAMS)

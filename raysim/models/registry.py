@@ -10,6 +10,7 @@ from torch import Tensor, nn
 
 from raysim.data.dataset import DataInfo
 from raysim.errors import ConfigError
+from raysim.models.params import MODEL_PARAMS, PLUGIN_MODEL_PARAMS
 from raysim.schema import StrictModel
 
 
@@ -27,10 +28,22 @@ def register_model(params: type[StrictModel]) -> Callable:
 
     def decorator(build: Callable[[StrictModel, DataInfo], nn.Module]) -> Callable:
         name = params.model_fields["name"].default
+        taken = MODELS.get(name)
+        if taken is not None and _qualified(taken.build) != _qualified(build):
+            raise ValueError(
+                f"the model name {name!r} of {_qualified(build)} is taken by "
+                f"{_qualified(taken.build)}; give the params class another `name` literal")
         MODELS[name] = ModelEntry(params, build)
+        if params not in MODEL_PARAMS:  # a plug-in's: the config schema takes it from here
+            PLUGIN_MODEL_PARAMS[:] = [p for p in PLUGIN_MODEL_PARAMS
+                                      if p.model_fields["name"].default != name] + [params]
         return build
 
     return decorator
+
+
+def _qualified(function: Callable) -> str:
+    return f"{function.__module__}.{function.__qualname__}"
 
 
 Layer = Callable[[Tensor], Tensor]

@@ -41,6 +41,7 @@ from raysim.engine.launch.warm_cluster import (
 )
 from raysim.engine.launch.watchdog import start_watchdog
 from raysim.errors import ConfigError
+from raysim.plugins import plugin_directories, plugin_sources
 
 
 @dataclass
@@ -146,6 +147,15 @@ def _raylet_settings(settings: Mapping[str, str]) -> Iterator[None]:
                 os.environ[name] = value
 
 
+def _python_path(plugins: Sequence[str]) -> dict[str, str]:
+    """``PYTHONPATH`` for a local Ray's worker processes: the plug-ins' directories first."""
+    if not plugins:
+        return {}
+    existing = [entry for entry in os.environ.get("PYTHONPATH", "").split(os.pathsep) if entry]
+    return {"PYTHONPATH": os.pathsep.join(dict.fromkeys([*plugin_directories(plugins),
+                                                         *existing]))}
+
+
 _SLOTS: CpuSlots | None = None
 """The machine's CPU slots this process holds while its local Ray runs."""
 
@@ -237,12 +247,18 @@ def _start_ray(config: ExperimentConfig, before_waiting: Callable[[], object] | 
     use ahead of time; returns notices."""
     global _SLOTS, _JOINED
     notices: list[str] = []
+    plugins = list(dict.fromkeys(name for run in (runs or [config]) for name in run.plugins))
+    # a joined cluster's workers get the plug-ins' source with the job (they may not share
+    # this machine's files); a local Ray's workers find them on PYTHONPATH
+    shipped: dict[str, Any] = (
+        {"runtime_env": {"py_modules": plugin_sources(plugins)}} if plugins else {})
     target = cluster_to_join(config.engine.address, notices)
     if target is not None:
         address, source = target
         _check_reachable(address, source)
         try:
-            ray.init(address=address, logging_level=logging.ERROR, log_to_driver=False)
+            ray.init(address=address, logging_level=logging.ERROR, log_to_driver=False,
+                     **shipped)
         except (ConnectionError, RuntimeError, ValueError) as error:
             raise ConfigError(_unreachable(address, source, str(error))) from None
         resources = ray.cluster_resources()
@@ -255,7 +271,7 @@ def _start_ray(config: ExperimentConfig, before_waiting: Callable[[], object] | 
         try:
             with loopback_only():  # (it listens on loopback: Ray would take the network's)
                 ray.init(address=warm.address, logging_level=logging.ERROR,
-                         log_to_driver=False)
+                         log_to_driver=False, **shipped)
         except ConnectionError as error:
             raise ConfigError(
                 f"Cannot join the warm raysim cluster at {warm.address} ({error}). It uses "
@@ -280,7 +296,8 @@ def _start_ray(config: ExperimentConfig, before_waiting: Callable[[], object] | 
             held = _SLOTS.acquire(needed)
             CPU_WAIT.seconds += time.time() - waiting_since
     prestart = processes_at_start(runs or [config], held, gpus_ray_will_detect())
-    with (_raylet_settings(raylet_environment()), without_unused_ray_services(),
+    with (_raylet_settings({**raylet_environment(), **_python_path(plugins)}),
+          without_unused_ray_services(),
           prestarting(prestart), own_session(), loopback_only()):
         # address="local": a new Ray of this process's own, whatever RAY_ADDRESS or a
         # stale /tmp/ray/ray_current_cluster of a dead cluster says
