@@ -7,10 +7,10 @@ Set by the harness through the environment:
 - ``FIDELITY_CONFIG``: the raysim config of the common setting (a YAML file);
 - ``FIDELITY_VARIANT``: its variant (the raysim side of the run);
 - ``FIDELITY_DATA_ROOT``: the directory holding ``pneumoniamnist.npz``;
-- ``FIDELITY_LOCKSTEP``: ``1`` to feed raysim's initial model, split and permutations.
-
-Without lockstep the authors' script keeps its own protocol: its own seed, one independent
-initialisation per client, its own split and shuffles.
+- ``FIDELITY_MODE``: ``independent`` (the authors' own protocol: their seed, one independent
+  initialisation per client, their split and shuffles), ``shared-init`` (as independent, but
+  every client starts from raysim's initial model of the seed) or ``lockstep`` (raysim's
+  initial model, split and permutations).
 """
 
 from __future__ import annotations
@@ -42,8 +42,12 @@ def _dataset() -> Any:
     return load_dataset(_experiment().dataset, os.environ["FIDELITY_DATA_ROOT"])
 
 
+def _mode() -> str:
+    return os.environ.get("FIDELITY_MODE", "independent")
+
+
 def _lockstep() -> bool:
-    return os.environ.get("FIDELITY_LOCKSTEP") == "1"
+    return _mode() == "lockstep"
 
 
 def _seed() -> int:
@@ -64,12 +68,12 @@ def common_data(device: torch.device) -> tuple[torch.Tensor, ...]:
 
 def common_model() -> torch.nn.Module:
     """raysim's model of the common setting, replacing the authors' ResNet18: freshly drawn
-    from torch's global generator (one per client, as the authors' loop draws), or in lockstep
-    loaded with raysim's initial model of the seed."""
+    from torch's global generator (one per client, as the authors' loop draws), or (modes
+    shared-init and lockstep) loaded with raysim's initial model of the seed."""
     from raysim.models import build_model
 
     model = build_model(_experiment().model, _dataset().info)
-    if _lockstep():
+    if _mode() in ("shared-init", "lockstep"):
         from raysim.preparation import initial_weights
         weights = initial_weights(_experiment(), _dataset(), _seed())
         model.load_state_dict({name: torch.as_tensor(value) for name, value in weights.items()})

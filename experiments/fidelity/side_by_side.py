@@ -16,13 +16,17 @@ Modes:
   initialisation per client, their split and shuffles); the final test accuracy and loss after
   the same number of steps are compared per variant over the seeds with Welch's t and an
   equivalence test (TOST, ``--margin``).
+- ``shared-init``: as ``independent``, but every client of the authors' script starts from
+  raysim's initial model of the seed (their loop draws one initialisation per client and
+  averages them at the first aggregation), isolating that one protocol difference.
 - ``lockstep``: the authors' script is fed raysim's initial model, split and permutations of
   the same seed, and both are scored after every aggregation; the per-round differences of
   accuracy and loss show where (if anywhere) the two codes part.
 
 Writes under ``--out``: ``trajectories.csv`` (source, variant, seed, round, accuracy, loss),
 ``per_seed.csv`` (the final round), ``summary.csv`` (mean and std per ``<source>_<variant>``, the
-format ``render_docs.py`` reads) and ``comparison.csv`` (independent) or ``lockstep.csv``.
+format ``render_docs.py`` reads) and ``comparison.csv`` (independent, shared-init) or
+``lockstep.csv``.
 """
 
 from __future__ import annotations
@@ -47,7 +51,7 @@ from authors_feddc import prepare_copy  # noqa: E402
 from render_docs import equivalence_test, welch_test  # noqa: E402
 
 CONFIG = HERE / "feddc_pneumonia.yaml"
-REPORT_EVERY = {"independent": 50, "lockstep": 10}
+REPORT_EVERY = {"independent": 50, "shared-init": 50, "lockstep": 10}
 
 
 def authors_arguments(config: Any, seed: int, report_every: int) -> list[str]:
@@ -80,7 +84,7 @@ def run_authors(script: Path, config_path: Path, config: Any, variant: str, seed
                                                   os.environ.get("PYTHONPATH", "")]),
                    "FIDELITY_CONFIG": str(config_path), "FIDELITY_VARIANT": variant,
                    "FIDELITY_DATA_ROOT": str(args.data_root), "FIDELITY_SEED": str(seed),
-                   "FIDELITY_LOCKSTEP": "1" if args.mode == "lockstep" else "0",
+                   "FIDELITY_MODE": args.mode,
                    "OMP_NUM_THREADS": "1"}
     log = workdir / "log.txt"
     with log.open("w") as out:
@@ -199,7 +203,7 @@ def main() -> int:
     final.to_csv(args.out / "per_seed.csv", index=False)
     summary = summarise(final)
     summary.to_csv(args.out / "summary.csv", index=False)
-    if args.mode == "independent":
+    if args.mode != "lockstep":
         table = compare(summary, args.margin)
         table.to_csv(args.out / "comparison.csv", index=False)
     else:
