@@ -13,6 +13,7 @@ CONFIGS: dict[str, dict] = {
                  "training": {"rounds": 3, "batch_size": 16,
                               "optimizer": {"name": "sgd", "lr": 0.05}}},
     "ditto": {"algorithm": {"name": "ditto", "lam": 0.1}},
+    "moon": {"algorithm": {"name": "moon", "mu": 1.0}},
     "centralized": {},
     "local": HETERO,
     "feddc": {"algorithm": {"name": "feddc", "daisy_period": 1, "aggregation_period": 2}},

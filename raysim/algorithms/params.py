@@ -58,6 +58,17 @@ class DittoParams(StrictModel):
     """Weight the clients' global-model updates by their sample counts (False: plain mean)."""
 
 
+class MOONParams(StrictModel):
+    name: Literal["moon"] = "moon"
+    mu: float = Field(1.0, ge=0)
+    """Weight of the model-contrastive term (MOON's mu; the paper uses 5 on CIFAR-10 and 1 on
+    CIFAR-100 and Tiny-ImageNet; 0 is FedAvg)."""
+    temperature: float = Field(0.5, gt=0)
+    """tau of the contrastive term's softmax over the two cosine similarities."""
+    weighted: bool = True
+    """Weight the clients' models by their sample counts (False: plain mean)."""
+
+
 class DifferentialPrivacy(StrictModel):
     clip: float = Field(gt=0, description="S: L2 bound of an outgoing update")
     sigma: float = Field(ge=0, description="noise multiplier: std = sigma * S")
@@ -293,6 +304,7 @@ ALGORITHM_PARAMS: tuple[type[StrictModel], ...] = (
     LocalOnlyParams,
     ScaffoldParams,
     DittoParams,
+    MOONParams,
     FedDCParams,
     FedSMParams,
     FedDFParams,

@@ -1,0 +1,118 @@
+"""MOON (Li, He and Song, "Model-Contrastive Federated Learning", CVPR 2021): FedAvg whose
+local objective adds a contrastive term between model representations.
+
+In a round each sampled client trains the broadcast global model w on its data with
+
+    loss = CE(f_w(x), y) + mu * l_con,
+    l_con = -log( exp(sim(z, z_glob) / tau) / (exp(sim(z, z_glob) / tau) + exp(sim(z, z_prev) / tau)) )
+
+where z, z_glob and z_prev are the representations of the batch by the model being trained,
+by the round's global model and by the client's own model after its previous round (frozen),
+and sim is the cosine similarity: the local model is pulled towards the global model's
+representation and pushed away from its own previous one. Before a client's first round its
+previous model is the global model it starts from, as in the authors' code
+(``QinbinLi/MOON``: the pool of previous models starts as copies of the round's nets). The
+server averages (FedAvg's round, inherited). ``mu = 0`` is FedAvg.
+
+The representation is the model's embedding (the features before its classifier: ConvNet,
+ResNet18); the authors' networks add a two-layer projection head between them (see
+docs/methods.md).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, ClassVar
+
+import torch
+import torch.nn.functional as F
+
+from raysim.algorithms.base import ClientResult, RunContext, register_algorithm
+from raysim.algorithms.fedavg import FedAvg
+from raysim.algorithms.params import MOONParams
+from raysim.errors import field_error
+from raysim.models import build_model
+from raysim.schema import StrictModel
+from raysim.training.losses import loss_function, training_loss
+from raysim.training.runtime import make_optimizer
+from raysim.vectors.weights import Weights, get_weights, set_weights
+
+if TYPE_CHECKING:
+    from raysim.training.runtime import ClientRuntime
+
+
+def contrastive_term(z: torch.Tensor, z_global: torch.Tensor, z_previous: torch.Tensor,
+                     temperature: float) -> torch.Tensor:
+    """MOON's l_con, the batch mean: cross-entropy of the positive pair (z, z_global) against
+    the negative pair (z, z_previous) over their cosine similarities divided by tau."""
+    logits = torch.stack([F.cosine_similarity(z, z_global, dim=1),
+                          F.cosine_similarity(z, z_previous, dim=1)], dim=1) / temperature
+    return F.cross_entropy(logits, torch.zeros(len(z), dtype=torch.long, device=z.device))
+
+
+@register_algorithm
+class MOON(FedAvg):
+    """FedAvg with MOON's model-contrastive term in every client's local objective; each
+    client keeps its last trained model as the next round's negative."""
+
+    params_class: ClassVar[type[StrictModel]] = MOONParams
+    params: MOONParams  # type: ignore[assignment]  # (FedAvg types its own params)
+    mean_uploads: ClassVar[tuple[str, ...]] = ("model",)
+    per_client_loop: ClassVar[str | None] = (
+        "its local objective runs two frozen models beside the trained one")
+
+    def __init__(self, params: MOONParams, context: RunContext):
+        super().__init__(params, context)  # type: ignore[arg-type]
+        probe = build_model(context.model, context.info)
+        if not (hasattr(probe, "embed") and hasattr(probe, "classifier")):
+            raise field_error("model.name", context.model.name,  # type: ignore[attr-defined]
+                              "MOON contrasts the representations of three models, so the "
+                              "model needs an `embed` method and a `classifier` layer; use "
+                              "convnet or resnet18")
+
+    def local_updates(self, runtime: ClientRuntime, clients: Sequence[int], round_: int,
+                      message: dict[str, Any], states: Sequence[Any]) -> list[ClientResult]:
+        start = message["model"]
+        frozen_global, frozen_previous = (self._frozen(runtime), self._frozen(runtime))
+        set_weights(frozen_global, start)
+        training = self.context.training
+        loss_fn = loss_function(training_loss(training.loss, self.context.info.multi_label))
+        results = []
+        for client, state in zip(clients, states, strict=True):
+            model = runtime.client_model(client)
+            set_weights(model, start)
+            set_weights(frozen_previous, start if state is None else state)
+            optimizer = make_optimizer(model.parameters(), training.optimizer)
+
+            def batch_loss(inputs: torch.Tensor, targets: torch.Tensor,
+                           model: torch.nn.Module = model) -> torch.Tensor:
+                z = model.embed(inputs)  # type: ignore[operator]
+                loss = loss_fn(model.classifier(z), targets)  # type: ignore[operator]
+                if self.params.mu == 0:
+                    return loss
+                with torch.no_grad():
+                    z_global = frozen_global.embed(inputs)  # type: ignore[operator]
+                    z_previous = frozen_previous.embed(inputs)  # type: ignore[operator]
+                return loss + self.params.mu * contrastive_term(z, z_global, z_previous,
+                                                                self.params.temperature)
+
+            model.train()
+            loss, samples, steps = runtime.fit(client, round_, optimizer, batch_loss,
+                                               epochs=training.epochs,
+                                               steps=training.local_steps)
+            weights = get_weights(model)
+            results.append(ClientResult({"model": weights}, weights, {"steps": float(steps)},
+                                        samples, loss, self.client_weight(samples)))
+        return results
+
+    def _frozen(self, runtime: ClientRuntime) -> torch.nn.Module:
+        """A model of the run's architecture on the worker's device, in eval mode and without
+        gradients: the global or the previous model of the contrastive term."""
+        module = runtime.place(build_model(self.context.model, self.context.info))
+        module.eval()
+        for parameter in module.parameters():
+            parameter.requires_grad_(False)
+        return module
+
+    def personal_weights(self, state: Any) -> Weights | None:
+        return None  # (the kept model is the next round's negative, not a personal model)
