@@ -267,13 +267,13 @@ def render_stat(spec: Mapping[str, Any], q: tuple[float, int] | None = None) -> 
     Benjamini-Hochberg q-value and the size of its family, printed beside p."""
     text, test = stat_test(spec)
     if q is None:
-        return f"{text}: {verdict(test)})"
+        return f"{text}: {verdict(test)}{equivalence_clause(spec)})"
     said = verdict(test)
     if test.p < SIGNIFICANCE:  # a verdict the correction keeps or takes back
         said += (", and after the correction" if q[0] < SIGNIFICANCE
                  else ", but within noise after the correction")
     return (f"{text}; BH q = {q[0]:.3f} over the {q[1]} comparisons of "
-            f"{spec['family']!s}: {said})")
+            f"{spec['family']!s}: {said}{equivalence_clause(spec)})")
 
 
 def stat_test(spec: Mapping[str, Any]) -> tuple[str, Test]:
@@ -301,11 +301,20 @@ def stat_test(spec: Mapping[str, Any]) -> tuple[str, Test]:
         text = (f"{groups[0][0] - groups[1][0]:+.3f} {metric} ({groups[0][0]:.3f} vs "
                 f"{groups[1][0]:.3f}; Welch's {_t_text(test)}, {groups[0][2]} vs "
                 f"{groups[1][2]} seeds")
-        if "margin" in spec:  # an equivalence question: TOST beside the difference test
-            margin = float(spec["margin"])
-            text += "; " + equivalence_text(
-                equivalence_test(*groups[0], *groups[1], margin), margin)
     return text, test
+
+
+def equivalence_clause(spec: Mapping[str, Any]) -> str:
+    """"; TOST at ±m: p = ..., equivalent" for a Welch statistic with a ``margin``, else ""."""
+    if "margin" not in spec:
+        return ""
+    key, metric, margin = spec.get("key", "experiment"), spec["metric"], float(spec["margin"])
+    csv_b = spec.get("csv_b", spec["csv"])
+    rows = (_row(_read(spec["csv"], spec.get("where")), key, spec["a"], spec["csv"]),
+            _row(_read(csv_b, spec.get("where")), key, spec["b"], csv_b))
+    groups = [(float(r[f"{metric}_mean"]), float(r[f"{metric}_std"]), _seeds(r, metric))
+              for r in rows]
+    return "; " + equivalence_text(equivalence_test(*groups[0], *groups[1], margin), margin)
 
 
 def family_q_values(text: str) -> dict[int, tuple[float, int]]:

@@ -135,3 +135,26 @@ def test_a_family_of_comparisons_gets_benjamini_hochberg_q_values(tmp_path, monk
         assert f"BH q = {value:.3f} over the 3 comparisons of Table 1" in rendered
     assert rendered.count("after the correction)") == sum(p < 0.05 for p in p_values)
     assert "old" not in rendered
+
+
+def test_the_equivalence_test_is_two_one_sided_welch_tests(tmp_path, monkeypatch):
+    """TOST: the larger one-sided p of "difference > -m" and "difference < +m", each
+    scipy's one-sided Welch test on the shifted groups; equivalent at p < 0.05."""
+    a = np.array([0.84, 0.85, 0.83, 0.86, 0.84, 0.85])
+    b = np.array([0.85, 0.84, 0.86, 0.83, 0.85, 0.84])
+    margin = 0.03
+    lower = stats.ttest_ind(a + margin, b, equal_var=False, alternative="greater").pvalue
+    upper = stats.ttest_ind(a - margin, b, equal_var=False, alternative="less").pvalue
+    p = render_docs.equivalence_test(a.mean(), a.std(ddof=1), 6, b.mean(), b.std(ddof=1), 6,
+                                     margin)
+    assert p == pytest.approx(max(lower, upper)) and p < 0.05
+    far = render_docs.equivalence_test(0.90, 0.01, 6, 0.84, 0.01, 6, margin)
+    assert far > 0.5  # a difference beyond the margin is never shown equivalent
+    monkeypatch.setattr(render_docs, "RESULTS", tmp_path)
+    pd.DataFrame({"experiment": ["x", "y"], "accuracy_mean": [a.mean(), b.mean()],
+                  "accuracy_std": [a.std(ddof=1), b.std(ddof=1)], "completed": [6, 6]}
+                 ).to_csv(tmp_path / "summary.csv", index=False)
+    rendered = render_docs.render("<!-- stat csv: summary.csv, a: x, b: y, metric: accuracy, "
+                                  "margin: 0.03 -->old<!-- /stat -->")
+    assert f"within noise (p = 1.000); TOST at ±0.03: {render_docs._p_text(p)}, equivalent)" \
+        in rendered
