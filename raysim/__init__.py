@@ -2,6 +2,7 @@
 
 From Python: ``raysim.run(config, ...)`` runs an experiment and ``raysim.run_sweep(config,
 grid)`` a grid of them, each returning its :class:`~raysim.api.Results` (:mod:`raysim.api`);
+``raysim.run_estimate(config)`` projects a config's cost as ``raysim estimate`` does;
 ``raysim.load(root, table)`` reads any results table as a pandas DataFrame. They load on first
 use, so ``import raysim`` stays light.
 """
@@ -12,11 +13,11 @@ from typing import Any
 
 __version__ = "0.1.0"
 
-__all__ = ["Results", "load", "run", "run_sweep"]
+__all__ = ["Projection", "Results", "load", "run", "run_estimate", "run_sweep"]
 
 
 def __getattr__(name: str) -> Any:
-    if name in ("run", "run_sweep", "Results"):
+    if name in ("run", "run_sweep", "run_estimate", "Results", "Projection"):
         from raysim import api
 
         return getattr(api, name)

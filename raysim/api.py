@@ -89,6 +89,65 @@ def run_sweep(config: str | Path, grid: dict[str, Sequence[Any]], *, seeds: Sequ
     return _invoke(experiments, labels, data_root, output, resume, progress)
 
 
+@dataclass(frozen=True)
+class Projection:
+    """What ``raysim estimate`` prints and writes: the projection as text and as a table."""
+
+    text: str
+    """The printed projection (per variant and in total, with the machine it was made on)."""
+    table: pd.DataFrame
+    """One row per variant (the ``--csv`` file's columns)."""
+
+
+def run_estimate(config: str | Path | dict[str, Any], *, rounds: int = 3,
+             overrides: Sequence[str] = (), variants: Sequence[str] = (),
+             data_root: str | None = None, clients: int | None = None,
+             stand_in_data: bool = False, plugins: Sequence[str] = ()) -> Projection:
+    """Project the wall time and device-hours of a whole config (every seed and variant)
+    from ``rounds`` rounds of each variant's first seed run here, as ``raysim estimate``
+    (``clients``: a slice of K clients per round, scaled up; ``stand_in_data``: time a
+    generated file of the dataset's layout when its file is missing). Notices (the engine
+    fitted to this machine, a busy machine) go to stderr."""
+    import os
+    import sys
+
+    import pandas as pd
+
+    from raysim.engine.invocation import ray_for
+    from raysim.engine.launch.local_ray import cluster_to_join
+    from raysim.engine.launch.warm_cluster import running_cluster
+    from raysim.estimate import busy_notice, describe, fit_to_machine, measure, project, table_rows
+
+    if rounds < 2:
+        raise RaysimError(f"Invalid --rounds {rounds}: the estimate needs at least 2 rounds "
+                          "(the first pays for warm-up; steady rounds are measured after it).")
+    if clients is not None and clients < 1:
+        raise RaysimError(f"Invalid --clients {clients}: a slice trains at least 1 client "
+                          "per round. Pass a positive count, or leave --clients out to probe "
+                          "the config's own rounds.")
+    experiments = _experiments(config, list(overrides), list(variants), list(plugins))
+    cpus = os.cpu_count() or 1
+    if all(cluster_to_join(run.engine.address) is None and running_cluster() is None
+           for run in experiments.values()):  # a local Ray: make the engine fit
+        experiments, fitted = fit_to_machine(experiments, cpus)
+        for notice in (fitted, busy_notice(cpus)):
+            if notice:
+                print(notice, file=sys.stderr)
+    with ray_for(experiments) as notices:
+        for notice in notices:
+            print(notice, file=sys.stderr)
+        import ray
+
+        resources = ray.cluster_resources()
+        probes, concurrent, gpus = measure(experiments, rounds, data_root, clients,
+                                           stand_in_data)
+    machine = (f"this machine ({resources.get('CPU', 0):g} CPUs, {resources.get('GPU', 0):g} "
+               f"GPUs, {cpus} cores)")
+    projected = project(experiments, probes, concurrent, gpus)
+    return Projection(describe(projected, machine),
+                      pd.DataFrame(table_rows(projected, machine)))
+
+
 def _invoke(experiments: dict[str, ExperimentConfig], labels: dict[str, Any] | None,
             data_root: str | None, output: str | None, resume: str | Path | None,
             progress: bool) -> Results | None:

@@ -381,62 +381,15 @@ def _cluster(args: argparse.Namespace) -> int:
 
 
 def _estimate(args: argparse.Namespace) -> int:
-    import os as _os
+    from raysim.api import run_estimate
 
-    from raysim.config import load_experiments
-    from raysim.engine.invocation import ray_for
-    from raysim.engine.launch.local_ray import cluster_to_join
-    from raysim.engine.launch.warm_cluster import running_cluster
-    from raysim.estimate import (
-        busy_notice,
-        describe,
-        fit_to_machine,
-        measure,
-        project,
-        table_rows,
-    )
-
-    if args.rounds < 2:
-        raise RaysimError(f"Invalid --rounds {args.rounds}: the estimate needs at least 2 rounds "
-                          "(the first pays for warm-up; steady rounds are measured after it).")
-    if args.clients is not None and args.clients < 1:
-        raise RaysimError(f"Invalid --clients {args.clients}: a slice trains at least 1 client "
-                          "per round. Pass a positive count, or leave --clients out to probe "
-                          "the config's own rounds.")
-    experiments = load_experiments(args.config, args.overrides, args.plugins)
-    unknown = [label for label in args.variants if label not in experiments]
-    if unknown:
-        raise RaysimError(f"Unknown variant {unknown[0]!r} for --variant: {args.config} defines "
-                          f"{', '.join(label for label in experiments if label) or 'no variants'}.")
-    if args.variants:
-        experiments = {label: experiments[label] for label in args.variants}
-    cpus = _os.cpu_count() or 1
-    if all(cluster_to_join(config.engine.address) is None and running_cluster() is None
-           for config in experiments.values()):  # a local Ray: make the engine fit
-        experiments, fitted = fit_to_machine(experiments, cpus)
-        for notice in (fitted, busy_notice(cpus)):
-            if notice:
-                print(notice, file=sys.stderr)
-    with ray_for(experiments) as notices:
-        for notice in notices:
-            print(notice, file=sys.stderr)
-        import ray
-
-        resources = ray.cluster_resources()
-        probes, concurrent, gpus = measure(experiments, args.rounds, args.data_root,
-                                           args.clients, args.stand_in_data)
-    machine = (f"this machine ({resources.get('CPU', 0):g} CPUs, {resources.get('GPU', 0):g} "
-               f"GPUs, {_os.cpu_count()} cores)")
-    estimate = project(experiments, probes, concurrent, gpus)
-    print(describe(estimate, machine))
+    projection = run_estimate(args.config, rounds=args.rounds, overrides=args.overrides,
+                          variants=args.variants, data_root=args.data_root,
+                          clients=args.clients, stand_in_data=args.stand_in_data,
+                          plugins=args.plugins)
+    print(projection.text)
     if args.csv:
-        import csv
-
-        rows = table_rows(estimate, machine)
-        with open(args.csv, "w", newline="") as file:
-            writer = csv.DictWriter(file, fieldnames=list(rows[0]))
-            writer.writeheader()
-            writer.writerows(rows)
+        projection.table.to_csv(args.csv, index=False)
         print(f"estimate as CSV: {args.csv}")
     return 0
 

@@ -47,3 +47,10 @@ def test_sweep_runs_every_grid_point_and_records_it(tmp_path):
                            progress=False)
     assert results is not None and len(results.outcomes) == 2 and not results.failed
     assert len(set(results.table("rounds")["experiment"])) == 2
+
+
+def test_run_estimate_refuses_bad_input_before_ray_starts(tmp_path):
+    with pytest.raises(RaysimError, match="Invalid --rounds 1"):
+        raysim.run_estimate(small_federation(name="estimate"), rounds=1)
+    with pytest.raises(RaysimError, match="Unknown variant 'nope'"):
+        raysim.run_estimate(small_federation(name="estimate"), variants=["nope"])

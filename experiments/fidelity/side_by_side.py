@@ -26,7 +26,7 @@ Modes:
 Writes under ``--out``: ``trajectories.csv`` (source, variant, seed, round, accuracy, loss),
 ``per_seed.csv`` (the final round), ``summary.csv`` (mean and std per ``<source>_<variant>``, the
 format ``render_docs.py`` reads) and ``comparison.csv`` (independent, shared-init) or
-``lockstep.csv``.
+``lockstep.csv`` and ``lockstep_summary.csv``.
 """
 
 from __future__ import annotations
@@ -159,6 +159,19 @@ def lockstep_table(trajectories: pd.DataFrame) -> pd.DataFrame:
     return gaps.groupby(["variant", "round"]).max().reset_index()
 
 
+def lockstep_summary(gaps: pd.DataFrame, apart: float = 0.005) -> pd.DataFrame:
+    """Per variant: the evaluations compared, the largest accuracy and loss gaps over them,
+    and the first round whose accuracy gap exceeds ``apart`` (-1: none)."""
+    rows = []
+    for variant, table in gaps.groupby("variant"):
+        beyond = table.loc[table["accuracy_gap"] > apart, "round"]
+        rows.append({"variant": variant, "evaluations": len(table),
+                     "max_accuracy_gap": table["accuracy_gap"].max(),
+                     "max_loss_gap": table["loss_gap"].max(),
+                     "first_round_apart": int(beyond.min()) if len(beyond) else -1})
+    return pd.DataFrame(rows)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--authors", type=Path, required=True,
@@ -209,6 +222,7 @@ def main() -> int:
     else:
         table = lockstep_table(trajectories)
         table.to_csv(args.out / "lockstep.csv", index=False)
+        lockstep_summary(table).to_csv(args.out / "lockstep_summary.csv", index=False)
     with pd.option_context("display.width", 160, "display.max_rows", 200):
         print(summary.to_string(index=False))
         print(table.to_string(index=False))
