@@ -36,8 +36,9 @@ class DatasetConfig(StrictModel):
         "draw, the same for every seed); the test set is kept whole")
     path: str | None = Field(
         None, description="a .npz file in MedMNIST's layout (train_images, train_labels, "
-        "test_images, test_labels, optionally val_*): the dataset `name` labels it; relative "
-        "paths are read under --data-root when given")
+        "test_images, test_labels, optionally val_*) or a folder with train/, test/ (and "
+        "val/) holding one folder of images per class; the dataset `name` labels it; "
+        "relative paths are read under --data-root when given")
 
 
 class SiteShiftConfig(StrictModel):

@@ -145,3 +145,29 @@ def test_the_command_line_imports_a_plugin_beside_the_config(tmp_path):
                           check=False)
     assert done.returncode == 0, done.stderr[-2000:]
     assert "valid (fedtrim on moons" in done.stdout
+
+
+def test_a_dataset_from_a_folder_of_images_per_class(tmp_path):
+    from PIL import Image
+
+    from raysim.data import load_dataset
+
+    rng = np.random.default_rng(1)
+    for split, count in (("train", 6), ("test", 2)):
+        for name in ("normal", "tumour"):
+            folder = tmp_path / "scans" / split / name
+            folder.mkdir(parents=True)
+            for k in range(count):
+                Image.fromarray(rng.integers(0, 255, (10, 10), dtype=np.uint8)).save(
+                    folder / f"{k}.png")
+    raw = moons_raw(dataset={"name": "scan-folders", "path": "scans"}, model={"name": "cnn"},
+                    algorithm={"name": "fedavg"}, partition={"scheme": "iid", "num_clients": 3})
+    config = parse_config(raw, near=PLUGINS)
+    dataset = load_dataset(config.dataset, str(tmp_path))
+    assert dataset.info.input_shape == (1, 10, 10) and dataset.info.task == "binary-class"
+    assert dataset.info.label_names == ("normal", "tumour")
+    assert dataset.train_x.shape == (12, 10, 10) and sorted(set(dataset.test_y)) == [0, 1]
+    Image.fromarray(np.zeros((12, 12), dtype=np.uint8)).save(
+        tmp_path / "scans" / "test" / "normal" / "odd.png")
+    with pytest.raises(ConfigError, match="2 different sizes"):
+        load_dataset(config.dataset, str(tmp_path))

@@ -10,7 +10,7 @@ from raysim.data.builtin import BUILTIN_DATASETS, load_builtin
 from raysim.data.dataset import ArrayDataset, DataInfo, to_tensor
 from raysim.data.medmnist_io import load_medmnist
 from raysim.data.partition import Partition, label_keys, make_partition
-from raysim.data.registry import DATASETS, load_npz_file
+from raysim.data.registry import DATASETS, load_path
 from raysim.schema import DatasetConfig
 from raysim.seeding import numpy_rng
 
@@ -23,7 +23,7 @@ def load_dataset(config: DatasetConfig, data_root: str | None = None) -> ArrayDa
     class-stratified draw; by dominant finding for multi-label data)."""
     name = config.name.lower()
     if config.path is not None:
-        dataset = load_npz_file(config, data_root)
+        dataset = load_path(config, data_root)
     elif name in DATASETS:  # a plug-in's
         dataset = DATASETS[name](config, data_root)
     elif name in BUILTIN_DATASETS:

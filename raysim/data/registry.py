@@ -1,5 +1,5 @@
-"""Datasets beyond MedMNIST: a plug-in's loader registered by name, and any ``.npz`` file in
-MedMNIST's layout named by ``dataset.path``.
+"""Datasets beyond MedMNIST: a plug-in's loader registered by name, and a ``.npz`` file in
+MedMNIST's layout or a folder of images per class named by ``dataset.path``.
 
 A registered loader takes the config's ``dataset`` section and the ``--data-root`` directory
 and returns an :class:`ArrayDataset` (train and test splits, optionally the dataset's own
@@ -53,8 +53,8 @@ def register_dataset(name: str) -> Callable[[Loader], Loader]:
 _SPLITS = ("train", "val", "test")
 
 
-def arrays_dataset(name: str, arrays: Mapping[str, np.ndarray], *,
-                   task: Task | None = None, label_names: tuple[str, ...] = ()
+def arrays_dataset(name: str, arrays: Mapping[str, np.ndarray],
+                   label_names: tuple[str, ...] = (), *, task: Task | None = None
                    ) -> ArrayDataset:
     """An :class:`ArrayDataset` from arrays in MedMNIST's layout: ``train_images`` and
     ``train_labels``, ``test_images`` and ``test_labels``, optionally ``val_images`` and
@@ -105,18 +105,61 @@ def _labels(raw: np.ndarray) -> np.ndarray:
     return raw.astype(np.int64)
 
 
-def load_npz_file(config: DatasetConfig, data_root: str | None) -> ArrayDataset:
-    """The dataset in the ``.npz`` file ``dataset.path`` (relative paths: under
-    ``--data-root`` when given, else the current directory), named ``dataset.name``."""
+def load_path(config: DatasetConfig, data_root: str | None) -> ArrayDataset:
+    """The dataset at ``dataset.path`` (relative paths: under ``--data-root`` when given, else
+    the current directory), named ``dataset.name``: a ``.npz`` file in MedMNIST's layout, or a
+    folder of images with ``train/``, ``test/`` and optionally ``val/``, each holding one
+    folder of image files per class (the class names sorted give the labels)."""
     assert config.path is not None
     path = Path(config.path).expanduser()
     if not path.is_absolute() and data_root is not None:
         path = Path(data_root) / path
+    if path.is_dir():
+        return arrays_dataset(config.name, *_image_folders(path))
     if not path.is_file():
         raise ConfigError(
-            f"Invalid config field `dataset.path` = {config.path!r}: no file at {path}. Point "
-            "it at a .npz file holding train_images, train_labels, test_images and "
-            "test_labels (relative paths are read under --data-root when given).")
+            f"Invalid config field `dataset.path` = {config.path!r}: no file or folder at "
+            f"{path}. Point it at a .npz file holding train_images, train_labels, test_images "
+            "and test_labels, or a folder with train/ and test/ holding one folder of images "
+            "per class (relative paths are read under --data-root when given).")
     with np.load(path, allow_pickle=False) as archive:
         arrays = {key: archive[key] for key in archive.files}
     return arrays_dataset(config.name, arrays)
+
+
+IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".tif", ".tiff")
+
+
+def _image_folders(root: Path) -> tuple[dict[str, np.ndarray], tuple[str, ...]]:
+    """The arrays of an image-folder dataset (``<split>/<class>/<image>``) and its class
+    names; every image must have the same size and mode."""
+    from PIL import Image  # (a dependency of matplotlib and medmnist)
+
+    splits = [split for split in _SPLITS if (root / split).is_dir()]
+    if "train" not in splits or "test" not in splits:
+        raise ConfigError(
+            f"Invalid config field `dataset.path` = {str(root)!r}: an image folder needs "
+            "train/ and test/ subfolders (and optionally val/), each with one folder of "
+            "images per class.")
+    classes = sorted(child.name for child in (root / "train").iterdir() if child.is_dir())
+    arrays: dict[str, np.ndarray] = {}
+    for split in splits:
+        images, labels = [], []
+        for label, name in enumerate(classes):
+            folder = root / split / name
+            files = sorted(p for p in folder.iterdir()
+                           if p.suffix.lower() in IMAGE_SUFFIXES) if folder.is_dir() else []
+            for file in files:
+                with Image.open(file) as image:
+                    images.append(np.asarray(image.convert("L" if image.mode in ("L", "I",
+                                  "I;16", "1") else "RGB")))
+                labels.append(label)
+        shapes = {image.shape for image in images}
+        if len(shapes) != 1:
+            raise ConfigError(
+                f"Invalid config field `dataset.path` = {str(root)!r}: the images of "
+                f"{split}/ have {len(shapes)} different sizes ({sorted(shapes)[:3]}); resize "
+                "them to one size first.")
+        arrays[f"{split}_images"] = np.stack(images).astype(np.uint8)
+        arrays[f"{split}_labels"] = np.asarray(labels, dtype=np.int64)
+    return arrays, tuple(classes)
