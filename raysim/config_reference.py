@@ -70,9 +70,16 @@ def _line(indent: int, key: str, value: str, comment: str) -> str:
 
 
 def _union_names(annotation: Any) -> list[str]:
+    """The ``name`` literals of the shipped models or methods a union holds (the reference
+    documents raysim's own; names a plug-in registered in this process are left out)."""
+    from raysim.algorithms.params import ALGORITHM_PARAMS
+    from raysim.models.params import MODEL_PARAMS
+
+    shipped = {*ALGORITHM_PARAMS, *MODEL_PARAMS}
     names = []
     for arg in typing.get_args(annotation):
-        if isinstance(arg, type) and issubclass(arg, BaseModel) and "name" in arg.model_fields:
+        if isinstance(arg, type) and issubclass(arg, BaseModel) and "name" in arg.model_fields \
+                and arg in shipped:
             names.append(str(arg.model_fields["name"].default))
     return names
 
