@@ -91,6 +91,15 @@ def ray_session():
     ray.shutdown()
 
 
+def answer_ctrl_c() -> None:
+    """``preexec_fn`` of a child a test interrupts with SIGINT: the default disposition, so
+    that the child answers it even when the suite runs as a background job of a
+    non-interactive shell (which starts with SIGINT ignored, and children inherit that)."""
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def quickstart_raw(**sections: Any) -> dict[str, Any]:
     """The quickstart config as a dict with one seed: sections updated, ``model`` and
     ``algorithm`` replaced."""

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from conftest import answer_ctrl_c
 
 from raysim.engine.launch import cluster_probe
 from raysim.engine.launch import local_ray as startup
@@ -133,7 +134,8 @@ def test_ctrl_c_during_start_up_says_no_run_had_started(tmp_path, stale_record):
         command = subprocess.Popen(
             _command(tmp_path), env={
                 **os.environ, **stale_record(f"127.0.0.1:{other.getsockname()[1]}")},
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+            preexec_fn=answer_ctrl_c)
         deadline = time.monotonic() + 60
         while not any(b"raysim-probe" in (p / "cmdline").read_bytes()
                       for p in Path("/proc").iterdir() if p.name.isdigit()

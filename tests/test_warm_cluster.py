@@ -15,7 +15,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 import yaml
-from conftest import quickstart_raw, run_tables
+from conftest import answer_ctrl_c, quickstart_raw, run_tables
 
 from raysim.engine.launch import warm_cluster
 from raysim.engine.launch.warm_cluster import is_running
@@ -148,7 +148,8 @@ def test_stopping_the_cluster_interrupts_ray_start_as_ctrl_c_does():
     stand_in = subprocess.Popen(
         [sys.executable, "-c", "import signal, time; signal.signal(signal.SIGTERM, "
          "signal.SIG_IGN); print('ready', flush=True); time.sleep(120)"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+        preexec_fn=answer_ctrl_c)
     assert stand_in.stdout.readline().strip() == "ready"
     warm_cluster._terminate(stand_in.pid, timeout=30)
     assert "KeyboardInterrupt" in stand_in.stderr.read()
