@@ -91,6 +91,17 @@ def ray_session():
     ray.shutdown()
 
 
+@pytest.fixture(scope="session")
+def data_root(tmp_path_factory):
+    """A generated PneumoniaMNIST-layout file (90 training, 30 test images) for the in-process
+    method tests (read only; a test module may define its own ``data_root`` instead)."""
+    from fixtures import write_medmnist_npz
+
+    root = tmp_path_factory.mktemp("generated-pneumonia")
+    write_medmnist_npz(root, n_train=90, n_test=30)
+    return root
+
+
 def answer_ctrl_c() -> None:
     """``preexec_fn`` of a child a test interrupts with SIGINT: the default disposition, so
     that the child answers it even when the suite runs as a background job of a

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import pytest
 from algorithm_configs import CONFIGS, contract_raw
-from fixtures import write_medmnist_npz
 from inprocess import check_contract, same, simulate
 
 from raysim.algorithms import ALGORITHMS
@@ -20,13 +19,6 @@ from raysim.config import parse_config
 from raysim.errors import ConfigError
 from raysim.layers.client_dp import check as check_privacy
 from raysim.layers.clock import check as check_system
-
-
-@pytest.fixture(scope="module")
-def data_root(tmp_path_factory):
-    root = tmp_path_factory.mktemp("contract")
-    write_medmnist_npz(root, n_train=90, n_test=30)
-    return root
 
 
 def test_every_registered_algorithm_is_covered():

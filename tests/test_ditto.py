@@ -6,17 +6,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from algorithm_configs import contract_raw
-from fixtures import write_medmnist_npz
 from inprocess import simulate
 
 from raysim.config import parse_config
-
-
-@pytest.fixture(scope="module")
-def data_root(tmp_path_factory):
-    root = tmp_path_factory.mktemp("ditto")
-    write_medmnist_npz(root, n_train=90, n_test=30)
-    return root
 
 
 def _trace(root, algorithm):

@@ -7,19 +7,11 @@ import numpy as np
 import pytest
 import torch
 from algorithm_configs import contract_raw
-from fixtures import write_medmnist_npz
 from inprocess import simulate
 
 from raysim.algorithms.moon import contrastive_term
 from raysim.config import parse_config
 from raysim.errors import ConfigError
-
-
-@pytest.fixture(scope="module")
-def data_root(tmp_path_factory):
-    root = tmp_path_factory.mktemp("moon")
-    write_medmnist_npz(root, n_train=90, n_test=30)
-    return root
 
 
 def _run(data_root, **algorithm):

@@ -5,21 +5,12 @@ knowledge-coefficient matrix)."""
 from __future__ import annotations
 
 import numpy as np
-import pytest
 from algorithm_configs import contract_raw
-from fixtures import write_medmnist_npz
 from inprocess import flatten, simulate
 
 from raysim.algorithms.dspfl import entropy_reduction
 from raysim.algorithms.ktpfl import coefficient_step
 from raysim.config import parse_config
-
-
-@pytest.fixture(scope="module")
-def data_root(tmp_path_factory):
-    root = tmp_path_factory.mktemp("public-exchange")
-    write_medmnist_npz(root, n_train=90, n_test=30)
-    return root
 
 
 def _entropy(p: np.ndarray) -> np.ndarray:

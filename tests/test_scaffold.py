@@ -7,7 +7,6 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from algorithm_configs import contract_raw
-from fixtures import write_medmnist_npz
 from inprocess import flatten, simulate
 
 from raysim.algorithms import ALGORITHMS
@@ -16,13 +15,6 @@ from raysim.config import parse_config
 from raysim.preparation import initial_weights
 from raysim.training.losses import loss_function, training_loss
 from raysim.vectors.weights import set_weights
-
-
-@pytest.fixture(scope="module")
-def data_root(tmp_path_factory):
-    root = tmp_path_factory.mktemp("scaffold")
-    write_medmnist_npz(root, n_train=90, n_test=30)
-    return root
 
 
 def _config(root, **algorithm):

@@ -8,7 +8,6 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from algorithm_configs import contract_raw
-from fixtures import write_medmnist_npz
 from inprocess import flatten, simulate, through_state_file
 
 from raysim.config import parse_config
@@ -19,13 +18,6 @@ from raysim.schema import ServerOptimizerConfig
 from raysim.vectors.weights import FlatWeights
 
 LAYOUT = (("w", (3,)),)
-
-
-@pytest.fixture(scope="module")
-def data_root(tmp_path_factory):
-    root = tmp_path_factory.mktemp("server_optimizer")
-    write_medmnist_npz(root, n_train=90, n_test=30)
-    return root
 
 
 def _flat(values) -> FlatWeights:

@@ -27,8 +27,8 @@ from raysim.condensation.synthetic import (
     to_uint8,
     train_on_synthetic,
 )
-from raysim.errors import field_error
 from raysim.models import build_model
+from raysim.models.registry import require_embedding
 from raysim.seeding import numpy_rng, torch_generator
 from raysim.training.membership import nearest_synthetic_scores
 from raysim.training.memory_format import place
@@ -57,12 +57,8 @@ class CondensedKnowledgeAlgorithm(Algorithm[CondensedParamsT, dict[str, Any]]):
 
     def __init__(self, params: CondensedParamsT, context: RunContext):
         super().__init__(params, context)
-        probe = build_model(context.model, context.info)
-        if not (hasattr(probe, "embed") and hasattr(probe, "classifier")):
-            raise field_error("model.name", context.model.name,  # type: ignore[attr-defined]
-                              "condensation matches embeddings, so the model needs an "
-                              "`embed` method and a `classifier` layer on it; use convnet "
-                              "(with norm: batch for FedVCK's latent constraint) or resnet18")
+        require_embedding(context.model, context.info, "condensation matches embeddings",
+                          "convnet (with norm: batch for FedVCK's latent constraint) or resnet18")
 
     # ----- hooks -----
     def synthetic_sizes(self, counts: np.ndarray) -> dict[int, int]:

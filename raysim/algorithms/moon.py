@@ -30,8 +30,8 @@ import torch.nn.functional as F
 from raysim.algorithms.base import ClientResult, RunContext, register_algorithm
 from raysim.algorithms.fedavg import FedAvg
 from raysim.algorithms.params import MOONParams
-from raysim.errors import field_error
 from raysim.models import build_model
+from raysim.models.registry import require_embedding
 from raysim.schema import StrictModel
 from raysim.training.losses import loss_function, training_loss
 from raysim.training.runtime import make_optimizer
@@ -63,12 +63,8 @@ class MOON(FedAvg):
 
     def __init__(self, params: MOONParams, context: RunContext):
         super().__init__(params, context)  # type: ignore[arg-type]
-        probe = build_model(context.model, context.info)
-        if not (hasattr(probe, "embed") and hasattr(probe, "classifier")):
-            raise field_error("model.name", context.model.name,  # type: ignore[attr-defined]
-                              "MOON contrasts the representations of three models, so the "
-                              "model needs an `embed` method and a `classifier` layer; use "
-                              "convnet or resnet18")
+        require_embedding(context.model, context.info,
+                          "MOON contrasts the representations of three models")
 
     def local_updates(self, runtime: ClientRuntime, clients: Sequence[int], round_: int,
                       message: dict[str, Any], states: Sequence[Any]) -> list[ClientResult]:

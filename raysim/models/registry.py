@@ -9,7 +9,7 @@ from typing import cast
 from torch import Tensor, nn
 
 from raysim.data.dataset import DataInfo
-from raysim.errors import ConfigError
+from raysim.errors import ConfigError, field_error
 from raysim.models.params import MODEL_PARAMS, PLUGIN_MODEL_PARAMS
 from raysim.schema import StrictModel
 
@@ -47,6 +47,18 @@ def _qualified(function: Callable) -> str:
 
 
 Layer = Callable[[Tensor], Tensor]
+
+
+def require_embedding(params: StrictModel, info: DataInfo, why: str,
+                      use: str = "convnet or resnet18") -> None:
+    """Refuse (one paragraph naming ``model.name``) a model without an ``embed`` method and a
+    ``classifier`` layer, which a method needs for the reason ``why``; ``use``: the models to
+    name instead."""
+    probe = build_model(params, info)
+    if not (hasattr(probe, "embed") and hasattr(probe, "classifier")):
+        raise field_error("model.name", params.model_fields["name"].default,
+                          f"{why}, so the model needs an `embed` method and a `classifier` "
+                          f"layer on it; use {use}")
 
 
 def embedding_parts(model: nn.Module) -> tuple[Layer, Layer]:
