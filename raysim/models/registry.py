@@ -56,7 +56,7 @@ def require_embedding(params: StrictModel, info: DataInfo, why: str,
     name instead."""
     probe = build_model(params, info)
     if not (hasattr(probe, "embed") and hasattr(probe, "classifier")):
-        raise field_error("model.name", params.model_fields["name"].default,
+        raise field_error("model.name", type(params).model_fields["name"].default,
                           f"{why}, so the model needs an `embed` method and a `classifier` "
                           f"layer on it; use {use}")
 
