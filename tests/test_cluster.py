@@ -1,6 +1,8 @@
-"""Multi-node: a two-node Ray cluster on this machine; workers spread over both nodes and the
-numbers equal a single-node run's; a plug-in's module that only this process can import
-travels to the nodes' workers with the job."""
+"""Multi-node: a Ray cluster of a head (the driver's node) and two worker nodes on this machine.
+Workers spread over the nodes and the numbers equal a single-node run's; the partials of the
+workers of one node merge there, so one partial per node and round crosses to the driver's
+node, with every metric unchanged (FedAvg, FedDC's relays, DP); a plug-in's module that only
+this process can import travels to the nodes' workers with the job."""
 
 from __future__ import annotations
 
@@ -13,45 +15,113 @@ from pathlib import Path
 import pandas as pd
 import pytest
 import yaml
-from conftest import quickstart_raw
+from conftest import quickstart_raw, small_federation
 from inprocess import simulate
+from test_feddc import feddc_raw
 from test_plugins import PLUGINS, moons_raw
 
 from raysim.config import parse_config
 from raysim.engine.runner import run_experiment
 from raysim.results import load
 
-SCRIPT = Path(__file__).with_name("two_node_cluster.py")
+SCRIPT = Path(__file__).with_name("local_cluster.py")
+SPREAD = {"num_workers": 2, "cpus_per_worker": 1, "placement": "spread"}
+FOUR = {"num_workers": 4, "cpus_per_worker": 1}  # two on each worker node
+VOLATILE = ("seconds", "memory", "wall_time", "time", "run", "status", "experiment")
 
 
-def test_two_node_cluster_spreads_workers_and_matches_single_node(ray_session, tmp_path):
-    raw = quickstart_raw(training={"rounds": 4}, algorithm={"name": "local"},
-                         engine={"num_workers": 2, "cpus_per_worker": 1, "placement": "spread"})
-    config_path = tmp_path / "cluster.yaml"
-    config_path.write_text(yaml.safe_dump(raw))
-    plugin_dir = tmp_path / "lab"  # beside its config, on no node's import path
+def _configs() -> dict[str, dict]:
+    feddc = feddc_raw(aggregation_period=3)
+    feddc["training"]["rounds"] = 6
+    feddc["evaluation"] = {"every": 3}
+    return {
+        "local": quickstart_raw(training={"rounds": 4}, algorithm={"name": "local"},
+                                engine=SPREAD),
+        "moons": moons_raw(engine=SPREAD),
+        "fedavg": quickstart_raw(training={"rounds": 2}, engine=FOUR),
+        "feddc": {**feddc, "engine": FOUR},
+        "dp": small_federation(name="dp", algorithm={"name": "fedavg", "weighted": False},
+                               privacy={"clip": 1.0, "noise_multiplier": 0.5}, engine=FOUR),
+    }
+
+
+@pytest.fixture(scope="module")
+def cluster_runs(tmp_path_factory):
+    """Every config run on the three-node cluster: {name: (raw config, the script's line)}."""
+    folder = tmp_path_factory.mktemp("cluster")
+    plugin_dir = folder / "lab"  # beside its config, on no node's import path
     plugin_dir.mkdir()
     shutil.copy(PLUGINS / "fedtrim.py", plugin_dir / "fedtrim.py")
-    plugin_raw = moons_raw(engine={"num_workers": 2, "cpus_per_worker": 1,
-                                   "placement": "spread"})
-    (plugin_dir / "moons.yaml").write_text(yaml.safe_dump(plugin_raw))
-    completed = subprocess.run([sys.executable, str(SCRIPT), str(config_path),
-                                str(plugin_dir / "moons.yaml"), str(tmp_path / "cluster")],
-                               capture_output=True, text=True, timeout=600)
+    configs = _configs()
+    paths = []
+    for name, raw in configs.items():
+        path = (plugin_dir if name == "moons" else folder) / f"{name}.yaml"
+        path.write_text(yaml.safe_dump(raw))
+        paths.append(str(path))
+    completed = subprocess.run([sys.executable, str(SCRIPT), "--nodes", "2", *paths,
+                                str(folder / "runs")], capture_output=True, text=True,
+                               timeout=900)
     assert completed.returncode == 0, completed.stderr[-2000:]
-    result, plugin_result = (json.loads(line)
-                             for line in completed.stdout.strip().splitlines()[-2:])
+    lines = [json.loads(line) for line in completed.stdout.strip().splitlines()
+             if line.startswith("{")]
+    assert len(lines) == len(configs)
+    return {name: (configs[name], line) for name, line in zip(configs, lines, strict=True)}
+
+
+def _single_node(raw: dict, tmp_path: Path) -> Path:
+    outcome = run_experiment(parse_config(raw), output=str(tmp_path), progress=False)[0]
+    assert outcome.error is None, outcome.error
+    return outcome.run_dir
+
+
+def _steady(frame: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
+    """A table's columns that do not depend on where the clients ran, in a fixed order."""
+    columns = sorted(c for c in frame.columns if not any(v in c for v in VOLATILE))
+    return frame[columns].sort_values(keys).reset_index(drop=True)
+
+
+def test_workers_spread_over_nodes_and_match_single_node(ray_session, cluster_runs, tmp_path):
+    raw, result = cluster_runs["local"]
     assert result["error"] is None
-    assert len(result["nodes"]) == 2
-    assert sorted(result["worker_nodes"]) == sorted(result["nodes"])  # one worker per node
-    single = run_experiment(parse_config(raw), output=str(tmp_path / "single"), progress=False)[0]
+    assert len(result["nodes"]) == 3
+    assert len(set(result["worker_nodes"])) == 2  # one worker on each worker node
+    single = _single_node(raw, tmp_path)
     columns = ["round", "accuracy", "loss", "train_loss", "personal_accuracy", "bytes_up"]
-    pd.testing.assert_frame_equal(load(result["run_dir"])[columns], load(single.run_dir)[columns])
+    pd.testing.assert_frame_equal(load(result["run_dir"])[columns], load(single)[columns])
     eval_columns = ["round", "client", "own_accuracy", "own_loss"]
     pd.testing.assert_frame_equal(load(result["run_dir"], "client_eval")[eval_columns],
-                                  load(single.run_dir, "client_eval")[eval_columns])
-    assert plugin_result["error"] is None
-    assert sorted(plugin_result["worker_nodes"]) == sorted(plugin_result["nodes"])
-    expected = simulate(parse_config(plugin_raw, near=PLUGINS))
-    assert load(plugin_result["run_dir"])["train_loss"].tolist() == pytest.approx(
+                                  load(single, "client_eval")[eval_columns])
+
+
+def test_a_plugin_travels_to_the_nodes(cluster_runs):
+    raw, result = cluster_runs["moons"]
+    assert result["error"] is None
+    assert len(set(result["worker_nodes"])) == 2
+    expected = simulate(parse_config(raw, near=PLUGINS))
+    assert load(result["run_dir"])["train_loss"].tolist() == pytest.approx(
         [row["train_loss"] for row in expected.rows["rounds"]], rel=1e-6)
+
+
+@pytest.mark.parametrize("name", ["fedavg", "feddc", "dp"])
+def test_partials_merge_on_their_node_with_every_metric_unchanged(ray_session, cluster_runs,
+                                                                   tmp_path, name):
+    raw, result = cluster_runs[name]
+    assert result["error"] is None
+    assert result["driver_node"] not in result["worker_nodes"]
+    assert sorted(pd.Series(result["worker_nodes"]).value_counts()) == [2, 2]
+    single = _single_node({**raw, "engine": {"num_workers": 1, "cpus_per_worker": 1}}, tmp_path)
+    for table, keys in [("rounds", ["round"]), ("clients", ["round", "client"]),
+                        ("communication", ["round", "direction", "message_type"])]:
+        pd.testing.assert_frame_equal(_steady(load(result["run_dir"], table), keys),
+                                      _steady(load(single, table), keys))
+    transfers = load(result["run_dir"], "transfers")
+    inbound = transfers[(transfers["kind"] == "partial") & (transfers["link"] == "in")]
+    aggregated = inbound["round"].unique()
+    assert len(aggregated) > 0
+    # one partial from each worker node per round, not one per worker
+    assert (inbound.groupby("round")["objects"].sum() == 2).all()
+    assert set(inbound["source_node"]) == {1, 2}
+    if name == "feddc":  # the daisy chain relays models between the worker nodes
+        relays = transfers[(transfers["kind"] == "relay") & (transfers["link"] == "between")]
+        assert relays["bytes"].sum() > 0
+    assert not (single / "transfers").exists()  # nothing crosses on one node

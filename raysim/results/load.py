@@ -55,7 +55,10 @@ def load(path: str | Path, table: str = "rounds") -> pd.DataFrame:
     (per client and round: train_loss, num_samples, ...), ``client_eval`` (personal models on
     their own test shares and the global test set), ``communication`` (bytes by direction and
     message type), ``selection`` (routing counts), ``system`` (with ``system:``: every selected
-    client's simulated times and outcome). Columns ``experiment``, ``name``, ``algorithm``,
+    client's simulated times and outcome), ``transfers`` (when the driver and the workers span
+    several Ray nodes: per round, bytes and objects handed off between nodes by kind,
+    broadcast, partial or relay, and link, ``in``/``out`` of the driver's node, ``between``
+    worker nodes or ``local``). Columns ``experiment``, ``name``, ``algorithm``,
     ``seed`` and ``run`` say which run a row belongs to, ``status`` whether it is running,
     completed, failed or diverged; runs of a sweep also get one column per swept key (e.g.
     ``training.optimizer.lr``).

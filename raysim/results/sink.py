@@ -19,7 +19,8 @@ import pyarrow.parquet as pq
 from raysim.errors import not_writable
 from raysim.results.manifest import resume_hint
 
-TABLES = ("rounds", "clients", "client_eval", "communication", "selection", "system")
+TABLES = ("rounds", "clients", "client_eval", "communication", "selection", "system",
+          "transfers")
 
 
 class ParquetSink:

@@ -52,6 +52,8 @@ class RoundReply:
     notice: str | None = None
     """Set the round this worker's client states moved to the host (they no longer fit its
     device memory cap; :mod:`raysim.training.resident_states`)."""
+    outgoing_bytes: dict[int, int] = field(default_factory=dict)
+    """Bytes of the relayed client states bound for each other worker (``outgoing``)."""
 
 
 class Workers(Protocol):

@@ -49,10 +49,23 @@ def subtree_roots(partials: Mapping[int, Any], lo: int, hi: int, merge: Merge
                   ) -> list[Subtree]:
     """A worker's share of the tree: the roots of the aligned blocks of its groups [lo, hi)
     that have a partial."""
-    leaves = _leaves(partials)
+    return _roots(_leaves(partials), lo, hi, merge)
+
+
+def merge_subtrees(subtrees: Sequence[Subtree], lo: int, hi: int, merge: Merge
+                   ) -> list[Subtree]:
+    """A node's share of the tree: the roots of the aligned blocks of [lo, hi) from the
+    subtree roots of the workers on one node, whose groups lie in [lo, hi). Every aligned
+    block of a worker's range lies inside one aligned block of the node's, so the merges are
+    those the driver would make, and the driver receives the node's roots instead."""
+    return _roots({s.span: s.partial for s in subtrees}, lo, hi, merge)
+
+
+def _roots(nodes: Mapping[Span, Any], lo: int, hi: int, merge: Merge) -> list[Subtree]:
+    """The roots of the aligned blocks of [lo, hi) that have a partial, from known nodes."""
     roots = []
     for span in aligned_spans(lo, hi):
-        partial = _reduce_node(leaves, span, merge)
+        partial = _reduce_node(nodes, span, merge)
         if partial is not None:
             roots.append(Subtree(span, partial))
     return roots

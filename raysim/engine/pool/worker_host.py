@@ -87,4 +87,7 @@ class _BoundMethod:
     method: str
 
     def remote(self, *args: Any, **kwargs: Any) -> Any:
-        return self.host.call.remote(self.slot, self.method, *args, **kwargs)
+        # a method with several results (``ray.method(num_returns=...)``) keeps them apart
+        returns = getattr(getattr(ClientWorker, self.method, None), "__ray_num_returns__", 1)
+        call = self.host.call if returns == 1 else self.host.call.options(num_returns=returns)
+        return call.remote(self.slot, self.method, *args, **kwargs)

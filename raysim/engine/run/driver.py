@@ -19,7 +19,8 @@ import ray
 
 from raysim.engine.launch.ray_internals import unreserved_cpus
 from raysim.engine.run import driver_turns as turns
-from raysim.engine.run.ray_workers import RayWorkers
+from raysim.engine.run.cluster_links import worker_order, worker_spans
+from raysim.engine.run.ray_workers import Placement, RayWorkers, TransferRecords
 from raysim.engine.run.server_evaluation import Evaluator
 from raysim.engine.run.worker import WorkerSetup
 from raysim.errors import DivergenceError, ResultsNotWritable, RunError, WorkerFailureError
@@ -130,6 +131,10 @@ class Driver:
         """Waits for what the features needed made before the first round (started at the
         start of :meth:`run`, made while the workers configure)."""
         self._recoveries: list[dict[str, Any]] = []
+        self._node = ray.get_runtime_context().get_node_id()
+        """The node this driver runs on."""
+        self._worker_nodes: list[str] = []
+        """The node of each worker (from their last configuration)."""
         validation_y = (None if setup.validation_index is None
                         else _fetch(setup.arrays["train_y"])[setup.validation_index])
         assert setup.test_sources is not None, "the runner gives every run its test sources"
@@ -160,8 +165,7 @@ class Driver:
             checkpoint = load_checkpoint(self.run_dir)
             truncate_results(self.run_dir, checkpoint.next_part if checkpoint else 0)
         sink = ParquetSink(self.run_dir, self.spec.engine.flush_seconds)
-        update_manifest(self.run_dir, driver={"pid": os.getpid(),
-                                              "node_id": ray.get_runtime_context().get_node_id(),
+        update_manifest(self.run_dir, driver={"pid": os.getpid(), "node_id": self._node,
                                               "reduction_threads": blocked_sum.threads()})
         self._streams = self._open_streams()
         try:
@@ -250,8 +254,10 @@ class Driver:
     def _configure(self, workers: list[Any]) -> list[dict[str, Any]]:
         """Bind every worker to this run (also after Ray restarted one); returns where each
         runs."""
-        return turns.get([worker.configure.remote(self.spec.setup, index)
-                        for index, worker in enumerate(workers)])
+        described = turns.get([worker.configure.remote(self.spec.setup, index)
+                               for index, worker in enumerate(workers)])
+        self._worker_nodes = [worker["node_id"] for worker in described]
+        return described
 
     def _layout(self, num_workers: int) -> _Layout:
         partition = self.spec.setup.partition
@@ -260,8 +266,11 @@ class Driver:
         if num_workers > 1 and (costs := per_sample_costs(self.algorithm)) is not None:
             loads = loads * costs
         owner_of_group = {}
-        for worker, owned in enumerate(assign_groups([float(loads[g].sum()) for g in groups],
-                                                     num_workers)):
+        # the workers of one node hold adjacent ranges, so their partials merge on the node
+        order = worker_order(self._worker_nodes, self._node) \
+            if len(self._worker_nodes) == num_workers else list(range(num_workers))
+        ranges = assign_groups([float(loads[g].sum()) for g in groups], num_workers)
+        for worker, owned in zip(order, ranges, strict=True):
             for g in owned:
                 owner_of_group[g] = worker
         group_of_each = group_of_client(groups)
@@ -352,9 +361,11 @@ class Driver:
             lambda state, round_: self._evaluator.evaluate(workers, state, round_,
                                                            layout.clients_by_worker, sink),
             final=spec.evaluation.final_rounds)
+        ray_workers = RayWorkers(workers, Placement(self._worker_nodes, self._node,
+                                                    worker_spans(layout.owner_of_group)))
         loop = RoundLoop(
             self.algorithm, sampler=self._sampler(), rounds=rounds,
-            worker_of_client=layout.worker_of_client, workers=RayWorkers(workers), sink=sink,
+            worker_of_client=layout.worker_of_client, workers=ray_workers, sink=sink,
             progress=self._loop_progress,
             callbacks=[_FirstDispatchStamp(self.run_dir, first=not self._recoveries), evaluation,
                        DivergenceStop(self.run_dir), StateResidencyNotices(self.run_dir),
@@ -365,6 +376,7 @@ class Driver:
                        StopAtRoundBoundary(self._stop.is_set, spec.rounds, self.run_dir,
                                            context.seed),
                        *([LiveMetrics(self._streams)] if self._streams else []),
+                       TransferRecords(ray_workers),
                        *self.parts.callbacks(spec.rounds)],
             report=self._set_progress)
         return loop.run()

@@ -1,38 +1,114 @@
 """A run's worker actors behind the round loop's :class:`~raysim.rounds.round_loop.Workers`
-interface: each call becomes actor tasks, large broadcasts go into the object store once."""
+interface: each call becomes actor tasks, large broadcasts go into the object store once, the
+partials of workers on one node other than the driver's merge on that node
+(:mod:`raysim.engine.run.cluster_links`), and each round's hand-offs between nodes are
+counted."""
 
 from __future__ import annotations
 
+import dataclasses
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 import ray
 
 from raysim.engine.run import driver_turns as turns
-from raysim.rounds.round_loop import RoundReply
+from raysim.engine.run.cluster_links import (
+    NodeBlock,
+    RoundTransfers,
+    Span,
+    node_blocks,
+    node_numbers,
+    serialized_bytes,
+    transfer_rows,
+)
+from raysim.rounds.round_loop import RoundCallback, RoundLoop, RoundOutcome, RoundReply
 from raysim.vectors.weights import payload_bytes
 
 _INLINE_BYTES = 100 * 1024  # Ray inlines arguments below this size
 
 
-class RayWorkers:
-    """The round loop's calls on a list of :class:`~raysim.engine.run.worker.ClientWorker` actors."""
+@dataclass(frozen=True)
+class Placement:
+    """Where a run's workers and its driver are, and each worker's range of groups."""
 
-    def __init__(self, actors: list[Any]):
-        self.actors = actors
+    worker_nodes: Sequence[str]
+    driver_node: str
+    worker_spans: Mapping[int, Span]
+
+
+@dataclass
+class _Round:
+    """A started round: its replies, the node merges and what its broadcast weighed."""
+
+    round: int
+    replies: dict[int, Any]
+    blocks: list[tuple[NodeBlock, Any]]
+    broadcast_bytes: int
+    broadcast_in_store: bool
+
+
+class TransferRecords(RoundCallback):
+    """Writes each recorded round's hand-offs between nodes (:class:`RayWorkers` counts them
+    when its workers and driver span several nodes) to the ``transfers`` table."""
+
+    def __init__(self, workers: RayWorkers):
+        self.workers = workers
+
+    def tables(self, loop: RoundLoop, outcome: RoundOutcome) -> dict[str, dict[str, Any]]:
+        counted = self.workers.transfers
+        rows = counted.pop(outcome.round, [])
+        for earlier in [r for r in counted if r < outcome.round]:  # replayed rounds
+            del counted[earlier]
+        if not rows:
+            return {}
+        return {"transfers": {key: np.array([row[key] for row in rows]) for key in rows[0]}}
+
+
+@dataclass
+class RayWorkers:
+    """The round loop's calls on a list of :class:`~raysim.engine.run.worker.ClientWorker`
+    actors. ``transfers``: each round's ``transfers`` rows once collected (with a placement)."""
+
+    actors: list[Any]
+    placement: Placement | None = None
+    transfers: dict[int, list[dict[str, Any]]] = field(default_factory=dict)
 
     def run_round(self, round_: int, message: dict[str, Any], work: dict[int, np.ndarray],
                   incoming: dict[int, list[Any]], moves: dict[int, np.ndarray],
-                  audit: bool = False) -> list[Any]:
-        """One ``run_round`` task per worker in ``work``; returns their futures."""
+                  audit: bool = False) -> _Round:
+        """One ``run_round`` task per worker in ``work``, and a merge on each node with
+        several of them; returns the futures."""
         # large broadcasts go into the object store once; small ones travel inline
         message_ref = ray.put(message) if payload_bytes(message) > _INLINE_BYTES else message
-        return [self.actors[w].run_round.remote(round_, message_ref, clients,
-                                                incoming.get(w, []), moves.get(w), audit)
-                for w, clients in work.items()]
+        size = serialized_bytes(message) if self.spans_nodes else 0
+        blocks = self._blocks(list(work))
+        apart = {w for block in blocks for w in block.workers}
+        replies, partials = {}, {}
+        for w, clients in work.items():
+            args = (round_, message_ref, clients, incoming.get(w, []), moves.get(w), audit)
+            if w in apart:
+                replies[w], partials[w] = self.actors[w].run_round_apart.remote(*args)
+            else:
+                replies[w] = self.actors[w].run_round.remote(*args)
+        merges = [(block, self.actors[block.leader].merge_partials.remote(
+            block.span, *[partials[w] for w in block.workers])) for block in blocks]
+        return _Round(round_, replies, merges, size, message_ref is not message)
 
-    def collect(self, handle: list[Any]) -> list[RoundReply]:
-        return turns.get(handle)
+    def collect(self, handle: _Round) -> list[RoundReply]:
+        """The replies in worker order; a node merge's roots go with its leader's reply."""
+        replies = dict(zip(handle.replies, turns.get(list(handle.replies.values())),
+                           strict=True))
+        merged = turns.get([ref for _, ref in handle.blocks])
+        merged_bytes: list[tuple[str, int]] = []
+        for (block, _), (roots, sizes) in zip(handle.blocks, merged, strict=True):
+            replies[block.leader] = dataclasses.replace(replies[block.leader], groups=roots)
+            merged_bytes += [(block.node, size) for size in sizes]
+        if self.spans_nodes:
+            self._count(handle, replies, merged_bytes)
+        return list(replies.values())
 
     def deliver(self, incoming: dict[int, list[Any]]) -> None:
         turns.get([self.actors[w].receive_states.remote(refs) for w, refs in incoming.items()])
@@ -42,3 +118,34 @@ class RayWorkers:
         for states in turns.get([actor.snapshot_states.remote() for actor in self.actors]):
             client_states.update(states)
         return client_states
+
+    @property
+    def spans_nodes(self) -> bool:
+        """Whether the driver and the workers are on more than one node."""
+        placement = self.placement
+        return placement is not None and len({*placement.worker_nodes,
+                                              placement.driver_node}) > 1
+
+    def _blocks(self, busy: list[int]) -> list[NodeBlock]:
+        placement = self.placement
+        if placement is None or not self.spans_nodes:
+            return []
+        return node_blocks(placement.worker_nodes, placement.driver_node,
+                           placement.worker_spans, busy)
+
+    def _count(self, handle: _Round, replies: dict[int, RoundReply],
+               merged_bytes: list[tuple[str, int]]) -> None:
+        """The round's hand-offs between nodes, by node number (0: the driver's)."""
+        assert self.placement is not None
+        nodes = self.placement.worker_nodes
+        number = node_numbers(nodes, self.placement.driver_node)
+        partials = [(number[nodes[w]], serialized_bytes(reply.groups))
+                    for w, reply in replies.items()
+                    if reply.groups and nodes[w] != self.placement.driver_node]
+        relays = [(number[nodes[w]], number[nodes[destination]], size)
+                  for w, reply in replies.items()
+                  for destination, size in reply.outgoing_bytes.items()]
+        self.transfers[handle.round] = transfer_rows(handle.round, RoundTransfers(
+            handle.broadcast_bytes, handle.broadcast_in_store,
+            [number[nodes[w]] for w in handle.replies], partials,
+            [(number[node], size) for node, size in merged_bytes], relays))

@@ -14,6 +14,7 @@ import torch
 
 from raysim.algorithms.base import Algorithm, RunContext
 from raysim.data.partition import Partition
+from raysim.engine.run.cluster_links import serialized_bytes
 from raysim.engine.run.gpu_share import cap_gpu_memory, gpu_memory_errors
 from raysim.layers.assembly import compose
 from raysim.rounds.client_work import ClientWork
@@ -27,6 +28,8 @@ from raysim.training.membership import audit_sets, membership_auc
 from raysim.training.resident_data import data_cap_bytes
 from raysim.training.resident_states import state_cap_bytes
 from raysim.training.runtime import ClientRuntime, warm_up
+from raysim.vectors.reduction_tree import Subtree, merge_subtrees
+from raysim.vectors.weighted_sum import settle
 from raysim.vectors.weights import Weights, host_tree, set_weights
 
 
@@ -172,8 +175,32 @@ class ClientWorker:
         :class:`~raysim.rounds.round_callbacks.MembershipAudit` decides the round."""
         bundles = ray.get(list(incoming)) if incoming else []
         reply = self.run_work.run_round(round_, message, clients, bundles, moves, audit)
-        return dataclasses.replace(reply, outgoing={
-            worker: ray.put(host_tree(states)) for worker, states in reply.outgoing.items()})
+        outgoing = {worker: host_tree(states) for worker, states in reply.outgoing.items()}
+        return dataclasses.replace(
+            reply, outgoing={worker: ray.put(states) for worker, states in outgoing.items()},
+            outgoing_bytes={worker: serialized_bytes(states)
+                            for worker, states in outgoing.items()})
+
+    @ray.method(num_returns=2)
+    def run_round_apart(self, round_: int, message: dict[str, Any], clients: np.ndarray,
+                        incoming: list[ray.ObjectRef] | None = None,
+                        moves: np.ndarray | None = None, audit: bool = False
+                        ) -> tuple[RoundReply, list[Subtree]]:
+        """:meth:`run_round` with the partial (the reply's subtree roots) as a second object,
+        which stays on this node for :meth:`merge_partials`."""
+        reply = self.run_round(round_, message, clients, incoming, moves, audit)
+        return dataclasses.replace(reply, groups=[]), reply.groups
+
+    def merge_partials(self, span: tuple[int, int], *partials: list[Subtree]
+                       ) -> tuple[list[Subtree], list[int]]:
+        """The partials of the workers on this node (:meth:`run_round_apart`), merged into the
+        roots of the aligned blocks of the node's groups ``span``: what crosses to the driver's
+        node is one partial per node, not one per worker (the same merges as on the driver).
+        Returns the roots and the bytes of each partial merged."""
+        roots = merge_subtrees([s for subtrees in partials for s in subtrees], *span,
+                               self.algorithm.merge)
+        settle(roots)
+        return roots, [serialized_bytes(subtrees) for subtrees in partials]
 
     def _audit(self, client: int, upload: dict[str, Any]) -> float:
         """Membership-inference AUC of one client's upload (see raysim.training.membership)."""
