@@ -41,6 +41,11 @@ from raysim.data import load_dataset
 from raysim.engine.runner import run_experiment
 from raysim.models import build_model
 from raysim.results import load
+from raysim.rounds.placement import assign_groups, client_groups
+from raysim.vectors.reduction_tree import aligned_spans
+
+INLINE_BYTES = 100 * 1024
+"""Ray sends a task's arguments below this size inline, in every task."""
 
 RUNS = {
     ("fedavg", "convnet32"): ("convnet32-150x8-pneumonia", None),
@@ -85,13 +90,29 @@ def per_round(transfers: pd.DataFrame, rounds: pd.DataFrame) -> list[dict]:
     return rows
 
 
+def tree_roots(clients: int, groups: int, nodes: int, workers_per_node: int
+               ) -> tuple[int, int]:
+    """(roots per round from the nodes, roots the workers would send): the aligned blocks of
+    the reduction tree that tile each node's and each worker's range of groups, for clients of
+    equal size (the engine's layout: ``assign_groups`` over the workers, a node's workers
+    adjacent)."""
+    sizes = [len(group) for group in client_groups(clients, groups)]
+    ranges = assign_groups([float(size) for size in sizes], nodes * workers_per_node)
+    spans = [(r[0], r[-1] + 1) for r in ranges if r]
+    per_node = [spans[i:i + workers_per_node] for i in range(0, len(spans), workers_per_node)]
+    node_roots = sum(len(aligned_spans(block[0][0], block[-1][1])) for block in per_node)
+    return node_roots, sum(len(aligned_spans(lo, hi)) for lo, hi in spans)
+
+
 def arithmetic(method: str, model: int, nodes: int, workers_per_node: int, clients: int,
-               aggregated: bool) -> dict:
-    """What a round should move between nodes, by design."""
-    expected = {"broadcast_out_bytes": model * nodes,
-                "partial_in_bytes": 2 * model * nodes if aggregated else 0,
-                "partial_local_bytes":
-                    2 * model * nodes * workers_per_node if aggregated else 0}
+               aggregated: bool, inline: bool) -> dict:
+    """What a round should move between nodes, by design: the broadcast once per node from
+    the object store (in every task when inline), each node's roots of the reduction tree at
+    float64 (twice the model), and what the workers' own roots would have been."""
+    node_roots, worker_roots = tree_roots(clients, 64, nodes, workers_per_node)
+    expected = {"broadcast_out_bytes": model * nodes * (workers_per_node if inline else 1),
+                "partial_in_bytes": 2 * model * node_roots if aggregated else 0,
+                "partial_local_bytes": 2 * model * worker_roots if aggregated else 0}
     if method == "feddc":
         expected["relay_between_bytes_random_permutation"] = model * clients * (1 - 1 / nodes)
     expected["flower_server_bytes"] = 2 * model * clients  # every model through the server
@@ -132,7 +153,7 @@ def measure(nodes: int, workers_per_node: int, rounds: int, resnet_clients: int,
             for row in counted:
                 aggregated = row.get("partial_in_objects", 0) > 0
                 row["expected"] = arithmetic(method, size, nodes, workers_per_node,
-                                             row["clients"], aggregated)
+                                             row["clients"], aggregated, size <= INLINE_BYTES)
             results.append({
                 "method": method, "model": model_name, "workload": workload,
                 "model_bytes": size, "nodes": nodes, "workers_per_node": workers_per_node,
@@ -169,7 +190,7 @@ def main() -> None:
     parser.add_argument("--nodes", type=int, default=4)
     parser.add_argument("--workers-per-node", type=int, default=2)
     parser.add_argument("--rounds", type=int, default=4)
-    parser.add_argument("--resnet-clients", type=int, default=24)
+    parser.add_argument("--resnet-clients", type=int, default=32)
     parser.add_argument("--only", nargs="*", help="runs by method-model, e.g. feddc-resnet18")
     parser.add_argument("--data-root", default=os.environ.get(
         "RAYSIM_TEST_MEDMNIST", str(Path.home() / ".medmnist")))
