@@ -2,7 +2,8 @@
 
 From Python: ``raysim.run(config, ...)`` runs an experiment and ``raysim.run_sweep(config,
 grid)`` a grid of them, each returning its :class:`~raysim.api.Results` (:mod:`raysim.api`);
-``raysim.run_estimate(config)`` projects a config's cost as ``raysim estimate`` does;
+``raysim.run_estimate(config)`` projects a config's cost as ``raysim estimate`` does (on a
+cluster too: ``cluster=[raysim.ClusterShape(nodes, gpus_per_node, link_gbps)]``);
 ``raysim.load(root, table)`` reads any results table as a pandas DataFrame. They load on first
 use, so ``import raysim`` stays light.
 """
@@ -13,7 +14,7 @@ from typing import Any
 
 __version__ = "0.1.0"
 
-__all__ = ["Projection", "Results", "load", "run", "run_estimate", "run_sweep"]
+__all__ = ["ClusterShape", "Projection", "Results", "load", "run", "run_estimate", "run_sweep"]
 
 
 def __getattr__(name: str) -> Any:
@@ -21,6 +22,10 @@ def __getattr__(name: str) -> Any:
         from raysim import api
 
         return getattr(api, name)
+    if name == "ClusterShape":
+        from raysim.cluster_projection import ClusterShape
+
+        return ClusterShape
     if name == "load":
         from raysim.results.load import load
 

@@ -23,6 +23,7 @@ from raysim.errors import RaysimError
 if TYPE_CHECKING:
     import pandas as pd
 
+    from raysim.cluster_projection import ClusterShape
     from raysim.config import ExperimentConfig
     from raysim.engine.runner import RunOutcome
 
@@ -97,17 +98,21 @@ class Projection:
     """The printed projection (per variant and in total, with the machine it was made on)."""
     table: pd.DataFrame
     """One row per variant (the ``--csv`` file's columns)."""
+    cluster: pd.DataFrame | None = None
+    """With cluster shapes: one row per variant and shape (:mod:`raysim.cluster_projection`)."""
 
 
 def run_estimate(config: str | Path | dict[str, Any], *, rounds: int = 3,
              overrides: Sequence[str] = (), variants: Sequence[str] = (),
              data_root: str | None = None, clients: int | None = None,
-             stand_in_data: bool = False, plugins: Sequence[str] = ()) -> Projection:
+             stand_in_data: bool = False, plugins: Sequence[str] = (),
+             cluster: Sequence[ClusterShape] = ()) -> Projection:
     """Project the wall time and device-hours of a whole config (every seed and variant)
     from ``rounds`` rounds of each variant's first seed run here, as ``raysim estimate``
     (``clients``: a slice of K clients per round, scaled up; ``stand_in_data``: time a
-    generated file of the dataset's layout when its file is missing). Notices (the engine
-    fitted to this machine, a busy machine) go to stderr."""
+    generated file of the dataset's layout when its file is missing; ``cluster``: also
+    project each variant on these cluster shapes). Notices (the engine fitted to this
+    machine, a busy machine) go to stderr."""
     import os
     import sys
 
@@ -144,8 +149,27 @@ def run_estimate(config: str | Path | dict[str, Any], *, rounds: int = 3,
     machine = (f"this machine ({resources.get('CPU', 0):g} CPUs, {resources.get('GPU', 0):g} "
                f"GPUs, {cpus} cores)")
     projected = project(experiments, probes, concurrent, gpus)
-    return Projection(describe(projected, machine),
-                      pd.DataFrame(table_rows(projected, machine)))
+    text = describe(projected, machine)
+    rows = None
+    if cluster:
+        from raysim.cluster_projection import (
+            cluster_rows,
+            describe_cluster,
+            unmeasured_relays,
+            without_partials,
+        )
+        from raysim.estimate import evaluations
+
+        traffic = {label: p.traffic for label, p in probes.items() if p.traffic is not None}
+        found = cluster_rows(
+            dict(experiments), traffic,
+            {label: probes[label].config_evaluation_s for label in traffic},
+            {label: evaluations(experiments[label]) for label in traffic}, list(cluster))
+        device = "GPUs here" if gpus else "CPUs here: a GPU cluster's rounds need a GPU probe"
+        text += "\n\non the cluster:\n" + describe_cluster(
+            found, device, unmeasured_relays(traffic), without_partials(traffic))
+        rows = pd.DataFrame(found)
+    return Projection(text, pd.DataFrame(table_rows(projected, machine)), rows)
 
 
 def _invoke(experiments: dict[str, ExperimentConfig], labels: dict[str, Any] | None,

@@ -40,6 +40,17 @@ def _directory(path: str) -> str:
     return str(Path(path).expanduser().absolute())
 
 
+def _positive_int(text: str) -> int:
+    """A count of at least 1 (argparse reports anything else in one line, exit 2)."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a count of at least 1 (e.g. 4)")
+    return value
+
+
 def _version() -> str:
     from importlib.metadata import PackageNotFoundError, version
 
@@ -130,6 +141,16 @@ def _parser() -> argparse.ArgumentParser:
                           "MedMNIST file is not under the data root (timing only)")
     estimate.add_argument("--csv", help="also write the estimate to this CSV file (one row per "
                           "variant; e.g. docs/results/estimates/<config>.csv)")
+    estimate.add_argument("--nodes", type=_positive_int, nargs="+", metavar="N",
+                          help="also project the config on clusters of N nodes (one or more "
+                          "counts), from the probe's compute and counted bytes")
+    estimate.add_argument("--gpus-per-node", type=float, default=8, metavar="G",
+                          help="GPUs per node of the projected cluster (default 8)")
+    estimate.add_argument("--link-gbps", type=float, nargs="+", default=[10.0], metavar="B",
+                          help="link rate between the projected cluster's nodes in Gb/s (one "
+                          "or more; default 10)")
+    estimate.add_argument("--cluster-csv", help="also write the cluster projection to this "
+                          "CSV file (one row per variant and cluster shape)")
     for command in (run, sweep, validate, costs, estimate):
         command.add_argument("--plugin", dest="plugins", action="append", default=[],
                              metavar="MODULE", help="import this module first: its registered "
@@ -382,15 +403,28 @@ def _cluster(args: argparse.Namespace) -> int:
 
 def _estimate(args: argparse.Namespace) -> int:
     from raysim.api import run_estimate
+    from raysim.cluster_projection import ClusterShape
 
+    if args.cluster_csv and not args.nodes:
+        raise RaysimError("--cluster-csv writes the cluster projection, which needs --nodes N "
+                          "(e.g. --nodes 1 4 16 --gpus-per-node 8 --link-gbps 10 100).")
+    if args.gpus_per_node <= 0 or any(rate <= 0 for rate in args.link_gbps):
+        raise RaysimError(f"Invalid cluster: --gpus-per-node {args.gpus_per_node:g} and "
+                          f"--link-gbps {' '.join(f'{r:g}' for r in args.link_gbps)} must be "
+                          "positive (e.g. --gpus-per-node 8 --link-gbps 10 100).")
+    shapes = [ClusterShape(nodes, args.gpus_per_node, rate)
+              for nodes in args.nodes or [] for rate in args.link_gbps]
     projection = run_estimate(args.config, rounds=args.rounds, overrides=args.overrides,
                           variants=args.variants, data_root=args.data_root,
                           clients=args.clients, stand_in_data=args.stand_in_data,
-                          plugins=args.plugins)
+                          plugins=args.plugins, cluster=shapes)
     print(projection.text)
     if args.csv:
         projection.table.to_csv(args.csv, index=False)
         print(f"estimate as CSV: {args.csv}")
+    if args.cluster_csv and projection.cluster is not None:
+        projection.cluster.to_csv(args.cluster_csv, index=False)
+        print(f"cluster projection as CSV: {args.cluster_csv}")
     return 0
 
 

@@ -45,6 +45,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from raysim.cluster_projection import ProbeTraffic
 from raysim.config import ExperimentConfig
 from raysim.engine.progress import duration_text
 from raysim.schema import DatasetConfig
@@ -72,6 +73,8 @@ class Probe:
     refused: str | None = None
     """Why the variant could not be probed (its config refused at the probe's size, or its
     probe failed); such a variant is named and left out of the projection."""
+    traffic: ProbeTraffic | None = None
+    """What its rounds handed off, for a projection on a cluster."""
 
     @property
     def config_round_s(self) -> float:
@@ -281,6 +284,7 @@ def measure(configs: Mapping[str, ExperimentConfig], rounds: int, data_root: str
                 if stand_in else None
             probe_config = (generated or probe_config).model_copy(update={
                 "seeds": config.seeds[:1],
+                "engine": probe_config.engine.model_copy(update={"count_transfers": True}),
                 "training": probe_config.training.model_copy(update={"rounds": measured}),
                 "evaluation": config.evaluation.model_copy(update={
                     "every": measured if config.evaluation.every > 0 else 0,
@@ -313,10 +317,15 @@ def measure(configs: Mapping[str, ExperimentConfig], rounds: int, data_root: str
                 if "seconds_evaluate" in table else 0.0
             steady = (float(ends[-1] - ends[0]) - evaluation) / (len(ends) - 1) \
                 if len(ends) > 1 else float(ends[0] - started)
+            traffic = ProbeTraffic.from_tables(
+                load(outcome.run_dir, "transfers"), table,
+                load(outcome.run_dir, "communication"), probe_config.engine.num_workers,
+                max(steady, 0.0), load(outcome.run_dir, "clients"),
+                config.partition.num_clients)
             probes[label] = Probe(measured, max(steady, 0.0), evaluation,
                                   max(float(ends[0] - started) - steady, 0.0), round_scale,
                                   evaluation_scale, clients if round_scale != 1.0 else None,
-                                  generated is not None)
+                                  generated is not None, traffic=traffic)
             probe = probes[label]
             print(f"probed {label or config.name} ({len(probes)} of {len(configs)}): "
                   f"{probe.config_round_s:.3f} s per round, "

@@ -366,6 +366,11 @@ class EngineConfig(StrictModel):
         description="Ray cluster to join: host:port, or 'auto' for the cluster `ray start` "
         "started on this machine; 'local' always starts a Ray of the invocation's own. Unset: "
         "RAY_ADDRESS, else a running `ray start` cluster on this machine, else a local Ray")
+    count_transfers: bool = Field(
+        False,
+        description="write the transfers table (bytes each round hands off: broadcast, "
+        "partials, relayed client states) also when the run's driver and workers share one "
+        "node; on several nodes it is always written")
     client_groups: int = Field(
         64,
         ge=1,

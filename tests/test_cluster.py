@@ -20,6 +20,7 @@ from inprocess import simulate
 from test_feddc import feddc_raw
 from test_plugins import PLUGINS, moons_raw
 
+from raysim.cluster_projection import ProbeTraffic, round_bytes
 from raysim.config import parse_config
 from raysim.engine.runner import run_experiment
 from raysim.results import load
@@ -38,7 +39,8 @@ def _configs() -> dict[str, dict]:
         "local": quickstart_raw(training={"rounds": 4}, algorithm={"name": "local"},
                                 engine=SPREAD),
         "moons": moons_raw(engine=SPREAD),
-        "fedavg": quickstart_raw(training={"rounds": 2}, engine=FOUR),
+        "fedavg": quickstart_raw(training={"rounds": 2, "clients_per_round": None},
+                                 engine=FOUR),  # every client: every group has a partial
         "feddc": {**feddc, "engine": FOUR},
         "dp": small_federation(name="dp", algorithm={"name": "fedavg", "weighted": False},
                                privacy={"clip": 1.0, "noise_multiplier": 0.5}, engine=FOUR),
@@ -109,7 +111,9 @@ def test_partials_merge_on_their_node_with_every_metric_unchanged(ray_session, c
     assert result["error"] is None
     assert result["driver_node"] not in result["worker_nodes"]
     assert sorted(pd.Series(result["worker_nodes"]).value_counts()) == [2, 2]
-    single = _single_node({**raw, "engine": {"num_workers": 1, "cpus_per_worker": 1}}, tmp_path)
+    # two workers: the single-node run relays states between them, so their size is counted
+    single = _single_node({**raw, "engine": {"num_workers": 2, "cpus_per_worker": 1,
+                                             "count_transfers": True}}, tmp_path)
     for table, keys in [("rounds", ["round"]), ("clients", ["round", "client"]),
                         ("communication", ["round", "direction", "message_type"])]:
         pd.testing.assert_frame_equal(_steady(load(result["run_dir"], table), keys),
@@ -124,4 +128,18 @@ def test_partials_merge_on_their_node_with_every_metric_unchanged(ray_session, c
     if name == "feddc":  # the daisy chain relays models between the worker nodes
         relays = transfers[(transfers["kind"] == "relay") & (transfers["link"] == "between")]
         assert relays["bytes"].sum() > 0
-    assert not (single / "transfers").exists()  # nothing crosses on one node
+    # the projection of this cluster (no workers on the driver's node, two nodes of two) from
+    # the single-node run's counted bytes: the bytes the cluster counted
+    config = parse_config(raw)
+    rounds = load(single)
+    traffic = ProbeTraffic.from_tables(load(single, "transfers"), rounds,
+                                       load(single, "communication"), 2, 1.0,
+                                       load(single, "clients"), config.partition.num_clients)
+    projected = round_bytes(config, traffic, 3, [0, 2, 2])
+    measured = transfers.groupby("link")["bytes"].sum() / rounds["round"].nunique()
+    out = transfers[(transfers["kind"] == "broadcast") & (transfers["link"] == "out")]
+    assert projected.broadcast_out == pytest.approx(out["bytes"].sum() / len(rounds), rel=0.01)
+    assert projected.partials_in == pytest.approx(measured.get("in", 0), rel=0.02 if name != "dp"
+                                                  else 0.5)  # DP: Poisson-sampled groups
+    assert projected.relays_between == pytest.approx(measured.get("between", 0), rel=0.25,
+                                                     abs=1)

@@ -10,14 +10,17 @@ import numpy as np
 import pytest
 
 from raysim.engine.run.cluster_links import (
+    COLUMNS,
+    PartialSize,
     RoundTransfers,
     link,
     node_blocks,
+    partial_size,
     transfer_rows,
     worker_order,
     worker_spans,
 )
-from raysim.vectors.reduction_tree import combine, merge_subtrees, subtree_roots
+from raysim.vectors.reduction_tree import Subtree, combine, merge_subtrees, subtree_roots
 from raysim.vectors.weighted_sum import WeightedSum, merge_partials
 
 
@@ -72,15 +75,27 @@ def test_a_round_is_counted_by_link():
     assert [link(0, 1), link(2, 0), link(1, 2), link(1, 1)] == ["out", "in", "between", "local"]
     rows = transfer_rows(7, RoundTransfers(
         broadcast_bytes=1000, broadcast_in_store=True, receivers=[0, 1, 1, 2],
-        partials=[(1, 800), (2, 800)], merged=[(1, 810), (1, 790)],
-        relays=[(1, 2, 50), (2, 1, 60), (1, 1, 5)]))
-    table = {(r["kind"], r["source_node"], r["destination_node"]): (r["bytes"], r["objects"])
-             for r in rows}
-    assert table[("broadcast", 0, 1)] == (1000, 1)  # once per node from the object store
-    assert table[("broadcast", 0, 0)] == (1000, 1)
-    assert table[("partial", 1, 0)] == (800, 1)
-    assert table[("partial", 1, 1)] == (1600, 2)
-    assert table[("relay", 1, 2)] == (50, 1)
+        partials=[PartialSize(1, 800, 1, 790), PartialSize(2, 1700, 2, 1600)],
+        merged=[PartialSize(1, 810, 2, 800), PartialSize(1, 790, 1, 780)],
+        relays=[(1, 2, 3, 50), (2, 1, 4, 60), (1, 1, 1, 5)], moved_states=9))
+    table = {(r["kind"], r["source_node"], r["destination_node"]):
+             (r["bytes"], r["objects"], r["roots"], r["sum_bytes"], r["states"]) for r in rows}
+    assert table[("broadcast", 0, 1)] == (1000, 1, 0, 0, 0)  # once per node from the store
+    assert table[("broadcast", 0, 0)] == (1000, 1, 0, 0, 0)
+    assert table[("partial", 1, 0)] == (800, 1, 1, 790, 0)
+    assert table[("partial", 2, 0)] == (1700, 1, 2, 1600, 0)
+    assert table[("partial", 1, 1)] == (1600, 2, 3, 1580, 0)
+    assert table[("relay", 1, 2)] == (50, 1, 0, 0, 3)
+    assert table[("moved", 0, 0)][4] == 9
     assert {r["round"] for r in rows} == {7}
+    assert all(tuple(r) == COLUMNS for r in rows)
     inline = transfer_rows(0, RoundTransfers(10, False, [1, 1], [], [], []))
     assert [(r["bytes"], r["objects"]) for r in inline] == [(20, 2)]  # in every task
+
+
+def test_a_partial_is_measured_apart_into_sums_and_what_grows_with_its_clients():
+    total = WeightedSum.of([{"w": np.ones(100, dtype=np.float32)}], [1.0])
+    subtrees = [Subtree((0, 4), {"mean": total, "images": [np.ones(50, np.float32)]})]
+    size = partial_size(3, subtrees)
+    assert (size.node, size.roots) == (3, 1)
+    assert 800 <= size.sum_bytes < 1200 < size.bytes  # 100 float64 sums, + 200 listed bytes

@@ -53,6 +53,9 @@ def test_a_probe_measures_steady_rounds_of_the_first_seed(ray_session, capsys):
     probe = probes[""]
     assert probe.rounds == 3 and probe.round_s > 0 and probe.evaluation_s >= 0
     assert concurrent >= 1 and gpus is False
+    traffic = probe.traffic  # the probe counted its hand-offs (for a cluster projection)
+    assert traffic is not None and traffic.broadcast_bytes > 0 and traffic.sum_bytes_per_root > 0
+    assert traffic.client_samples is not None and len(traffic.client_samples) == 10
     estimate = project({"": config}, probes, concurrent, gpus)
     assert estimate.variants[0].runs == 3
     assert estimate.variants[0].run_s >= 40 * probe.round_s
@@ -179,10 +182,20 @@ def test_the_readmes_estimate_runs_on_a_two_cpu_machine(tmp_path):
     done = subprocess.run(
         [sys.executable, "-c", TWO_CPU_ESTIMATE, "estimate", str(PAPER_CONFIG), "--data-root",
          str(tmp_path), "--variant", "fedavg_b10", "--rounds", "2", "--clients", "2",
-         "--stand-in-data", "--set", "dataset.size=28"], capture_output=True, text=True,
+         "--stand-in-data", "--set", "dataset.size=28", "--nodes", "1", "4",
+         "--gpus-per-node", "8", "--link-gbps", "10", "100", "--cluster-csv",
+         str(tmp_path / "cluster.csv")], capture_output=True, text=True,
         timeout=600, cwd=tmp_path, env={**os.environ, "RAYSIM_CPU_SLOTS": "off"})
     assert done.returncode == 0, done.stderr[-3000:]
     assert "engine.num_workers=2" in done.stderr and "projected wall time" in done.stdout
+    assert "on the cluster:" in done.stdout
+    cluster = pd.read_csv(tmp_path / "cluster.csv")
+    assert list(zip(cluster["nodes"], cluster["link_gbps"], strict=True)) == [
+        (1, 10), (1, 100), (4, 10), (4, 100)]
+    one, four = cluster.iloc[0], cluster.iloc[2]
+    assert one["broadcast_s"] == one["partials_s"] == 0  # nothing leaves a single node
+    assert four["compute_s"] < one["compute_s"] and four["gpu_hours"] > one["gpu_hours"]
+    assert "no partials in the probe: fedavg_b10" in done.stdout  # b=10 beyond 2 rounds
 
 
 def test_an_interrupted_estimate_projects_the_variants_it_probed(monkeypatch, capsys):
@@ -198,7 +211,9 @@ def test_an_interrupted_estimate_projects_the_variants_it_probed(monkeypatch, ca
 
     table = pd.DataFrame({"wall_time": [1.0, 1.5, 2.0], "seconds_evaluate": [0.1, 0.1, 0.1]})
     monkeypatch.setattr("raysim.engine.invocation.run_experiments", probe_then_interrupt)
-    monkeypatch.setattr("raysim.results.load", lambda run_dir: table)
+    monkeypatch.setattr("raysim.results.load",
+                        lambda run_dir, name="rounds": table if name == "rounds" else
+                        pd.DataFrame())
     monkeypatch.setattr("raysim.engine.invocation.concurrent_runs", lambda configs: 1)
     monkeypatch.setattr("raysim.engine.invocation.uses_gpus", lambda config: False)
     from raysim.config import load_experiments

@@ -36,13 +36,12 @@ from pathlib import Path
 import pandas as pd
 from harness import bench_config, record_path, workload_dataset
 
+from raysim.cluster_projection import node_roots
 from raysim.config import parse_config
 from raysim.data import load_dataset
 from raysim.engine.runner import run_experiment
 from raysim.models import build_model
 from raysim.results import load
-from raysim.rounds.placement import assign_groups, client_groups
-from raysim.vectors.reduction_tree import aligned_spans
 
 INLINE_BYTES = 100 * 1024
 """Ray sends a task's arguments below this size inline, in every task."""
@@ -94,14 +93,11 @@ def tree_roots(clients: int, groups: int, nodes: int, workers_per_node: int
                ) -> tuple[int, int]:
     """(roots per round from the nodes, roots the workers would send): the aligned blocks of
     the reduction tree that tile each node's and each worker's range of groups, for clients of
-    equal size (the engine's layout: ``assign_groups`` over the workers, a node's workers
-    adjacent)."""
-    sizes = [len(group) for group in client_groups(clients, groups)]
-    ranges = assign_groups([float(size) for size in sizes], nodes * workers_per_node)
-    spans = [(r[0], r[-1] + 1) for r in ranges if r]
-    per_node = [spans[i:i + workers_per_node] for i in range(0, len(spans), workers_per_node)]
-    node_roots = sum(len(aligned_spans(block[0][0], block[-1][1])) for block in per_node)
-    return node_roots, sum(len(aligned_spans(lo, hi)) for lo, hi in spans)
+    equal size (the engine's layout, as ``raysim estimate --nodes`` projects it)."""
+    from_nodes = node_roots(clients, groups, nodes, [workers_per_node] * nodes)
+    from_workers = node_roots(clients, groups, nodes * workers_per_node,
+                              [1] * (nodes * workers_per_node))
+    return sum(from_nodes), sum(from_workers)
 
 
 def arithmetic(method: str, model: int, nodes: int, workers_per_node: int, clients: int,

@@ -101,10 +101,10 @@ class ClientWork:
         if audit:
             assert self.audit is not None, "a run with the membership audit gives its attack"
             columns["mia_auc"] = np.array([self.audit(c, by_client[c].upload) for c in ids])
-        outgoing = self._apply_moves([] if moves is None else moves.tolist())
+        outgoing, moved = self._apply_moves([] if moves is None else moves.tolist())
         notice = self.residency.keep(self.client_states)
         return RoundReply(results, columns, dict(bytes_up), outgoing, len(self.client_states),
-                          resident_memory_mb(), notice)
+                          resident_memory_mb(), notice, moved_states=moved)
 
     def receive(self, bundles: list[dict[int, Any]]) -> int:
         """Adopt client states relayed from other workers; returns how many arrived."""
@@ -114,8 +114,9 @@ class ClientWork:
             arrived += len(bundle)
         return arrived
 
-    def _apply_moves(self, moves: list[list[int]]) -> dict[int, dict[int, Any]]:
-        """Move the client states as ``moves`` say; returns those bound for other workers."""
+    def _apply_moves(self, moves: list[list[int]]) -> tuple[dict[int, dict[int, Any]], int]:
+        """Move the client states as ``moves`` say; returns those bound for other workers
+        and how many states moved."""
         leaving = {client: self.client_states.pop(client) for client, _, _ in moves
                    if client in self.client_states}
         outgoing: dict[int, dict[int, Any]] = defaultdict(dict)
@@ -126,7 +127,7 @@ class ClientWork:
                 self.client_states[destination] = leaving[client]
             else:
                 outgoing[worker][destination] = leaving[client]
-        return dict(outgoing)
+        return dict(outgoing), len(leaving)
 
 
 def _client_columns(ids: list[int], updates: list[Any], seconds: float

@@ -52,8 +52,12 @@ class RoundReply:
     notice: str | None = None
     """Set the round this worker's client states moved to the host (they no longer fit its
     device memory cap; :mod:`raysim.training.resident_states`)."""
-    outgoing_bytes: dict[int, int] = field(default_factory=dict)
-    """Bytes of the relayed client states bound for each other worker (``outgoing``)."""
+    outgoing_sizes: dict[int, tuple[int, int]] = field(default_factory=dict)
+    """(states, bytes) of the relayed client states bound for each other worker
+    (``outgoing``)."""
+    moved_states: int = 0
+    """Client states this worker moved to another client after the round (to this worker or
+    another)."""
 
 
 class Workers(Protocol):

@@ -110,6 +110,36 @@ def link(source: int, destination: int) -> str:
     return "out" if source == 0 else "between"
 
 
+@dataclass(frozen=True)
+class PartialSize:
+    """A partial handed off: its node, bytes, the tree roots it holds and the bytes of its
+    sums (a weighted sum's size does not grow with the clients it covers; the rest, e.g.
+    concatenated lists, does)."""
+
+    node: int
+    bytes: int
+    roots: int
+    sum_bytes: int
+
+
+def partial_size(node: int, subtrees: Sequence[Any]) -> PartialSize:
+    """The :class:`PartialSize` of a list of subtree roots."""
+    return PartialSize(node, serialized_bytes(list(subtrees)), len(subtrees),
+                       sum(_sum_bytes(getattr(s, "partial", s)) for s in subtrees))
+
+
+def _sum_bytes(partial: Any) -> int:
+    from raysim.vectors.weighted_sum import WeightedSum
+
+    if isinstance(partial, WeightedSum):
+        return serialized_bytes(partial)
+    if isinstance(partial, Mapping):
+        return sum(_sum_bytes(value) for value in partial.values())
+    if isinstance(partial, (int, float)):
+        return 8
+    return 0  # lists and other contents grow with the clients they cover
+
+
 @dataclass
 class RoundTransfers:
     """What one round handed off between processes, by node number (0: the driver's)."""
@@ -119,12 +149,22 @@ class RoundTransfers:
     """One object-store object read by every worker (else inline in each task)."""
     receivers: list[int]
     """The node of every worker that took part."""
-    partials: list[tuple[int, int]]
-    """(node, bytes) of every partial the driver received."""
-    merged: list[tuple[int, int]]
-    """(node, bytes) of every worker partial handed to its node's merge."""
-    relays: list[tuple[int, int, int]]
-    """(source node, destination node, bytes) of every bundle of relayed client states."""
+    partials: list[PartialSize]
+    """Every partial the driver received."""
+    merged: list[PartialSize]
+    """Every worker partial handed to its node's merge."""
+    relays: list[tuple[int, int, int, int]]
+    """(source node, destination node, states, bytes) of every bundle of relayed client
+    states."""
+    moved_states: int = 0
+    """Client states moved after the round (to a client on any worker)."""
+
+
+COLUMNS = ("round", "kind", "source_node", "destination_node", "link", "bytes", "objects",
+           "roots", "sum_bytes", "states")
+"""The ``transfers`` table's columns: ``roots`` and ``sum_bytes`` for partials (tree roots,
+and the bytes of weighted sums, which do not grow with the clients covered), ``states`` for
+relays (client states; on a ``moved`` row, every state moved, relayed or not)."""
 
 
 def transfer_rows(round_: int, transfers: RoundTransfers) -> list[dict[str, Any]]:
@@ -134,22 +174,30 @@ def transfer_rows(round_: int, transfers: RoundTransfers) -> list[dict[str, Any]
     every task."""
     totals: dict[tuple[str, int, int], list[int]] = {}
 
-    def add(kind: str, source: int, destination: int, size: int) -> None:
-        entry = totals.setdefault((kind, source, destination), [0, 0])
-        entry[0] += size
-        entry[1] += 1
+    def add(kind: str, source: int, destination: int, size: int, roots: int = 0,
+            sums: int = 0, states: int = 0) -> None:
+        entry = totals.setdefault((kind, source, destination), [0, 0, 0, 0, 0])
+        for index, value in enumerate((size, 1, roots, sums, states)):
+            entry[index] += value
 
     readers = sorted(set(transfers.receivers)) if transfers.broadcast_in_store \
         else transfers.receivers
     for node in readers:
         add("broadcast", 0, node, transfers.broadcast_bytes)
-    for node, size in transfers.merged:
-        add("partial", node, node, size)
-    for node, size in transfers.partials:
-        add("partial", node, 0, size)
-    for source, destination, size in transfers.relays:
-        add("relay", source, destination, size)
-    return [{"round": round_, "kind": kind, "source_node": source,
+    for part in transfers.merged:
+        add("partial", part.node, part.node, part.bytes, part.roots, part.sum_bytes)
+    for part in transfers.partials:
+        add("partial", part.node, 0, part.bytes, part.roots, part.sum_bytes)
+    for source, destination, states, size in transfers.relays:
+        add("relay", source, destination, size, states=states)
+    rows = [{"round": round_, "kind": kind, "source_node": source,
              "destination_node": destination, "link": link(source, destination),
-             "bytes": size, "objects": objects}
-            for (kind, source, destination), (size, objects) in totals.items()]
+             "bytes": size, "objects": objects, "roots": roots, "sum_bytes": sums,
+             "states": states}
+            for (kind, source, destination), (size, objects, roots, sums, states)
+            in totals.items()]
+    if transfers.moved_states:
+        rows.append({"round": round_, "kind": "moved", "source_node": 0, "destination_node": 0,
+                     "link": "local", "bytes": 0, "objects": 0, "roots": 0, "sum_bytes": 0,
+                     "states": transfers.moved_states})
+    return rows

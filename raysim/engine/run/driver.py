@@ -362,7 +362,8 @@ class Driver:
                                                            layout.clients_by_worker, sink),
             final=spec.evaluation.final_rounds)
         ray_workers = RayWorkers(workers, Placement(self._worker_nodes, self._node,
-                                                    worker_spans(layout.owner_of_group)))
+                                                    worker_spans(layout.owner_of_group),
+                                                    spec.engine.count_transfers))
         loop = RoundLoop(
             self.algorithm, sampler=self._sampler(), rounds=rounds,
             worker_of_client=layout.worker_of_client, workers=ray_workers, sink=sink,

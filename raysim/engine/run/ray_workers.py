@@ -17,10 +17,12 @@ import ray
 from raysim.engine.run import driver_turns as turns
 from raysim.engine.run.cluster_links import (
     NodeBlock,
+    PartialSize,
     RoundTransfers,
     Span,
     node_blocks,
     node_numbers,
+    partial_size,
     serialized_bytes,
     transfer_rows,
 )
@@ -37,6 +39,8 @@ class Placement:
     worker_nodes: Sequence[str]
     driver_node: str
     worker_spans: Mapping[int, Span]
+    count: bool = False
+    """Count the hand-offs on one node too (``engine.count_transfers``)."""
 
 
 @dataclass
@@ -51,8 +55,8 @@ class _Round:
 
 
 class TransferRecords(RoundCallback):
-    """Writes each recorded round's hand-offs between nodes (:class:`RayWorkers` counts them
-    when its workers and driver span several nodes) to the ``transfers`` table."""
+    """Writes each recorded round's hand-offs (:class:`RayWorkers` counts them when its
+    workers and driver span several nodes, or when asked) to the ``transfers`` table."""
 
     def __init__(self, workers: RayWorkers):
         self.workers = workers
@@ -83,7 +87,7 @@ class RayWorkers:
         several of them; returns the futures."""
         # large broadcasts go into the object store once; small ones travel inline
         message_ref = ray.put(message) if payload_bytes(message) > _INLINE_BYTES else message
-        size = serialized_bytes(message) if self.spans_nodes else 0
+        size = serialized_bytes(message) if self.counting else 0
         blocks = self._blocks(list(work))
         apart = {w for block in blocks for w in block.workers}
         replies, partials = {}, {}
@@ -102,12 +106,12 @@ class RayWorkers:
         replies = dict(zip(handle.replies, turns.get(list(handle.replies.values())),
                            strict=True))
         merged = turns.get([ref for _, ref in handle.blocks])
-        merged_bytes: list[tuple[str, int]] = []
+        merged_sizes: list[tuple[str, PartialSize]] = []
         for (block, _), (roots, sizes) in zip(handle.blocks, merged, strict=True):
             replies[block.leader] = dataclasses.replace(replies[block.leader], groups=roots)
-            merged_bytes += [(block.node, size) for size in sizes]
-        if self.spans_nodes:
-            self._count(handle, replies, merged_bytes)
+            merged_sizes += [(block.node, size) for size in sizes]
+        if self.counting:
+            self._count(handle, replies, merged_sizes)
         return list(replies.values())
 
     def deliver(self, incoming: dict[int, list[Any]]) -> None:
@@ -126,6 +130,12 @@ class RayWorkers:
         return placement is not None and len({*placement.worker_nodes,
                                               placement.driver_node}) > 1
 
+    @property
+    def counting(self) -> bool:
+        """Whether the rounds' hand-offs are counted: on several nodes, or when asked
+        (``engine.count_transfers``)."""
+        return self.placement is not None and (self.placement.count or self.spans_nodes)
+
     def _blocks(self, busy: list[int]) -> list[NodeBlock]:
         placement = self.placement
         if placement is None or not self.spans_nodes:
@@ -134,18 +144,18 @@ class RayWorkers:
                            placement.worker_spans, busy)
 
     def _count(self, handle: _Round, replies: dict[int, RoundReply],
-               merged_bytes: list[tuple[str, int]]) -> None:
-        """The round's hand-offs between nodes, by node number (0: the driver's)."""
+               merged_sizes: list[tuple[str, PartialSize]]) -> None:
+        """The round's hand-offs, by node number (0: the driver's)."""
         assert self.placement is not None
         nodes = self.placement.worker_nodes
         number = node_numbers(nodes, self.placement.driver_node)
-        partials = [(number[nodes[w]], serialized_bytes(reply.groups))
-                    for w, reply in replies.items()
-                    if reply.groups and nodes[w] != self.placement.driver_node]
-        relays = [(number[nodes[w]], number[nodes[destination]], size)
+        partials = [partial_size(number[nodes[w]], reply.groups)
+                    for w, reply in replies.items() if reply.groups]
+        relays = [(number[nodes[w]], number[nodes[destination]], states, size)
                   for w, reply in replies.items()
-                  for destination, size in reply.outgoing_bytes.items()]
+                  for destination, (states, size) in reply.outgoing_sizes.items()]
+        merged = [dataclasses.replace(size, node=number[node]) for node, size in merged_sizes]
         self.transfers[handle.round] = transfer_rows(handle.round, RoundTransfers(
             handle.broadcast_bytes, handle.broadcast_in_store,
-            [number[nodes[w]] for w in handle.replies], partials,
-            [(number[node], size) for node, size in merged_bytes], relays))
+            [number[nodes[w]] for w in handle.replies], partials, merged, relays,
+            sum(reply.moved_states for reply in replies.values())))

@@ -14,7 +14,7 @@ import torch
 
 from raysim.algorithms.base import Algorithm, RunContext
 from raysim.data.partition import Partition
-from raysim.engine.run.cluster_links import serialized_bytes
+from raysim.engine.run.cluster_links import PartialSize, partial_size, serialized_bytes
 from raysim.engine.run.gpu_share import cap_gpu_memory, gpu_memory_errors
 from raysim.layers.assembly import compose
 from raysim.rounds.client_work import ClientWork
@@ -178,7 +178,7 @@ class ClientWorker:
         outgoing = {worker: host_tree(states) for worker, states in reply.outgoing.items()}
         return dataclasses.replace(
             reply, outgoing={worker: ray.put(states) for worker, states in outgoing.items()},
-            outgoing_bytes={worker: serialized_bytes(states)
+            outgoing_sizes={worker: (len(states), serialized_bytes(states))
                             for worker, states in outgoing.items()})
 
     @ray.method(num_returns=2)
@@ -192,15 +192,15 @@ class ClientWorker:
         return dataclasses.replace(reply, groups=[]), reply.groups
 
     def merge_partials(self, span: tuple[int, int], *partials: list[Subtree]
-                       ) -> tuple[list[Subtree], list[int]]:
+                       ) -> tuple[list[Subtree], list[PartialSize]]:
         """The partials of the workers on this node (:meth:`run_round_apart`), merged into the
         roots of the aligned blocks of the node's groups ``span``: what crosses to the driver's
         node is one partial per node, not one per worker (the same merges as on the driver).
-        Returns the roots and the bytes of each partial merged."""
+        Returns the roots and the size of each partial merged."""
         roots = merge_subtrees([s for subtrees in partials for s in subtrees], *span,
                                self.algorithm.merge)
         settle(roots)
-        return roots, [serialized_bytes(subtrees) for subtrees in partials]
+        return roots, [partial_size(0, subtrees) for subtrees in partials]
 
     def _audit(self, client: int, upload: dict[str, Any]) -> float:
         """Membership-inference AUC of one client's upload (see raysim.training.membership)."""
