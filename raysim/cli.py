@@ -144,8 +144,10 @@ def _parser() -> argparse.ArgumentParser:
     estimate.add_argument("--nodes", type=_positive_int, nargs="+", metavar="N",
                           help="also project the config on clusters of N nodes (one or more "
                           "counts), from the probe's compute and counted bytes")
-    estimate.add_argument("--gpus-per-node", type=float, default=8, metavar="G",
-                          help="GPUs per node of the projected cluster (default 8)")
+    estimate.add_argument("--gpus-per-node", type=float, nargs="+", default=[8.0], metavar="G",
+                          help="GPUs per node of the projected cluster (one or more; default "
+                          "8); a config whose workers take no GPU share gets one worker per "
+                          "GPU")
     estimate.add_argument("--link-gbps", type=float, nargs="+", default=[10.0], metavar="B",
                           help="link rate between the projected cluster's nodes in Gb/s (one "
                           "or more; default 10)")
@@ -408,12 +410,13 @@ def _estimate(args: argparse.Namespace) -> int:
     if args.cluster_csv and not args.nodes:
         raise RaysimError("--cluster-csv writes the cluster projection, which needs --nodes N "
                           "(e.g. --nodes 1 4 16 --gpus-per-node 8 --link-gbps 10 100).")
-    if args.gpus_per_node <= 0 or any(rate <= 0 for rate in args.link_gbps):
-        raise RaysimError(f"Invalid cluster: --gpus-per-node {args.gpus_per_node:g} and "
-                          f"--link-gbps {' '.join(f'{r:g}' for r in args.link_gbps)} must be "
-                          "positive (e.g. --gpus-per-node 8 --link-gbps 10 100).")
-    shapes = [ClusterShape(nodes, args.gpus_per_node, rate)
-              for nodes in args.nodes or [] for rate in args.link_gbps]
+    if any(value <= 0 for value in [*args.gpus_per_node, *args.link_gbps]):
+        raise RaysimError(
+            f"Invalid cluster: --gpus-per-node {' '.join(f'{g:g}' for g in args.gpus_per_node)} "
+            f"and --link-gbps {' '.join(f'{r:g}' for r in args.link_gbps)} must be positive "
+            "(e.g. --gpus-per-node 8 --link-gbps 10 100).")
+    shapes = [ClusterShape(nodes, gpus, rate) for nodes in args.nodes or []
+              for gpus in args.gpus_per_node for rate in args.link_gbps]
     projection = run_estimate(args.config, rounds=args.rounds, overrides=args.overrides,
                           variants=args.variants, data_root=args.data_root,
                           clients=args.clients, stand_in_data=args.stand_in_data,

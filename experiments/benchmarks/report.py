@@ -1,7 +1,8 @@
 """BENCHMARKS.md's tables and the README's headline table, rendered from the committed records
 (``experiments/benchmarks/records/peers_*.jsonl``, written by ``peers.py --records``;
-``speed_mechanisms_*.jsonl``, written by ``speed_mechanisms.py
---records``): one row per workload, device and round count, with raysim's best
+``speed_mechanisms_*.jsonl``, written by ``speed_mechanisms.py --records``;
+``cluster_bytes_*.jsonl``, written by ``cluster_bytes.py --records``): one row per workload,
+device and round count, with raysim's best
 configuration, each peer's best, the plain loop and the on-device reference, the ratios, the
 commit, the date and the command that measured it.
 
@@ -27,7 +28,7 @@ from workloads import WORKLOADS as ALL_WORKLOADS
 
 ROOT = Path(__file__).resolve().parents[2]
 RECORDS = Path(__file__).resolve().parent / "records"
-PAGES = {"BENCHMARKS.md": ["benchmarks", "gpu-profile", "speed-mechanisms"],
+PAGES = {"BENCHMARKS.md": ["benchmarks", "gpu-profile", "speed-mechanisms", "cluster-bytes"],
          "README.md": ["benchmarks-headline"]}
 
 WORKLOADS = {name: spec.description for name, spec in ALL_WORKLOADS.items()}
@@ -316,6 +317,60 @@ def render_mechanisms(records: list[dict]) -> str:
     return head + "\n".join(lines)
 
 
+def load_cluster_records() -> list[dict]:
+    """Every record of ``cluster_bytes.py``, in file order, newest file last."""
+    paths = sorted(RECORDS.glob("cluster_bytes_*.jsonl"))
+    return [{**json.loads(line), "device": path.stem.split("_")[2]} for path in paths
+            for line in path.read_text().splitlines() if line.strip()]
+
+
+def _per_round(rounds: list[dict], key: str) -> tuple[float, float, int]:
+    """(counted, expected, rounds) of ``key`` bytes averaged over the rounds that moved it
+    (FedDC aggregates every 2nd round and relays in the others)."""
+    moved = [r for r in rounds if r.get(key, 0) > 0.01 * r["expected"].get(key, 0)
+             and r["expected"].get(key, 0) > 0]
+    if not moved:
+        return 0.0, 0.0, 0
+    return (statistics.fmean(r[key] for r in moved),
+            statistics.fmean(r["expected"][key] for r in moved), len(moved))
+
+
+def _mb(value: float) -> str:
+    return f"{value / 2**20:.2f}"
+
+
+def render_cluster_bytes(records: list[dict]) -> str:
+    """BENCHMARKS.md's table of what a round moves between nodes, counted against the
+    arithmetic."""
+    head = ("| run | nodes x workers | model MB | out of the driver's node: broadcast, counted "
+            "(expected) | into it: partials, counted (expected) | partials one per worker "
+            "would send | between worker nodes: relays, counted (expected) | Flower: server "
+            "link | ring all-reduce: per node | device | commit | command |\n"
+            "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n")
+    lines = []
+    for r in records:
+        rounds = r["rounds"]
+        out = _per_round(rounds, "broadcast_out_bytes")
+        into = _per_round(rounds, "partial_in_bytes")
+        local = _per_round(rounds, "partial_local_bytes")
+        relays = [(x["relay_between_bytes"], x["expected"]["relay_between_bytes_random_permutation"])
+                  for x in rounds if "relay_between_bytes" in x]
+        relay = (f"{_mb(statistics.fmean(a for a, _ in relays))} "
+                 f"({_mb(statistics.fmean(b for _, b in relays))})" if relays else "none")
+        flower = statistics.fmean(x["expected"]["flower_server_bytes"] for x in rounds)
+        ring = into[1] and statistics.fmean(
+            x["expected"]["allreduce_per_node_bytes"] for x in rounds
+            if x["expected"]["allreduce_per_node_bytes"])
+        command = f"`{r['command']} --only {r['method']}-{r['model']}`"
+        lines.append(
+            f"| {r['method']}, {r['model']}, {r['clients']} clients | {r['nodes']} x "
+            f"{r['workers_per_node']} | {r['model_bytes'] / 2**20:.2f} | {_mb(out[0])} "
+            f"({_mb(out[1])}) | {_mb(into[0])} ({_mb(into[1])}) | {_mb(local[0])} | {relay} | "
+            f"{_mb(flower)} | {_mb(ring) if ring else 'none'} | {r['device']} | {r['commit']} | "
+            f"{command} |")
+    return head + "\n".join(lines)
+
+
 def render_headline(records: list[dict]) -> str:
     """The README's short table: the CPU rows and the GPU rows of 20 rounds."""
     head = ("| workload | device | raysim | Flower 1.41 | pfl-research 0.6 | raysim vs Flower | "
@@ -346,7 +401,8 @@ def rendered_blocks() -> dict[str, str]:
     records = load_records()
     return {"benchmarks": render_full(records), "benchmarks-headline": render_headline(records),
             "gpu-profile": render_profile(records),
-            "speed-mechanisms": render_mechanisms(load_mechanism_records())}
+            "speed-mechanisms": render_mechanisms(load_mechanism_records()),
+            "cluster-bytes": render_cluster_bytes(load_cluster_records())}
 
 
 def main() -> None:
