@@ -14,6 +14,7 @@ CONFIGS: dict[str, dict] = {
                               "optimizer": {"name": "sgd", "lr": 0.05}}},
     "ditto": {"algorithm": {"name": "ditto", "lam": 0.1}},
     "moon": {"algorithm": {"name": "moon", "mu": 1.0}},
+    "fedmix": {"algorithm": {"name": "fedmix", "lam": 0.2, "mash_size": 8}},
     "centralized": {},
     "local": HETERO,
     "feddc": {"algorithm": {"name": "feddc", "daisy_period": 1, "aggregation_period": 2}},

@@ -15,7 +15,8 @@ if TYPE_CHECKING:
     from raysim.algorithms.base import ALGORITHMS, Algorithm, ClientResult, RunContext
 
 MODULES = ("centralized", "ditto", "dspfl", "fedavg", "feddc", "feddf", "feddm", "fedmd",
-           "fedprox", "fedsm", "fedvck", "ktpfl", "local_only", "mhpflid", "moon", "scaffold")
+           "fedmix", "fedprox", "fedsm", "fedvck", "ktpfl", "local_only", "mhpflid", "moon",
+           "scaffold")
 """The modules that register an algorithm."""
 
 __all__ = ["ALGORITHMS", "Algorithm", "ClientResult", "RunContext"]

@@ -69,6 +69,18 @@ class MOONParams(StrictModel):
     """Weight the clients' models by their sample counts (False: plain mean)."""
 
 
+class FedMixParams(StrictModel):
+    name: Literal["fedmix"] = "fedmix"
+    lam: float = Field(0.2, ge=0, lt=1)
+    """lambda, the mixing ratio of FedMix's approximate mixup loss (0: FedAvg; the Flower
+    baseline's CIFAR-10 setting)."""
+    mash_size: int | None = Field(None, ge=1)
+    """M: local samples averaged into one mashed sample, in the client's data order (null:
+    all of a client's data into one, as the Flower baseline's CIFAR-10 setting)."""
+    weighted: bool = True
+    """Weight the clients' models by their sample counts (False: plain mean)."""
+
+
 class DifferentialPrivacy(StrictModel):
     clip: float = Field(gt=0, description="S: L2 bound of an outgoing update")
     sigma: float = Field(ge=0, description="noise multiplier: std = sigma * S")
@@ -305,6 +317,7 @@ ALGORITHM_PARAMS: tuple[type[StrictModel], ...] = (
     ScaffoldParams,
     DittoParams,
     MOONParams,
+    FedMixParams,
     FedDCParams,
     FedSMParams,
     FedDFParams,
