@@ -194,3 +194,12 @@ def check_contract(config: ExperimentConfig) -> None:
     regrouped = simulate(config, group_size=3)
     assert same(reference.metrics, regrouped.metrics, exact=False)
     assert same(reference.server_state, regrouped.server_state, exact=False)
+
+
+def fedavg_equivalent(method: Mapping[str, Any], fedavg: Mapping[str, Any],
+                      mechanism_on: Mapping[str, Any]) -> None:
+    """A method with its mechanism switched off ends with FedAvg's model (to float rounding),
+    and with it on ends elsewhere: the check every FedAvg-based method's test makes."""
+    for key in fedavg:
+        np.testing.assert_allclose(method[key], fedavg[key], rtol=1e-5, atol=1e-6)
+    assert any(not np.allclose(mechanism_on[key], fedavg[key], atol=1e-4) for key in fedavg)
