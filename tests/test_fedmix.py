@@ -35,8 +35,8 @@ def test_mashed_samples_are_means_of_consecutive_groups():
 
 def test_the_loss_is_the_first_order_approximation_of_mixup():
     """On a linear model the three terms are computed by hand: the own and the mixed
-    cross-entropy at (1 - lam) x, and lam times the input gradient of the own loss dotted
-    with the mashed input."""
+    cross-entropy at (1 - lam) x, and lam times the input gradient of the weighted own loss
+    dotted with the mashed input."""
     torch.manual_seed(0)
     model = torch.nn.Linear(4, 3, bias=False)
     x, y = torch.randn(5, 4), torch.tensor([0, 1, 2, 1, 0])
@@ -46,7 +46,8 @@ def test_the_loss_is_the_first_order_approximation_of_mixup():
     probabilities = torch.softmax(logits, 1)
     own = F.cross_entropy(logits, y)
     mixed = -(mashed_y * torch.log_softmax(logits, 1)).sum(1).mean()
-    gradient = (probabilities - F.one_hot(y, 3).float()) @ model.weight  # d CE_i / d u_i
+    # d [(1 - lam) mean_i CE_i] / d u_i
+    gradient = (1 - lam) * (probabilities - F.one_hot(y, 3).float()) @ model.weight / len(x)
     taylor = (gradient * mashed_x).sum(1).mean()
     expected = (1 - lam) * own + lam * mixed + lam * taylor
     loss = fedmix_loss(model, x, y, mashed_x, mashed_y, lam)

@@ -9,9 +9,11 @@ mashed set. A client then trains on the first-order approximation of mixup betwe
 sample x_i (label y_i) and a mashed sample (x_m, y_m) drawn from the global set:
 
     loss = (1 - lam) CE(f((1 - lam) x_i), y_i) + lam CE(f((1 - lam) x_i), y_m)
-           + lam < d CE(f(u), y_i) / du at u = (1 - lam) x_i , x_m >
+           + lam < d l1 / du_i , x_m >,   l1 = (1 - lam) mean_i CE(f(u_i), y_i),
+                                          u_i = (1 - lam) x_i
 
-(the batch mean), so no client ever sees another's raw data. ``lam = 0`` is FedAvg. The
+(the batch mean; the input-gradient term as the Flower baseline computes it), so no client
+ever sees another's raw data. ``lam = 0`` is FedAvg. The
 server averages the models (FedAvg's round).
 
 What crosses is counted as it is sent: a client's mashed samples go up in the first round it
@@ -76,8 +78,10 @@ def fedmix_loss(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor,
     if lam == 0:
         return own
     mixed = F.cross_entropy(logits, mashed_y)
-    # each sample's input gradient of its own loss (the batch mean times the batch size)
-    (gradient,) = torch.autograd.grad(own * len(x), scaled, create_graph=True)
+    # the input gradient of the batch's weighted own loss, as the Flower baseline takes it: a
+    # per-sample gradient (the batch size times larger) leaves this linear term unbounded
+    # below, and the local loss runs negative (docs/methods.md)
+    (gradient,) = torch.autograd.grad((1 - lam) * own, scaled, create_graph=True)
     taylor = (gradient.flatten(1) * mashed_x.flatten(1)).sum(1).mean()
     return (1 - lam) * own + lam * mixed + lam * taylor
 
