@@ -102,14 +102,11 @@ class FedMix(Algorithm[FedMixParams, FedMixState]):
         "does not clip or noise, so an epsilon would not cover them")
     asynchronous_refusal: ClassVar[str | None] = (
         "the global mashed set is collected in synchronous rounds")
+    multi_label_refusal: ClassVar[str | None] = (
+        "its mixed term averages the one-hot labels of single-label samples")
 
     def __init__(self, params: FedMixParams, context: RunContext):
         super().__init__(params, context)
-        if context.info.multi_label:
-            raise ConfigError(
-                f"FedMix mixes the one-hot labels of single-label classification; "
-                f"{context.info.name} is a multi-label task. Use a single-label dataset, or "
-                "another method.")
         if context.training.loss != "cross_entropy":
             raise ConfigError(
                 f"FedMix's loss is cross-entropy against mixed soft labels; training.loss is "
