@@ -26,8 +26,11 @@ from raysim.engine.runner import run_experiment
 from raysim.results import load
 
 SCRIPT = Path(__file__).with_name("local_cluster.py")
-SPREAD = {"num_workers": 2, "cpus_per_worker": 1, "placement": "spread"}
-FOUR = {"num_workers": 4, "cpus_per_worker": 1}  # two on each worker node
+FOUR = {"num_workers": 4, "cpus_per_worker": 1, "placement": "spread"}
+"""Two workers on each worker node; every run of the invocation shares them."""
+SINGLE = {"num_workers": 2, "cpus_per_worker": 1, "count_transfers": True}
+"""The single-node runs compared with the cluster's (one worker shape: they share workers; two
+workers relay FedDC's states between them, so a relayed state's size is counted)."""
 VOLATILE = ("seconds", "memory", "wall_time", "time", "run", "status", "experiment")
 
 
@@ -37,8 +40,8 @@ def _configs() -> dict[str, dict]:
     feddc["evaluation"] = {"every": 3}
     return {
         "local": quickstart_raw(training={"rounds": 4}, algorithm={"name": "local"},
-                                engine=SPREAD),
-        "moons": moons_raw(engine=SPREAD),
+                                engine=FOUR),
+        "moons": moons_raw(engine=FOUR),
         "fedavg": quickstart_raw(training={"rounds": 2, "clients_per_round": None},
                                  engine=FOUR),  # every client: every group has a partial
         "feddc": {**feddc, "engine": FOUR},
@@ -49,7 +52,8 @@ def _configs() -> dict[str, dict]:
 
 @pytest.fixture(scope="module")
 def cluster_runs(tmp_path_factory):
-    """Every config run on the three-node cluster: {name: (raw config, the script's line)}."""
+    """Every config run on the three-node cluster in one invocation: {name: (raw config, the
+    script's line)}."""
     folder = tmp_path_factory.mktemp("cluster")
     plugin_dir = folder / "lab"  # beside its config, on no node's import path
     plugin_dir.mkdir()
@@ -64,10 +68,10 @@ def cluster_runs(tmp_path_factory):
                                 str(folder / "runs")], capture_output=True, text=True,
                                timeout=900)
     assert completed.returncode == 0, completed.stderr[-2000:]
-    lines = [json.loads(line) for line in completed.stdout.strip().splitlines()
-             if line.startswith("{")]
-    assert len(lines) == len(configs)
-    return {name: (configs[name], line) for name, line in zip(configs, lines, strict=True)}
+    lines = {line["label"]: line for line in map(json.loads, (
+        text for text in completed.stdout.strip().splitlines() if text.startswith("{")))}
+    assert sorted(lines) == sorted(configs)
+    return {name: (configs[name], lines[name]) for name in configs}
 
 
 def _single_node(raw: dict, tmp_path: Path) -> Path:
@@ -86,8 +90,8 @@ def test_workers_spread_over_nodes_and_match_single_node(ray_session, cluster_ru
     raw, result = cluster_runs["local"]
     assert result["error"] is None
     assert len(result["nodes"]) == 3
-    assert len(set(result["worker_nodes"])) == 2  # one worker on each worker node
-    single = _single_node(raw, tmp_path)
+    assert len(set(result["worker_nodes"])) == 2  # on both worker nodes
+    single = _single_node({**raw, "engine": SINGLE}, tmp_path)
     columns = ["round", "accuracy", "loss", "train_loss", "personal_accuracy", "bytes_up"]
     pd.testing.assert_frame_equal(load(result["run_dir"])[columns], load(single)[columns])
     eval_columns = ["round", "client", "own_accuracy", "own_loss"]
@@ -111,9 +115,7 @@ def test_partials_merge_on_their_node_with_every_metric_unchanged(ray_session, c
     assert result["error"] is None
     assert result["driver_node"] not in result["worker_nodes"]
     assert sorted(pd.Series(result["worker_nodes"]).value_counts()) == [2, 2]
-    # two workers: the single-node run relays states between them, so their size is counted
-    single = _single_node({**raw, "engine": {"num_workers": 2, "cpus_per_worker": 1,
-                                             "count_transfers": True}}, tmp_path)
+    single = _single_node({**raw, "engine": SINGLE}, tmp_path)
     for table, keys in [("rounds", ["round"]), ("clients", ["round", "client"]),
                         ("communication", ["round", "direction", "message_type"])]:
         pd.testing.assert_frame_equal(_steady(load(result["run_dir"], table), keys),
