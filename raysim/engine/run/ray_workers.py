@@ -87,12 +87,14 @@ class RayWorkers:
         several of them; returns the futures."""
         # large broadcasts go into the object store once; small ones travel inline
         message_ref = ray.put(message) if payload_bytes(message) > _INLINE_BYTES else message
-        size = serialized_bytes(message) if self.counting else 0
+        counting = self.counting
+        size = serialized_bytes(message) if counting else 0
         blocks = self._blocks(list(work))
         apart = {w for block in blocks for w in block.workers}
         replies, partials = {}, {}
         for w, clients in work.items():
-            args = (round_, message_ref, clients, incoming.get(w, []), moves.get(w), audit)
+            args = (round_, message_ref, clients, incoming.get(w, []), moves.get(w), audit,
+                    counting)
             if w in apart:
                 replies[w], partials[w] = self.actors[w].run_round_apart.remote(*args)
             else:
@@ -137,11 +139,11 @@ class RayWorkers:
         return self.placement is not None and (self.placement.count or self.spans_nodes)
 
     def _blocks(self, busy: list[int]) -> list[NodeBlock]:
-        placement = self.placement
-        if placement is None or not self.spans_nodes:
+        if not self.spans_nodes:
             return []
-        return node_blocks(placement.worker_nodes, placement.driver_node,
-                           placement.worker_spans, busy)
+        assert self.placement is not None
+        return node_blocks(self.placement.worker_nodes, self.placement.driver_node,
+                           self.placement.worker_spans, busy)
 
     def _count(self, handle: _Round, replies: dict[int, RoundReply],
                merged_sizes: list[tuple[str, PartialSize]]) -> None:

@@ -167,28 +167,31 @@ class ClientWorker:
 
     def run_round(self, round_: int, message: dict[str, Any], clients: np.ndarray,
                   incoming: list[ray.ObjectRef] | None = None,
-                  moves: np.ndarray | None = None, audit: bool = False) -> RoundReply:
+                  moves: np.ndarray | None = None, audit: bool = False,
+                  sizes: bool = False) -> RoundReply:
         """The round's local work of this worker's sampled ``clients``
         (:meth:`ClientWork.run_round`), with the client states relayed here (``incoming``)
         and those leaving for other workers (the reply's ``outgoing``) in the object store,
         never sent through the driver. ``audit``: the driver's
-        :class:`~raysim.rounds.round_callbacks.MembershipAudit` decides the round."""
+        :class:`~raysim.rounds.round_callbacks.MembershipAudit` decides the round. ``sizes``:
+        measure the relayed states' bytes (for the ``transfers`` table; off, nothing is
+        pickled twice)."""
         bundles = ray.get(list(incoming)) if incoming else []
         reply = self.run_work.run_round(round_, message, clients, bundles, moves, audit)
         outgoing = {worker: host_tree(states) for worker, states in reply.outgoing.items()}
         return dataclasses.replace(
             reply, outgoing={worker: ray.put(states) for worker, states in outgoing.items()},
             outgoing_sizes={worker: (len(states), serialized_bytes(states))
-                            for worker, states in outgoing.items()})
+                            for worker, states in outgoing.items()} if sizes else {})
 
     @ray.method(num_returns=2)
     def run_round_apart(self, round_: int, message: dict[str, Any], clients: np.ndarray,
                         incoming: list[ray.ObjectRef] | None = None,
-                        moves: np.ndarray | None = None, audit: bool = False
-                        ) -> tuple[RoundReply, list[Subtree]]:
+                        moves: np.ndarray | None = None, audit: bool = False,
+                        sizes: bool = False) -> tuple[RoundReply, list[Subtree]]:
         """:meth:`run_round` with the partial (the reply's subtree roots) as a second object,
         which stays on this node for :meth:`merge_partials`."""
-        reply = self.run_round(round_, message, clients, incoming, moves, audit)
+        reply = self.run_round(round_, message, clients, incoming, moves, audit, sizes)
         return dataclasses.replace(reply, groups=[]), reply.groups
 
     def merge_partials(self, span: tuple[int, int], *partials: list[Subtree]
