@@ -23,6 +23,7 @@ model every round, as the Flower baseline sends it (``mashed`` down).
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -136,9 +137,7 @@ class FedMix(Algorithm[FedMixParams, FedMixState]):
                   round_: int) -> FedMixState:
         if not partials:
             return state
-        merged = partials[0]
-        for partial in partials[1:]:
-            merged = merge_partials(merged, partial)
+        merged = functools.reduce(merge_partials, partials)
         mashed = dict(state.mashed)
         mashed.update(dict(merged["mashed"]))
         return FedMixState(weighted_mean([merged["model"]]), mashed)
