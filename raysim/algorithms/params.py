@@ -81,6 +81,38 @@ class FedMixParams(StrictModel):
     """Weight the clients' models by their sample counts (False: plain mean)."""
 
 
+class FedGenParams(StrictModel):
+    name: Literal["fedgen"] = "fedgen"
+    generative_alpha: float = Field(10.0, ge=0)
+    """alpha: weight of a client's cross-entropy on the generator's features of sampled
+    labels (the authors' MNIST setting; 0 with ``generative_beta`` 0: FedAvg)."""
+    generative_beta: float = Field(10.0, ge=0)
+    """beta: weight of the KL term pulling a client's predictions on its own batch towards its
+    classifier's predictions on generated features of the same labels."""
+    regularizer_decay: float = Field(0.98, gt=0, le=1)
+    """Both weights decay by this factor per round (floored at 1e-4), as in the authors' code."""
+    generated_batch_size: int = Field(32, ge=1)
+    """Generated features per client step (their cross-entropy scaled by this over the batch
+    size, as in the authors' code)."""
+    noise_dim: int = Field(32, ge=1)
+    """Width of the generator's uniform noise input."""
+    generator_hidden: int = Field(256, ge=1)
+    """Width of the generator's hidden layer."""
+    generator_steps: int = Field(50, ge=0)
+    """Adam steps on the generator per round (the authors' ensemble epochs)."""
+    generator_batch_size: int = Field(32, ge=2)
+    """Labels drawn per generator step."""
+    generator_lr: float = Field(3e-4, gt=0)
+    """The generator's Adam learning rate (x ``generator_lr_decay`` per round)."""
+    generator_lr_decay: float = Field(0.98, gt=0, le=1)
+    generator_weight_decay: float = Field(1e-2, ge=0)
+    """L2 weight decay of the generator's Adam."""
+    diversity_weight: float = Field(1.0, ge=0)
+    """eta: weight of the generator's diversity loss."""
+    weighted: bool = True
+    """Weight the clients' models by their sample counts (False: plain mean)."""
+
+
 class DifferentialPrivacy(StrictModel):
     clip: float = Field(gt=0, description="S: L2 bound of an outgoing update")
     sigma: float = Field(ge=0, description="noise multiplier: std = sigma * S")
@@ -318,6 +350,7 @@ ALGORITHM_PARAMS: tuple[type[StrictModel], ...] = (
     DittoParams,
     MOONParams,
     FedMixParams,
+    FedGenParams,
     FedDCParams,
     FedSMParams,
     FedDFParams,
