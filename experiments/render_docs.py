@@ -22,7 +22,8 @@ full precision (never a re-rounded figure). ``key`` names the key column (defaul
 ``experiment``); ``where`` ({column: value}) keeps matching rows only; a row given as ``{csv:
 ..., key: ...}`` comes from another CSV (its other columns from the files of the same names
 in that CSV's directory), and so does a column given as ``{csv: ..., metric: ...}`` (the row's
-key looked up there); a row given as ``{where: {column: value, ...}}`` is the one row
+key looked up there; with ``same_file: true`` that very file for every row, e.g. a paper's
+reported numbers); a row given as ``{where: {column: value, ...}}`` is the one row
 matching all of them; a column ``{per_seed: <csv>, metric: ...}`` lists the
 row's per-seed values (a CSV with a ``seed`` column) as ``s0 / s1 / s2``.
 
@@ -160,7 +161,7 @@ def render_table(spec: Mapping[str, Any]) -> str:
                 cells.append(_per_seed_cell(column["per_seed"], key, value, column["metric"]))
             elif isinstance(column, Mapping):  # a column from another CSV: {csv, metric}
                 # a row from another directory takes that directory's file of the same name
-                column_csv = column["csv"] if row_csv == csv else str(
+                column_csv = column["csv"] if row_csv == csv or column.get("same_file") else str(
                     Path(row_csv).parent / Path(column["csv"]).name)
                 other = _row(_read(column_csv, spec.get("where")), key, value, column_csv)
                 cells.append(_cell(other, column["metric"], column_csv))
