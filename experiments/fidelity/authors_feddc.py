@@ -27,6 +27,10 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
+from authors_code import EditFailed, apply_edits
+
+__all__ = ["EDITS", "EditFailed", "prepare_copy"]
+
 SCRIPT = "feddc_pneum_pytorch.py"
 SHIM = Path(__file__).with_name("feddc_shim.py")
 
@@ -56,10 +60,6 @@ EDITS: dict[str, list[tuple[str, str]]] = {
 }
 
 
-class EditFailed(RuntimeError):
-    """The authors' file no longer holds a text an edit replaces."""
-
-
 def prepare_copy(checkout: Path, work: Path) -> Path:
     """Copy ``<checkout>/Pneumonia/*.py`` into ``work``, apply :data:`EDITS` and put the shim
     beside them; returns the edited script's path."""
@@ -70,14 +70,6 @@ def prepare_copy(checkout: Path, work: Path) -> Path:
     work.mkdir(parents=True, exist_ok=True)
     for path in source.glob("*.py"):
         shutil.copy2(path, work / path.name)
-    for name, edits in EDITS.items():
-        target = work / name
-        text = target.read_text()
-        for old, new in edits:
-            if text.count(old) != 1:
-                raise EditFailed(f"{name}: expected the text {old.strip()!r} exactly once, "
-                                 f"found it {text.count(old)} times; the authors' file changed")
-            text = text.replace(old, new)
-        target.write_text(text)
+    apply_edits(work, EDITS)
     shutil.copy2(SHIM, work / "fidelity_shim.py")
     return work / SCRIPT
