@@ -64,3 +64,44 @@ def test_the_comparison_is_welch_and_tost_per_variant_and_metric():
     gaps = pd.DataFrame({"variant": ["feddc"] * 3, "round": [0, 10, 20],
                          "accuracy_gap": [0.0, 0.002, 0.01], "loss_gap": [0.0, 0.001, 0.02]})
     assert side.lockstep_summary(gaps).iloc[0]["first_round_apart"] == 20
+
+
+def test_the_fedvck_copy_is_edited_once_and_a_changed_file_is_refused(tmp_path):
+    authors = _module("authors_fedvck")
+    checkout = tmp_path / "checkout"
+    for name in authors.FILES:
+        (checkout / name).parent.mkdir(parents=True, exist_ok=True)
+        if not name.endswith("__init__.py"):
+            pairs = authors.EDITS.get(name, [])
+            (checkout / name).write_text("# authors' file\n" + "".join(old for old, _ in pairs))
+    main = authors.prepare_copy(checkout, tmp_path / "work")
+    assert "fidelity_split_file(args)" in main.read_text()
+    server = (tmp_path / "work" / "src" / "server.py").read_text()
+    assert "num_workers=0" in server and "return 0, 0, 0" in server
+    assert (tmp_path / "work" / "src" / "__init__.py").read_text() == ""
+    assert (tmp_path / "work" / "fidelity_shim.py").is_file()
+    utils = checkout / "src" / "utils.py"
+    utils.write_text(utils.read_text().replace("net_width=128", "net_width=64"))
+    with pytest.raises(authors.EditFailed, match=r"src/utils\.py"):
+        authors.prepare_copy(checkout, tmp_path / "work2")
+
+
+def test_the_fedvck_flags_follow_the_config_and_the_log_is_read_per_round():
+    side = _module("fedvck_side_by_side")
+    from raysim.config import load_experiments
+
+    config = load_experiments(FIDELITY / "fedvck_pneumonia.yaml")["fedvck"]
+    flags = side.authors_arguments(config, 3)
+    value = {flag: flags[i + 1] for i, flag in enumerate(flags[:-1]) if flag.startswith("--")}
+    assert value["--seed"] == "3" and value["--communication_rounds"] == "5"
+    # their loops run range(n + 1): one step and one epoch more than the flag
+    assert value["--dc_iterations"] == "200" and value["--model_epochs"] == "30"
+    assert value["--lamda"] == "0.5" and value["--topk"] == "2"  # the class and 1 hard negative
+    assert value["--compression_ratio"] == "0.01" and value["--dc_batch_size"] == "64"
+    log = ("round 0 evaluation: test acc is 0.3750, test loss = 0.704765\n"
+           "epoch 0, train loss avg now = 0.7\n"
+           "round 0 evaluation: test acc is 0.6250, test loss = 0.695620\n"
+           "round 1 evaluation: test acc is 0.6250, test loss = 0.695620\n"
+           "round 1 evaluation: test acc is 0.7083, test loss = 0.686543\n")
+    table = side.read_log(log)
+    assert table["accuracy"].tolist() == [0.625, 0.7083]  # the line after the server's training
