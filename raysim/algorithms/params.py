@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, model_validator
 
 from raysim.condensation.operations import OPERATIONS, Operation
 from raysim.schema import StrictModel
@@ -278,6 +278,12 @@ class AugmentationParams(StrictModel):
     """Augment the synthetic batches while the server trains on them (one random operation per
     batch, not siamese), as the authors do."""
 
+    @model_validator(mode="before")
+    @classmethod
+    def _operations_shorthand(cls, value: Any) -> Any:
+        """``augmentation: [crop, flip]`` (or ``[]`` for none) means those operations."""
+        return {"operations": value} if isinstance(value, list | tuple) else value
+
 
 class CondensationParams(StrictModel):
     """Settings every condensation method shares: matching, augmentation, server training."""
@@ -295,12 +301,6 @@ class CondensationParams(StrictModel):
     server_lr_decay: float = Field(0.1, gt=0, le=1)
     """Factor on the server's learning rates (and FedVCK's contrastive weight) from half the
     server epochs on (the authors' StepLR); 1 keeps them constant."""
-
-    @field_validator("augmentation", mode="before")
-    @classmethod
-    def _operations_shorthand(cls, value: Any) -> Any:
-        """``augmentation: [crop, flip]`` (or ``[]`` for none) means those operations."""
-        return {"operations": value} if isinstance(value, list | tuple) else value
 
 
 class FedDMParams(CondensationParams):
@@ -341,6 +341,29 @@ class FedVCKParams(CondensationParams):
     """Rounds of synthetic sets the server trains on (default max(10, R/2))."""
 
 
+class DESAParams(StrictModel):
+    name: Literal["desa"] = "desa"
+    images_per_class: int = Field(50, ge=1)
+    """ipc: synthetic anchor images each client condenses for every class (the authors' 50)."""
+    iterations: int = Field(1000, ge=1)
+    """Distribution-matching steps of a client's anchors (the authors' ``inv_iters``)."""
+    real_per_class: int = Field(256, ge=1)
+    """Real images per class per matching step."""
+    image_lr: float = Field(1.0, gt=0)
+    momentum: float = Field(0.5, ge=0, lt=1)
+    augmentation: AugmentationParams = AugmentationParams()
+    lambda_ori: float = Field(1.0, ge=0)
+    """Weight of the cross-entropy on the client's data joined with the anchors."""
+    lambda_kd: float = Field(1.0, ge=0)
+    """Weight of the distillation towards the other clients' logits on the anchors."""
+    lambda_reg: float = Field(1.0, ge=0)
+    """Weight of the supervised contrastive term between the batch's and anchor features."""
+    kd_temperature: float = Field(20.0, gt=0)
+    kd_weight: float = Field(0.9, ge=0, le=1)
+    """The distillation term is (1 - kd_weight) CE + kd_weight T^2 KL (the authors' 0.9)."""
+    supcon_temperature: float = Field(0.07, gt=0)
+
+
 ALGORITHM_PARAMS: tuple[type[StrictModel], ...] = (
     CentralizedParams,
     FedAvgParams,
@@ -360,6 +383,7 @@ ALGORITHM_PARAMS: tuple[type[StrictModel], ...] = (
     MHpFLIDParams,
     FedDMParams,
     FedVCKParams,
+    DESAParams,
 )
 """The params class of every algorithm raysim ships (a test checks it against the registry)."""
 
