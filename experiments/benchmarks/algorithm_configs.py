@@ -15,6 +15,8 @@ CONFIGS: dict[str, dict] = {
     "ditto": {"algorithm": {"name": "ditto", "lam": 0.1}},
     "moon": {"algorithm": {"name": "moon", "mu": 1.0}},
     "fedmix": {"algorithm": {"name": "fedmix", "lam": 0.2, "mash_size": 8}},
+    "fedgan": {"algorithm": {"name": "fedgan", "gan_steps": 3, "gan_batch_size": 8,
+                             "gan_width": 4, "noise_dim": 8}},
     "fedgen": {"algorithm": {"name": "fedgen", "generator_steps": 5, "generator_hidden": 16,
                              "noise_dim": 8, "generator_batch_size": 8,
                              "generated_batch_size": 8}},

@@ -14,9 +14,9 @@ from raysim.lazy import lazy_exports
 if TYPE_CHECKING:
     from raysim.algorithms.base import ALGORITHMS, Algorithm, ClientResult, RunContext
 
-MODULES = ("centralized", "desa", "ditto", "dspfl", "fedavg", "feddc", "feddf", "feddm", "fedgen",
-           "fedmd", "fedmix", "fedprox", "fedsm", "fedvck", "ktpfl", "local_only", "mhpflid",
-           "moon", "scaffold")
+MODULES = ("centralized", "desa", "ditto", "dspfl", "fedavg", "feddc", "feddf", "feddm",
+           "fedgan", "fedgen", "fedmd", "fedmix", "fedprox", "fedsm", "fedvck", "ktpfl",
+           "local_only", "mhpflid", "moon", "scaffold")
 """The modules that register an algorithm."""
 
 __all__ = ["ALGORITHMS", "Algorithm", "ClientResult", "RunContext"]

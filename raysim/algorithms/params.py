@@ -113,6 +113,26 @@ class FedGenParams(StrictModel):
     """Weight the clients' models by their sample counts (False: plain mean)."""
 
 
+class FedGANParams(StrictModel):
+    name: Literal["fedgan"] = "fedgan"
+    synthetic_weight: float = Field(1.0, ge=0)
+    """lambda: weight of the classifier's cross-entropy on the global generator's images of
+    uniformly drawn classes (0: FedAvg)."""
+    synthetic_batch_size: int | None = Field(None, ge=1)
+    """Generated images per classifier step (null: training.batch_size)."""
+    gan_steps: int = Field(50, ge=0)
+    """Local discriminator-and-generator steps per round (FedGAN's synchronisation interval
+    K)."""
+    gan_batch_size: int = Field(32, ge=1)
+    gan_lr: float = Field(2e-4, gt=0)
+    """Adam learning rate of both networks (betas 0.5, 0.999, as DCGAN)."""
+    noise_dim: int = Field(100, ge=1)
+    gan_width: int = Field(32, ge=1)
+    """Base channel width of the generator and the discriminator."""
+    weighted: bool = True
+    """Weight the clients' models and GANs by their sample counts (False: plain mean)."""
+
+
 class DifferentialPrivacy(StrictModel):
     clip: float = Field(gt=0, description="S: L2 bound of an outgoing update")
     sigma: float = Field(ge=0, description="noise multiplier: std = sigma * S")
@@ -374,6 +394,7 @@ ALGORITHM_PARAMS: tuple[type[StrictModel], ...] = (
     MOONParams,
     FedMixParams,
     FedGenParams,
+    FedGANParams,
     FedDCParams,
     FedSMParams,
     FedDFParams,
