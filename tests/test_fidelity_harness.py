@@ -105,3 +105,14 @@ def test_the_fedvck_flags_follow_the_config_and_the_log_is_read_per_round():
            "round 1 evaluation: test acc is 0.7083, test loss = 0.686543\n")
     table = side.read_log(log)
     assert table["accuracy"].tolist() == [0.625, 0.7083]  # the line after the server's training
+
+
+def test_the_fedvck_summary_by_round_keeps_every_round():
+    side = _module("fedvck_side_by_side")
+    trajectories = pd.DataFrame({
+        "source": ["raysim"] * 4 + ["authors"] * 4, "variant": ["fedvck"] * 8,
+        "seed": [0, 0, 1, 1] * 2, "round": [0, 1] * 4,
+        "accuracy": [0.6, 0.8, 0.7, 0.9, 0.7, 0.85, 0.7, 0.85], "loss": [0.5] * 8})
+    table = side.summarise_rounds(trajectories).set_index(["experiment", "round"])
+    assert table.loc[("raysim_fedvck", 1), "accuracy_mean"] == pytest.approx(0.85)
+    assert table.loc[("authors_fedvck", 0), "seeds"] == 2

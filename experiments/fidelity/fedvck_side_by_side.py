@@ -18,7 +18,8 @@ Welch's t and an equivalence test (TOST, ``--margin``).
 
 Writes under ``--out``: ``trajectories.csv`` (source, variant, seed, round, accuracy, loss),
 ``per_seed.csv`` (the last round), ``summary.csv`` (mean and std per ``<source>_<variant>``,
-the format ``render_docs.py`` reads) and ``comparison.csv``.
+the format ``render_docs.py`` reads), ``by_round.csv`` (the same for every round) and
+``comparison.csv``.
 """
 
 from __future__ import annotations
@@ -128,6 +129,12 @@ def run_raysim(variants: list[str], seeds: list[int], args: argparse.Namespace) 
                          "accuracy": rounds["accuracy"], "loss": rounds["loss"]})
 
 
+def summarise_rounds(trajectories: pd.DataFrame) -> pd.DataFrame:
+    """:func:`summarise` of every round (a ``round`` column beside it)."""
+    return pd.concat([summarise(frame).assign(round=round_)
+                      for round_, frame in trajectories.groupby("round")], ignore_index=True)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--authors", type=Path, required=True,
@@ -171,6 +178,7 @@ def main() -> int:
     final.to_csv(args.out / "per_seed.csv", index=False)
     summary = summarise(final)
     summary.to_csv(args.out / "summary.csv", index=False)
+    summarise_rounds(trajectories).to_csv(args.out / "by_round.csv", index=False)
     table = compare(summary, args.margin)
     table.to_csv(args.out / "comparison.csv", index=False)
     with pd.option_context("display.width", 160, "display.max_rows", 200):
