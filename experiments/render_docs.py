@@ -23,7 +23,8 @@ full precision (never a re-rounded figure). ``key`` names the key column (defaul
 ..., key: ...}`` comes from another CSV (its other columns from the files of the same names
 in that CSV's directory), and so does a column given as ``{csv: ..., metric: ...}`` (the row's
 key looked up there; with ``same_file: true`` that very file for every row, e.g. a paper's
-reported numbers); a row given as ``{where: {column: value, ...}}`` is the one row
+reported numbers; with ``missing: <text>`` a row the file lacks shows that text); a row given
+as ``{where: {column: value, ...}}`` is the one row
 matching all of them; a column ``{per_seed: <csv>, metric: ...}`` lists the
 row's per-seed values (a CSV with a ``seed`` column) as ``s0 / s1 / s2``.
 
@@ -163,7 +164,11 @@ def render_table(spec: Mapping[str, Any]) -> str:
                 # a row from another directory takes that directory's file of the same name
                 column_csv = column["csv"] if row_csv == csv or column.get("same_file") else str(
                     Path(row_csv).parent / Path(column["csv"]).name)
-                other = _row(_read(column_csv, spec.get("where")), key, value, column_csv)
+                frame = _read(column_csv, spec.get("where"))
+                if "missing" in column and not (frame[key].astype(str) == str(value)).any():
+                    cells.append(str(column["missing"]))  # e.g. no attackable upload
+                    continue
+                other = _row(frame, key, value, column_csv)
                 cells.append(_cell(other, column["metric"], column_csv))
             else:
                 cells.append(_cell(_row(_read(row_csv, spec.get("where")), key, value, row_csv),
