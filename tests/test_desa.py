@@ -36,7 +36,15 @@ def test_the_anchors_are_the_slot_mean_of_the_clients_condensed_images(data_root
         0, "anchor-init", client=c)).values())) for c in range(3)]
     assert not np.allclose(anchors["x"], np.mean(starts, axis=0), atol=1e-3)
     assert trace.server_state["logits"] == {}
-    # a client's condensed images moved from their noise start; the mean is of all three
+    runtime, algorithm = trace.runtime, trace.algorithm
+    uploads = []
+    for client in range(3):  # each client's upload again (its streams are its own)
+        model = runtime.client_model(client)
+        model.load_state_dict({k: torch.as_tensor(v) for k, v in
+                               runtime.client_initial_weights(client).items()})
+        uploads.append(algorithm._condense(runtime, model, client).upload["anchors"]["x"])
+    np.testing.assert_allclose(anchors["x"], np.mean(uploads, axis=0), rtol=1e-5, atol=1e-6)
+    assert not np.allclose(uploads[0], starts[0], atol=1e-3)
     uploads = trace.rows["communication"]
     assert {row["message_type"] for row in uploads if row["direction"] == "up"} == {"anchors"}
 

@@ -5,6 +5,7 @@ them (synthetic_weight 0) the classifier is FedAvg's."""
 from __future__ import annotations
 
 import numpy as np
+import pytest
 import torch
 from algorithm_configs import contract_raw
 from inprocess import fedavg_equivalent, simulate
@@ -25,12 +26,27 @@ def _run(data_root, **algorithm):
     return simulate(parse_config(raw))
 
 
-def test_without_the_generated_images_the_classifier_is_fedavgs(data_root):
+@pytest.fixture(scope="module")
+def default_run(data_root):
+    """The contract config: 3 rounds, 3 GAN steps a round, lambda 1."""
+    return _run(data_root)
+
+
+def test_without_the_generated_images_the_classifier_is_fedavgs(data_root, default_run):
     raw = contract_raw(data_root, "fedavg")
     raw["engine"] = {"vectorize": "never"}
     fedavg_equivalent(_run(data_root, synthetic_weight=0.0).server_state["model"],
                       simulate(parse_config(raw)).server_state,
-                      _run(data_root, synthetic_weight=1.0).server_state["model"])
+                      default_run.server_state["model"])
+
+
+def test_the_classifier_learns_from_the_generators_images(data_root, default_run):
+    """From round 1 the classifier's extra images come from the global generator: a generator
+    trained for a few steps a round gives another classifier than an untrained one (images
+    that did not depend on the generator, e.g. noise, would give the same)."""
+    trained = default_run.server_state["model"]
+    untrained = _run(data_root, gan_steps=0).server_state["model"]
+    assert any(not np.allclose(trained[key], untrained[key], atol=1e-5) for key in trained)
 
 
 def test_the_gan_learns_each_class_not_noise():
@@ -64,8 +80,8 @@ def test_pixel_scale_inverts_the_generators_normalisation():
     torch.testing.assert_close(pixel_scale(generator.normalised(x, mean, std), mean, std), x)
 
 
-def test_all_three_networks_cross_both_ways_and_are_averaged(data_root):
-    trace = _run(data_root)
+def test_all_three_networks_cross_both_ways_and_are_averaged(default_run):
+    trace = default_run
     rows = trace.rows["communication"]
     kinds = {(row["direction"], row["message_type"]) for row in rows}
     assert {(d, m) for d in ("up", "down") for m in ("model", "generator", "discriminator")} \
