@@ -11,7 +11,7 @@ import torch.nn.functional as F
 from algorithm_configs import contract_raw
 from inprocess import simulate
 
-from raysim.algorithms.desa import distillation_loss, supervised_contrastive
+from raysim.algorithms.desa import distillation_loss, peer_teacher, supervised_contrastive
 from raysim.condensation.synthetic import noise_images
 from raysim.config import parse_config
 from raysim.seeding import torch_generator
@@ -110,3 +110,10 @@ def test_the_contrastive_loss_by_hand():
     expected = (first + second) / 3
     assert supervised_contrastive(features, labels, t).item() == pytest.approx(
         expected.item(), rel=1e-5)
+
+
+def test_the_teacher_is_the_mean_of_the_other_clients_logits():
+    logits = {0: np.full((2, 2), 1.0), 1: np.full((2, 2), 3.0), 2: np.full((2, 2), 5.0)}
+    np.testing.assert_allclose(peer_teacher(logits, 1), np.full((2, 2), 3.0))
+    np.testing.assert_allclose(peer_teacher(logits, 0), np.full((2, 2), 4.0))
+    assert peer_teacher({0: logits[0]}, 0) is None

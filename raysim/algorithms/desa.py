@@ -76,6 +76,13 @@ def distillation_loss(student: torch.Tensor, teacher: torch.Tensor, labels: torc
     return (1 - weight) * F.cross_entropy(student, labels) + weight * temperature ** 2 * soft
 
 
+def peer_teacher(peer_logits: dict[int, np.ndarray], client: int) -> np.ndarray | None:
+    """The distillation target of ``client``: the mean of the other clients' logits on the
+    anchors (None when no other client has sent any yet)."""
+    others = [logits for other, logits in sorted(peer_logits.items()) if other != client]
+    return np.mean(others, axis=0).astype(np.float32) if others else None
+
+
 @register_algorithm
 class DESA(Algorithm[DESAParams, dict[str, Any]]):
     """Synthetic anchors shared once, then per-client training with distillation towards the
@@ -221,10 +228,8 @@ class DESA(Algorithm[DESAParams, dict[str, Any]]):
         p, training = self.params, self.context.training
         anchors_x = torch.from_numpy(message["anchors"]["x"]).to(runtime.device)
         anchors_y = torch.from_numpy(message["anchors"]["y"]).to(runtime.device)
-        peers = [logits for other, logits in sorted(message["peer_logits"].items())
-                 if other != client]
-        teacher = (torch.from_numpy(np.mean(peers, axis=0)).to(runtime.device) if peers
-                   else None)
+        peers = peer_teacher(message["peer_logits"], client)
+        teacher = None if peers is None else torch.from_numpy(peers).to(runtime.device)
         x, y = runtime.client_data(client)
         joined = (torch.cat([x, anchors_x.to(x.dtype)]), torch.cat([y.long(), anchors_y]))
         rng = numpy_rng(self.context.seed, "desa-anchors", round_, client)
