@@ -102,7 +102,6 @@ class FedGen(Algorithm[FedGenParams, FedGenState]):
 
     params_class: ClassVar[type[StrictModel]] = FedGenParams
     mean_uploads: ClassVar[tuple[str, ...]] = ()  # (its server step also trains the generator)
-    bookkeeping_broadcasts: ClassVar[tuple[str, ...]] = ()
     per_client_loop: ClassVar[str | None] = (
         "its local objective reads the generator's features through each client's classifier")
     privacy_refusal: ClassVar[str] = (
