@@ -260,9 +260,8 @@ class FedGen(Algorithm[FedGenParams, FedGenState]):
                                                epochs=training.epochs,
                                                steps=training.local_steps)
             weights = get_weights(model)
-            _, labels = runtime.client_data(client)
-            counts = np.bincount(labels.reshape(-1).cpu().numpy(),
-                                 minlength=self.context.info.num_classes).astype(np.int64)
+            labels = runtime.train_y[runtime.client_indices[client]].reshape(-1)
+            counts = np.bincount(labels, minlength=self.context.info.num_classes).astype(np.int64)
             results.append(ClientResult({"model": weights, "label_counts": counts}, None,
                                         {"steps": float(steps)}, samples, loss,
                                         self.client_weight(samples)))
