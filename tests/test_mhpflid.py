@@ -11,9 +11,10 @@ from fixtures import write_medmnist_npz
 from test_bad_input import run_cli
 
 from raysim.algorithms.base import RunContext
-from raysim.algorithms.feddf import FedDF, FedDFParams
+from raysim.algorithms.feddf import FedDF, FedDFParams, PFedDF
 from raysim.algorithms.fedmd import FedMD, FedMDParams
 from raysim.algorithms.mhpflid import MHpFLID, MHpFLIDParams
+from raysim.algorithms.params import PFedDFParams
 from raysim.algorithms.public_set import public_indices
 from raysim.config import parse_config
 from raysim.data import load_dataset, stratified_subset
@@ -447,7 +448,31 @@ def test_feddf_averages_each_architecture_group_then_distils_it_towards_the_ense
         assert after < 0.5 * before, (group, before, after)
     message = distilling.broadcast(distilled, 1)
     again = distilling.local_updates(runtime, [1], 1, message, [None])[0]
-    assert _changed(distilled["1"], again.state)  # local training starts from it
+    assert _changed(distilled["1"], again.upload["model"])  # local training starts from it
+
+
+def test_pfeddf_keeps_the_fine_tuned_model_and_feddf_the_distilled_one():
+    """pFedDF's personalization step: a client keeps (and is evaluated with) its group's
+    distilled model after local training on its own data; FedDF keeps the distilled model as
+    received. Everything uploaded is the same."""
+    runtime = _runtime(3, ("resnet5", "shufflenetv2", "resnet5"))
+    feddf = _feddf(runtime, distillation_steps=2)
+    results = feddf.local_updates(runtime, [0, 1, 2], 0, {}, [None] * 3)
+    distilled = feddf.aggregate({}, [feddf.reduce(list(enumerate(results)))], 0)
+    message = feddf.broadcast(distilled, 1)
+    context = feddf.context
+    pfeddf = PFedDF(PFedDFParams(public_per_client=8, distillation_steps=2), context)
+    pfeddf.attach_server_inputs(runtime.train_x, runtime.client_indices)
+    plain = feddf.local_updates(runtime, [0, 1], 1, message, [None] * 2)
+    tuned = pfeddf.local_updates(runtime, [0, 1], 1, message, [None] * 2)
+    for client, kept, personal in zip([0, 1], plain, tuned, strict=True):
+        received = distilled[str(feddf.group_of_client[client])]
+        assert not _changed(received, feddf.personal_weights(kept.state))
+        assert _changed(received, pfeddf.personal_weights(personal.state))  # fine-tuned
+        assert not _changed(personal.upload["model"], pfeddf.personal_weights(personal.state))
+        assert not _changed(kept.upload["model"], personal.upload["model"])  # same uploads
+    first = feddf.local_updates(runtime, [2], 0, {}, [None])[0]  # a group's first round
+    assert not _changed(runtime.client_initial_weights(2), first.state)
 
 
 def test_feddf_runs_on_the_engine_with_the_server_holding_the_public_set(ray_session, tmp_path):

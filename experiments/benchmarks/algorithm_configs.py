@@ -47,6 +47,8 @@ CONFIGS: dict[str, dict] = {
                                       "pretrain_epochs": 1}},
     "feddf": {**HETERO, "algorithm": {"name": "feddf", "public_per_client": 4,
                                       "distillation_steps": 3, "distillation_batch_size": 8}},
+    "pfeddf": {**HETERO, "algorithm": {"name": "pfeddf", "public_per_client": 4,
+                                       "distillation_steps": 3, "distillation_batch_size": 8}},
 }
 
 

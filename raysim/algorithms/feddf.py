@@ -19,8 +19,15 @@ upload's logits itself (post-processing of the noised weights) and averages with
 each. Each client's personal model never leaves it.
 
 The public set is carved from the clients' training data (:mod:`raysim.algorithms.public_set`)
-and used without labels. Each client's personal model, evaluated on its own test share, is its
-model after local training (which started from its group's distilled model).
+and used without labels. FedDF has no personal models: what a client is evaluated with, on its own
+test share, is its group's distilled model as the round's broadcast brought it (the server's
+model after the previous round; a group's first round: its architecture's initial weights).
+
+pFedDF (``name: pfeddf``) is FedDF with a personalization step, the "+FT" reading of
+MH-pFLID's baseline (Collins et al., NeurIPS 2022: fine-tune the global model on each client's
+own data): each client is evaluated with its group's distilled model after the round's local
+training on its own data, which is that fine-tuning. Everything else, uploads included, is
+FedDF's; the two differ only in which model a client keeps.
 """
 
 from __future__ import annotations
@@ -34,7 +41,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from raysim.algorithms.base import Algorithm, ClientResult, RunContext, register_algorithm
-from raysim.algorithms.params import FedDFParams
+from raysim.algorithms.params import EnsembleDistillationParams, FedDFParams, PFedDFParams
 from raysim.algorithms.public_set import public_indices
 from raysim.data.dataset import to_tensor
 from raysim.errors import field_error
@@ -51,10 +58,11 @@ if TYPE_CHECKING:
 
 
 @register_algorithm
-class FedDF(Algorithm[FedDFParams, dict[str, Weights]]):
-    """Per-group FedAvg, then server-side distillation of each group towards the ensemble."""
+class FedDF(Algorithm[EnsembleDistillationParams, dict[str, Weights]]):
+    """Per-group FedAvg, then server-side distillation of each group towards the ensemble;
+    each client is evaluated with its group's distilled model."""
 
-    params_class = FedDFParams
+    params_class: ClassVar[type[EnsembleDistillationParams]] = FedDFParams
     private_releases: ClassVar[str | None] = (
         "its clients release their trained models, each clipped and noised against the model "
         "it started from")
@@ -186,7 +194,9 @@ class FedDF(Algorithm[FedDFParams, dict[str, Weights]]):
             upload: dict[str, Any] = {"model": weights}
             if public is not None:  # under DP the server computes the logits
                 upload["logits"] = _public_logits(model, runtime.client_inputs(client, public))
-            results.append(ClientResult.trained(upload, weights, outcome))
+            kept = self.kept_model(runtime.client_initial_weights(client) if start is None
+                                   else start, weights)
+            results.append(ClientResult.trained(upload, kept, outcome))
         privacy = self.context.privacy
         if privacy is not None:  # its own DP: each released model clipped and noised
             privatize_uploads(list(zip(clients, results, strict=True)), ("model",),
@@ -201,8 +211,25 @@ class FedDF(Algorithm[FedDFParams, dict[str, Weights]]):
         start = message.get("models", {}).get(self._group_key(client))
         return runtime.client_initial_weights(client) if start is None else start
 
+    def kept_model(self, received: Weights, trained: Weights) -> Weights:
+        """The model a client keeps and is evaluated with: FedDF's is its group's distilled
+        model as received (no personalization)."""
+        return received
+
     def personal_weights(self, state: Any) -> Weights | None:
         return state
+
+
+@register_algorithm
+class PFedDF(FedDF):
+    """FedDF with a personalization step: each client keeps, and is evaluated with, its
+    group's distilled model fine-tuned by the round's local training on its own data."""
+
+    params_class: ClassVar[type[EnsembleDistillationParams]] = PFedDFParams
+
+    def kept_model(self, received: Weights, trained: Weights) -> Weights:
+        """The distilled model after local training on the client's own data."""
+        return trained
 
 
 def _public_logits(model: nn.Module, inputs: torch.Tensor) -> np.ndarray:

@@ -194,8 +194,9 @@ class FedSMParams(StrictModel):
         return self
 
 
-class FedDFParams(StrictModel):
-    name: Literal["feddf"] = "feddf"
+class EnsembleDistillationParams(StrictModel):
+    """What FedDF and pFedDF share: the public set and the server's distillation."""
+
     public_per_client: int = Field(50, ge=1)
     """Samples each client contributes to the unlabelled public set."""
     distillation_steps: int = Field(200, ge=0)
@@ -205,6 +206,14 @@ class FedDFParams(StrictModel):
     temperature: float = Field(1.0, gt=0)
     weighted: bool = True
     """Average a group's models by the clients' sample counts (False: plain mean)."""
+
+
+class FedDFParams(EnsembleDistillationParams):
+    name: Literal["feddf"] = "feddf"
+
+
+class PFedDFParams(EnsembleDistillationParams):
+    name: Literal["pfeddf"] = "pfeddf"
 
 
 class PublicSetParams(StrictModel):
@@ -398,6 +407,7 @@ ALGORITHM_PARAMS: tuple[type[StrictModel], ...] = (
     FedDCParams,
     FedSMParams,
     FedDFParams,
+    PFedDFParams,
     FedMDParams,
     DSpFLParams,
     KTpFLParams,
