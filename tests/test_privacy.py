@@ -213,8 +213,8 @@ def test_methods_without_protectable_weight_uploads_refuse_privacy(capsys, tmp_p
     raw["model"] = {"name": "convnet", "width": 8, "depth": 2}
     code, err = run_cli(capsys, tmp_path, raw)
     assert code == 2, err
-    assert "Invalid config section `privacy`" in err and "fedavg, fedprox, moon (or feddc, feddf, fedsm " \
-        "in local mode)" in err
+    assert "Invalid config section `privacy`" in err and "fedavg, fedprox, moon (or feddc, feddf, fedsm, " \
+        "pfeddf in local mode)" in err
     assert "Traceback" not in err
 
 
