@@ -106,12 +106,14 @@ def run_estimate(config: str | Path | dict[str, Any], *, rounds: int = 3,
              overrides: Sequence[str] = (), variants: Sequence[str] = (),
              data_root: str | None = None, clients: int | None = None,
              stand_in_data: bool = False, plugins: Sequence[str] = (),
-             cluster: Sequence[ClusterShape] = ()) -> Projection:
+             cluster: Sequence[ClusterShape] = (), extrapolate: str | None = None
+             ) -> Projection:
     """Project the wall time and device-hours of a whole config (every seed and variant)
     from ``rounds`` rounds of each variant's first seed run here, as ``raysim estimate``
     (``clients``: a slice of K clients per round, scaled up; ``stand_in_data``: time a
     generated file of the dataset's layout when its file is missing; ``cluster``: also
-    project each variant on these cluster shapes). Notices (the engine fitted to this
+    project each variant on these cluster shapes; ``extrapolate``: ``KEY=LOW,HIGH``, probe at
+    two values of a numeric key and extend the line to the config's value). Notices (the engine fitted to this
     machine, a busy machine) go to stderr."""
     import os
     import sys
@@ -122,6 +124,7 @@ def run_estimate(config: str | Path | dict[str, Any], *, rounds: int = 3,
     from raysim.engine.launch.local_ray import cluster_to_join
     from raysim.engine.launch.warm_cluster import running_cluster
     from raysim.estimate import busy_notice, describe, fit_to_machine, measure, project, table_rows
+    from raysim.extrapolation import Extrapolation
 
     if rounds < 2:
         raise RaysimError(f"Invalid --rounds {rounds}: the estimate needs at least 2 rounds "
@@ -130,6 +133,7 @@ def run_estimate(config: str | Path | dict[str, Any], *, rounds: int = 3,
         raise RaysimError(f"Invalid --clients {clients}: a slice trains at least 1 client "
                           "per round. Pass a positive count, or leave --clients out to probe "
                           "the config's own rounds.")
+    extrapolation = None if extrapolate is None else Extrapolation.parse(extrapolate)
     experiments = _experiments(config, list(overrides), list(variants), list(plugins))
     cpus = os.cpu_count() or 1
     if all(cluster_to_join(run.engine.address) is None and running_cluster() is None
@@ -145,11 +149,11 @@ def run_estimate(config: str | Path | dict[str, Any], *, rounds: int = 3,
 
         resources = ray.cluster_resources()
         probes, concurrent, gpus = measure(experiments, rounds, data_root, clients,
-                                           stand_in_data)
+                                           stand_in_data, extrapolation)
     machine = (f"this machine ({resources.get('CPU', 0):g} CPUs, {resources.get('GPU', 0):g} "
                f"GPUs, {cpus} cores)")
     projected = project(experiments, probes, concurrent, gpus)
-    text = describe(projected, machine)
+    text = describe(projected, machine, extrapolation)
     rows = None
     if cluster:
         from raysim.cluster_projection import (

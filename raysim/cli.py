@@ -139,6 +139,11 @@ def _parser() -> argparse.ArgumentParser:
     estimate.add_argument("--stand-in-data", action="store_true",
                           help="probe on a generated file of the dataset's layout when its "
                           "MedMNIST file is not under the data root (timing only)")
+    estimate.add_argument("--extrapolate", metavar="KEY=LOW,HIGH",
+                          help="probe each variant with this numeric config key at LOW and at "
+                          "HIGH and extend the line through the two to the config's own value "
+                          "(e.g. algorithm.iterations=10,20, dataset.train_subset=40,80): for "
+                          "rounds too long to probe as they are")
     estimate.add_argument("--csv", help="also write the estimate to this CSV file (one row per "
                           "variant; e.g. docs/results/estimates/<config>.csv)")
     estimate.add_argument("--nodes", type=_positive_int, nargs="+", metavar="N",
@@ -420,7 +425,8 @@ def _estimate(args: argparse.Namespace) -> int:
     projection = run_estimate(args.config, rounds=args.rounds, overrides=args.overrides,
                           variants=args.variants, data_root=args.data_root,
                           clients=args.clients, stand_in_data=args.stand_in_data,
-                          plugins=args.plugins, cluster=shapes)
+                          plugins=args.plugins, cluster=shapes,
+                          extrapolate=args.extrapolate)
     print(projection.text)
     if args.csv:
         projection.table.to_csv(args.csv, index=False)

@@ -10,7 +10,7 @@ round's warm-up stay out) and the seconds of one evaluation give one run's time:
 in order on as many slots as the machine fits runs at once, as ``raysim run`` does, after the
 start-up measured by the first probe.
 
-Two slices make a paper-scale config measurable on a small machine:
+Three slices make a paper-scale config measurable on a small machine:
 
 - ``clients``: the probe trains K clients per round instead of the config's C (a config
   that samples clients samples fewer; one that trains every client gets K clients of the same
@@ -22,6 +22,10 @@ Two slices make a paper-scale config measurable on a small machine:
 - ``stand_in``: a MedMNIST file that is not at hand is replaced by a generated file of its
   layout (official split sizes, channels, classes, size; ``write_stand_in``): what a round
   costs does not depend on the pixel values.
+
+- ``extrapolation`` (:mod:`raysim.extrapolation`): a variant with the given numeric key is
+  probed at two small values of it and its seconds are extended along the line through the
+  two to the config's own value (FedVCK's condensation iterations, the training samples).
 
 A variant that cannot be probed (its config refused at the probe's size, e.g. FedSM-extra's
 selector rounds outnumbering the probe's, or its probe failing) is named with the reason and
@@ -48,6 +52,7 @@ from pathlib import Path
 from raysim.cluster_projection import ProbeTraffic
 from raysim.config import ExperimentConfig
 from raysim.engine.progress import duration_text
+from raysim.extrapolation import Extrapolation
 from raysim.schema import DatasetConfig
 
 
@@ -75,6 +80,9 @@ class Probe:
     probe failed); such a variant is named and left out of the projection."""
     traffic: ProbeTraffic | None = None
     """What its rounds handed off, for a projection on a cluster."""
+    extrapolated: str | None = None
+    """What the two probes of an ``--extrapolate`` measured, where the seconds were extended
+    from them (:mod:`raysim.extrapolation`)."""
 
     @property
     def config_round_s(self) -> float:
@@ -209,7 +217,7 @@ def sliced(config: ExperimentConfig, clients: int | None
         config = config.model_copy(update={"partition": partition.model_copy(
             update={"num_clients": clients})})
         if partition.samples_per_client is None and partition.scheme != "replicate":
-            kept = max(2, math.ceil(_train_size(config) * clients / own))
+            kept = max(2, math.ceil(train_size(config) * clients / own))
             config = config.model_copy(update={"dataset": config.dataset.model_copy(
                 update={"train_subset": kept})})
     workers = config.engine.num_workers
@@ -217,7 +225,7 @@ def sliced(config: ExperimentConfig, clients: int | None
     return config, scale, scale if config.evaluation.clients else 1.0
 
 
-def _train_size(config: ExperimentConfig) -> int:
+def train_size(config: ExperimentConfig) -> int:
     """Training samples the config's clients split among them (its ``train_subset``, else the
     dataset's training split)."""
     from raysim.data.builtin import BUILTIN_DATASETS, load_builtin
@@ -265,38 +273,31 @@ def stand_in_data(config: ExperimentConfig, data_root: str | None, scratch: Path
 
 
 def measure(configs: Mapping[str, ExperimentConfig], rounds: int, data_root: str | None,
-            clients: int | None = None, stand_in: bool = False
+            clients: int | None = None, stand_in: bool = False,
+            extrapolation: Extrapolation | None = None
             ) -> tuple[dict[str, Probe], int, bool]:
     """Run ``rounds`` rounds of each variant's first seed (``clients`` clients per round where
     given; on a generated file of the dataset's layout where ``stand_in`` and the file is
-    missing), saying on stderr what each probe measured as it ends; returns the probes, how
+    missing; twice, at the two values of ``extrapolation``'s key, where given and the variant
+    has the key), saying on stderr what each probe measured as it ends; returns the probes, how
     many runs of the config fit at once here, and whether the workers get GPUs."""
-    from raysim.engine.invocation import concurrent_runs, run_experiments, uses_gpus
-    from raysim.errors import ConfigError, RunError
-    from raysim.results import load
+    from raysim.engine.invocation import concurrent_runs, uses_gpus
+    from raysim.errors import RunError
 
     probes: dict[str, Probe] = {}
     with tempfile.TemporaryDirectory(prefix="raysim-estimate-") as scratch:
         for label, config in configs.items():
-            measured = min(rounds, config.training.rounds)
-            probe_config, round_scale, evaluation_scale = sliced(config, clients)
-            generated = stand_in_data(probe_config, data_root, Path(scratch)) \
-                if stand_in else None
-            probe_config = (generated or probe_config).model_copy(update={
-                "seeds": config.seeds[:1],
-                "engine": probe_config.engine.model_copy(update={"count_transfers": True}),
-                "training": probe_config.training.model_copy(update={"rounds": measured}),
-                "evaluation": config.evaluation.model_copy(update={
-                    "every": measured if config.evaluation.every > 0 else 0,
-                    "membership_audit": 0})})
             started = time.time()
-            root = probe_config.dataset.root if generated else data_root
+            own = None if extrapolation is None else extrapolation.own_value(config)
             try:
-                outcome = run_experiments({label: probe_config}, data_root=root,
-                                          output=scratch, progress=False)[0]
-                error = None if outcome.error is None else str(outcome.error)
-            except ConfigError as refused:  # e.g. a phase longer than the probe's rounds
-                error = str(refused)
+                if extrapolation is None or own is None:
+                    probe = _probe(label, config, rounds, data_root, clients, stand_in, scratch)
+                else:
+                    low, high = (_probe(label, extrapolation.at(config, value), rounds,
+                                        data_root, clients, stand_in, scratch)
+                                 for value in (extrapolation.low, extrapolation.high))
+                    probe = low if low.refused is not None else high \
+                        if high.refused is not None else extrapolation.extend(low, high, own)
             except KeyboardInterrupt:  # Ctrl-C or SIGTERM: project what was probed
                 if not any(probe.refused is None for probe in probes.values()):
                     raise
@@ -306,31 +307,17 @@ def measure(configs: Mapping[str, ExperimentConfig], rounds: int, data_root: str
                 print(f"interrupted: projecting the {sum(p.refused is None for p in probes.values())} "
                       f"of {len(configs)} variants probed", file=sys.stderr, flush=True)
                 break
-            if error is not None:
-                probes[label] = Probe(0, 0.0, 0.0, 0.0, refused=error)
+            probes[label] = probe
+            if probe.refused is not None:
                 print(f"not probed {label or config.name} ({len(probes)} of {len(configs)}): "
-                      f"{error}", file=sys.stderr, flush=True)
+                      f"{probe.refused}", file=sys.stderr, flush=True)
                 continue
-            table = load(outcome.run_dir)
-            ends = table["wall_time"].to_numpy()
-            evaluation = float(table["seconds_evaluate"].fillna(0).max()) \
-                if "seconds_evaluate" in table else 0.0
-            steady = (float(ends[-1] - ends[0]) - evaluation) / (len(ends) - 1) \
-                if len(ends) > 1 else float(ends[0] - started)
-            traffic = ProbeTraffic.from_tables(
-                load(outcome.run_dir, "transfers"), table,
-                load(outcome.run_dir, "communication"), probe_config.engine.num_workers,
-                max(steady, 0.0), load(outcome.run_dir, "clients"),
-                config.partition.num_clients)
-            probes[label] = Probe(measured, max(steady, 0.0), evaluation,
-                                  max(float(ends[0] - started) - steady, 0.0), round_scale,
-                                  evaluation_scale, clients if round_scale != 1.0 else None,
-                                  generated is not None, traffic=traffic)
-            probe = probes[label]
             print(f"probed {label or config.name} ({len(probes)} of {len(configs)}): "
                   f"{probe.config_round_s:.3f} s per round, "
                   f"{probe.config_evaluation_s:.2f} s per evaluation, "
-                  f"{time.time() - started:.0f} s for the probe", file=sys.stderr, flush=True)
+                  f"{time.time() - started:.0f} s for the probe"
+                  + (f" ({probe.extrapolated})" if probe.extrapolated else ""),
+                  file=sys.stderr, flush=True)
         if all(probe.refused is not None for probe in probes.values()):
             first = next(iter(probes.items()))
             raise RunError(f"The estimate's probe of {first[0] or 'the config'} failed, and no "
@@ -339,7 +326,52 @@ def measure(configs: Mapping[str, ExperimentConfig], rounds: int, data_root: str
             uses_gpus(config) for config in configs.values())
 
 
-def describe(estimate: Estimate, machine: str) -> str:
+def _probe(label: str, config: ExperimentConfig, rounds: int, data_root: str | None,
+           clients: int | None, stand_in: bool, scratch: str) -> Probe:
+    """What ``rounds`` rounds of ``config``'s first seed measure here (a refused probe where
+    its config is refused at the probe's size or its run fails)."""
+    from raysim.engine.invocation import run_experiments
+    from raysim.errors import ConfigError
+    from raysim.results import load
+
+    measured = min(rounds, config.training.rounds)
+    probe_config, round_scale, evaluation_scale = sliced(config, clients)
+    generated = stand_in_data(probe_config, data_root, Path(scratch)) if stand_in else None
+    probe_config = (generated or probe_config).model_copy(update={
+        "seeds": config.seeds[:1],
+        "engine": probe_config.engine.model_copy(update={"count_transfers": True}),
+        "training": probe_config.training.model_copy(update={"rounds": measured}),
+        "evaluation": config.evaluation.model_copy(update={
+            "every": measured if config.evaluation.every > 0 else 0,
+            "membership_audit": 0})})
+    started = time.time()
+    root = probe_config.dataset.root if generated else data_root
+    try:
+        outcome = run_experiments({label: probe_config}, data_root=root, output=scratch,
+                                  progress=False)[0]
+        error = None if outcome.error is None else str(outcome.error)
+    except ConfigError as refused:  # e.g. a phase longer than the probe's rounds
+        error = str(refused)
+    if error is not None:
+        return Probe(0, 0.0, 0.0, 0.0, refused=error)
+    table = load(outcome.run_dir)
+    ends = table["wall_time"].to_numpy()
+    evaluation = float(table["seconds_evaluate"].fillna(0).max()) \
+        if "seconds_evaluate" in table else 0.0
+    steady = (float(ends[-1] - ends[0]) - evaluation) / (len(ends) - 1) \
+        if len(ends) > 1 else float(ends[0] - started)
+    traffic = ProbeTraffic.from_tables(
+        load(outcome.run_dir, "transfers"), table, load(outcome.run_dir, "communication"),
+        probe_config.engine.num_workers, max(steady, 0.0), load(outcome.run_dir, "clients"),
+        config.partition.num_clients)
+    return Probe(measured, max(steady, 0.0), evaluation,
+                 max(float(ends[0] - started) - steady, 0.0), round_scale, evaluation_scale,
+                 clients if round_scale != 1.0 else None, generated is not None,
+                 traffic=traffic)
+
+
+def describe(estimate: Estimate, machine: str,
+             extrapolation: Extrapolation | None = None) -> str:
     """The estimate as a table and the lines that say how it was projected."""
     lines = ["variant | runs | s/round (steady) | evaluation s | rounds | one run",
              "--- | --- | --- | --- | --- | ---"]
@@ -366,6 +398,10 @@ def describe(estimate: Estimate, machine: str) -> str:
             f"{sliced[0].probe.clients} clients per round; their rounds were scaled by the "
             f"clients each worker runs one after another (x{sliced[0].probe.round_scale:.1f}), "
             "assuming a client's own work is unchanged by the slice.")
+    extended = [cost for cost in estimate.variants if cost.probe.extrapolated]
+    if extended and extrapolation is not None:
+        lines.append(extrapolation.describe(len(extended), len(estimate.variants)))
+        lines += [f"  {cost.label or '(config)'}: {cost.probe.extrapolated}" for cost in extended]
     for label, reason in estimate.refused.items():
         lines.append(f"not in the projection: {label or '(config)'}, whose probe could not run "
                      f"({reason})")
@@ -388,10 +424,11 @@ def table_rows(estimate: Estimate, machine: str) -> list[dict[str, object]]:
              "concurrent_runs": estimate.concurrent_runs,
              "device_hours": round(estimate.device_hours, 3), "device": estimate.device,
              "machine": machine, "probe_round_s": round(cost.probe.round_s, 4),
-             "probe_clients": cost.probe.clients or "", "stand_in_data": cost.probe.stand_in}
+             "probe_clients": cost.probe.clients or "", "stand_in_data": cost.probe.stand_in,
+             "extrapolated": cost.probe.extrapolated or ""}
             for cost in estimate.variants]
 
 
 __all__ = ["Estimate", "Probe", "VariantCost", "busy_notice", "describe", "evaluations",
            "fit_to_machine", "makespan", "measure", "project", "sliced", "stand_in_data",
-           "table_rows"]
+           "table_rows", "train_size"]

@@ -226,3 +226,57 @@ def test_an_interrupted_estimate_projects_the_variants_it_probed(monkeypatch, ca
     assert (f"interrupted: projecting the 1 of {len(experiments)} variants probed"
             in capsys.readouterr().err)
     assert estimate.project(experiments, probes, 1, False).variants[0].label == "feddc"
+
+
+def test_an_extrapolation_extends_the_line_through_two_probes_to_the_configs_value():
+    from raysim.estimate import train_size
+    from raysim.extrapolation import Extrapolation
+
+    line = Extrapolation.parse("algorithm.iterations=10,20")
+    config = parse_config(quickstart_raw(algorithm={"name": "fedvck", "iterations": 5000},
+                                         dataset={"name": "digits"},
+                                         model={"name": "convnet", "width": 8, "depth": 2}))
+    assert line.own_value(config) == 5000
+    assert line.at(config, 10).algorithm.iterations == 10  # an int where the config's is one
+    low, high = Probe(2, 3.0, 1.0, 5.0), Probe(2, 5.0, 1.0, 7.0)
+    extended = line.extend(low, high, 5000)
+    assert extended.round_s == pytest.approx(3.0 + 0.2 * (5000 - 10))  # 1 + 0.2 s/iteration
+    assert extended.evaluation_s == 1.0 and extended.startup_s == 5.0
+    assert "3.000 s per round at 10" in extended.extrapolated
+    noisy = line.extend(Probe(2, 5.0, 2.0, 5.0), Probe(2, 4.0, 1.0, 5.0), 5000)
+    assert noisy.round_s == 5.0 and noisy.evaluation_s == 2.0  # never below a measurement
+    fedavg = parse_config(quickstart_raw())
+    assert line.own_value(fedavg) is None  # no such key: probed as it is
+    data = Extrapolation.parse("dataset.train_subset=40,80")
+    assert data.own_value(fedavg) == train_size(fedavg) > 40  # unset: the whole split
+    assert data.at(fedavg, 40).dataset.train_subset == 40
+
+
+@pytest.mark.parametrize("text", ["iterations=10,20", "algorithm.iterations=20,10",
+                                  "algorithm.iterations=10", "algorithm.iterations",
+                                  "algorithm.iterations=0,5", "algorithm.iterations=a,b"])
+def test_a_bad_extrapolation_is_refused_in_one_paragraph(text):
+    from raysim.errors import RaysimError
+    from raysim.extrapolation import Extrapolation
+
+    with pytest.raises(RaysimError, match="expected KEY=LOW,HIGH"):
+        Extrapolation.parse(text)
+
+
+def test_an_extrapolated_variant_is_probed_at_both_values_and_the_rest_as_they_are(
+        ray_session, capsys):
+    from raysim.estimate import describe
+    from raysim.extrapolation import Extrapolation
+
+    configs = {"long": parse_config(quickstart_raw(training={"rounds": 20, "local_epochs": 40})),
+               "fedvck": parse_config(quickstart_raw(
+                   training={"rounds": 20}, dataset={"name": "digits"},
+                   algorithm={"name": "fedvck", "iterations": 3},
+                   model={"name": "convnet", "width": 8, "depth": 2}))}
+    line = Extrapolation.parse("algorithm.iterations=2,4")
+    probes, concurrent, gpus = measure(configs, rounds=2, data_root=None, extrapolation=line)
+    assert probes["long"].extrapolated is None  # FedAvg has no algorithm.iterations
+    assert probes["fedvck"].extrapolated and "extended to 3" in probes["fedvck"].extrapolated
+    assert "(algorithm.iterations" in capsys.readouterr().err
+    text = describe(project(configs, probes, concurrent, gpus), "here", line)
+    assert "extrapolated: 1 of 2 variants were probed at algorithm.iterations = 2 and 4" in text

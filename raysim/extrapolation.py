@@ -1,0 +1,116 @@
+"""A third slice for ``raysim estimate`` (``--extrapolate KEY=LOW,HIGH``): a config whose round
+is too long to probe because of one numeric setting (FedVCK's 5,000 condensation iterations, a
+3D ResNet's epoch over every training volume) is probed twice, at two small values of that
+setting, and its seconds per round and per evaluation are extended along the line through the
+two probes to the config's own value.
+
+The assumption, said with every such estimate: a round's cost grows linearly in the setting
+(a fixed part plus a part per iteration, per training sample, ...). A line through two noisy
+points can slope the wrong way; the extension is then held at the larger of the two
+measurements, never below what was measured.
+
+``dataset.train_subset`` is the data slice: where the config leaves it unset (the whole
+training split), its own value is the split's size.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any
+
+from pydantic import BaseModel
+
+from raysim.errors import RaysimError
+
+if TYPE_CHECKING:
+    from raysim.config import ExperimentConfig
+    from raysim.estimate import Probe
+
+DATA_SLICE = "dataset.train_subset"
+
+
+@dataclass(frozen=True)
+class Extrapolation:
+    """Probe at ``key`` = ``low`` and ``high``; extend to the config's own value."""
+
+    key: str
+    low: float
+    high: float
+
+    @classmethod
+    def parse(cls, text: str) -> Extrapolation:
+        """``KEY=LOW,HIGH`` (e.g. ``algorithm.iterations=10,20``), refused in one paragraph."""
+        key, separator, values = text.partition("=")
+        parts = [part.strip() for part in values.split(",")]
+        try:
+            low, high = (float(part) for part in parts)
+        except ValueError:
+            low = high = math.nan
+        if not separator or "." not in key.strip() or not (0 < low < high):
+            raise RaysimError(
+                f"Invalid --extrapolate {text!r}: expected KEY=LOW,HIGH with a dotted config "
+                "key and two positive numbers, LOW below HIGH, at which each variant is probed "
+                "(e.g. --extrapolate algorithm.iterations=10,20 or --extrapolate "
+                "dataset.train_subset=40,80). Pick values whose rounds take seconds here; the "
+                "estimate extends the line through the two probes to the config's own value.")
+        return cls(key.strip(), low, high)
+
+    def own_value(self, config: ExperimentConfig) -> float | None:
+        """The config's value of the key (None where the config has no such numeric key: that
+        variant is probed as it is)."""
+        value = _get(config, self.key.split("."))
+        if value is None and self.key == DATA_SLICE:
+            from raysim.estimate import train_size
+
+            return float(train_size(config))
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            return None
+        return float(value)
+
+    def at(self, config: ExperimentConfig, value: float) -> ExperimentConfig:
+        """``config`` with the key set to ``value`` (an int where the config's value is one,
+        or where the key is the data slice)."""
+        own = _get(config, self.key.split("."))
+        typed: float | int = value if isinstance(own, float) else round(value)
+        return _set(config, self.key.split("."), typed)  # type: ignore[return-value]
+
+    def extend(self, low: Probe, high: Probe, own: float) -> Probe:
+        """One probe for the config's value from the two measured ones."""
+
+        def line(at_low: float, at_high: float) -> float:
+            slope = (at_high - at_low) / (self.high - self.low)
+            return max(at_high + slope * (own - self.high), at_low, at_high)
+
+        return replace(high, round_s=line(low.round_s, high.round_s),
+                       evaluation_s=line(low.evaluation_s, high.evaluation_s),
+                       startup_s=min(low.startup_s, high.startup_s),
+                       extrapolated=(f"{self.key} {low.round_s:.3f} s per round at "
+                                     f"{self.low:g}, {high.round_s:.3f} s at {self.high:g}, "
+                                     f"extended to {own:g}"))
+
+    def describe(self, extended: int, variants: int) -> str:
+        """The line an estimate prints about the extension."""
+        return (f"extrapolated: {extended} of {variants} variants were probed at {self.key} = "
+                f"{self.low:g} and {self.high:g}, and their seconds per round and per "
+                "evaluation extended along the line through the two probes to the config's own "
+                "value, assuming a round's cost grows linearly in it (never below what was "
+                "measured).")
+
+
+def _get(node: Any, parts: list[str]) -> Any:
+    for part in parts:
+        if not isinstance(node, BaseModel) or part not in type(node).model_fields:
+            return None
+        node = getattr(node, part)
+    return node
+
+
+def _set(node: BaseModel, parts: list[str], value: Any) -> BaseModel:
+    if len(parts) == 1:
+        return node.model_copy(update={parts[0]: value})
+    child = getattr(node, parts[0])
+    return node.model_copy(update={parts[0]: _set(child, parts[1:], value)})
+
+
+__all__ = ["DATA_SLICE", "Extrapolation"]
