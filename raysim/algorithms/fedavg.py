@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from raysim.algorithms.base import Algorithm, ClientResult, register_algorithm
 from raysim.algorithms.params import FedAvgParams, FedProxParams
 from raysim.schema import StrictModel
-from raysim.vectors.weighted_sum import WeightedSum, weighted_mean
+from raysim.vectors.weighted_sum import WeightedSum, sample_weight, weighted_mean
 from raysim.vectors.weights import Weights
 
 if TYPE_CHECKING:
@@ -42,7 +42,7 @@ class FedAvg(Algorithm[FedAvgParams | FedProxParams, Weights]):
 
     def client_weight(self, num_samples: int) -> float:
         """A client's weight in the mean: its sample count (``weighted``), else 1."""
-        return float(num_samples) if self.params.weighted else 1.0
+        return sample_weight(num_samples, self.params.weighted)
 
     def reduce(self, results: Sequence[tuple[int, ClientResult]]) -> WeightedSum:
         return WeightedSum.of([r.upload["model"] for _, r in results],

@@ -40,7 +40,7 @@ from raysim.schema import StrictModel
 from raysim.seeding import torch_generator
 from raysim.training.adversarial import AdversarialSettings, train_gan
 from raysim.training.runtime import make_optimizer
-from raysim.vectors.weighted_sum import WeightedSum, merge_partials, weighted_mean
+from raysim.vectors.weighted_sum import WeightedSum, merge_partials, sample_weight, weighted_mean
 from raysim.vectors.weights import Weights, get_weights, set_weights
 
 if TYPE_CHECKING:
@@ -114,7 +114,7 @@ class FedGAN(Algorithm[FedGANParams, dict[str, Weights]]):
 
     def client_weight(self, num_samples: int) -> float:
         """A client's weight in the means: its sample count (``weighted``), else 1."""
-        return float(num_samples) if self.params.weighted else 1.0
+        return sample_weight(num_samples, self.params.weighted)
 
     # ----- clients -----
     def local_updates(self, runtime: ClientRuntime, clients: Sequence[int], round_: int,

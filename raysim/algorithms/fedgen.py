@@ -48,7 +48,7 @@ from raysim.schema import StrictModel
 from raysim.seeding import torch_generator
 from raysim.state_codec import persistable
 from raysim.training.runtime import make_optimizer
-from raysim.vectors.weighted_sum import WeightedSum, merge_partials, weighted_mean
+from raysim.vectors.weighted_sum import WeightedSum, merge_partials, sample_weight, weighted_mean
 from raysim.vectors.weights import Weights, get_weights, set_weights
 
 if TYPE_CHECKING:
@@ -207,7 +207,7 @@ class FedGen(Algorithm[FedGenParams, FedGenState]):
 
     def client_weight(self, num_samples: int) -> float:
         """A client's weight in the mean: its sample count (``weighted``), else 1."""
-        return float(num_samples) if self.params.weighted else 1.0
+        return sample_weight(num_samples, self.params.weighted)
 
     # ----- clients -----
     def regularizer_weights(self, round_: int) -> tuple[float, float]:

@@ -279,3 +279,8 @@ def settle(partial: Any) -> None:
             settle(value)
     elif hasattr(partial, "partial"):
         settle(partial.partial)
+
+def sample_weight(num_samples: int, weighted: bool) -> float:
+    """A client's weight in a mean of uploads: its sample count where the mean is ``weighted``,
+    else 1 (one vote each)."""
+    return float(num_samples) if weighted else 1.0
