@@ -96,6 +96,14 @@ def test_the_diversity_loss_prefers_features_that_follow_the_noise():
     assert diversity_loss(noise, spread).item() < 0.9
 
 
+def test_the_diversity_term_shapes_the_servers_generator(data_root):
+    """The generator the server learns depends on its diversity term: without it
+    (diversity_weight 0) the same rounds give another generator."""
+    with_term = _run(data_root, generator_steps=10).server_state.generator
+    without = _run(data_root, generator_steps=10, diversity_weight=0.0).server_state.generator
+    assert any(not np.allclose(with_term[key], without[key], atol=1e-6) for key in with_term)
+
+
 def test_what_crosses_is_counted(data_root):
     rows = _run(data_root).rows["communication"]
     kinds = {(row["direction"], row["message_type"]) for row in rows}
