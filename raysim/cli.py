@@ -142,8 +142,9 @@ def _parser() -> argparse.ArgumentParser:
     estimate.add_argument("--extrapolate", metavar="KEY=LOW,HIGH",
                           help="probe each variant with this numeric config key at LOW and at "
                           "HIGH and extend the line through the two to the config's own value "
-                          "(e.g. algorithm.iterations=10,20, dataset.train_subset=40,80): for "
-                          "rounds too long to probe as they are")
+                          "(e.g. algorithm.iterations=10,210, dataset.train_subset=40,400): for "
+                          "rounds too long to probe as they are; put LOW and HIGH far enough "
+                          "apart that the difference they make dwarfs a round's noise")
     estimate.add_argument("--csv", help="also write the estimate to this CSV file (one row per "
                           "variant; e.g. docs/results/estimates/<config>.csv)")
     estimate.add_argument("--nodes", type=_positive_int, nargs="+", metavar="N",

@@ -5,8 +5,11 @@ setting, and its seconds per round and per evaluation are extended along the lin
 two probes to the config's own value.
 
 The assumption, said with every such estimate: a round's cost grows linearly in the setting
-(a fixed part plus a part per iteration, per training sample, ...). A line through two noisy
-points can slope the wrong way; the extension is then held at the larger of the two
+(a fixed part plus a part per iteration, per training sample, ...). The slope comes from the
+difference of two measured rounds, so LOW and HIGH must be far enough apart that the setting's
+share of that difference dwarfs a round's noise (with a round of 100 s of fixed work, 10 and 20
+iterations differ by a few seconds and the slope is noise; 10 and 210 do not). A line through
+two noisy points can slope the wrong way; the extension is then held at the larger of the two
 measurements, never below what was measured.
 
 ``dataset.train_subset`` is the data slice: where the config leaves it unset (the whole
@@ -40,7 +43,7 @@ class Extrapolation:
 
     @classmethod
     def parse(cls, text: str) -> Extrapolation:
-        """``KEY=LOW,HIGH`` (e.g. ``algorithm.iterations=10,20``), refused in one paragraph."""
+        """``KEY=LOW,HIGH`` (e.g. ``algorithm.iterations=10,210``), refused in one paragraph."""
         key, separator, values = text.partition("=")
         parts = [part.strip() for part in values.split(",")]
         try:
@@ -51,7 +54,7 @@ class Extrapolation:
             raise RaysimError(
                 f"Invalid --extrapolate {text!r}: expected KEY=LOW,HIGH with a dotted config "
                 "key and two positive numbers, LOW below HIGH, at which each variant is probed "
-                "(e.g. --extrapolate algorithm.iterations=10,20 or --extrapolate "
+                "(e.g. --extrapolate algorithm.iterations=10,210 or --extrapolate "
                 "dataset.train_subset=40,80). Pick values whose rounds take seconds here; the "
                 "estimate extends the line through the two probes to the config's own value.")
         return cls(key.strip(), low, high)
