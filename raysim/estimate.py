@@ -46,13 +46,13 @@ import sys
 import tempfile
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from raysim.cluster_projection import ProbeTraffic
 from raysim.config import ExperimentConfig
 from raysim.engine.progress import duration_text
-from raysim.extrapolation import Extrapolation
+from raysim.extrapolation import DATA_SLICE, Extrapolation
 from raysim.schema import DatasetConfig
 
 
@@ -288,7 +288,7 @@ def measure(configs: Mapping[str, ExperimentConfig], rounds: int, data_root: str
     with tempfile.TemporaryDirectory(prefix="raysim-estimate-") as scratch:
         for label, config in configs.items():
             started = time.time()
-            own = None if extrapolation is None else extrapolation.own_value(config)
+            own = None if extrapolation is None else own_value(extrapolation, config)
             try:
                 if extrapolation is None or own is None:
                     probe = _probe(label, config, rounds, data_root, clients, stand_in, scratch)
@@ -297,7 +297,7 @@ def measure(configs: Mapping[str, ExperimentConfig], rounds: int, data_root: str
                                         data_root, clients, stand_in, scratch)
                                  for value in (extrapolation.low, extrapolation.high))
                     probe = low if low.refused is not None else high \
-                        if high.refused is not None else extrapolation.extend(low, high, own)
+                        if high.refused is not None else extended(extrapolation, low, high, own)
             except KeyboardInterrupt:  # Ctrl-C or SIGTERM: project what was probed
                 if not any(probe.refused is None for probe in probes.values()):
                     raise
@@ -324,6 +324,26 @@ def measure(configs: Mapping[str, ExperimentConfig], rounds: int, data_root: str
                            f"variant could be probed: {first[1].refused}")
         return probes, concurrent_runs(configs.values()), any(
             uses_gpus(config) for config in configs.values())
+
+
+def own_value(extrapolation: Extrapolation, config: ExperimentConfig) -> float | None:
+    """The config's value of the extrapolation's key; the data slice left unset is the whole
+    training split (None: the variant has no such key and is probed as it is)."""
+    value = extrapolation.own_value(config)
+    if value is None and extrapolation.key == DATA_SLICE \
+            and config.dataset.train_subset is None:
+        return float(train_size(config))
+    return value
+
+
+def extended(extrapolation: Extrapolation, low: Probe, high: Probe, own: float) -> Probe:
+    """One probe for the config's ``own`` value of the key from the two measured ones."""
+    return replace(high, round_s=extrapolation.extend(low.round_s, high.round_s, own),
+                   evaluation_s=extrapolation.extend(low.evaluation_s, high.evaluation_s, own),
+                   startup_s=min(low.startup_s, high.startup_s),
+                   extrapolated=(f"{extrapolation.key} {low.round_s:.3f} s per round at "
+                                 f"{extrapolation.low:g}, {high.round_s:.3f} s at "
+                                 f"{extrapolation.high:g}, extended to {own:g}"))
 
 
 def _probe(label: str, config: ExperimentConfig, rounds: int, data_root: str | None,
@@ -430,5 +450,5 @@ def table_rows(estimate: Estimate, machine: str) -> list[dict[str, object]]:
 
 
 __all__ = ["Estimate", "Probe", "VariantCost", "busy_notice", "describe", "evaluations",
-           "fit_to_machine", "makespan", "measure", "project", "sliced", "stand_in_data",
-           "table_rows", "train_size"]
+           "extended", "fit_to_machine", "makespan", "measure", "own_value", "project", "sliced",
+           "stand_in_data", "table_rows", "train_size"]

@@ -13,13 +13,13 @@ two noisy points can slope the wrong way; the extension is then held at the larg
 measurements, never below what was measured.
 
 ``dataset.train_subset`` is the data slice: where the config leaves it unset (the whole
-training split), its own value is the split's size.
+training split), its own value is the split's size (:func:`raysim.estimate.own_value`).
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel
@@ -28,7 +28,6 @@ from raysim.errors import RaysimError
 
 if TYPE_CHECKING:
     from raysim.config import ExperimentConfig
-    from raysim.estimate import Probe
 
 DATA_SLICE = "dataset.train_subset"
 
@@ -60,13 +59,9 @@ class Extrapolation:
         return cls(key.strip(), low, high)
 
     def own_value(self, config: ExperimentConfig) -> float | None:
-        """The config's value of the key (None where the config has no such numeric key: that
-        variant is probed as it is)."""
+        """The config's value of the key (None where the config has no such numeric key, or
+        leaves it unset)."""
         value = _get(config, self.key.split("."))
-        if value is None and self.key == DATA_SLICE:
-            from raysim.estimate import train_size
-
-            return float(train_size(config))
         if isinstance(value, bool) or not isinstance(value, int | float):
             return None
         return float(value)
@@ -78,19 +73,11 @@ class Extrapolation:
         typed: float | int = value if isinstance(own, float) else round(value)
         return _set(config, self.key.split("."), typed)  # type: ignore[return-value]
 
-    def extend(self, low: Probe, high: Probe, own: float) -> Probe:
-        """One probe for the config's value from the two measured ones."""
-
-        def line(at_low: float, at_high: float) -> float:
-            slope = (at_high - at_low) / (self.high - self.low)
-            return max(at_high + slope * (own - self.high), at_low, at_high)
-
-        return replace(high, round_s=line(low.round_s, high.round_s),
-                       evaluation_s=line(low.evaluation_s, high.evaluation_s),
-                       startup_s=min(low.startup_s, high.startup_s),
-                       extrapolated=(f"{self.key} {low.round_s:.3f} s per round at "
-                                     f"{self.low:g}, {high.round_s:.3f} s at {self.high:g}, "
-                                     f"extended to {own:g}"))
+    def extend(self, at_low: float, at_high: float, own: float) -> float:
+        """Seconds at the config's ``own`` value from those measured at LOW and HIGH: the line
+        through the two, never below either measurement."""
+        slope = (at_high - at_low) / (self.high - self.low)
+        return max(at_high + slope * (own - self.high), at_low, at_high)
 
     def describe(self, extended: int, variants: int) -> str:
         """The line an estimate prints about the extension."""

@@ -229,26 +229,26 @@ def test_an_interrupted_estimate_projects_the_variants_it_probed(monkeypatch, ca
 
 
 def test_an_extrapolation_extends_the_line_through_two_probes_to_the_configs_value():
-    from raysim.estimate import train_size
+    from raysim.estimate import extended, own_value, train_size
     from raysim.extrapolation import Extrapolation
 
     line = Extrapolation.parse("algorithm.iterations=10,20")
     config = parse_config(quickstart_raw(algorithm={"name": "fedvck", "iterations": 5000},
                                          dataset={"name": "digits"},
                                          model={"name": "convnet", "width": 8, "depth": 2}))
-    assert line.own_value(config) == 5000
+    assert own_value(line, config) == 5000
     assert line.at(config, 10).algorithm.iterations == 10  # an int where the config's is one
     low, high = Probe(2, 3.0, 1.0, 5.0), Probe(2, 5.0, 1.0, 7.0)
-    extended = line.extend(low, high, 5000)
-    assert extended.round_s == pytest.approx(3.0 + 0.2 * (5000 - 10))  # 1 + 0.2 s/iteration
-    assert extended.evaluation_s == 1.0 and extended.startup_s == 5.0
-    assert "3.000 s per round at 10" in extended.extrapolated
-    noisy = line.extend(Probe(2, 5.0, 2.0, 5.0), Probe(2, 4.0, 1.0, 5.0), 5000)
+    probe = extended(line, low, high, 5000)
+    assert probe.round_s == pytest.approx(3.0 + 0.2 * (5000 - 10))  # 1 + 0.2 s/iteration
+    assert probe.evaluation_s == 1.0 and probe.startup_s == 5.0
+    assert "3.000 s per round at 10" in probe.extrapolated
+    noisy = extended(line, Probe(2, 5.0, 2.0, 5.0), Probe(2, 4.0, 1.0, 5.0), 5000)
     assert noisy.round_s == 5.0 and noisy.evaluation_s == 2.0  # never below a measurement
     fedavg = parse_config(quickstart_raw())
-    assert line.own_value(fedavg) is None  # no such key: probed as it is
+    assert own_value(line, fedavg) is None  # no such key: probed as it is
     data = Extrapolation.parse("dataset.train_subset=40,80")
-    assert data.own_value(fedavg) == train_size(fedavg) > 40  # unset: the whole split
+    assert own_value(data, fedavg) == train_size(fedavg) > 40  # unset: the whole split
     assert data.at(fedavg, 40).dataset.train_subset == 40
 
 

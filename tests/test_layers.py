@@ -30,7 +30,7 @@ EXPERIMENTS = PACKAGE.parent / "experiments"
 LAYERS = {  # higher imports lower or equal, never the other way
     "experiments": 18,
     "cli": 17, "__main__": 17,
-    "sweep": 16, "estimate": 16, "api": 16, "cluster_projection": 16,
+    "sweep": 16, "estimate": 16, "api": 16, "cluster_projection": 16, "extrapolation": 15,
     "engine": 15,
     "engine.pool": 14,
     "engine.run": 13,
