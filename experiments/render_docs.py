@@ -374,12 +374,31 @@ def render_choice(spec: Mapping[str, Any]) -> str:
     return text
 
 
+def _check_closed(text: str) -> None:
+    """Refuse a table spec without its ``<!-- /table -->`` before the next one: rendering would
+    replace everything up to the next table's end, prose included."""
+    opened = None
+    for match in re.finditer(r"<!-- table\n|<!-- /table -->", text):
+        if match.group(0) != "<!-- /table -->":
+            if opened is not None:
+                line = text.count("\n", 0, opened) + 1
+                raise ValueError(f"the table at line {line} has no `<!-- /table -->` before the "
+                                 "next table: close it (an empty line then `<!-- /table -->`)")
+            opened = match.start()
+        else:
+            opened = None
+    if opened is not None:
+        line = text.count("\n", 0, opened) + 1
+        raise ValueError(f"the table at line {line} has no `<!-- /table -->`: close it")
+
+
 def render(text: str) -> str:
     """``text`` with every table and statistic re-rendered from the CSVs."""
     def table(match: re.Match[str]) -> str:
         return match.group(1) + render_table(yaml.safe_load(match.group("spec"))) + \
             match.group(4)
 
+    _check_closed(text)
     tabled = _TABLE.sub(table, text)
     q_values = family_q_values(tabled)
 

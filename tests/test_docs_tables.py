@@ -158,3 +158,11 @@ def test_the_equivalence_test_is_two_one_sided_welch_tests(tmp_path, monkeypatch
                                   "margin: 0.03 -->old<!-- /stat -->")
     assert f"within noise (p = 1.000); TOST at ±0.03: {render_docs._p_text(p)}, equivalent)" \
         in rendered
+
+
+def test_an_unclosed_table_is_refused_before_it_swallows_the_prose_after_it():
+    spec = "<!-- table\ncsv: x.csv\nlabel: a\ncolumns: {}\nrows: {}\n-->\n"
+    with pytest.raises(ValueError, match="line 1 has no"):
+        render_docs.render(spec + "prose that must survive\n" + spec + "<!-- /table -->\n")
+    with pytest.raises(ValueError, match="line 3 has no"):
+        render_docs.render("text\n\n" + spec + "the end\n")
