@@ -296,8 +296,8 @@ def measure(configs: Mapping[str, ExperimentConfig], rounds: int, data_root: str
                     low, high = (_probe(label, extrapolation.at(config, value), rounds,
                                         data_root, clients, stand_in, scratch)
                                  for value in (extrapolation.low, extrapolation.high))
-                    probe = low if low.refused is not None else high \
-                        if high.refused is not None else extended(extrapolation, low, high, own)
+                    refused = next((p for p in (low, high) if p.refused is not None), None)
+                    probe = refused or extended(extrapolation, low, high, own)
             except KeyboardInterrupt:  # Ctrl-C or SIGTERM: project what was probed
                 if not any(probe.refused is None for probe in probes.values()):
                     raise
@@ -329,7 +329,7 @@ def measure(configs: Mapping[str, ExperimentConfig], rounds: int, data_root: str
 def own_value(extrapolation: Extrapolation, config: ExperimentConfig) -> float | None:
     """The config's value of the extrapolation's key; the data slice left unset is the whole
     training split (None: the variant has no such key and is probed as it is)."""
-    value = extrapolation.own_value(config)
+    value = extrapolation.value_in(config)
     if value is None and extrapolation.key == DATA_SLICE \
             and config.dataset.train_subset is None:
         return float(train_size(config))
@@ -418,10 +418,10 @@ def describe(estimate: Estimate, machine: str,
             f"{sliced[0].probe.clients} clients per round; their rounds were scaled by the "
             f"clients each worker runs one after another (x{sliced[0].probe.round_scale:.1f}), "
             "assuming a client's own work is unchanged by the slice.")
-    extended = [cost for cost in estimate.variants if cost.probe.extrapolated]
-    if extended and extrapolation is not None:
-        lines.append(extrapolation.describe(len(extended), len(estimate.variants)))
-        lines += [f"  {cost.label or '(config)'}: {cost.probe.extrapolated}" for cost in extended]
+    stretched = [cost for cost in estimate.variants if cost.probe.extrapolated]
+    if stretched and extrapolation is not None:
+        lines.append(extrapolation.describe(len(stretched), len(estimate.variants)))
+        lines += [f"  {cost.label or '(config)'}: {cost.probe.extrapolated}" for cost in stretched]
     for label, reason in estimate.refused.items():
         lines.append(f"not in the projection: {label or '(config)'}, whose probe could not run "
                      f"({reason})")

@@ -58,7 +58,7 @@ class Extrapolation:
                 "estimate extends the line through the two probes to the config's own value.")
         return cls(key.strip(), low, high)
 
-    def own_value(self, config: ExperimentConfig) -> float | None:
+    def value_in(self, config: ExperimentConfig) -> float | None:
         """The config's value of the key (None where the config has no such numeric key, or
         leaves it unset)."""
         value = _get(config, self.key.split("."))
@@ -67,11 +67,13 @@ class Extrapolation:
         return float(value)
 
     def at(self, config: ExperimentConfig, value: float) -> ExperimentConfig:
-        """``config`` with the key set to ``value`` (an int where the config's value is one,
-        or where the key is the data slice)."""
-        own = _get(config, self.key.split("."))
-        typed: float | int = value if isinstance(own, float) else round(value)
-        return _set(config, self.key.split("."), typed)  # type: ignore[return-value]
+        """``config`` with the key set to ``value``, as ``--set KEY=VALUE`` would set it (and
+        validated as that would be)."""
+        from raysim.config import apply_overrides, parse_config
+
+        text = str(int(value)) if float(value).is_integer() else repr(float(value))
+        return parse_config(apply_overrides(config.model_dump(mode="json"),
+                                            [f"{self.key}={text}"]))
 
     def extend(self, at_low: float, at_high: float, own: float) -> float:
         """Seconds at the config's ``own`` value from those measured at LOW and HIGH: the line
@@ -94,13 +96,6 @@ def _get(node: Any, parts: list[str]) -> Any:
             return None
         node = getattr(node, part)
     return node
-
-
-def _set(node: BaseModel, parts: list[str], value: Any) -> BaseModel:
-    if len(parts) == 1:
-        return node.model_copy(update={parts[0]: value})
-    child = getattr(node, parts[0])
-    return node.model_copy(update={parts[0]: _set(child, parts[1:], value)})
 
 
 __all__ = ["DATA_SLICE", "Extrapolation"]

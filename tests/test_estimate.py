@@ -268,7 +268,7 @@ def test_an_extrapolated_variant_is_probed_at_both_values_and_the_rest_as_they_a
     from raysim.estimate import describe
     from raysim.extrapolation import Extrapolation
 
-    configs = {"long": parse_config(quickstart_raw(training={"rounds": 20, "local_epochs": 40})),
+    configs = {"long": parse_config(quickstart_raw(training={"rounds": 20})),
                "fedvck": parse_config(quickstart_raw(
                    training={"rounds": 20}, dataset={"name": "digits"},
                    algorithm={"name": "fedvck", "iterations": 3},

@@ -187,15 +187,14 @@ class FedDF(Algorithm[EnsembleDistillationParams, dict[str, Weights]]):
         results = []
         for client in clients:
             model = runtime.client_model(client)
-            start = message.get("models", {}).get(self._group_key(client))
-            set_weights(model, runtime.client_initial_weights(client) if start is None else start)
+            received = self.dp_reference(runtime, message, client)  # the model it starts from
+            set_weights(model, received)
             outcome = runtime.train(model, client, round_)
             weights = get_weights(model)
             upload: dict[str, Any] = {"model": weights}
             if public is not None:  # under DP the server computes the logits
                 upload["logits"] = _public_logits(model, runtime.client_inputs(client, public))
-            kept = self.kept_model(runtime.client_initial_weights(client) if start is None
-                                   else start, weights)
+            kept = self.kept_model(received, weights)
             results.append(ClientResult.trained(upload, kept, outcome))
         privacy = self.context.privacy
         if privacy is not None:  # its own DP: each released model clipped and noised

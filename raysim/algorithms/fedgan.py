@@ -112,10 +112,6 @@ class FedGAN(Algorithm[FedGANParams, dict[str, Weights]]):
     def global_weights(self, state: dict[str, Weights]) -> Weights:
         return state["model"]
 
-    def client_weight(self, num_samples: int) -> float:
-        """A client's weight in the means: its sample count (``weighted``), else 1."""
-        return sample_weight(num_samples, self.params.weighted)
-
     # ----- clients -----
     def local_updates(self, runtime: ClientRuntime, clients: Sequence[int], round_: int,
                       message: dict[str, Any], states: Sequence[Any]) -> list[ClientResult]:
@@ -161,5 +157,5 @@ class FedGAN(Algorithm[FedGANParams, dict[str, Weights]]):
             results.append(ClientResult(upload, None, {"steps": float(steps),
                                                        "discriminator_loss": d_loss,
                                                        "generator_loss": g_loss},
-                                        samples, loss, self.client_weight(samples)))
+                                        samples, loss, sample_weight(samples, self.params.weighted)))
         return results

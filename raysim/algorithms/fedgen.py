@@ -205,10 +205,6 @@ class FedGen(Algorithm[FedGenParams, FedGenState]):
     def global_weights(self, state: FedGenState) -> Weights:
         return state.model
 
-    def client_weight(self, num_samples: int) -> float:
-        """A client's weight in the mean: its sample count (``weighted``), else 1."""
-        return sample_weight(num_samples, self.params.weighted)
-
     # ----- clients -----
     def regularizer_weights(self, round_: int) -> tuple[float, float]:
         """(alpha_t, beta_t): the clients' generator weights in round ``round_``."""
@@ -264,5 +260,5 @@ class FedGen(Algorithm[FedGenParams, FedGenState]):
             counts = np.bincount(labels, minlength=self.context.info.num_classes).astype(np.int64)
             results.append(ClientResult({"model": weights, "label_counts": counts}, None,
                                         {"steps": float(steps)}, samples, loss,
-                                        self.client_weight(samples)))
+                                        sample_weight(samples, self.params.weighted)))
         return results

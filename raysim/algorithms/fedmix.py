@@ -145,10 +145,6 @@ class FedMix(Algorithm[FedMixParams, FedMixState]):
     def global_weights(self, state: FedMixState) -> Weights:
         return state.model
 
-    def client_weight(self, num_samples: int) -> float:
-        """A client's weight in the mean: its sample count (``weighted``), else 1."""
-        return sample_weight(num_samples, self.params.weighted)
-
     # ----- clients -----
     def local_updates(self, runtime: ClientRuntime, clients: Sequence[int], round_: int,
                       message: dict[str, Any], states: Sequence[Any]) -> list[ClientResult]:
@@ -187,5 +183,5 @@ class FedMix(Algorithm[FedMixParams, FedMixState]):
                 upload["mashed"] = mash(x, y, self.context.info.num_classes,
                                         self.params.mash_size)
             results.append(ClientResult(upload, None, {"steps": float(steps)}, samples, loss,
-                                        self.client_weight(samples)))
+                                        sample_weight(samples, self.params.weighted)))
         return results

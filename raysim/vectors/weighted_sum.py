@@ -280,6 +280,7 @@ def settle(partial: Any) -> None:
     elif hasattr(partial, "partial"):
         settle(partial.partial)
 
+
 def sample_weight(num_samples: int, weighted: bool) -> float:
     """A client's weight in a mean of uploads: its sample count where the mean is ``weighted``,
     else 1 (one vote each)."""
