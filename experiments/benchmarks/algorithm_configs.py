@@ -20,6 +20,8 @@ CONFIGS: dict[str, dict] = {
     "fedgen": {"algorithm": {"name": "fedgen", "generator_steps": 5, "generator_hidden": 16,
                              "noise_dim": 8, "generator_batch_size": 8,
                              "generated_batch_size": 8}},
+    "dfrd": {"algorithm": {"name": "dfrd", "server_iterations": 2, "distillation_steps": 2,
+                           "batch_size": 8, "generator_width": 4, "noise_dim": 8}},
     "centralized": {},
     "local": HETERO,
     "feddc": {"algorithm": {"name": "feddc", "daisy_period": 1, "aggregation_period": 2}},

@@ -14,7 +14,7 @@ from raysim.lazy import lazy_exports
 if TYPE_CHECKING:
     from raysim.algorithms.base import ALGORITHMS, Algorithm, ClientResult, RunContext
 
-MODULES = ("centralized", "desa", "ditto", "dspfl", "fedavg", "feddc", "feddf", "feddm",
+MODULES = ("centralized", "desa", "dfrd", "ditto", "dspfl", "fedavg", "feddc", "feddf", "feddm",
            "fedgan", "fedgen", "fedmd", "fedmix", "fedprox", "fedsm", "fedvck", "ktpfl",
            "local_only", "mhpflid", "moon", "scaffold")
 """The modules that register an algorithm."""

@@ -133,6 +133,39 @@ class FedGANParams(StrictModel):
     """Weight the clients' models and GANs by their sample counts (False: plain mean)."""
 
 
+class DFRDParams(StrictModel):
+    name: Literal["dfrd"] = "dfrd"
+    server_iterations: int = Field(10, ge=0)
+    """I: alternations of generator training and robust distillation per round (0: FedAvg)."""
+    generator_steps: int = Field(1, ge=0)
+    """Adam steps on the conditional generator per iteration."""
+    distillation_steps: int = Field(5, ge=0)
+    """Steps of distillation of the averaged model towards the ensemble per iteration (0:
+    FedAvg)."""
+    batch_size: int = Field(64, ge=2)
+    """Generated images per generator step, and per generator at each distillation step."""
+    generator_lr: float = Field(1e-3, gt=0)
+    """The generator's Adam learning rate."""
+    distillation_lr: float = Field(1e-3, gt=0)
+    """The global model's Adam learning rate during distillation."""
+    transferability_weight: float = Field(1.0, ge=0)
+    """beta_tran: weight of the transferability term, -KL(ensemble || global model) on
+    generated images that the two still classify alike."""
+    diversity_weight: float = Field(1.0, ge=0)
+    """beta_div: weight of the generator's diversity loss."""
+    ema_decay: float = Field(0.5, ge=0, lt=1)
+    """alpha: the EMA generator becomes alpha * itself + (1 - alpha) * the generator after
+    each round's training."""
+    ema_weight: float = Field(0.5, ge=0, le=1)
+    """lambda: share of the EMA generator's images in the distillation loss (the generator's
+    images take 1 - lambda; 0: no EMA generator)."""
+    noise_dim: int = Field(100, ge=1)
+    generator_width: int = Field(32, ge=1)
+    """Base channel width of the conditional generator."""
+    weighted: bool = True
+    """Weight the clients' models by their sample counts (False: plain mean)."""
+
+
 class DifferentialPrivacy(StrictModel):
     clip: float = Field(gt=0, description="S: L2 bound of an outgoing update")
     sigma: float = Field(ge=0, description="noise multiplier: std = sigma * S")
@@ -404,6 +437,7 @@ ALGORITHM_PARAMS: tuple[type[StrictModel], ...] = (
     FedMixParams,
     FedGenParams,
     FedGANParams,
+    DFRDParams,
     FedDCParams,
     FedSMParams,
     FedDFParams,
