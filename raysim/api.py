@@ -100,6 +100,8 @@ class Projection:
     """One row per variant (the ``--csv`` file's columns)."""
     cluster: pd.DataFrame | None = None
     """With cluster shapes: one row per variant and shape (:mod:`raysim.cluster_projection`)."""
+    interrupted: bool = False
+    """Ctrl-C or SIGTERM stopped the probes: the projection covers the variants probed before."""
 
 
 def run_estimate(config: str | Path | dict[str, Any], *, rounds: int = 3,
@@ -123,7 +125,15 @@ def run_estimate(config: str | Path | dict[str, Any], *, rounds: int = 3,
     from raysim.engine.invocation import ray_for
     from raysim.engine.launch.local_ray import cluster_to_join
     from raysim.engine.launch.warm_cluster import running_cluster
-    from raysim.estimate import busy_notice, describe, fit_to_machine, measure, project, table_rows
+    from raysim.estimate import (
+        INTERRUPTED,
+        busy_notice,
+        describe,
+        fit_to_machine,
+        measure,
+        project,
+        table_rows,
+    )
     from raysim.extrapolation import Extrapolation
 
     if rounds < 2:
@@ -173,7 +183,8 @@ def run_estimate(config: str | Path | dict[str, Any], *, rounds: int = 3,
         text += "\n\non the cluster:\n" + describe_cluster(
             found, device, unmeasured_relays(traffic), without_partials(traffic))
         rows = pd.DataFrame(found)
-    return Projection(text, pd.DataFrame(table_rows(projected, machine)), rows)
+    return Projection(text, pd.DataFrame(table_rows(projected, machine)), rows,
+                      any(probe.refused == INTERRUPTED for probe in probes.values()))
 
 
 def _invoke(experiments: dict[str, ExperimentConfig], labels: dict[str, Any] | None,

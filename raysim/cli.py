@@ -412,6 +412,7 @@ def _cluster(args: argparse.Namespace) -> int:
 def _estimate(args: argparse.Namespace) -> int:
     from raysim.api import run_estimate
     from raysim.cluster_projection import ClusterShape
+    from raysim.engine.interrupt import STOP
 
     if args.cluster_csv and not args.nodes:
         raise RaysimError("--cluster-csv writes the cluster projection, which needs --nodes N "
@@ -435,7 +436,7 @@ def _estimate(args: argparse.Namespace) -> int:
     if args.cluster_csv and projection.cluster is not None:
         projection.cluster.to_csv(args.cluster_csv, index=False)
         print(f"cluster projection as CSV: {args.cluster_csv}")
-    return 0
+    return STOP.exit_code if projection.interrupted else 0  # 130 / 143: a partial projection
 
 
 def _report(args: argparse.Namespace) -> int:
@@ -461,26 +462,6 @@ def _report(args: argparse.Namespace) -> int:
     return 0
 
 
-def _terminate_as_interrupt() -> None:
-    """SIGTERM (a scheduler, ``timeout``, ``docker stop``) stops a command as Ctrl-C does, with
-    its closing message and exit code 143, instead of killing it mid-write; while runs go,
-    :meth:`raysim.engine.interrupt.StopRequest.handling_signals` stops them at a round
-    boundary instead. Only in the main thread (tests call :func:`main` from others)."""
-    import signal
-    import threading
-
-    from raysim.engine.interrupt import STOP
-
-    if threading.current_thread() is not threading.main_thread():
-        return
-
-    def interrupt(signum: int, frame: object) -> None:
-        STOP.signal_number = signum
-        raise KeyboardInterrupt
-
-    signal.signal(signal.SIGTERM, interrupt)
-
-
 def main(argv: Sequence[str] | None = None, started_at: float | None = None) -> int:
     """Entry point of the ``raysim`` console script; returns the exit code. ``started_at``:
     when the command started (the console script passes its import time; default: now)."""
@@ -488,7 +469,9 @@ def main(argv: Sequence[str] | None = None, started_at: float | None = None) -> 
     _STARTED_AT = started_at or time.time()
     use_cached_bytecode()  # before torch is imported
     args = _parser().parse_args(argv)
-    _terminate_as_interrupt()
+    from raysim.engine.interrupt import STOP
+
+    STOP.terminate_as_interrupt()
     handlers = {"run": _run, "sweep": _sweep, "validate": _validate, "costs": _costs,
                 "report": _report, "cluster": _cluster, "estimate": _estimate}
     try:

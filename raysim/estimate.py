@@ -187,6 +187,10 @@ def fit_to_machine(configs: Mapping[str, ExperimentConfig], cpus: int
     return fitted, changed
 
 
+INTERRUPTED = "interrupted before its probe ended"
+"""Why a variant has no probe after Ctrl-C or SIGTERM stopped the estimate."""
+
+
 def busy_notice(cpus: int) -> str | None:
     """A line when other processes keep this machine busy before the probes start (a load
     average over half its CPUs): probes then measure slower rounds than a quiet machine
@@ -302,8 +306,7 @@ def measure(configs: Mapping[str, ExperimentConfig], rounds: int, data_root: str
                 if not any(probe.refused is None for probe in probes.values()):
                     raise
                 for rest in configs:
-                    probes.setdefault(rest, Probe(0, 0.0, 0.0, 0.0,
-                                                  refused="interrupted before its probe ended"))
+                    probes.setdefault(rest, Probe(0, 0.0, 0.0, 0.0, refused=INTERRUPTED))
                 print(f"interrupted: projecting the {sum(p.refused is None for p in probes.values())} "
                       f"of {len(configs)} variants probed", file=sys.stderr, flush=True)
                 break
@@ -449,6 +452,6 @@ def table_rows(estimate: Estimate, machine: str) -> list[dict[str, object]]:
             for cost in estimate.variants]
 
 
-__all__ = ["Estimate", "Probe", "VariantCost", "busy_notice", "describe", "evaluations",
+__all__ = ["INTERRUPTED", "Estimate", "Probe", "VariantCost", "busy_notice", "describe", "evaluations",
            "extended", "fit_to_machine", "makespan", "measure", "own_value", "project", "sliced",
            "stand_in_data", "table_rows", "train_size"]

@@ -137,3 +137,36 @@ def test_a_second_signal_stops_at_once_and_keeps_every_written_row(ray_session, 
     time.sleep(2)  # Ray tears down the stopped job's actors
     assert main(["run", str(config), "--resume", str(run_dir.parent), "--no-progress"]) == 0
     assert load(run_dir)["round"].tolist() == list(range(100))
+
+
+def test_sigterm_to_an_estimate_projects_the_variants_it_probed(ray_session, tmp_path):
+    """`ray.init` installs a SIGTERM handler that exits at once; the estimate's own takes it
+    back, so SIGTERM (``timeout``, a scheduler) to the process group during the second
+    variant's probe ends as Ctrl-C does: the first variant projected, its CSV row written,
+    exit 143, neither a traceback nor Ray's signal dump."""
+    raw = quickstart_raw(training={"rounds": 2}, seeds=[0])
+    raw["variants"] = {"quick": {}, "slow": {"training.local_epochs": 5000}}
+    config = tmp_path / "estimate.yaml"
+    config.write_text(yaml.safe_dump(raw))
+    table = tmp_path / "estimate.csv"
+    process = subprocess.Popen(
+        [sys.executable, "-m", "raysim.cli", "estimate", str(config), "--rounds", "2",
+         "--csv", str(table)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        start_new_session=True)
+    lines: list[str] = []
+    reader = threading.Thread(target=lambda: lines.extend(process.stderr), daemon=True)
+    reader.start()
+    try:
+        _wait_for(lambda: any(line.startswith("probed quick (1 of 2)") for line in lines),
+                  timeout=180, what="the first variant's probe did not end")
+        time.sleep(2)  # into the second variant's probe
+        os.killpg(process.pid, signal.SIGTERM)
+        assert process.wait(timeout=120) == 143
+    finally:
+        if process.poll() is None:
+            process.kill()
+    reader.join(timeout=10)
+    text = "".join(lines)
+    assert "interrupted: projecting the 1 of 2 variants probed" in text
+    assert "Traceback" not in text and "SIGTERM received" not in text
+    assert "quick" in table.read_text()

@@ -40,6 +40,22 @@ class StopRequest:
         stop``)."""
         return 128 + (self.signal_number or signal.SIGINT)
 
+    def terminate_as_interrupt(self) -> None:
+        """SIGTERM (a scheduler, ``timeout``, ``docker stop``) raises KeyboardInterrupt, so that
+        a command stops as Ctrl-C stops it, with its closing message and exit code 143, instead
+        of being killed mid-write; while runs go, :meth:`handling_signals` stops them at a round
+        boundary instead. Called when a command starts and again once Ray is up (``ray.init``
+        installs a SIGTERM handler of its own that exits at once). Only in the main thread
+        (tests call commands from others)."""
+        if threading.current_thread() is not threading.main_thread():
+            return
+
+        def interrupt(signum: int, frame: FrameType | None) -> None:
+            self.signal_number = signum
+            raise KeyboardInterrupt
+
+        signal.signal(signal.SIGTERM, interrupt)
+
     @contextmanager
     def handling_signals(self) -> Iterator[None]:
         """While inside: the first SIGINT/SIGTERM requests a stop (with a line on stderr), the

@@ -136,6 +136,7 @@ def ray_for(experiments: dict[str, ExperimentConfig]) -> Iterator[list[str]]:
     start-up notices."""
     import ray
 
+    from raysim.engine.interrupt import STOP
     from raysim.engine.launch.local_ray import ensure_ray
 
     notices: list[str] = []
@@ -144,6 +145,7 @@ def ray_for(experiments: dict[str, ExperimentConfig]) -> Iterator[list[str]]:
         for config in experiments.values():
             notices += [n for n in ensure_ray(config, runs=list(experiments.values()))
                         if n not in notices]
+        STOP.terminate_as_interrupt()  # Ray's own SIGTERM handler would exit at once
         yield notices
     finally:
         if ours:
