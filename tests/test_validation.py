@@ -87,6 +87,11 @@ def test_validation_samples_are_never_trained_on_and_every_model_is_scored_on_th
     assert local_rounds["val_accuracy"].iloc[-1] == pytest.approx(last["val_accuracy"].mean())
     assert local_rounds["personal_val_accuracy"].iloc[-1] == pytest.approx(
         last["val_accuracy"].mean())
+    # and each on the pooled validation set, as its test accuracy is on the global test set
+    assert last["pooled_val_accuracy"].notna().all()
+    assert local_rounds["pooled_val_accuracy"].iloc[-1] == pytest.approx(
+        last["pooled_val_accuracy"].mean())
+    assert not np.allclose(last["pooled_val_accuracy"], last["val_accuracy"])
 
 
 def _rounds() -> pd.DataFrame:

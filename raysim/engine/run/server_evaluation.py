@@ -90,6 +90,9 @@ class Evaluator:
                 row.update(_mean_client_metrics(personal_rows, "val_", "personal_val_"))
                 if not models:
                     row.update(_mean_client_metrics(personal_rows, "val_", "val_"))
+            if any("pooled_val_accuracy" in r for r in personal_rows):  # the global test set's
+                # counterpart for selection: each personal model on the pooled validation set
+                row.update(_mean_client_metrics(personal_rows, "pooled_val_", "pooled_val_"))
         if per_client:  # server models' per-client columns join the personal models' rows
             by_client = {r["client"]: r for r in personal_rows}
             for client in range(len(shares)):

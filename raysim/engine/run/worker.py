@@ -253,7 +253,9 @@ class ClientWorker:
 
     def evaluate_clients(self, round_: int, clients: list[int]) -> list[dict[str, Any]]:
         """Evaluate each client's personal model (its own architecture, at its own input
-        resolution) on its own test share and the global test set."""
+        resolution) on its own test share and the global test set, and with a validation split
+        on its own validation share (``val_``) and the pooled validation set
+        (``pooled_val_``)."""
         info, rows = self.run_setup.context.info, []
         test_x, test_y = self.arrays["test_x"], self.arrays["test_y"]
         for client in clients:
@@ -281,6 +283,12 @@ class ClientWorker:
                 described.update({f"val_{k}": v for k, v in classification_metrics(
                     self.arrays["train_y"][held],
                     predict_proba(model, self.arrays["train_x"][held], info,
+                                  self.run_setup.eval_batch_size, self.device, transform)).items()})
+            pooled_validation = self.run_setup.validation_index
+            if pooled_validation is not None and len(pooled_validation):
+                described.update({f"pooled_val_{k}": v for k, v in classification_metrics(
+                    self.arrays["train_y"][pooled_validation],
+                    predict_proba(model, self.arrays["train_x"][pooled_validation], info,
                                   self.run_setup.eval_batch_size, self.device, transform)).items()})
             rows.append({"round": round_, "client": client, **described,
                          **{f"own_{k}": v for k, v in own.items()},
