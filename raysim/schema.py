@@ -162,7 +162,9 @@ class EvaluationConfig(StrictModel):
         description="share of each client's training samples held out as its validation set "
         "and never trained on (0: none), or `official`: the dataset's own validation split "
         "(MedMNIST's val), split among the clients like the test set (by their training "
-        "mix); evaluated models also report val_* metrics on the pooled validation set, and "
+        "mix); evaluated models also report val_* metrics on the pooled validation set "
+        "(personal models: val_* on each client's own share, pooled_val_* on the pooled "
+        "set), and "
         "`raysim report --checkpoint best` reports every run at its round of best validation "
         "accuracy")
 
