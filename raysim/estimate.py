@@ -27,8 +27,13 @@ Three slices make a paper-scale config measurable on a small machine:
   probed at two small values of it and its seconds are extended along the line through the
   two to the config's own value (FedVCK's condensation iterations, the training samples).
 
-A variant that cannot be probed (its config refused at the probe's size, e.g. FedSM-extra's
-selector rounds outnumbering the probe's, or its probe failing) is named with the reason and
+- phases: a method whose last rounds are of another kind (FedSM-extra's selector rounds,
+  :meth:`raysim.algorithms.base.Algorithm.tail_phase`) is probed for ``rounds`` rounds of each
+  kind, and its seconds per round are the two kinds' steady seconds weighted by the config's
+  rounds of each.
+
+A variant that cannot be probed (its config refused at the probe's size, or its probe
+failing) is named with the reason and
 left out of the projection; the other variants are still estimated. Interrupted (Ctrl-C,
 SIGTERM) after at least one probe, the estimate projects the variants probed so far.
 
@@ -83,6 +88,10 @@ class Probe:
     extrapolated: str | None = None
     """What the two probes of an ``--extrapolate`` measured, where the seconds were extended
     from them (:mod:`raysim.extrapolation`)."""
+    phases: str | None = None
+    """What the probe measured of each kind of round, where the method's last rounds differ in
+    kind (:meth:`raysim.algorithms.base.Algorithm.tail_phase`) and ``round_s`` is their mean
+    over the config's rounds."""
 
     @property
     def config_round_s(self) -> float:
@@ -293,8 +302,13 @@ def measure(configs: Mapping[str, ExperimentConfig], rounds: int, data_root: str
         for label, config in configs.items():
             started = time.time()
             own = None if extrapolation is None else own_value(extrapolation, config)
+            tail = tail_phase(config)
             try:
-                if extrapolation is None or own is None:
+                if tail is not None:  # (probed by kind of round; not extrapolated)
+                    probe = _probe(label, phased(config, tail[0], rounds), 2 * rounds,
+                                   data_root, clients, stand_in, scratch,
+                                   (config.training.rounds - tail[1], tail[1]))
+                elif extrapolation is None or own is None:
                     probe = _probe(label, config, rounds, data_root, clients, stand_in, scratch)
                 else:
                     low, high = (_probe(label, extrapolation.at(config, value), rounds,
@@ -319,7 +333,8 @@ def measure(configs: Mapping[str, ExperimentConfig], rounds: int, data_root: str
                   f"{probe.config_round_s:.3f} s per round, "
                   f"{probe.config_evaluation_s:.2f} s per evaluation, "
                   f"{time.time() - started:.0f} s for the probe"
-                  + (f" ({probe.extrapolated})" if probe.extrapolated else ""),
+                  + (f" ({probe.extrapolated})" if probe.extrapolated else "")
+                  + (f" ({probe.phases})" if probe.phases else ""),
                   file=sys.stderr, flush=True)
         if all(probe.refused is not None for probe in probes.values()):
             first = next(iter(probes.items()))
@@ -327,6 +342,22 @@ def measure(configs: Mapping[str, ExperimentConfig], rounds: int, data_root: str
                            f"variant could be probed: {first[1].refused}")
         return probes, concurrent_runs(configs.values()), any(
             uses_gpus(config) for config in configs.values())
+
+
+def tail_phase(config: ExperimentConfig) -> tuple[str, int] | None:
+    """The config key and number of its method's last rounds of another kind, if any."""
+    from raysim.algorithms import ALGORITHMS
+
+    return ALGORITHMS[config.algorithm.name].tail_phase(config.algorithm)
+
+
+def phased(config: ExperimentConfig, key: str, rounds: int) -> ExperimentConfig:
+    """``config`` with ``rounds`` rounds of each kind: ``2 * rounds`` rounds whose last
+    ``rounds`` are the tail phase (``key``), set as ``--set`` would set them."""
+    from raysim.config import apply_overrides, parse_config
+
+    return parse_config(apply_overrides(config.model_dump(mode="json"),
+                                        [f"training.rounds={2 * rounds}", f"{key}={rounds}"]))
 
 
 def own_value(extrapolation: Extrapolation, config: ExperimentConfig) -> float | None:
@@ -350,9 +381,12 @@ def extended(extrapolation: Extrapolation, low: Probe, high: Probe, own: float) 
 
 
 def _probe(label: str, config: ExperimentConfig, rounds: int, data_root: str | None,
-           clients: int | None, stand_in: bool, scratch: str) -> Probe:
+           clients: int | None, stand_in: bool, scratch: str,
+           phases: tuple[int, int] | None = None) -> Probe:
     """What ``rounds`` rounds of ``config``'s first seed measure here (a refused probe where
-    its config is refused at the probe's size or its run fails)."""
+    its config is refused at the probe's size or its run fails). ``phases``: ``config`` is
+    :func:`phased` and the original config has these (main, tail) rounds; the steady seconds
+    of each half of the probe are weighted by them."""
     from raysim.engine.invocation import run_experiments
     from raysim.errors import ConfigError
     from raysim.results import load
@@ -383,6 +417,14 @@ def _probe(label: str, config: ExperimentConfig, rounds: int, data_root: str | N
         if "seconds_evaluate" in table else 0.0
     steady = (float(ends[-1] - ends[0]) - evaluation) / (len(ends) - 1) \
         if len(ends) > 1 else float(ends[0] - started)
+    measured_phases = None
+    if phases is not None:  # each half's first round is its warm-up; the evaluation ends the tail
+        half = len(ends) // 2
+        main = float(ends[half - 1] - ends[0]) / (half - 1)
+        tail = (float(ends[-1] - ends[half]) - evaluation) / (len(ends) - half - 1)
+        steady = (phases[0] * main + phases[1] * tail) / sum(phases)
+        measured_phases = (f"{main:.3f} s per round of its first {phases[0]}, {tail:.3f} s per "
+                           f"round of its last {phases[1]}")
     traffic = ProbeTraffic.from_tables(
         load(outcome.run_dir, "transfers"), table, load(outcome.run_dir, "communication"),
         probe_config.engine.num_workers, max(steady, 0.0), load(outcome.run_dir, "clients"),
@@ -390,7 +432,7 @@ def _probe(label: str, config: ExperimentConfig, rounds: int, data_root: str | N
     return Probe(measured, max(steady, 0.0), evaluation,
                  max(float(ends[0] - started) - steady, 0.0), round_scale, evaluation_scale,
                  clients if round_scale != 1.0 else None, generated is not None,
-                 traffic=traffic)
+                 traffic=traffic, phases=measured_phases)
 
 
 def describe(estimate: Estimate, machine: str,
@@ -425,6 +467,13 @@ def describe(estimate: Estimate, machine: str,
     if stretched and extrapolation is not None:
         lines.append(extrapolation.describe(len(stretched), len(estimate.variants)))
         lines += [f"  {cost.label or '(config)'}: {cost.probe.extrapolated}" for cost in stretched]
+    phased_costs = [cost for cost in estimate.variants if cost.probe.phases]
+    if phased_costs:
+        lines.append("phases: a method whose last rounds are of another kind was probed for "
+                     f"{phased_costs[0].probe.rounds // 2} rounds of each kind; its seconds per "
+                     "round are their mean "
+                     "over the config's rounds:")
+        lines += [f"  {cost.label or '(config)'}: {cost.probe.phases}" for cost in phased_costs]
     for label, reason in estimate.refused.items():
         lines.append(f"not in the projection: {label or '(config)'}, whose probe could not run "
                      f"({reason})")
@@ -448,10 +497,12 @@ def table_rows(estimate: Estimate, machine: str) -> list[dict[str, object]]:
              "device_hours": round(estimate.device_hours, 3), "device": estimate.device,
              "machine": machine, "probe_round_s": round(cost.probe.round_s, 4),
              "probe_clients": cost.probe.clients or "", "stand_in_data": cost.probe.stand_in,
-             "extrapolated": cost.probe.extrapolated or ""}
+             "extrapolated": cost.probe.extrapolated or "",
+             "phases": cost.probe.phases or ""}
             for cost in estimate.variants]
 
 
-__all__ = ["INTERRUPTED", "Estimate", "Probe", "VariantCost", "busy_notice", "describe", "evaluations",
-           "extended", "fit_to_machine", "makespan", "measure", "own_value", "project", "sliced",
-           "stand_in_data", "table_rows", "train_size"]
+__all__ = ["INTERRUPTED", "Estimate", "Probe", "VariantCost", "busy_notice", "describe",
+           "evaluations", "extended", "fit_to_machine", "makespan", "measure", "own_value",
+           "phased", "project", "sliced", "stand_in_data", "table_rows", "tail_phase",
+           "train_size"]

@@ -136,19 +136,39 @@ def test_a_probe_runs_on_the_stand_in_when_the_file_is_missing(ray_session, tmp_
 
 
 def test_a_variant_that_cannot_be_probed_is_named_and_left_out(ray_session, capsys):
+    """A slice of one client leaves FedSM, which needs two, unprobeable; FedAvg is probed."""
     from raysim.estimate import describe
 
     plain = parse_config(quickstart_raw(training={"rounds": 20}))
+    fedsm = parse_config(quickstart_raw(training={"rounds": 20}, algorithm={"name": "fedsm"}))
+    configs = {"fedavg": plain, "fedsm": fedsm}
+    probes, concurrent, gpus = measure(configs, rounds=2, data_root=None, clients=1)
+    assert probes["fedsm"].refused and "at least 2 clients" in probes["fedsm"].refused
+    assert "not probed fedsm" in capsys.readouterr().err
+    estimate = project(configs, probes, concurrent, gpus)
+    assert [cost.label for cost in estimate.variants] == ["fedavg"]
+    assert "not in the projection: fedsm" in describe(estimate, "here")
+
+
+def test_fedsm_extra_is_probed_for_each_kind_of_round(ray_session, capsys):
+    """Its 5 selector rounds follow 15 main rounds: the probe runs 2 of each, and a round's
+    seconds are the two kinds' weighted 15 to 5."""
+    from raysim.estimate import phased, table_rows
+
     extra = parse_config(quickstart_raw(
         training={"rounds": 20},
         algorithm={"name": "fedsm", "variant": "extra", "extra_rounds": 5}))
-    configs = {"fedavg": plain, "fedsm_extra": extra}
-    probes, concurrent, gpus = measure(configs, rounds=2, data_root=None)
-    assert probes["fedsm_extra"].refused and "extra_rounds" in probes["fedsm_extra"].refused
-    assert "not probed fedsm_extra" in capsys.readouterr().err
-    estimate = project(configs, probes, concurrent, gpus)
-    assert [cost.label for cost in estimate.variants] == ["fedavg"]
-    assert "not in the projection: fedsm_extra" in describe(estimate, "here")
+    probe_config = phased(extra, "algorithm.extra_rounds", 2)
+    assert probe_config.training.rounds == 4 and probe_config.algorithm.extra_rounds == 2
+    probes, concurrent, gpus = measure({"fedsm_extra": extra}, rounds=2, data_root=None)
+    probe = probes["fedsm_extra"]
+    assert probe.refused is None and probe.rounds == 4 and probe.round_s > 0
+    main, tail = (float(part.split(" s per round")[0]) for part in probe.phases.split(", "))
+    assert probe.round_s == pytest.approx((15 * main + 5 * tail) / 20, abs=1e-3)  # (3 decimals)
+    assert "of its first 15" in probe.phases and "of its last 5" in probe.phases
+    assert "(" + probe.phases + ")" in capsys.readouterr().err
+    row = table_rows(project({"fedsm_extra": extra}, probes, concurrent, gpus), "here")[0]
+    assert row["phases"] == probe.phases and row["rounds"] == 20
 
 
 def test_a_paper_scale_engine_is_fitted_to_a_small_machine_and_said_so():

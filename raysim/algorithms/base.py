@@ -163,6 +163,13 @@ class Algorithm(ABC, Generic[ParamsT, StateT]):
         ``training`` section). None by default."""
         return []
 
+    @classmethod
+    def tail_phase(cls, params: Any) -> tuple[str, int] | None:
+        """Where a run's last rounds are of another kind than the rest (FedSM-extra's selector
+        rounds): the config key that sets how many, and their number; None (the default):
+        every round is of one kind. ``raysim estimate`` probes the two kinds apart."""
+        return None
+
     def __init__(self, params: ParamsT, context: RunContext):
         self.params: ParamsT = params
         self.context = context

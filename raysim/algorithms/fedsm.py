@@ -129,6 +129,12 @@ class FedSM(Algorithm[FedSMParams, dict[str, Any]]):
         """FedSM: global and personalized models, and the selector in its rounds."""
         return 3 if params.variant == "fedsm" else 2
 
+    @classmethod
+    def tail_phase(cls, params: Any) -> tuple[str, int] | None:
+        """FedSM-extra: its last ``extra_rounds`` rounds train only the selector."""
+        return ("algorithm.extra_rounds", params.extra_rounds) if params.variant == "extra" \
+            else None
+
     def dp_releases(self, rounds_done: int) -> int:
         """Every main round releases the global and the personalized model (and with variant
         fedsm the selector), every FedSM-extra round the selector: each one Gaussian
