@@ -354,8 +354,13 @@ def render_choice(spec: Mapping[str, Any]) -> str:
         means = [float(r[f"{spec['select']}_mean"]) for r in candidates.values()]
         best = int(np.argmax(means))
         label = list(candidates)[best]
-        return (f"{spec.get('name', 'setting')} {label} (the highest validation value, "
-                f"{means[best]:.3f}); test {_cell(candidates[label], spec['report'], csv)} at it")
+        tied = [other for other, mean in zip(candidates, means, strict=True)
+                if other != label and mean == means[best]]
+        how = (f"tied at the highest validation value, {means[best]:.3f}, with "
+               f"{', '.join(tied)}; a tie keeps the first listed" if tied
+               else f"the highest validation value, {means[best]:.3f}")
+        return (f"{spec.get('name', 'setting')} {label} ({how}); test "
+                f"{_cell(candidates[label], spec['report'], csv)} at it")
     row = _row(_read(csv), key, spec["row"], csv)
     means = [float(row[f"{column}_mean"]) for column in spec["select"]]
     best = int(np.argmax(means))
