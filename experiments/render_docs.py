@@ -92,8 +92,12 @@ def _number(value: Any) -> str:
 
 @functools.lru_cache(maxsize=256)
 def _load(path: Path) -> pd.DataFrame:
-    """A CSV, read once per rendering process (never modified)."""
-    return pd.read_csv(path)
+    """A CSV, read once per rendering process (never modified); an empty file (a report table
+    with no rows, e.g. an audit of uploads it cannot score) is an empty frame."""
+    try:
+        return pd.read_csv(path)
+    except pd.errors.EmptyDataError:
+        return pd.DataFrame()
 
 
 def _read(csv: str, where: Mapping[str, Any] | None = None) -> pd.DataFrame:
@@ -165,7 +169,8 @@ def render_table(spec: Mapping[str, Any]) -> str:
                 column_csv = column["csv"] if row_csv == csv or column.get("same_file") else str(
                     Path(row_csv).parent / Path(column["csv"]).name)
                 frame = _read(column_csv, spec.get("where"))
-                if "missing" in column and not (frame[key].astype(str) == str(value)).any():
+                if "missing" in column and (key not in frame
+                                            or not (frame[key].astype(str) == str(value)).any()):
                     cells.append(str(column["missing"]))  # e.g. no attackable upload
                     continue
                 other = _row(frame, key, value, column_csv)

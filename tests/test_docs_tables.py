@@ -175,3 +175,17 @@ def test_an_unclosed_table_is_refused_before_it_swallows_the_prose_after_it():
         render_docs.render(spec + "prose that must survive\n" + spec + "<!-- /table -->\n")
     with pytest.raises(ValueError, match="line 3 has no"):
         render_docs.render("text\n\n" + spec + "the end\n")
+
+
+def test_an_empty_report_table_renders_its_missing_cells(tmp_path, monkeypatch):
+    """A report's table with no rows (an audit of uploads it cannot score) is an empty file;
+    a column that allows missing cells shows them."""
+    monkeypatch.setattr(render_docs, "RESULTS", tmp_path)
+    pd.DataFrame({"experiment": ["m"], "accuracy_mean": [0.8], "accuracy_std": [0.1]}).to_csv(
+        tmp_path / "summary.csv", index=False)
+    (tmp_path / "privacy.csv").write_text("\n")
+    rendered = render_docs.render(
+        "<!-- table\ncsv: summary.csv\ncolumns:\n  acc: accuracy\n"
+        "  audit: {csv: privacy.csv, metric: max_auc, missing: \"-\"}\nrows: {M: m}\n-->\n"
+        "<!-- /table -->")
+    assert "| M | 0.800 ± 0.100 | - |" in rendered
