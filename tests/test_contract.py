@@ -91,3 +91,13 @@ def test_every_method_declares_whether_it_takes_privacy_and_fedbuff(data_root, n
         with pytest.raises(ConfigError, match="needs synchronous rounds") as error:
             check_system(parse_config(buffered))
         assert str(algorithm_class.asynchronous_refusal) in str(error.value)
+
+
+@pytest.mark.parametrize("name", sorted(name for name, algorithm in ALGORITHMS.items()
+                                         if algorithm.cross_entropy_only))
+def test_a_method_defined_with_cross_entropy_refuses_another_loss(data_root, name):
+    raw = contract_raw(data_root, name)
+    raw["training"] = {**raw["training"], "loss": "hinge"}
+    with pytest.raises(ConfigError, match=r"training\.loss is 'hinge'\. Set training\.loss: "
+                                          r"cross_entropy for "):
+        simulate(parse_config(raw))

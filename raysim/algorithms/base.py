@@ -120,6 +120,10 @@ class Algorithm(ABC, Generic[ParamsT, StateT]):
     multi_label_refusal: ClassVar[str | None] = None
     """Why the method cannot train on multi-label data (ChestMNIST), one clause; None: it
     can (its losses and predictions follow the task: per-label BCE, sigmoid scores)."""
+    cross_entropy_only: ClassVar[str | None] = None
+    """What the method does with cross-entropy on class labels, one clause after its name, when
+    it is defined with that loss only (a run with another ``training.loss`` is refused); None:
+    it trains with any loss."""
     volume_refusal: ClassVar[str | None] = None
     """Why the method cannot train on 3D volumes (the MedMNIST 3D subsets), one clause; None:
     it can, with a 3D model."""
@@ -173,6 +177,13 @@ class Algorithm(ABC, Generic[ParamsT, StateT]):
     def __init__(self, params: ParamsT, context: RunContext):
         self.params: ParamsT = params
         self.context = context
+        if self.cross_entropy_only and context.training.loss != "cross_entropy":
+            from raysim.errors import ConfigError
+
+            name = type(self).__name__
+            raise ConfigError(
+                f"{name} {self.cross_entropy_only}; training.loss is {context.training.loss!r}. "
+                f"Set training.loss: cross_entropy for {name}.")
 
     # ----- server side (runs on the driver) -----
     def init_server_state(self, initial_weights: Weights) -> StateT:

@@ -89,6 +89,8 @@ class DESA(Algorithm[DESAParams, dict[str, Any]]):
     other clients' logits on them and a contrastive pull towards their features."""
 
     params_class: ClassVar[type[StrictModel]] = DESAParams
+    cross_entropy_only: ClassVar[str | None] = (
+        "trains with cross-entropy and distils class softmaxes")
     personalized: ClassVar[bool] = True
     heterogeneous: ClassVar[bool] = True
     per_client_loop: ClassVar[str | None] = (
@@ -108,10 +110,6 @@ class DESA(Algorithm[DESAParams, dict[str, Any]]):
 
     def __init__(self, params: DESAParams, context: RunContext):
         super().__init__(params, context)
-        if context.training.loss != "cross_entropy":
-            raise ConfigError(
-                f"DESA trains with cross-entropy and distils class softmaxes; training.loss is "
-                f"{context.training.loss!r}. Set training.loss: cross_entropy for DESA.")
         if context.downsample and any(factor != 1 for factor in context.downsample):
             raise ConfigError(
                 "DESA's clients share one anchor set at the dataset's resolution, so every "

@@ -51,10 +51,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from raysim.algorithms.base import Algorithm, ClientResult, RunContext, register_algorithm
+from raysim.algorithms.base import Algorithm, ClientResult, register_algorithm
 from raysim.algorithms.fedgen import label_weights
 from raysim.algorithms.params import DFRDParams
-from raysim.errors import ConfigError
 from raysim.models import build_model
 from raysim.models.conditional_gan import ConditionalGenerator
 from raysim.models.feature_generator import diversity_loss
@@ -112,6 +111,8 @@ class DFRD(Algorithm[DFRDParams, DFRDState]):
     server-trained conditional generator's images and on its EMA copy's."""
 
     params_class: ClassVar[type[StrictModel]] = DFRDParams
+    cross_entropy_only: ClassVar[str | None] = (
+        "trains its generator and distils with class labels and softmax outputs")
     mean_uploads: ClassVar[tuple[str, ...]] = ()  # (its server step reads every client model)
     needs_images: ClassVar[str | None] = "its server's generator produces images"
     privacy_refusal: ClassVar[str] = (
@@ -123,14 +124,6 @@ class DFRD(Algorithm[DFRDParams, DFRDState]):
         "its generator is conditioned on one class label per image")
     volume_refusal: ClassVar[str | None] = "its generator is 2D"
 
-
-    def __init__(self, params: DFRDParams, context: RunContext):
-        super().__init__(params, context)
-        if context.training.loss != "cross_entropy":
-            raise ConfigError(
-                f"DFRD's generator and distillation use class labels and softmax outputs; "
-                f"training.loss is {context.training.loss!r}. Set training.loss: "
-                f"cross_entropy for DFRD.")
 
     def _generator(self, weights: Weights | None) -> ConditionalGenerator:
         """The conditional generator (initial weights from the run's seed when ``weights``

@@ -28,9 +28,8 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import torch
 import torch.nn.functional as F
 
-from raysim.algorithms.base import Algorithm, ClientResult, RunContext, register_algorithm
+from raysim.algorithms.base import Algorithm, ClientResult, register_algorithm
 from raysim.algorithms.params import FedGANParams
-from raysim.errors import ConfigError
 from raysim.models.conditional_gan import (
     ConditionalGenerator,
     ProjectionDiscriminator,
@@ -56,6 +55,8 @@ class FedGAN(Algorithm[FedGANParams, dict[str, Weights]]):
     clients also train the classifier on."""
 
     params_class: ClassVar[type[StrictModel]] = FedGANParams
+    cross_entropy_only: ClassVar[str | None] = (
+        "trains its classifier with cross-entropy on generated images of a class")
     per_client_loop: ClassVar[str | None] = (
         "its clients train a GAN beside the classifier")
     needs_images: ClassVar[str | None] = "its generator and discriminator are image networks"
@@ -67,14 +68,6 @@ class FedGAN(Algorithm[FedGANParams, dict[str, Weights]]):
     multi_label_refusal: ClassVar[str | None] = (
         "its generator is conditioned on one class label per image")
     volume_refusal: ClassVar[str | None] = "its generator and discriminator are 2D"
-
-    def __init__(self, params: FedGANParams, context: RunContext):
-        super().__init__(params, context)
-        if context.training.loss != "cross_entropy":
-            raise ConfigError(
-                f"FedGAN trains its classifier with cross-entropy on generated images of a "
-                f"class; training.loss is {context.training.loss!r}. Set training.loss: "
-                f"cross_entropy for FedGAN.")
 
     def _networks(self, device: torch.device) -> tuple[ConditionalGenerator,
                                                        ProjectionDiscriminator]:

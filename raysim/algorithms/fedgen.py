@@ -40,7 +40,6 @@ import torch.nn.functional as F
 
 from raysim.algorithms.base import Algorithm, ClientResult, RunContext, register_algorithm
 from raysim.algorithms.params import FedGenParams
-from raysim.errors import ConfigError
 from raysim.models import build_model
 from raysim.models.feature_generator import FeatureGenerator, diversity_loss
 from raysim.models.registry import embedding_parts, require_embedding
@@ -101,6 +100,8 @@ class FedGen(Algorithm[FedGenParams, FedGenState]):
     """FedAvg with a server-learnt feature generator regularising every client's training."""
 
     params_class: ClassVar[type[StrictModel]] = FedGenParams
+    cross_entropy_only: ClassVar[str | None] = (
+        "trains its clients and generator with cross-entropy on class labels")
     mean_uploads: ClassVar[tuple[str, ...]] = ()  # (its server step also trains the generator)
     per_client_loop: ClassVar[str | None] = (
         "its local objective reads the generator's features through each client's classifier")
@@ -114,11 +115,6 @@ class FedGen(Algorithm[FedGenParams, FedGenState]):
 
     def __init__(self, params: FedGenParams, context: RunContext):
         super().__init__(params, context)
-        if context.training.loss != "cross_entropy":
-            raise ConfigError(
-                f"FedGen's clients and generator learn with cross-entropy on class labels; "
-                f"training.loss is {context.training.loss!r}. Set training.loss: "
-                f"cross_entropy for FedGen.")
         require_embedding(context.model, context.info,
                           "FedGen's generator produces the features a model's classifier reads")
         _, classifier = embedding_parts(build_model(context.model, context.info))

@@ -32,9 +32,8 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from raysim.algorithms.base import Algorithm, ClientResult, RunContext, register_algorithm
+from raysim.algorithms.base import Algorithm, ClientResult, register_algorithm
 from raysim.algorithms.params import FedMixParams
-from raysim.errors import ConfigError
 from raysim.schema import StrictModel
 from raysim.seeding import torch_generator
 from raysim.state_codec import persistable
@@ -93,6 +92,8 @@ class FedMix(Algorithm[FedMixParams, FedMixState]):
     client's local objective."""
 
     params_class: ClassVar[type[StrictModel]] = FedMixParams
+    cross_entropy_only: ClassVar[str | None] = (
+        "learns with cross-entropy against mixed soft labels")
     mean_uploads: ClassVar[tuple[str, ...]] = ()  # (the mashed uploads are no weight update)
     server_optimizers: ClassVar[bool] = False
     bookkeeping_broadcasts: ClassVar[tuple[str, ...]] = ("mashed_from",)
@@ -105,13 +106,6 @@ class FedMix(Algorithm[FedMixParams, FedMixState]):
         "the global mashed set is collected in synchronous rounds")
     multi_label_refusal: ClassVar[str | None] = (
         "its mixed term averages the one-hot labels of single-label samples")
-
-    def __init__(self, params: FedMixParams, context: RunContext):
-        super().__init__(params, context)
-        if context.training.loss != "cross_entropy":
-            raise ConfigError(
-                f"FedMix's loss is cross-entropy against mixed soft labels; training.loss is "
-                f"{context.training.loss!r}. Set training.loss: cross_entropy for FedMix.")
 
     # ----- server -----
     def init_server_state(self, initial_weights: Weights) -> FedMixState:
