@@ -394,6 +394,12 @@ def load_config(path: str | Path, overrides: list[str] | None = None) -> Experim
     return _parse_raw(_read_yaml(path), overrides, Path(path).parent)
 
 
+def with_overrides(config: ExperimentConfig, overrides: list[str]) -> ExperimentConfig:
+    """``config`` with ``--set``-style ``KEY=VALUE`` overrides applied, validated as the command
+    line's are."""
+    return parse_config(apply_overrides(config.model_dump(mode="json"), overrides))
+
+
 def _parse_raw(raw: Any, overrides: list[str] | None, near: Path | None) -> ExperimentConfig:
     return parse_config(apply_overrides(raw, overrides or []) if isinstance(raw, dict) else raw,
                         near)

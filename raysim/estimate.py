@@ -354,10 +354,9 @@ def tail_phase(config: ExperimentConfig) -> tuple[str, int] | None:
 def phased(config: ExperimentConfig, key: str, rounds: int) -> ExperimentConfig:
     """``config`` with ``rounds`` rounds of each kind: ``2 * rounds`` rounds whose last
     ``rounds`` are the tail phase (``key``), set as ``--set`` would set them."""
-    from raysim.config import apply_overrides, parse_config
+    from raysim.config import with_overrides
 
-    return parse_config(apply_overrides(config.model_dump(mode="json"),
-                                        [f"training.rounds={2 * rounds}", f"{key}={rounds}"]))
+    return with_overrides(config, [f"training.rounds={2 * rounds}", f"{key}={rounds}"])
 
 
 def own_value(extrapolation: Extrapolation, config: ExperimentConfig) -> float | None:
@@ -471,8 +470,7 @@ def describe(estimate: Estimate, machine: str,
     if phased_costs:
         lines.append("phases: a method whose last rounds are of another kind was probed for "
                      f"{phased_costs[0].probe.rounds // 2} rounds of each kind; its seconds per "
-                     "round are their mean "
-                     "over the config's rounds:")
+                     "round are their mean over the config's rounds:")
         lines += [f"  {cost.label or '(config)'}: {cost.probe.phases}" for cost in phased_costs]
     for label, reason in estimate.refused.items():
         lines.append(f"not in the projection: {label or '(config)'}, whose probe could not run "

@@ -69,11 +69,10 @@ class Extrapolation:
     def at(self, config: ExperimentConfig, value: float) -> ExperimentConfig:
         """``config`` with the key set to ``value``, as ``--set KEY=VALUE`` would set it (and
         validated as that would be)."""
-        from raysim.config import apply_overrides, parse_config
+        from raysim.config import with_overrides
 
         text = str(int(value)) if float(value).is_integer() else repr(float(value))
-        return parse_config(apply_overrides(config.model_dump(mode="json"),
-                                            [f"{self.key}={text}"]))
+        return with_overrides(config, [f"{self.key}={text}"])
 
     def extend(self, at_low: float, at_high: float, own: float) -> float:
         """Seconds at the config's ``own`` value from those measured at LOW and HIGH: the line

@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 import ray
 import torch
+from torch import nn
 
 from raysim.algorithms.base import Algorithm, RunContext
 from raysim.data.partition import Partition
@@ -258,6 +259,7 @@ class ClientWorker:
         (``pooled_val_``)."""
         info, rows = self.run_setup.context.info, []
         test_x, test_y = self.arrays["test_x"], self.arrays["test_y"]
+        train_x, train_y = self.arrays["train_x"], self.arrays["train_y"]
         for client in clients:
             weights = self.algorithm.personal_weights(self.client_states.get(client))
             if weights is None:
@@ -265,32 +267,26 @@ class ClientWorker:
             model = self.runtime.client_model(client)
             set_weights(model, weights)
 
-            def transform(x: torch.Tensor, client: int = client) -> torch.Tensor:
-                return self.runtime.client_inputs(client, x)
+            def scores(prefix: str, x: np.ndarray, y: np.ndarray, model: nn.Module = model,
+                       client: int = client) -> dict[str, float]:
+                """The model's metrics on (x, y), each key prefixed."""
+                probabilities = predict_proba(
+                    model, x, info, self.run_setup.eval_batch_size, self.device,
+                    lambda inputs: self.runtime.client_inputs(client, inputs))
+                return {f"{prefix}{k}": v for k, v in classification_metrics(y, probabilities).items()}
 
             share = self.run_setup.partition.test[client]
-            own = classification_metrics(
-                test_y[share], predict_proba(model, test_x[share], info,
-                                             self.run_setup.eval_batch_size, self.device, transform))
-            pooled = classification_metrics(
-                test_y, predict_proba(model, test_x, info, self.run_setup.eval_batch_size,
-                                      self.device, transform))
             described = ({"architecture": self.runtime.architecture(client).name}  # type: ignore[attr-defined]
                          if self.run_setup.context.architectures else {})
             validation = self.run_setup.partition.validation
             if validation is not None and len(validation[client]):
                 held = validation[client]
-                described.update({f"val_{k}": v for k, v in classification_metrics(
-                    self.arrays["train_y"][held],
-                    predict_proba(model, self.arrays["train_x"][held], info,
-                                  self.run_setup.eval_batch_size, self.device, transform)).items()})
+                described.update(scores("val_", train_x[held], train_y[held]))
             pooled_validation = self.run_setup.validation_index
             if pooled_validation is not None and len(pooled_validation):
-                described.update({f"pooled_val_{k}": v for k, v in classification_metrics(
-                    self.arrays["train_y"][pooled_validation],
-                    predict_proba(model, self.arrays["train_x"][pooled_validation], info,
-                                  self.run_setup.eval_batch_size, self.device, transform)).items()})
+                described.update(scores("pooled_val_", train_x[pooled_validation],
+                                        train_y[pooled_validation]))
             rows.append({"round": round_, "client": client, **described,
-                         **{f"own_{k}": v for k, v in own.items()},
-                         **{f"global_{k}": v for k, v in pooled.items()}})
+                         **scores("own_", test_x[share], test_y[share]),
+                         **scores("global_", test_x, test_y)})
         return rows
