@@ -121,9 +121,8 @@ class Algorithm(ABC, Generic[ParamsT, StateT]):
     """Why the method cannot train on multi-label data (ChestMNIST), one clause; None: it
     can (its losses and predictions follow the task: per-label BCE, sigmoid scores)."""
     cross_entropy_only: ClassVar[str | None] = None
-    """What the method does with cross-entropy on class labels, one clause after its name, when
-    it is defined with that loss only (a run with another ``training.loss`` is refused); None:
-    it trains with any loss."""
+    """Why the method is defined with cross-entropy on class labels only, one clause naming it
+    (a run with another ``training.loss`` is refused with it); None: it trains with any loss."""
     volume_refusal: ClassVar[str | None] = None
     """Why the method cannot train on 3D volumes (the MedMNIST 3D subsets), one clause; None:
     it can, with a 3D model."""
@@ -180,10 +179,9 @@ class Algorithm(ABC, Generic[ParamsT, StateT]):
         if self.cross_entropy_only and context.training.loss != "cross_entropy":
             from raysim.errors import ConfigError
 
-            name = type(self).__name__
             raise ConfigError(
-                f"{name} {self.cross_entropy_only}; training.loss is {context.training.loss!r}. "
-                f"Set training.loss: cross_entropy for {name}.")
+                f"{self.cross_entropy_only}; training.loss is {context.training.loss!r}. "
+                f"Set training.loss: cross_entropy for {type(self).__name__}.")
 
     # ----- server side (runs on the driver) -----
     def init_server_state(self, initial_weights: Weights) -> StateT:

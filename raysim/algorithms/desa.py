@@ -90,7 +90,7 @@ class DESA(Algorithm[DESAParams, dict[str, Any]]):
 
     params_class: ClassVar[type[StrictModel]] = DESAParams
     cross_entropy_only: ClassVar[str | None] = (
-        "trains with cross-entropy and distils class softmaxes")
+        "DESA trains with cross-entropy and distils class softmaxes")
     personalized: ClassVar[bool] = True
     heterogeneous: ClassVar[bool] = True
     per_client_loop: ClassVar[str | None] = (

@@ -112,7 +112,7 @@ class DFRD(Algorithm[DFRDParams, DFRDState]):
 
     params_class: ClassVar[type[StrictModel]] = DFRDParams
     cross_entropy_only: ClassVar[str | None] = (
-        "trains its generator and distils with class labels and softmax outputs")
+        "DFRD's generator and distillation use class labels and softmax outputs")
     mean_uploads: ClassVar[tuple[str, ...]] = ()  # (its server step reads every client model)
     needs_images: ClassVar[str | None] = "its server's generator produces images"
     privacy_refusal: ClassVar[str] = (

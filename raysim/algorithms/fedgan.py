@@ -56,7 +56,7 @@ class FedGAN(Algorithm[FedGANParams, dict[str, Weights]]):
 
     params_class: ClassVar[type[StrictModel]] = FedGANParams
     cross_entropy_only: ClassVar[str | None] = (
-        "trains its classifier with cross-entropy on generated images of a class")
+        "FedGAN trains its classifier with cross-entropy on generated images of a class")
     per_client_loop: ClassVar[str | None] = (
         "its clients train a GAN beside the classifier")
     needs_images: ClassVar[str | None] = "its generator and discriminator are image networks"

@@ -101,7 +101,7 @@ class FedGen(Algorithm[FedGenParams, FedGenState]):
 
     params_class: ClassVar[type[StrictModel]] = FedGenParams
     cross_entropy_only: ClassVar[str | None] = (
-        "trains its clients and generator with cross-entropy on class labels")
+        "FedGen's clients and generator learn with cross-entropy on class labels")
     mean_uploads: ClassVar[tuple[str, ...]] = ()  # (its server step also trains the generator)
     per_client_loop: ClassVar[str | None] = (
         "its local objective reads the generator's features through each client's classifier")

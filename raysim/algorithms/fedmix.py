@@ -93,7 +93,7 @@ class FedMix(Algorithm[FedMixParams, FedMixState]):
 
     params_class: ClassVar[type[StrictModel]] = FedMixParams
     cross_entropy_only: ClassVar[str | None] = (
-        "learns with cross-entropy against mixed soft labels")
+        "FedMix's loss is cross-entropy against mixed soft labels")
     mean_uploads: ClassVar[tuple[str, ...]] = ()  # (the mashed uploads are no weight update)
     server_optimizers: ClassVar[bool] = False
     bookkeeping_broadcasts: ClassVar[tuple[str, ...]] = ("mashed_from",)
