@@ -97,4 +97,3 @@ def test_at_lambda_one_the_model_learns_from_the_ema_generators_images_alone(dat
     for key, value in distilled(other, state.ema_generator).items():
         np.testing.assert_array_equal(value, base[key])
     assert _different(base, distilled(state.generator, other))
-

@@ -43,6 +43,7 @@ import numpy as np
 from torch import nn
 
 from raysim.algorithms.params import ALGORITHM_PARAMS, PLUGIN_ALGORITHM_PARAMS
+from raysim.errors import ConfigError
 from raysim.schema import StrictModel
 from raysim.training.context import RunContext
 from raysim.training.evaluation import predict_proba
@@ -177,8 +178,6 @@ class Algorithm(ABC, Generic[ParamsT, StateT]):
         self.params: ParamsT = params
         self.context = context
         if self.cross_entropy_only and context.training.loss != "cross_entropy":
-            from raysim.errors import ConfigError
-
             raise ConfigError(
                 f"{self.cross_entropy_only}; training.loss is {context.training.loss!r}. "
                 f"Set training.loss: cross_entropy for {type(self).__name__}.")

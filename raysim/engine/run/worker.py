@@ -257,7 +257,7 @@ class ClientWorker:
         resolution) on its own test share and the global test set, and with a validation split
         on its own validation share (``val_``) and the pooled validation set
         (``pooled_val_``)."""
-        info, rows = self.run_setup.context.info, []
+        rows: list[dict[str, Any]] = []
         test_x, test_y = self.arrays["test_x"], self.arrays["test_y"]
         train_x, train_y = self.arrays["train_x"], self.arrays["train_y"]
         for client in clients:
@@ -266,27 +266,30 @@ class ClientWorker:
                 continue
             model = self.runtime.client_model(client)
             set_weights(model, weights)
-
-            def scores(prefix: str, x: np.ndarray, y: np.ndarray, model: nn.Module = model,
-                       client: int = client) -> dict[str, float]:
-                """The model's metrics on (x, y), each key prefixed."""
-                probabilities = predict_proba(
-                    model, x, info, self.run_setup.eval_batch_size, self.device,
-                    lambda inputs: self.runtime.client_inputs(client, inputs))
-                return {f"{prefix}{k}": v for k, v in classification_metrics(y, probabilities).items()}
-
             share = self.run_setup.partition.test[client]
             described = ({"architecture": self.runtime.architecture(client).name}  # type: ignore[attr-defined]
                          if self.run_setup.context.architectures else {})
             validation = self.run_setup.partition.validation
             if validation is not None and len(validation[client]):
                 held = validation[client]
-                described.update(scores("val_", train_x[held], train_y[held]))
+                described.update(self._client_model_scores(model, client, "val_", train_x[held],
+                                                            train_y[held]))
             pooled_validation = self.run_setup.validation_index
             if pooled_validation is not None and len(pooled_validation):
-                described.update(scores("pooled_val_", train_x[pooled_validation],
-                                        train_y[pooled_validation]))
+                described.update(self._client_model_scores(
+                    model, client, "pooled_val_", train_x[pooled_validation],
+                    train_y[pooled_validation]))
             rows.append({"round": round_, "client": client, **described,
-                         **scores("own_", test_x[share], test_y[share]),
-                         **scores("global_", test_x, test_y)})
+                         **self._client_model_scores(model, client, "own_", test_x[share],
+                                                     test_y[share]),
+                         **self._client_model_scores(model, client, "global_", test_x, test_y)})
         return rows
+
+    def _client_model_scores(self, model: nn.Module, client: int, prefix: str, x: np.ndarray,
+                             y: np.ndarray) -> dict[str, float]:
+        """A client's own model's metrics on (x, y), at the client's input resolution, each key
+        prefixed."""
+        probabilities = predict_proba(
+            model, x, self.run_setup.context.info, self.run_setup.eval_batch_size, self.device,
+            lambda inputs: self.runtime.client_inputs(client, inputs))
+        return {f"{prefix}{k}": v for k, v in classification_metrics(y, probabilities).items()}
