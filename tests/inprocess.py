@@ -73,7 +73,8 @@ def simulate(config: ExperimentConfig, *, fresh_objects: bool = False,
                    len(partition.train), context.architectures, context.downsample),
         ClientData(dataset.train_x, dataset.train_y, partition.train, start),
         torch.device("cpu"), vectorize=config.engine.vectorize,
-        per_client_loop=algorithm_class.per_client_loop)
+        per_client_loop=algorithm_class.per_client_loop,
+        compile_step=config.engine.compile_step)
     num_clients = partition.num_clients
     group_of_client = np.arange(num_clients) // group_size
     groups = int(group_of_client.max()) + 1

@@ -27,7 +27,7 @@ HIDDEN = [64]
 
 
 def _config(clients: int, vectorize: str, algorithm: str = "fedavg",
-            model: dict | None = None) -> Any:
+            model: dict | None = None, compile_step: str = "never") -> Any:
     return parse_config({
         "name": "plane", "dataset": {"name": "breast-cancer"},
         "partition": {"scheme": "iid", "num_clients": clients, "samples_per_client": 4},
@@ -35,7 +35,8 @@ def _config(clients: int, vectorize: str, algorithm: str = "fedavg",
         "algorithm": {"name": algorithm},
         "training": {"rounds": 2, "local_steps": 2, "batch_size": 2,
                      "optimizer": {"name": "sgd", "lr": 0.1, "momentum": 0.5}},
-        "engine": {"vectorize": vectorize, "client_groups": 16}, "seeds": [0]})
+        "engine": {"vectorize": vectorize, "client_groups": 16, "compile_step": compile_step},
+        "seeds": [0]})
 
 
 def _workers(config: Any, num_workers: int, monkeypatch: pytest.MonkeyPatch
@@ -50,7 +51,8 @@ def _workers(config: Any, num_workers: int, monkeypatch: pytest.MonkeyPatch
     setup = WorkerSetup(ALGORITHMS[config.algorithm.name], config.algorithm,
                         run_context(config, dataset, 0, partition.num_clients), arrays,
                         partition, initial_weights(config, dataset, 0), 64, threads=1,
-                        vectorize=config.engine.vectorize)
+                        vectorize=config.engine.vectorize,
+                        compile_step=config.engine.compile_step)
     groups = client_groups(partition.num_clients, config.engine.client_groups)
     owned = assign_groups([float(len(g)) for g in groups], num_workers)
     group_of = np.concatenate([np.full(len(g), i) for i, g in enumerate(groups)])
@@ -97,6 +99,25 @@ def test_one_partial_per_worker_and_the_same_bits_for_1_to_4_workers(monkeypatch
     for other in means[1:]:
         for name in means[0]:
             assert np.array_equal(means[0][name], other[name]), name
+
+
+def test_compiled_steps_are_compiled_before_the_first_round_and_the_same_bits_for_1_or_2_workers(
+        monkeypatch, tmp_path):
+    from torch._dynamo.utils import counters
+
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path))
+    config = _config(8, "always", compile_step="always")
+    means = []
+    for num_workers in (1, 2):
+        workers, worker_of, _ = _workers(config, num_workers, monkeypatch)
+        assert all(w.runtime.compile_step for w in workers)
+        graphs = counters["stats"]["unique_graphs"]
+        message = {"model": workers[0].runtime.initial_weights}
+        root, _ = _round(workers, worker_of, message, 0, np.arange(8))
+        assert counters["stats"]["unique_graphs"] == graphs  # compiled while set up
+        means.append(root.mean())
+    for name in means[0]:
+        assert np.array_equal(means[0][name], means[1][name]), name
 
 
 def test_server_merge_adds_in_place_without_new_arrays():

@@ -120,6 +120,10 @@ GPU_ENGINES = {
     "raysim_vectorized_8x0.125gpu": {"num_workers": 8, "gpus_per_worker": 0.125,
                                      "vectorize": "always"},
     "raysim_loop_1gpu": {"num_workers": 1, "gpus_per_worker": 1.0, "vectorize": "never"},
+    "raysim_compiled_1gpu": {"num_workers": 1, "gpus_per_worker": 1.0, "vectorize": "always",
+                             "compile_step": "always"},
+    "raysim_compiled_4x0.25gpu": {"num_workers": 4, "gpus_per_worker": 0.25,
+                                  "vectorize": "always", "compile_step": "always"},
 }
 """raysim's configurations on a GPU machine, by the label its records carry."""
 CPU_ENGINES = {"raysim_2x1cpu": {"num_workers": 2, "cpus_per_worker": 1}}

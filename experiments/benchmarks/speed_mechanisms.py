@@ -7,6 +7,13 @@ machine; one JSON line per mechanism (``--records FILE`` also appends them there
   1.08 M parameters (hidden 1024 x 1024, the synthetic set, 4 samples and 1 step per client)
   on the per-client loop; milliseconds per client, median over ``--repeats`` alternations,
   and the paired t of the per-repeat ratios.
+- ``compiled_step``: the vectorised path's step compiled with ``torch.compile``
+  (``engine.compile_step: always``, ``raysim/training/compiled_step.py``) against the eager
+  step. In-process, one thread: a worker's local updates of FedAvg's clients (50 of 100
+  sampled per round, 32 synthetic rows each, 1 epoch of batch 8: 4 steps) with an MLP of
+  hidden 32 on the vectorised path; milliseconds per round after every shape was compiled,
+  median over ``--repeats`` alternations, and the paired t of the per-repeat ratios. The
+  compile time (each (clients, batch) shape once per process) is reported beside it.
 - ``prestart``: a local Ray starting only the worker processes the first runs use
   (``raysim/engine/launch/ray_internals.py``, ``prestarting``) against Ray's default of one per
   CPU, where each process imports torch and the engine. ``raysim run experiments/quickstart.yaml``
@@ -23,7 +30,7 @@ machine; one JSON line per mechanism (``--records FILE`` also appends them there
   three answer; seconds until they do, medians over ``--repeats`` alternations.
 
     python experiments/benchmarks/speed_mechanisms.py [--repeats 5] [--cpus 16] [--records FILE]
-        [--only first_step|prestart|head_services]
+        [--only first_step|compiled_step|prestart|head_services]
 """
 
 from __future__ import annotations
@@ -80,6 +87,43 @@ def first_step(repeats: int, rounds: int = 20) -> dict[str, Any]:
     return {"mechanism": "first_step", "what": "ms per client, MLP 1.08 M parameters, 1 step",
             "on": round(statistics.median(on), 3), "off": round(statistics.median(off), 3),
             "repeats": repeats, **paired_ratios(on, off)}
+
+
+def compiled_step(repeats: int, rounds: int = 10) -> dict[str, Any]:
+    """Milliseconds per round of a worker's vectorised local updates with the step compiled
+    and eager (see the module docstring)."""
+    import torch
+    from per_client_overhead import Worker
+
+    torch.set_num_threads(1)
+    raw = {"name": "compiled-step", "dataset": {"name": "synthetic"},
+           "partition": {"scheme": "iid", "num_clients": 100, "samples_per_client": 32},
+           "model": {"name": "mlp", "hidden": [32]}, "algorithm": {"name": "fedavg"},
+           "training": {"rounds": rounds, "local_epochs": 1, "batch_size": 8,
+                        "clients_per_round": 100, "optimizer": {"name": "sgd", "lr": 0.05,
+                                                                "momentum": 0.9}},
+           "seeds": [0], "engine": {"vectorize": "always"}}
+    worker = Worker(raw, vectorize="always")
+
+    def timed(enabled: bool) -> float:
+        worker.runtime.compile_step = enabled
+        started = time.perf_counter()
+        for round_ in range(rounds):
+            worker.raysim(round_)
+        return (time.perf_counter() - started) * 1000 / rounds
+
+    started = time.perf_counter()
+    worker.runtime.compile_step = True
+    worker.runtime.warm_compiled_step(worker.clients)
+    compile_s = time.perf_counter() - started
+    timed(False)  # warm-up of the eager step
+    on, off = [], []
+    for _ in range(repeats):
+        on.append(timed(True))
+        off.append(timed(False))
+    return {"mechanism": "compiled_step", "what": "ms per round, 50 clients x 4 steps, MLP 32",
+            "on": round(statistics.median(on), 3), "off": round(statistics.median(off), 3),
+            "compile_s": round(compile_s, 1), "repeats": repeats, **paired_ratios(on, off)}
 
 
 _COMMAND = """
@@ -174,7 +218,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--cpus", type=int, default=16)
-    parser.add_argument("--only", choices=["first_step", "prestart", "head_services"])
+    parser.add_argument("--only", choices=["first_step", "compiled_step", "prestart",
+                                           "head_services"])
     parser.add_argument("--records", help="append the rows to this JSON-lines file (e.g. "
                         "records/speed_mechanisms_<device>_<commit>.jsonl)")
     args = parser.parse_args()
@@ -182,6 +227,8 @@ def main() -> None:
     rows = []
     if args.only in (None, "first_step"):
         rows.append(first_step(args.repeats))
+    if args.only in (None, "compiled_step"):
+        rows.append(compiled_step(args.repeats))
     if args.only in (None, "prestart"):
         rows.append(prestart(args.repeats, args.cpus))
     if args.only in (None, "head_services"):

@@ -64,6 +64,7 @@ def run_spec(config: ExperimentConfig, dataset: ArrayDataset, partition: Partiti
                         initial_weights(config, dataset, seed), config.evaluation.batch_size,
                         threads=max(1, math.floor(config.engine.cpus_per_worker)),
                         vectorize=config.engine.vectorize,
+                        compile_step=config.engine.compile_step,
                         per_client_loop=algorithm_class.per_client_loop,
                         test_sources=sources,
                         membership_audit=config.evaluation.membership_audit,

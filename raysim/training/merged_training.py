@@ -49,6 +49,8 @@ class VectorizedJob:
     prox: Proximal | None = None
     loss: str = "cross_entropy"
     """``training.loss``."""
+    compile_step: bool = False
+    """Each step from the compiled step (``engine.compile_step``)."""
 
     def merge_key(self) -> tuple[Any, ...] | None:
         """Jobs with equal keys can share one call; None: this job trains alone (a proximal
@@ -58,7 +60,7 @@ class VectorizedJob:
         layout = tuple((name, tuple(t.shape)) for name, t in
                        [*self.model.named_parameters(), *self.model.named_buffers()])
         return (repr(self.model), layout,
-                self.optimizer.model_dump_json(), self.loss,
+                self.optimizer.model_dump_json(), self.loss, self.compile_step,
                 all(m is not None for m in self.momentum),
                 tuple(self.inputs.shape[1:]), str(self.inputs.dtype), str(self.inputs.device),
                 tuple(step.shape[1] for step in self.plan))
@@ -66,7 +68,8 @@ class VectorizedJob:
     def train(self) -> JobResult:
         """Train this job's clients alone."""
         return train_vectorized(self.model, self.weights, self.momentum, self.inputs,
-                                self.targets, self.plan, self.optimizer, self.prox, self.loss)
+                                self.targets, self.plan, self.optimizer, self.prox, self.loss,
+                                self.compile_step)
 
 
 def train_jobs(jobs: Sequence[VectorizedJob]) -> list[JobResult]:
@@ -96,7 +99,7 @@ def train_merged(jobs: Sequence[VectorizedJob], keys: Sequence[Any] | None = Non
             [m for job in merged for m in job.momentum],
             torch.cat([job.inputs for job in merged]), torch.cat([job.targets for job in merged]),
             [np.concatenate([job.plan[step] for job in merged]) for step in range(steps)],
-            merged[0].optimizer, loss=merged[0].loss)
+            merged[0].optimizer, loss=merged[0].loss, compile_step=merged[0].compile_step)
         start = 0
         for i in members:
             stop = start + len(jobs[i].weights)

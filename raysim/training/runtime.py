@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, cast
@@ -15,6 +16,7 @@ from raysim.data.dataset import DataInfo, to_tensor
 from raysim.models import build_model
 from raysim.schema import OptimizerConfig, StrictModel
 from raysim.seeding import client_keys, seed_sequence, torch_generator
+from raysim.training.compiled_step import warm_shapes
 from raysim.training.context import ClientData, RunContext
 from raysim.training.first_step import FirstStepFromStart
 from raysim.training.losses import loss_function, training_loss
@@ -216,7 +218,8 @@ class ClientRuntime:
     """
 
     def __init__(self, context: RunContext, data: ClientData, device: torch.device,
-                 vectorize: str = "auto", per_client_loop: str | None = None):
+                 vectorize: str = "auto", per_client_loop: str | None = None,
+                 compile_step: str = "never"):
         self.context = context
         self.seed = context.seed
         self.info = context.info
@@ -248,6 +251,11 @@ class ClientRuntime:
         else:
             self.path, self.path_reason = choose_path(self.model, self.training.optimizer,
                                                       device, vectorize)
+        self.compile_step = compile_step == "always" and self.path == VECTORIZED
+        """The vectorised path's steps are compiled (``engine.compile_step``)."""
+        if compile_step == "always":
+            self.path_reason += ("; its step compiled (engine.compile_step)" if self.compile_step
+                                 else "; engine.compile_step applies to the vectorised path only")
         if self.path == VECTORIZED:  # torch.func's batched weights keep the default layout
             self.memory_format = "contiguous"
             for model in self._models.values():
@@ -403,10 +411,36 @@ class ClientRuntime:
         (the broadcast) converted once."""
         return convert_once(weights, lambda w: on_device(w, self.device))
 
+    def warm_compiled_step(self, clients: Sequence[int]) -> None:
+        """Compile the step for the shapes of a round in which all of ``clients`` (the
+        worker's) train from the initial model, so that the first rounds do not pay for it;
+        nothing is kept but the compiled code. No-op unless the steps are compiled."""
+        if not self.compile_step or not len(clients):
+            return
+        starts = [self.client_initial_weights(c) for c in clients]
+        _, jobs = self._vectorized_jobs(clients, 0, self.on_device(starts), [None] * len(clients),
+                                        None, 1)
+        for job in jobs:
+            dataclasses.replace(job, plan=warm_shapes(job.plan)).train()
+
     def _train_vectorized(self, clients: Sequence[int], round_: int, weights: Sequence[Weights],
                           optimizer_states: Sequence[Any], prox: Proximal | None,
                           steps_scale: int) -> list[tuple[Weights, TrainOutcome]]:
-        weights = self.on_device(weights)
+        groups, jobs = self._vectorized_jobs(clients, round_, self.on_device(weights),
+                                             optimizer_states, prox, steps_scale)
+        results: dict[int, tuple[Weights, TrainOutcome]] = {}
+        for (positions, size, taken), (new_weights, new_momentum, losses) in zip(
+                groups, self.job_trainer(jobs), strict=True):
+            for k, (i, loss) in enumerate(zip(positions, losses.tolist(), strict=True)):
+                outcome = TrainOutcome(loss, size, taken, {"momentum": new_momentum[k]})
+                results[i] = (cast(Weights, new_weights[k]), outcome)  # a Weights mapping
+        return [results[i] for i in range(len(clients))]
+
+    def _vectorized_jobs(self, clients: Sequence[int], round_: int,
+                         weights: Sequence[FlatWeights], optimizer_states: Sequence[Any],
+                         prox: Proximal | None, steps_scale: int
+                         ) -> tuple[list[tuple[list[int], int, int]], list[VectorizedJob]]:
+        """One job per client size: (positions in ``clients``, size, steps) and the job."""
         steps = self._local_steps(steps_scale)
         groups: list[tuple[list[int], int, int]] = []
         jobs: list[VectorizedJob] = []
@@ -424,14 +458,9 @@ class ClientRuntime:
             jobs.append(VectorizedJob(self.model, [weights[i] for i in members.tolist()],
                                       momentum, inputs, targets, plan, self.training.optimizer,
                                       prox,
-                                      training_loss(self.training.loss, self.info.multi_label)))
-        results: dict[int, tuple[Weights, TrainOutcome]] = {}
-        for (positions, size, taken), (new_weights, new_momentum, losses) in zip(
-                groups, self.job_trainer(jobs), strict=True):
-            for k, (i, loss) in enumerate(zip(positions, losses.tolist(), strict=True)):
-                outcome = TrainOutcome(loss, size, taken, {"momentum": new_momentum[k]})
-                results[i] = (cast(Weights, new_weights[k]), outcome)  # a Weights mapping
-        return [results[i] for i in range(len(clients))]
+                                      training_loss(self.training.loss, self.info.multi_label),
+                                      self.compile_step))
+        return groups, jobs
 
     def train(self, model: nn.Module, client: int, round_: int, *,
               regularizer: Callable[[], torch.Tensor] | None = None,

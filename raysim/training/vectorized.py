@@ -17,6 +17,7 @@ from torch import nn
 from torch.func import functional_call, grad_and_value, vmap
 
 from raysim.schema import OptimizerConfig
+from raysim.training.compiled_step import StepFunction, compiled_step, padded_count
 from raysim.training.losses import loss_function
 from raysim.vectors.weights import (
     FlatWeights,
@@ -73,6 +74,7 @@ def train_vectorized(
     optimizer: OptimizerConfig,
     prox: Proximal | None = None,
     loss: str = "cross_entropy",
+    compile_step: bool = False,
 ) -> tuple[list[FlatWeights], list[torch.Tensor | None], np.ndarray]:
     """Run the SGD steps of ``plan`` for all clients at once.
 
@@ -82,10 +84,21 @@ def train_vectorized(
     no dampening, weight decay) step for step. Clients that share one start (the broadcast)
     are expanded from it on the device. Returns the new weights (FlatWeights whose vectors are
     row views of the matrix, on the device), flat momentum buffers (device rows) and each
-    client's sample-weighted mean training loss.
+    client's sample-weighted mean training loss. ``compile_step``: each step's gradients
+    come from the compiled step (:mod:`raysim.training.compiled_step`).
     """
+    count = len(weights)
+    if compile_step and padded_count(count) != count:
+        # the last client's row repeated up to a compiled shape; the extra rows are dropped
+        extra = padded_count(count) - count
+        new_weights, new_momentum, losses = train_vectorized(
+            model, [*weights, *[weights[-1]] * extra], [*momentum, *[momentum[-1]] * extra],
+            torch.cat([inputs, inputs[-1:].expand(extra, *inputs.shape[1:])]),
+            torch.cat([targets, targets[-1:].expand(extra, *targets.shape[1:])]),
+            [np.concatenate([step, np.repeat(step[-1:], extra, axis=0)]) for step in plan],
+            optimizer, prox, loss, compile_step)
+        return new_weights[:count], new_momentum[:count], losses[:count]
     device = inputs.device
-    count = inputs.shape[0]
     param_names = [name for name, _ in model.named_parameters()]
     float_buffers = [(n, b) for n, b in model.named_buffers() if b.dtype == torch.float32]
     layout: Layout = tuple((name, tuple(t.shape)) for name, t in
@@ -110,26 +123,21 @@ def train_vectorized(
         velocity = _stack_rows([as_tensor(m).to(device) for m in momentum if m is not None])
     anchor, anchor_dim = _anchor(prox, param_names, device)
     mu = prox[1] if prox is not None else 0.0
-    loss_fn = loss_function(loss)
 
-    def client_loss(p: dict, b: dict, x: torch.Tensor, y: torch.Tensor,
-                    a: dict[str, torch.Tensor] | None) -> tuple:
-        data_loss = loss_fn(functional_call(model, (p, b), (x,)), y)
-        total = data_loss
-        if a is not None:
-            total = total + 0.5 * mu * sum(((p[n] - a[n]) ** 2).sum() for n in param_names)
-        return total, data_loss
+    def build() -> StepFunction:
+        return batched_step(model, param_names, loss, mu, anchor_dim)
 
-    step_fn = vmap(grad_and_value(client_loss, has_aux=True), in_dims=(0, 0, 0, 0, anchor_dim))
+    step = compiled_step(model, (tuple(param_names), loss, mu, anchor is None), build,
+                         device) if compile_step else build()
     loss_sum = torch.zeros(count, device=device)
     seen = 0
     model.train()
     for positions, (x, y) in zip(plan, step_rows(inputs, targets, plan), strict=True):
-        grads, (_, data_loss) = step_fn(params, buffers, x, y, anchor)
+        gradients, data_loss = step(params, buffers, x, y, anchor)
         loss_sum += data_loss.detach() * positions.shape[1]
         seen += positions.shape[1]
         with torch.no_grad():
-            update = torch.cat([grads[n].reshape(count, -1) for n in param_names], dim=1)
+            update = gradients
             if optimizer.weight_decay:
                 update = update + optimizer.weight_decay * theta[:, :num_params]
             if use_momentum:
@@ -145,6 +153,34 @@ def train_vectorized(
                    for i in range(count)]
     new_momentum = [velocity[i] if velocity is not None else None for i in range(count)]
     return new_weights, new_momentum, (loss_sum / max(seen, 1)).cpu().numpy()
+
+
+def batched_step(model: nn.Module, param_names: Sequence[str], loss: str, mu: float,
+                 anchor_dim: int | None) -> StepFunction:
+    """One SGD step's work for every client: ``(params, buffers, inputs, targets, anchor) ->
+    (gradients as (clients, parameters) rows, each client's data loss)``, each client's loss
+    its data loss plus ``mu / 2 ||p - anchor||^2`` when there is an anchor. BatchNorm's
+    running statistics in ``buffers`` are updated in place."""
+    loss_fn = loss_function(loss)
+
+    def client_loss(p: dict, b: dict, x: torch.Tensor, y: torch.Tensor,
+                    a: dict[str, torch.Tensor] | None) -> tuple:
+        data_loss = loss_fn(functional_call(model, (p, b), (x,)), y)
+        total = data_loss
+        if a is not None:
+            total = total + 0.5 * mu * sum(((p[n] - a[n]) ** 2).sum() for n in param_names)
+        return total, data_loss
+
+    gradient_and_loss = vmap(grad_and_value(client_loss, has_aux=True),
+                             in_dims=(0, 0, 0, 0, anchor_dim))
+
+    def step(params: dict, buffers: dict, x: torch.Tensor, y: torch.Tensor,
+             anchor: dict[str, torch.Tensor] | None) -> tuple[torch.Tensor, torch.Tensor]:
+        grads, (_, data_loss) = gradient_and_loss(params, buffers, x, y, anchor)
+        count = x.shape[0]
+        return torch.cat([grads[n].reshape(count, -1) for n in param_names], dim=1), data_loss
+
+    return step
 
 
 def step_rows(inputs: torch.Tensor, targets: torch.Tensor, plan: Sequence[np.ndarray]

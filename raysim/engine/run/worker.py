@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -48,6 +49,8 @@ class WorkerSetup:
     eval_batch_size: int
     threads: int
     vectorize: str = "auto"
+    compile_step: str = "never"
+    """``engine.compile_step``."""
     per_client_loop: str | None = None
     """Why the method always trains on the per-client path (``Algorithm.per_client_loop``)."""
     test_sources: np.ndarray | None = None
@@ -102,7 +105,8 @@ class ClientWorker:
         self.runtime = ClientRuntime(
             context, ClientData(self.arrays["train_x"], self.arrays["train_y"],
                                 setup.partition.train, setup.initial_weights),
-            self.device, vectorize=setup.vectorize, per_client_loop=setup.per_client_loop)
+            self.device, vectorize=setup.vectorize, per_client_loop=setup.per_client_loop,
+            compile_step=setup.compile_step)
         with gpu_memory_errors(self.gpu_share, index, "while warming up"):
             warm_up(self.runtime.model, context.info, context.training.optimizer, self.device)
         freeze_imported_objects()  # torch's first training imported the rest of what it needs
@@ -156,15 +160,24 @@ class ClientWorker:
             return {**where, "configured": False}
         return {**where, "device": str(self.device), "training_path": self.runtime.path,
                 "training_path_reason": self.runtime.path_reason,
+                "compiled_step": self.runtime.compile_step,
                 **(self.gpu_share.describe() if self.gpu_share else {})}
 
     def set_groups(self, clients: np.ndarray, groups: np.ndarray) -> dict[str, object]:
         """The fixed client group of each client this worker holds (a contiguous range of
         groups: the worker merges them into subtrees of the fixed reduction tree); their
-        training rows go onto the worker's device for the run. Returns where the data lives."""
+        training rows go onto the worker's device for the run, and a compiled step is compiled
+        for their shapes. Returns where the data lives."""
         gpu_cap = self.gpu_share.cap_bytes if self.gpu_share else None
         self.run_work.set_groups(clients, groups, state_cap_bytes(self.device, gpu_cap))
-        return self.runtime.keep_rows_on_device(clients.tolist(), data_cap_bytes(self.device, gpu_cap))
+        where = self.runtime.keep_rows_on_device(clients.tolist(),
+                                                 data_cap_bytes(self.device, gpu_cap))
+        if self.runtime.compile_step:
+            started = time.perf_counter()
+            with gpu_memory_errors(self.gpu_share, self.index, "while compiling the step"):
+                self.runtime.warm_compiled_step(clients.tolist())
+            where["step_compile_s"] = round(time.perf_counter() - started, 2)
+        return where
 
     def run_round(self, round_: int, message: dict[str, Any], clients: np.ndarray,
                   incoming: list[ray.ObjectRef] | None = None,

@@ -1,0 +1,93 @@
+"""The vectorised path's step compiled with ``torch.compile`` (``engine.compile_step``).
+
+One step of :func:`~raysim.training.vectorized.train_vectorized` is every client's gradient
+and loss from one batched ``torch.func`` call, which eager PyTorch runs as dozens of small
+kernels launched one by one from Python. Compiled, the step's elementwise work is fused into
+a few kernels and, on a GPU (mode ``reduce-overhead``), the whole step is replayed as one CUDA
+graph.
+
+Shapes are static: each (clients, batch) shape a worker meets compiles once per process
+(seconds on a CPU; :func:`warm_shapes` lists those of a round where all the worker's clients
+train, compiled before the first round). A call's clients are padded to the next of a few
+counts (:func:`padded_count`: 2, 3, 4, 6, 8, 12, ...; fewer than half more rows), so that
+client sampling, which gives a worker another number of clients every round, compiles a
+handful of shapes, not one per count. Every client is one row of the batched call and no row
+reads another, so a client's result does not depend on how many clients share its call: the
+same bits with 1 worker or many, as on the eager path (tested; one row alone compiles to other
+kernels than many, hence no count below 2). The compiled arithmetic is fused differently from
+the eager one, so the two agree to float32 rounding, not to the bit (tested within a stated
+tolerance): a run's numbers depend on this setting.
+"""
+
+from __future__ import annotations
+
+import weakref
+from collections.abc import Callable, Hashable, Sequence
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+StepFunction = Callable[..., tuple[torch.Tensor, torch.Tensor]]
+"""(params, buffers, inputs, targets, anchor) -> ((clients, parameters) gradients, (clients,)
+data losses)."""
+
+SHAPE_LIMIT = 256
+"""Compiled shapes per step function before raysim stops with an error. torch's own limit (8)
+would fall back to the eager step without a word, and a fallback changes the numbers."""
+
+_compiled: weakref.WeakKeyDictionary[nn.Module, dict[Hashable, StepFunction]] = (
+    weakref.WeakKeyDictionary())
+
+
+def compiled_step(model: nn.Module, key: Hashable, build: Callable[[], StepFunction],
+                  device: torch.device) -> StepFunction:
+    """The compiled form of the step ``build`` makes for ``model`` (``key``: what else the
+    step closes over, e.g. the loss and the proximal weight), compiled once per model and key
+    and kept while the model lives."""
+    steps = _compiled.setdefault(model, {})
+    if key not in steps:
+        steps[key] = _compile(build(), device)
+    return steps[key]
+
+
+def _compile(step: StepFunction, device: torch.device) -> StepFunction:
+    import torch._dynamo
+    import torch._inductor.config
+
+    # one process compiles: no pool of compile workers left behind the run's processes
+    torch._inductor.config.compile_threads = 1
+    on_gpu = device.type == "cuda"
+    compiled = torch.compile(step, fullgraph=True, dynamic=False,
+                             mode="reduce-overhead" if on_gpu else None)
+
+    def run(*args: Any) -> tuple[torch.Tensor, torch.Tensor]:
+        if on_gpu:  # the graph's outputs of the previous step are read already
+            torch.compiler.cudagraph_mark_step_begin()
+        with torch._dynamo.config.patch(recompile_limit=SHAPE_LIMIT,
+                                        accumulated_recompile_limit=SHAPE_LIMIT,
+                                        fail_on_recompile_limit_hit=True):
+            return compiled(*args)  # type: ignore[no-any-return]
+
+    return run
+
+
+def padded_count(count: int) -> int:
+    """The rows a compiled call of ``count`` clients trains: the least of 2, 3, 4, 6, 8, 12,
+    16, 24, ... (powers of two and one and a half times them) that holds them."""
+    size = 2
+    while True:
+        for candidate in (size, size * 3 // 2):
+            if candidate >= count:
+                return candidate
+        size *= 2
+
+
+def warm_shapes(plan: Sequence[np.ndarray]) -> list[np.ndarray]:
+    """One step of ``plan`` for each distinct batch width, in order of first use: training
+    them once compiles every shape the plan's job meets."""
+    widths: dict[int, np.ndarray] = {}
+    for positions in plan:
+        widths.setdefault(positions.shape[1], positions)
+    return list(widths.values())
