@@ -13,7 +13,8 @@ machine; one JSON line per mechanism (``--records FILE`` also appends them there
   sampled per round, 32 synthetic rows each, 1 epoch of batch 8: 4 steps) with an MLP of
   hidden 32 on the vectorised path; milliseconds per round after every shape was compiled,
   median over ``--repeats`` alternations, and the paired t of the per-repeat ratios. The
-  compile time (each (clients, batch) shape once per process) is reported beside it.
+  compile time (each (clients, batch) shape once per process, from an empty kernel cache) is
+  reported beside it.
 - ``prestart``: a local Ray starting only the worker processes the first runs use
   (``raysim/engine/launch/ray_internals.py``, ``prestarting``) against Ray's default of one per
   CPU, where each process imports torch and the engine. ``raysim run experiments/quickstart.yaml``
@@ -92,6 +93,8 @@ def first_step(repeats: int, rounds: int = 20) -> dict[str, Any]:
 def compiled_step(repeats: int, rounds: int = 10) -> dict[str, Any]:
     """Milliseconds per round of a worker's vectorised local updates with the step compiled
     and eager (see the module docstring)."""
+    import os
+
     import torch
     from per_client_overhead import Worker
 
@@ -112,15 +115,17 @@ def compiled_step(repeats: int, rounds: int = 10) -> dict[str, Any]:
             worker.raysim(round_)
         return (time.perf_counter() - started) * 1000 / rounds
 
-    started = time.perf_counter()
-    worker.runtime.compile_step = True
-    worker.runtime.warm_compiled_step(worker.clients)
-    compile_s = time.perf_counter() - started
-    timed(False)  # warm-up of the eager step
-    on, off = [], []
-    for _ in range(repeats):
-        on.append(timed(True))
-        off.append(timed(False))
+    with tempfile.TemporaryDirectory(prefix="compiled-step-") as cache:
+        os.environ["TORCHINDUCTOR_CACHE_DIR"] = cache  # a cold compile: no earlier kernels
+        started = time.perf_counter()
+        worker.runtime.compile_step = True
+        worker.runtime.warm_compiled_step(worker.clients)
+        compile_s = time.perf_counter() - started
+        timed(False)  # warm-up of the eager step
+        on, off = [], []
+        for _ in range(repeats):
+            on.append(timed(True))
+            off.append(timed(False))
     return {"mechanism": "compiled_step", "what": "ms per round, 50 clients x 4 steps, MLP 32",
             "on": round(statistics.median(on), 3), "off": round(statistics.median(off), 3),
             "compile_s": round(compile_s, 1), "repeats": repeats, **paired_ratios(on, off)}
