@@ -11,7 +11,7 @@ from torch import nn
 from torch._dynamo.utils import counters
 
 from raysim.schema import OptimizerConfig
-from raysim.training.compiled_step import padded_count, warm_shapes
+from raysim.training.compiled_step import likely_counts, padded_count, warm_shapes
 from raysim.training.vectorized import train_vectorized
 from raysim.vectors.weights import get_weights
 
@@ -100,3 +100,13 @@ def test_a_call_is_padded_to_a_few_client_counts_of_less_than_half_more_rows():
                                    384, 512, 768, 1024]
     assert all(count <= padded < max(3, 1.5 * count)
                for count, padded in enumerate(counts, start=1))
+
+
+def test_a_worker_compiles_the_padded_sizes_of_99_percent_of_its_sampled_rounds():
+    assert likely_counts(8, 8, 8) == [8]  # every client trains: one count
+    assert likely_counts(1000, 1000, 50) == [50]  # a worker holding every client
+    counts = likely_counts(250, 1000, 50)  # one of four workers, 50 of 1,000 per round
+    sizes = [padded_count(count) for count in counts]
+    assert len(set(sizes)) == len(sizes) > 1
+    draws = np.random.default_rng(7).hypergeometric(250, 750, 50, 20_000)
+    assert np.mean([padded_count(int(d)) in sizes for d in draws]) >= 0.99

@@ -7,16 +7,17 @@ a few kernels and, on a GPU (mode ``reduce-overhead``), the whole step is replay
 graph.
 
 Shapes are static: each (clients, batch) shape a worker meets compiles once per process
-(seconds on a CPU; :func:`warm_shapes` lists those of a round where all the worker's clients
-train, compiled before the first round). A call's clients are padded to the next of a few
-counts (:func:`padded_count`: 2, 3, 4, 6, 8, 12, ...; fewer than half more rows), so that
-client sampling, which gives a worker another number of clients every round, compiles a
-handful of shapes, not one per count. Every client is one row of the batched call and no row
-reads another, so a client's result does not depend on how many clients share its call: the
-same bits with 1 worker or many, as on the eager path (tested; one row alone compiles to other
-kernels than many, hence no count below 2). The compiled arithmetic is fused differently from
-the eager one, so the two agree to float32 rounding, not to the bit (tested within a stated
-tolerance): a run's numbers depend on this setting.
+(seconds on a CPU). A call's clients are padded to the next of a few counts
+(:func:`padded_count`: 2, 3, 4, 6, 8, 12, ...; fewer than half more rows), so that client
+sampling, which gives a worker another number of clients every round, compiles a handful of
+shapes, not one per count; before the first round each worker compiles those its rounds are
+likely to meet (:func:`likely_counts`, :func:`warm_shapes`), a rarer one compiles when met.
+Every client is one row of the batched call and no row reads another, so a client's result
+does not depend on how many clients share its call: the same bits with 1 worker or many, as on
+the eager path (tested; one row alone compiles to other kernels than many, hence no count
+below 2). The compiled arithmetic is fused differently from the eager one, so the two agree to
+float32 rounding, not to the bit (tested within a stated tolerance): a run's numbers depend on
+this setting.
 """
 
 from __future__ import annotations
@@ -82,6 +83,22 @@ def padded_count(count: int) -> int:
             if candidate >= count:
                 return candidate
         size *= 2
+
+
+def likely_counts(held: int, num_clients: int, per_round: int, draws: int = 4096
+                  ) -> list[int]:
+    """Client counts, one for each padded size (:func:`padded_count`), that cover 99 % of the
+    rounds of a worker holding ``held`` of ``num_clients`` clients when ``per_round`` are drawn
+    uniformly (the 0.5 % to 99.5 % quantiles of the hypergeometric count, from ``draws``
+    seeded draws); all of them when every client trains."""
+    if per_round >= num_clients:
+        return [held]
+    counts = np.random.default_rng(0).hypergeometric(held, num_clients - held, per_round, draws)
+    low, high = np.quantile(counts, [0.005, 0.995])
+    chosen: dict[int, int] = {}
+    for count in range(max(1, int(low)), int(high) + 1):
+        chosen.setdefault(padded_count(count), count)
+    return sorted(chosen.values())
 
 
 def warm_shapes(plan: Sequence[np.ndarray]) -> list[np.ndarray]:

@@ -16,7 +16,7 @@ from raysim.data.dataset import DataInfo, to_tensor
 from raysim.models import build_model
 from raysim.schema import OptimizerConfig, StrictModel
 from raysim.seeding import client_keys, seed_sequence, torch_generator
-from raysim.training.compiled_step import warm_shapes
+from raysim.training.compiled_step import likely_counts, warm_shapes
 from raysim.training.context import ClientData, RunContext
 from raysim.training.first_step import FirstStepFromStart
 from raysim.training.losses import loss_function, training_loss
@@ -412,16 +412,22 @@ class ClientRuntime:
         return convert_once(weights, lambda w: on_device(w, self.device))
 
     def warm_compiled_step(self, clients: Sequence[int]) -> None:
-        """Compile the step for the shapes of a round in which all of ``clients`` (the
-        worker's) train from the initial model, so that the first rounds do not pay for it;
+        """Compile the step for the shapes the rounds of ``clients`` (the worker's) are likely
+        to meet under uniform sampling (:func:`likely_counts` of each local-data size), by
+        training them once from the initial model, so that the first rounds do not pay for it;
         nothing is kept but the compiled code. No-op unless the steps are compiled."""
         if not self.compile_step or not len(clients):
             return
-        starts = [self.client_initial_weights(c) for c in clients]
-        _, jobs = self._vectorized_jobs(clients, 0, self.on_device(starts), [None] * len(clients),
-                                        None, 1)
+        starts = self.on_device([self.client_initial_weights(c) for c in clients])
+        _, jobs = self._vectorized_jobs(clients, 0, starts, [None] * len(clients), None, 1)
         for job in jobs:
-            dataclasses.replace(job, plan=warm_shapes(job.plan)).train()
+            held = len(job.weights)
+            for count in likely_counts(held, self.context.num_clients,
+                                       self.context.clients_per_round):
+                dataclasses.replace(
+                    job, weights=job.weights[:count], momentum=job.momentum[:count],
+                    inputs=job.inputs[:count], targets=job.targets[:count],
+                    plan=[step[:count] for step in warm_shapes(job.plan)]).train()
 
     def _train_vectorized(self, clients: Sequence[int], round_: int, weights: Sequence[Weights],
                           optimizer_states: Sequence[Any], prox: Proximal | None,
