@@ -389,7 +389,7 @@ class EngineConfig(StrictModel):
         "never",
         description="always: the vectorised path's training step is compiled with "
         "torch.compile (on a GPU replayed as a CUDA graph), each (clients, batch) shape once "
-        "per worker before the first round where it can; numbers agree with never's to "
+        "per worker, those most rounds meet before the first round; numbers agree with never's to "
         "float32 rounding, not to the bit, and still do not depend on the number of workers; "
         "no effect on the per-client path",
     )

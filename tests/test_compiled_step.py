@@ -110,3 +110,22 @@ def test_a_worker_compiles_the_padded_sizes_of_99_percent_of_its_sampled_rounds(
     assert len(set(sizes)) == len(sizes) > 1
     draws = np.random.default_rng(7).hypergeometric(250, 750, 50, 20_000)
     assert np.mean([padded_count(int(d)) in sizes for d in draws]) >= 0.99
+
+
+def test_a_step_torch_cannot_compile_is_one_paragraph_naming_the_setting(monkeypatch):
+    from raysim.errors import ConfigError
+    from raysim.training import compiled_step as module
+
+    def failing(step, **options):
+        def run(*args):
+            raise torch._dynamo.exc.TorchDynamoException("no C++ compiler found\ndetails")
+        return run
+
+    monkeypatch.setattr(torch, "compile", failing)
+    step = module.compiled_step(_model("cpu"), "failing", lambda: lambda *a: None,
+                                torch.device("cpu"))
+    with pytest.raises(ConfigError) as caught:
+        step()
+    message = str(caught.value)
+    assert "engine.compile_step" in message and "no C++ compiler found" in message
+    assert "compile_step=never" in message and "\n" not in message

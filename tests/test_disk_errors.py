@@ -49,6 +49,18 @@ def test_a_full_disk_still_records_the_status_in_place_and_leaves_no_temporary_f
     assert _leftovers(tmp_path) == []
 
 
+def test_a_full_disk_records_a_manifest_grown_past_its_blocks_in_compact_form(
+        tmp_path, monkeypatch):
+    """The failed run's manifest has grown past the blocks the running one held when indented
+    (here: 5,000 bytes against 4,096) but fits without indentation."""
+    write_manifest(tmp_path, {"status": "running", "notes": "x" * 2000})
+    assert (tmp_path / "manifest.json").stat().st_blocks * 512 == 4096
+    monkeypatch.setattr(Path, "write_bytes", _disk_error(errno.ENOSPC))
+    update_manifest(tmp_path, status="failed", workers=list(range(1000, 1300)))
+    assert read_manifest(tmp_path)["status"] == "failed"
+    assert read_manifest(tmp_path)["workers"] == list(range(1000, 1300))
+
+
 def test_a_read_only_directory_is_one_paragraph_naming_the_manifest(tmp_path, monkeypatch):
     write_manifest(tmp_path, {"status": "running"})
     monkeypatch.setattr(manifest.os, "replace", _disk_error(errno.EROFS))

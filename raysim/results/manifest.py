@@ -59,9 +59,10 @@ def resume_hint(run_dir: Path) -> str:
 def write_manifest(run_dir: Path, manifest: dict[str, Any]) -> None:
     """Atomically (re)write ``run_dir/manifest.json`` (a temporary file beside it, then a
     rename). On a full disk, where the temporary file finds no room, the manifest is rewritten
-    in place when the new text fits in the blocks the old one holds (a run's status must say
-    what happened to it, and freeing the old text's blocks makes that room); otherwise, and on
-    a read-only or forbidden directory, :class:`ResultsNotWritable` names the file."""
+    in place when the new text, indented or else compact, fits in the blocks the old one holds
+    (a run's status must say what happened to it, and freeing the old text's blocks makes that
+    room); otherwise, and on a read-only or forbidden directory, :class:`ResultsNotWritable`
+    names the file."""
     text = json.dumps(manifest, indent=2, default=str).encode()
     final, temporary = run_dir / MANIFEST, run_dir / f".{MANIFEST}.tmp"
     try:
@@ -69,7 +70,9 @@ def write_manifest(run_dir: Path, manifest: dict[str, Any]) -> None:
         os.replace(temporary, final)
     except OSError as error:
         temporary.unlink(missing_ok=True)
-        if error.errno in (errno.ENOSPC, errno.EDQUOT) and _rewrite_in_place(final, text):
+        if error.errno in (errno.ENOSPC, errno.EDQUOT) and (
+                _rewrite_in_place(final, text) or _rewrite_in_place(
+                    final, json.dumps(manifest, separators=(",", ":"), default=str).encode())):
             return
         raise not_writable(final, error, resume_hint(run_dir)) or error from None
 

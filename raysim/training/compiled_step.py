@@ -30,6 +30,8 @@ import numpy as np
 import torch
 from torch import nn
 
+from raysim.errors import ConfigError, field_error
+
 StepFunction = Callable[..., tuple[torch.Tensor, torch.Tensor]]
 """(params, buffers, inputs, targets, anchor) -> ((clients, parameters) gradients, (clients,)
 data losses)."""
@@ -57,21 +59,36 @@ def _compile(step: StepFunction, device: torch.device) -> StepFunction:
     import torch._dynamo
     import torch._inductor.config
 
-    # one process compiles: no pool of compile workers left behind the run's processes
-    torch._inductor.config.compile_threads = 1
     on_gpu = device.type == "cuda"
+    # on CPUs the worker's threads train, and one process compiles; on a GPU the worker's
+    # CPUs compile the kernels side by side
+    torch._inductor.config.compile_threads = min(8, torch.get_num_threads()) if on_gpu else 1
     compiled = torch.compile(step, fullgraph=True, dynamic=False,
                              mode="reduce-overhead" if on_gpu else None)
 
     def run(*args: Any) -> tuple[torch.Tensor, torch.Tensor]:
         if on_gpu:  # the graph's outputs of the previous step are read already
             torch.compiler.cudagraph_mark_step_begin()
-        with torch._dynamo.config.patch(recompile_limit=SHAPE_LIMIT,
-                                        accumulated_recompile_limit=SHAPE_LIMIT,
-                                        fail_on_recompile_limit_hit=True):
-            return compiled(*args)  # type: ignore[no-any-return]
+        try:
+            with torch._dynamo.config.patch(recompile_limit=SHAPE_LIMIT,
+                                            accumulated_recompile_limit=SHAPE_LIMIT,
+                                            fail_on_recompile_limit_hit=True):
+                return compiled(*args)  # type: ignore[no-any-return]
+        except torch._dynamo.exc.TorchDynamoException as error:
+            raise compile_failure(error) from None
 
     return run
+
+
+def compile_failure(error: Exception) -> ConfigError:
+    """The paragraph for a step torch could not compile."""
+    reason = (str(error).strip().splitlines() or [type(error).__name__])[0][:300]
+    return field_error(
+        "engine.compile_step", "always",
+        f"torch.compile could not compile this run's training step ({reason}); compiling "
+        "needs a working C++ compiler on CPUs and Triton on GPUs, and a model torch can trace "
+        "whole", "Set `--set engine.compile_step=never` to train with the eager step (the "
+        "default).")
 
 
 def padded_count(count: int) -> int:
