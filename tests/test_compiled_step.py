@@ -83,7 +83,7 @@ def test_the_compiled_step_is_compiled_and_agrees_with_the_eager_step(batch_norm
 def test_a_client_gets_the_same_compiled_bits_whichever_clients_share_its_call(device):
     model = _model(device)
     together, together_losses = _train(model, slice(None), True, prox=True)
-    for rows in (slice(0, 1), slice(1, 3), slice(3, 6)):
+    for rows in (slice(0, 1), slice(1, 3), slice(3, 5), slice(5, 6)):  # (one compiled shape)
         apart, apart_losses = _train(model, rows, True, prox=True)
         assert torch.equal(apart, together[rows])
         assert np.array_equal(apart_losses, together_losses[rows])
