@@ -22,6 +22,7 @@ this setting.
 
 from __future__ import annotations
 
+import os
 import weakref
 from collections.abc import Callable, Hashable, Sequence
 from typing import Any
@@ -60,9 +61,9 @@ def _compile(step: StepFunction, device: torch.device) -> StepFunction:
     import torch._inductor.config
 
     on_gpu = device.type == "cuda"
-    # on CPUs the worker's threads train, and one process compiles; on a GPU the worker's
-    # CPUs compile the kernels side by side
-    torch._inductor.config.compile_threads = min(8, torch.get_num_threads()) if on_gpu else 1
+    # on CPUs one process compiles (the node's cores train); on a GPU node, whose CPUs idle
+    # while the workers set up, up to 8 compile a step's Triton kernels side by side
+    torch._inductor.config.compile_threads = min(8, os.cpu_count() or 1) if on_gpu else 1
     compiled = torch.compile(step, fullgraph=True, dynamic=False,
                              mode="reduce-overhead" if on_gpu else None)
 
