@@ -4,6 +4,8 @@ share its call (so results do not depend on the number of workers)."""
 
 from __future__ import annotations
 
+import shutil
+
 import numpy as np
 import pytest
 import torch
@@ -23,7 +25,9 @@ RELATIVE_TOLERANCE = 1e-4
 """BatchNorm's running variance of two or three samples differs more (measured: 2e-5 of
 its value): the compiled kernel computes the batch variance in another order."""
 
-DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(
+NEEDS_COMPILER = pytest.mark.skipif(
+    shutil.which("g++") is None, reason="torch.compile on CPUs needs a C++ compiler (g++)")
+DEVICES = [pytest.param("cpu", marks=NEEDS_COMPILER), pytest.param("cuda", marks=pytest.mark.skipif(
     not torch.cuda.is_available(), reason="needs a CUDA GPU (the CPU twin runs everywhere)"))]
 """On a GPU the compiled step is a CUDA graph (mode reduce-overhead); on CPUs, its twin."""
 CLIENTS, SAMPLES, FEATURES = 6, 5, 12

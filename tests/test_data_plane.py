@@ -6,6 +6,7 @@ when it does not fit), and 1, 2, 3 or 4 workers give the same bits."""
 from __future__ import annotations
 
 import pickle
+import shutil
 from typing import Any
 
 import numpy as np
@@ -103,6 +104,8 @@ def test_one_partial_per_worker_and_the_same_bits_for_1_to_4_workers(monkeypatch
             assert np.array_equal(means[0][name], other[name]), name
 
 
+@pytest.mark.skipif(shutil.which("g++") is None,
+                    reason="torch.compile on CPUs needs a C++ compiler (g++)")
 def test_compiled_steps_are_compiled_before_the_first_round_and_the_same_bits_for_1_or_2_workers(
         monkeypatch, tmp_path):
     """Half the clients train each round: each worker compiles, while set up, the client
