@@ -64,6 +64,10 @@ def _compile(step: StepFunction, device: torch.device) -> StepFunction:
     # on CPUs one process compiles (the node's cores train); on a GPU node, whose CPUs idle
     # while the workers set up, up to 8 compile a step's Triton kernels side by side
     torch._inductor.config.compile_threads = min(8, os.cpu_count() or 1) if on_gpu else 1
+    # for the process (raysim's steps are its only compiled code), not patched around each step
+    torch._dynamo.config.recompile_limit = SHAPE_LIMIT
+    torch._dynamo.config.accumulated_recompile_limit = SHAPE_LIMIT
+    torch._dynamo.config.fail_on_recompile_limit_hit = True
     compiled = torch.compile(step, fullgraph=True, dynamic=False,
                              mode="reduce-overhead" if on_gpu else None)
 
@@ -71,10 +75,7 @@ def _compile(step: StepFunction, device: torch.device) -> StepFunction:
         if on_gpu:  # the graph's outputs of the previous step are read already
             torch.compiler.cudagraph_mark_step_begin()
         try:
-            with torch._dynamo.config.patch(recompile_limit=SHAPE_LIMIT,
-                                            accumulated_recompile_limit=SHAPE_LIMIT,
-                                            fail_on_recompile_limit_hit=True):
-                return compiled(*args)  # type: ignore[no-any-return]
+            return compiled(*args)  # type: ignore[no-any-return]
         except torch._dynamo.exc.TorchDynamoException as error:
             raise compile_failure(error) from None
 

@@ -127,8 +127,8 @@ def train_vectorized(
     def build() -> StepFunction:
         return batched_step(model, param_names, loss, mu, anchor_dim)
 
-    step = compiled_step(model, (tuple(param_names), loss, mu, anchor is None), build,
-                         device) if compile_step else build()
+    step = compiled_step(model, (loss, mu, anchor is None), build, device) if compile_step \
+        else build()
     loss_sum = torch.zeros(count, device=device)
     seen = 0
     model.train()
