@@ -316,9 +316,8 @@ def _summarise(outcomes: list, root: Path, modules: tuple, experiments: dict) ->
                   " (alongside imports and data)" if first["alongside"] else "")
         waited = (f"waited {first['cpu_wait']:.1f} s for CPUs another raysim invocation "
                   "held, " if first.get("cpu_wait", 0.0) >= 0.05 else "")
-        compiling = max((w.get("step_compile_s", 0.0) for o in outcomes if not o.error
-                         for w in read_manifest(o.run_dir).get("worker_data") or []), default=0.0)
-        compiled = f", compiling the step {compiling:.1f} s" if compiling else ""
+        compiled = (f", compiling the step {first['compile_step']:.1f} s"
+                    if first.get("compile_step") else "")
         lines.append(f"start-up: {waited}imports {first['imports']:.1f} s, data "
                      f"{first['data']:.1f} s, Ray {first['ray']:.1f} s{beside}, workers "
                      f"{first['workers']:.1f} s{compiled}; first round dispatched "

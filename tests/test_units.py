@@ -212,6 +212,19 @@ def test_a_wait_for_another_invocations_cpus_is_its_own_start_up_phase():
     assert phases["first_round"] == 128.0
 
 
+def test_compiling_the_step_is_a_start_up_phase_of_the_slowest_worker():
+    from raysim.engine.startup_phases import startup_phases
+
+    manifest = {"startup": {"command_at": 0.0, "entered_at": 1.0, "prepared_at": 3.0,
+                            "ray_ready_at": 4.0},
+                "workers_ready_at": 6.0, "first_dispatch_at": 20.0,
+                "worker_data": [{"device": "cpu", "step_compile_s": 12.5},
+                                {"device": "cpu", "step_compile_s": 13.0}]}
+    phases = startup_phases(manifest)
+    assert phases is not None and phases["compile_step"] == 13.0
+    assert startup_phases({**manifest, "worker_data": [{"device": "cpu"}]})["compile_step"] == 0
+
+
 def test_costs_writes_its_table_as_csv(tmp_path):
     import pandas as pd
     import yaml

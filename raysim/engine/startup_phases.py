@@ -15,8 +15,10 @@ def startup_phases(manifest: dict[str, Any]) -> dict[str, float] | None:
     dispatch); ``cpu_wait`` is the time spent waiting for CPUs that another raysim invocation
     held (not counted in ``ray``); ``alongside`` is 1 when Ray started beside the imports and
     the data (:func:`raysim.engine.launch.local_ray.start_alongside`), else 0; ``joined`` is 1 when the
-    invocation joined a warm cluster (``raysim cluster start``), else 0. A resumed run's record
-    is its resuming command's. None for runs without the record."""
+    invocation joined a warm cluster (``raysim cluster start``), else 0; ``compile_step`` is the
+    longest time a worker spent compiling its training step before the first round
+    (``engine.compile_step``; part of ``first_round``), else 0. A resumed run's record is its
+    resuming command's. None for runs without the record."""
     startup = manifest.get("startup")
     ready, dispatched = manifest.get("workers_ready_at"), manifest.get("first_dispatch_at")
     if not startup or ready is None or dispatched is None:
@@ -30,4 +32,6 @@ def startup_phases(manifest: dict[str, Any]) -> dict[str, float] | None:
             "ray": startup["ray_ready_at"] - ray_from - cpu_wait, "cpu_wait": cpu_wait,
             "workers": ready - max(startup["ray_ready_at"], startup["prepared_at"]),
             "alongside": float(alongside), "joined": float(startup.get("joined", 0.0)),
+            "compile_step": max((float(w.get("step_compile_s", 0.0))
+                                 for w in manifest.get("worker_data") or []), default=0.0),
             "first_round": dispatched - startup["command_at"]}
