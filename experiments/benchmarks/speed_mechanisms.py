@@ -43,6 +43,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -81,13 +82,21 @@ def first_step(repeats: int, rounds: int = 20) -> dict[str, Any]:
             runtime_module.FirstStepFromStart.bind = bind  # type: ignore[method-assign]
 
     timed(True)  # warm-up
+    return alternated("first_step", "ms per client, MLP 1.08 M parameters, 1 step", timed,
+                      repeats)
+
+
+def alternated(mechanism: str, what: str, timed: Callable[[bool], float], repeats: int,
+               **extra: Any) -> dict[str, Any]:
+    """A mechanism's record: ``timed(True)`` (on) and ``timed(False)`` (off) alternated
+    ``repeats`` times, their medians and the paired ratio of off to on."""
     on, off = [], []
     for _ in range(repeats):
         on.append(timed(True))
         off.append(timed(False))
-    return {"mechanism": "first_step", "what": "ms per client, MLP 1.08 M parameters, 1 step",
-            "on": round(statistics.median(on), 3), "off": round(statistics.median(off), 3),
-            "repeats": repeats, **paired_ratios(on, off)}
+    return {"mechanism": mechanism, "what": what, "on": round(statistics.median(on), 3),
+            "off": round(statistics.median(off), 3), **extra, "repeats": repeats,
+            **paired_ratios(on, off)}
 
 
 def compiled_step(repeats: int, rounds: int = 10) -> dict[str, Any]:
@@ -122,13 +131,8 @@ def compiled_step(repeats: int, rounds: int = 10) -> dict[str, Any]:
         worker.runtime.warm_compiled_step(worker.clients)
         compile_s = time.perf_counter() - started
         timed(False)  # warm-up of the eager step
-        on, off = [], []
-        for _ in range(repeats):
-            on.append(timed(True))
-            off.append(timed(False))
-    return {"mechanism": "compiled_step", "what": "ms per round, 50 clients x 4 steps, MLP 32",
-            "on": round(statistics.median(on), 3), "off": round(statistics.median(off), 3),
-            "compile_s": round(compile_s, 1), "repeats": repeats, **paired_ratios(on, off)}
+        return alternated("compiled_step", "ms per round, 50 clients x 4 steps, MLP 32", timed,
+                          repeats, compile_s=round(compile_s, 1))
 
 
 _COMMAND = """
