@@ -388,10 +388,10 @@ class EngineConfig(StrictModel):
     compile_step: Literal["never", "always"] = Field(
         "never",
         description="always: the vectorised path's training step is compiled with "
-        "torch.compile (on a GPU replayed as a CUDA graph), each (clients, batch) shape once "
-        "per worker, those most rounds meet before the first round; numbers agree with never's to "
-        "float32 rounding, not to the bit, and still do not depend on the number of workers; "
-        "no effect on the per-client path",
+        "torch.compile (on a GPU in its CUDA-graph mode, reduce-overhead), each (clients, "
+        "batch) shape once per worker, those most rounds meet before the first round; numbers "
+        "agree with never's to float32 rounding, not to the bit, and still do not depend on the "
+        "number of workers; no effect on the per-client path",
     )
     merge_seeds: Literal["auto", "never"] = Field(
         "auto",
