@@ -210,8 +210,10 @@ class ServerOptimizerConfig(StrictModel):
     momentum is FedAvg), adagrad, adam and yogi by lr x m / (sqrt(v) + tau) where
     m = beta1 x m + (1 - beta1) D and v is D^2 summed (adagrad), averaged (adam,
     v = beta2 v + (1 - beta2) D^2) or moved by its sign (yogi,
-    v = v - (1 - beta2) D^2 sign(v - D^2)), v starting at tau^2. Under `privacy:` the step sees
-    only the private mean; under FedBuff it is the server's step on each buffered update."""
+    v = v - (1 - beta2) D^2 sign(v - D^2)), v starting at tau^2 (``convention: flower``: Flower's
+    equations instead). Only trainable parameters are stepped; running statistics take the
+    mean. Under `privacy:` the step sees only the private mean; under FedBuff it is the
+    server's step on each buffered update."""
 
     name: Literal["sgd", "adagrad", "adam", "yogi"] = Field(
         "sgd", description="sgd (FedAvgM), adagrad (FedAdagrad), adam (FedAdam), yogi (FedYogi)")
@@ -223,11 +225,25 @@ class ServerOptimizerConfig(StrictModel):
     beta2: float = Field(0.99, ge=0, lt=1, description="adam/yogi: second-moment decay")
     tau: float = Field(1e-3, gt=0, description="adagrad/adam/yogi: adaptivity (the step's "
                        "epsilon; v starts at tau^2)")
+    convention: Literal["paper", "flower"] = Field(
+        "paper", description="paper: Reddi et al.'s Algorithm 2 as written; flower: Flower's "
+        "strategies' equations (v starts at 0, FedAdagrad without momentum, FedAdam's "
+        "learning rate bias-corrected at Flower's round + 1); sgd is the same in both")
 
     @property
     def step_size(self) -> float:
         """The server learning rate, its default resolved."""
         return self.lr if self.lr is not None else (1.0 if self.name == "sgd" else 0.01)
+
+    @model_validator(mode="after")
+    def _flower_adagrad_has_no_momentum(self) -> ServerOptimizerConfig:
+        if self.convention == "flower" and self.name == "adagrad" and \
+                "beta1" in self.model_fields_set:
+            raise ValueError(
+                "Flower's FedAdagrad has no first-moment decay (its beta_1 is fixed at 0), so "
+                "`beta1` cannot be set with `convention: flower` and `name: adagrad`. Remove "
+                "`beta1`, or use `convention: paper`.")
+        return self
 
 
 class AdaptiveClipConfig(StrictModel):

@@ -383,3 +383,20 @@ def test_the_server_pulls_the_personalized_models_it_evaluates(retina_fixture):
         np.testing.assert_allclose(state["personal"][c]["w"], expected, rtol=1e-6)
     evaluated = algorithm.evaluation_models(state)["pm_"]["personal"]
     assert not np.array_equal(evaluated[k - 1]["w"], uploads[k - 1]["w"])
+
+
+def test_the_selectors_adam_moments_travel_from_round_to_round(data_root):
+    """The selector's Adam state is averaged by the server and broadcast, so every round's
+    selector steps continue the last round's moments: after three rounds of two selector
+    epochs each, the mean moments have taken six steps (two, were they dropped between
+    rounds)."""
+    from algorithm_configs import contract_raw
+    from inprocess import simulate
+
+    raw = contract_raw(data_root, "fedsm")
+    raw["algorithm"] = {**raw["algorithm"], "selector_epochs": 2}
+    trace = simulate(parse_config(raw))
+    moments = trace.server_state["selector_adam"]
+    assert moments is not None
+    steps = {float(np.asarray(v)) for k, v in moments.items() if k.endswith(".step")}
+    assert steps == {6.0}

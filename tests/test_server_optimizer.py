@@ -112,9 +112,9 @@ def test_under_dp_the_optimizer_steps_on_the_private_mean_only(data_root, monkey
     seen = []
     original = server_optimizer.server_step
 
-    def recording(settings, current, mean, moments):
+    def recording(settings, current, mean, moments, stepped=None):
         seen.append(np.array(flatten(mean)[0], copy=True))
-        return original(settings, current, mean, moments)
+        return original(settings, current, mean, moments, stepped)
 
     monkeypatch.setattr(server_optimizer, "server_step", recording)
     trace = simulate(parse_config(raw))
@@ -158,3 +158,140 @@ def test_fedbuff_takes_its_server_step_from_the_optimizer_layer(data_root):
     assert type(halved.algorithm.inner).__name__ == "ServerOptimizer"
     assert not _same(plain, halved.server_state.model.model)
     assert not _same(plain, adam.server_state.model.model)
+
+
+# ----- running statistics take the mean; the optimizer steps trainable parameters only -----
+
+STATS_LAYOUT = (("w", (2,)), ("bn.running_var", (1,)))
+
+
+def _stats_flat(w: list[float], var: float) -> FlatWeights:
+    return FlatWeights(np.asarray([*w, var], dtype=np.float32), STATS_LAYOUT)
+
+
+@pytest.mark.parametrize("kind", ["adagrad", "adam", "yogi", "sgd"])
+def test_a_small_running_variance_takes_the_mean_not_the_step(kind):
+    """The constructed case: a running variance of 0.004 whose clients' mean is 0.001, lr
+    0.01 (sgd: lr 0.5 with momentum). Stepped as a parameter it turns negative within five
+    rounds under the adaptive optimizers (eval-mode BatchNorm then gives NaN); as a running
+    statistic it is the mean every round, while the parameters still move by the step."""
+    options = {"lr": 0.5, "momentum": 0.9} if kind == "sgd" else {"lr": 0.01}
+    settings = ServerOptimizerConfig(name=kind, **options)
+    kept = everything = _stats_flat([0.0, 0.0], 0.004)
+    kept_moments = all_moments = ServerMoments()
+    everything_vars = []
+    for _ in range(5):
+        mean = _stats_flat([1.0, -1.0], 0.001)
+        kept, kept_moments = server_step(settings, kept, mean, kept_moments, stepped={"w"})
+        everything, all_moments = server_step(settings, everything, mean, all_moments)
+        assert float(kept["bn.running_var"][0]) == np.float32(0.001)
+        assert not np.array_equal(kept["w"], mean["w"])  # the parameters are stepped
+        everything_vars.append(float(everything["bn.running_var"][0]))
+    np.testing.assert_array_equal(kept["w"], everything["w"])  # same step on the parameters
+    if kind != "sgd":
+        assert min(everything_vars) < 0  # what stepping the statistics would do
+
+
+@pytest.mark.parametrize("kind", ["adagrad", "adam", "yogi"])
+def test_a_batchnorm_models_statistics_are_the_rounds_mean_under_each_optimizer(
+        data_root, monkeypatch, kind):
+    """A ConvNet with BatchNorm under each adaptive optimizer, through the run's layers: every
+    round the next model's running means and variances are the clients' mean, its weights
+    the optimizer's step away from it, and the model evaluates to finite numbers."""
+    raw = {**contract_raw(data_root, "fedavg"),
+           "model": {"name": "convnet", "width": 8, "depth": 2, "norm": "batch"},
+           "engine": {"vectorize": "never"},
+           "server_optimizer": {"name": kind, "lr": 0.05}}
+    steps = []
+    original = server_optimizer.server_step
+
+    def recording(settings, current, mean, moments, stepped=None):
+        result = original(settings, current, mean, moments, stepped)
+        steps.append((dict(mean.items()), dict(result[0].items())))
+        return result
+
+    monkeypatch.setattr(server_optimizer, "server_step", recording)
+    trace = simulate(parse_config(raw))
+    assert len(steps) == 3
+    for mean, model in steps:
+        statistics = [name for name in mean if "running_" in name]
+        weights = [name for name in mean if name.endswith(".weight")]
+        assert statistics and weights
+        for name in statistics:
+            np.testing.assert_array_equal(np.asarray(model[name]), np.asarray(mean[name]))
+        assert any(not np.array_equal(model[name], mean[name]) for name in weights)
+    assert all(np.isfinite(value) for row in trace.metrics[-1].values()
+               for value in row.values() if isinstance(value, float))
+
+
+# ----- Flower's equations (convention: flower) -----
+# Flower's strategies, written out from adap/flower's framework/py/flwr/server/strategy/
+# fedadagrad.py (FedAdagrad: FedOpt with beta_1 = beta_2 = 0), fedadam.py (FedAdam) and
+# fedyogi.py (FedYogi), aggregate_fit; fedavgm.py (FedAvgM): the pseudo-gradient
+# delta_t = fedavg - current, m_t and v_t start at zeros on the first round, and
+#   FedAdagrad: m_t = beta_1 m_t + (1 - beta_1) delta_t with beta_1 = 0; v_t = v_t + delta_t^2;
+#               x = x + eta m_t / (sqrt(v_t) + tau)
+#   FedAdam:    m_t as above; v_t = beta_2 v_t + (1 - beta_2) delta_t^2;
+#               eta_norm = eta sqrt(1 - beta_2^(server_round + 1)) / (1 - beta_1^(server_round + 1));
+#               x = x + eta_norm m_t / (sqrt(v_t) + tau)
+#   FedYogi:    m_t as above; v_t = v_t - (1 - beta_2) delta_t^2 sign(v_t - delta_t^2);
+#               x = x + eta m_t / (sqrt(v_t) + tau)
+#   FedAvgM:    the momentum vector is the pseudo-gradient on round 1, then
+#               momentum v + pseudo-gradient; x = x + server_learning_rate v
+# with server_round counted from 1.
+
+
+def _flower(kind: str, eta: float, beta_1=0.9, beta_2=0.99, tau=1e-3, momentum=0.0):
+    x = np.array(START, dtype=np.float64)
+    m_t, v_t, models = np.zeros(3), np.zeros(3), []
+    for server_round, mean in enumerate(MEANS, start=1):
+        delta_t = np.array(mean) - x
+        if kind == "sgd":
+            m_t = delta_t if server_round == 1 else momentum * m_t + delta_t
+            x = x + eta * m_t
+        else:
+            b1 = 0.0 if kind == "adagrad" else beta_1
+            m_t = b1 * m_t + (1 - b1) * delta_t
+            rate = eta
+            if kind == "adagrad":
+                v_t = v_t + delta_t * delta_t
+            elif kind == "adam":
+                v_t = beta_2 * v_t + (1 - beta_2) * delta_t * delta_t
+                rate = eta * np.sqrt(1 - beta_2 ** (server_round + 1.0)) / (
+                    1 - beta_1 ** (server_round + 1.0))
+            else:
+                v_t = v_t - (1.0 - beta_2) * delta_t * delta_t * np.sign(v_t - delta_t * delta_t)
+            x = x + rate * m_t / (np.sqrt(v_t) + tau)
+        x = x.astype(np.float32).astype(np.float64)  # the model is stored in float32
+        models.append(x.copy())
+    return models
+
+
+@pytest.mark.parametrize("kind, options", [
+    ("sgd", {"lr": 0.7, "momentum": 0.9}), ("adagrad", {"lr": 0.1}), ("adam", {"lr": 0.1}),
+    ("yogi", {"lr": 0.1}), ("adam", {"lr": 0.05, "beta1": 0.5, "beta2": 0.9, "tau": 0.1}),
+    ("yogi", {"lr": 0.01, "tau": 1e-9})])
+def test_convention_flower_follows_flowers_update_rules(kind, options):
+    settings = ServerOptimizerConfig(name=kind, convention="flower", **options)
+    renamed = {"beta1": "beta_1", "beta2": "beta_2"}
+    extra = {renamed.get(k, k): v for k, v in options.items() if k != "lr"}
+    expected = _flower(kind, options["lr"], **extra)
+    for got, want in zip(_steps(settings, MEANS, START), expected, strict=True):
+        np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-7)
+
+
+@pytest.mark.parametrize("kind", ["adagrad", "adam", "yogi"])
+def test_the_two_conventions_differ_where_flower_differs(kind):
+    paper = _steps(ServerOptimizerConfig(name=kind, lr=0.1), MEANS, START)
+    flower = _steps(ServerOptimizerConfig(name=kind, lr=0.1, convention="flower"), MEANS, START)
+    assert not np.allclose(paper[0], flower[0])
+    sgd = {"name": "sgd", "lr": 0.7, "momentum": 0.9}
+    np.testing.assert_array_equal(
+        _steps(ServerOptimizerConfig(**sgd), MEANS, START),
+        _steps(ServerOptimizerConfig(**sgd, convention="flower"), MEANS, START))
+
+
+def test_flowers_adagrad_refuses_a_first_moment_decay():
+    with pytest.raises(ValueError, match="beta1"):
+        ServerOptimizerConfig(name="adagrad", convention="flower", beta1=0.5)
+    ServerOptimizerConfig(name="adagrad", convention="flower")

@@ -4,8 +4,11 @@ private mean under DP, a buffered mean under FedBuff) and this layer moves the g
 along the pseudo-gradient D = mean - global by SGD with momentum (FedAvgM), Adagrad, Adam or
 Yogi (:class:`~raysim.schema.ServerOptimizerConfig`).
 
-The optimizer works on the model's float32 vector (entries of other types, e.g. BatchNorm's
-step counters, are the mean's). SGD keeps its arithmetic in float32 as the model is stored
+The optimizer steps the model's trainable parameters; every other entry (BatchNorm's running
+means and variances, its step counters) takes the round's mean, since an adaptive step moves an
+entry by about lr whatever its scale and would drive a small running variance negative.
+``convention`` chooses the equations: ``paper`` (Algorithm 2 as written) or ``flower`` (Flower's
+FedAdagrad without momentum, FedAdam's bias-corrected rate, the second moment from 0). SGD keeps its arithmetic in float32 as the model is stored
 (``g + lr x m``; at lr 1 without momentum the mean itself, FedAvg's bits); the adaptive
 optimizers keep their moments in float64. Their state is part of the server state, so a
 checkpoint holds it and a resumed run continues it bit for bit.
@@ -18,7 +21,8 @@ accountant's epsilon holds unchanged.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+import math
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -29,7 +33,14 @@ from raysim.errors import ConfigError
 from raysim.layers.feature import Feature, RunSettings, algorithms_with
 from raysim.layers.wrapped import Wrapped
 from raysim.state_codec import persistable
-from raysim.vectors.weights import FlatWeights, Weights, flat_tensor, layout_of, to_host
+from raysim.vectors.weights import (
+    FlatWeights,
+    Layout,
+    Weights,
+    flat_tensor,
+    layout_of,
+    to_host,
+)
 
 if TYPE_CHECKING:
     from raysim.algorithms.contract import RunAlgorithm
@@ -62,10 +73,25 @@ def flat_vector(weights: Weights, layout: Any) -> np.ndarray:
     return to_host(flat_tensor(weights, layout, torch.device("cpu")))
 
 
+def stepped_mask(layout: Layout, stepped: Collection[str] | None) -> np.ndarray | None:
+    """Which entries of a flat vector in ``layout`` the optimizer steps: those of the entries
+    named in ``stepped`` (the model's trainable parameters); None when it steps them all."""
+    names = {name for name, _ in layout}
+    if stepped is None or names <= set(stepped):
+        return None
+    return np.concatenate([np.full(math.prod(shape), name in stepped)
+                           for name, shape in layout]) if layout else None
+
+
 def server_step(settings: ServerOptimizerConfig, current: Weights, mean: Weights,
-                moments: ServerMoments) -> tuple[Weights, ServerMoments]:
+                moments: ServerMoments, stepped: Collection[str] | None = None
+                ) -> tuple[Weights, ServerMoments]:
     """The next global model from the current one and the round's mean, and the optimizer's
-    next state (see the module docstring)."""
+    next state (see the module docstring). The optimizer steps the float32 entries named in
+    ``stepped`` (the model's trainable parameters; None: every float32 entry); the others,
+    such as BatchNorm's running statistics, take the mean's values, as ``num_batches_tracked``
+    does: an adaptive step moves an entry by about lr whatever its scale, which would drive a
+    small running variance negative."""
     lr = settings.step_size
     if settings.name == "sgd" and settings.momentum == 0 and lr == 1.0:
         return mean, moments  # plain averaging: the mean itself
@@ -74,26 +100,48 @@ def server_step(settings: ServerOptimizerConfig, current: Weights, mean: Weights
         name: np.asarray(value) for name, value in mean.items()
         if name not in dict(layout)}
     now, target = flat_vector(current, layout), flat_vector(mean, layout)
+    mask = stepped_mask(layout, stepped)
+    if mask is None:
+        moved, moments = optimizer_step(settings, now, target, moments)
+    else:
+        new_part, moments = optimizer_step(settings, now[mask], target[mask], moments)
+        moved = target.copy()  # running statistics: the mean
+        moved[mask] = new_part
+    return FlatWeights(moved, layout, extras), moments
+
+
+def optimizer_step(settings: ServerOptimizerConfig, now: np.ndarray, target: np.ndarray,
+                   moments: ServerMoments) -> tuple[np.ndarray, ServerMoments]:
+    """One step of the optimizer on float32 vectors: the model ``now`` moved along the
+    pseudo-gradient ``target - now``, in the equations of ``settings.convention`` (the
+    paper's Algorithm 2, or Flower's strategies)."""
+    lr = settings.step_size
     delta = target - now  # the pseudo-gradient, float32
     if settings.name == "sgd":  # FedAvgM: m = momentum m + D; g + lr m, in float32
         first = delta if settings.momentum == 0 or moments.first is None else \
             np.float32(settings.momentum) * moments.first + delta
-        return FlatWeights(now + lr * first, layout, extras), ServerMoments(
+        return now + lr * first, ServerMoments(
             None if settings.momentum == 0 else first, None, moments.steps + 1)
+    flower = settings.convention == "flower"
     wide = delta.astype(np.float64)
     square = wide * wide
     first64 = np.zeros_like(wide) if moments.first is None else moments.first
-    second = np.full_like(wide, settings.tau ** 2) if moments.second is None else moments.second
-    first64 = settings.beta1 * first64 + (1.0 - settings.beta1) * wide
+    second = (np.zeros_like(wide) if flower else np.full_like(wide, settings.tau ** 2)) \
+        if moments.second is None else moments.second
+    beta1 = 0.0 if flower and settings.name == "adagrad" else settings.beta1
+    first64 = beta1 * first64 + (1.0 - beta1) * wide
     if settings.name == "adagrad":
         second = second + square
     elif settings.name == "adam":
         second = settings.beta2 * second + (1.0 - settings.beta2) * square
     else:  # yogi
         second = second - (1.0 - settings.beta2) * square * np.sign(second - square)
+    if flower and settings.name == "adam":  # Flower's bias-corrected rate at its round + 1
+        power = moments.steps + 2.0
+        lr = lr * math.sqrt(1.0 - settings.beta2 ** power) / (1.0 - settings.beta1 ** power)
     step = lr * first64 / (np.sqrt(second) + settings.tau)
     new = (now.astype(np.float64) + step).astype(np.float32)
-    return FlatWeights(new, layout, extras), ServerMoments(first64, second, moments.steps + 1)
+    return new, ServerMoments(first64, second, moments.steps + 1)
 
 
 def with_model(state: Any, weights: Weights) -> Any:
@@ -108,11 +156,14 @@ def with_model(state: Any, weights: Weights) -> Any:
 
 class ServerOptimizer(Wrapped):
     """The wrapped algorithm's round mean, taken as a pseudo-gradient step by
-    ``settings``."""
+    ``settings``, stepping the entries named in ``stepped`` (the model's trainable parameters;
+    None: every float32 entry)."""
 
-    def __init__(self, inner: Any, settings: ServerOptimizerConfig):
+    def __init__(self, inner: Any, settings: ServerOptimizerConfig,
+                 stepped: Collection[str] | None = None):
         super().__init__(inner)
         self.settings = settings
+        self.stepped = None if stepped is None else frozenset(stepped)
 
     # ----- server -----
     def init_server_state(self, initial_weights: Weights) -> OptimizedState:
@@ -140,7 +191,7 @@ class ServerOptimizer(Wrapped):
         default: ``mean`` is that state)."""
         current = self.inner.global_weights(state.model)
         assert current is not None, "a server optimizer wraps algorithms with a global model"
-        model, moments = server_step(self.settings, current, mean, state.moments)
+        model, moments = server_step(self.settings, current, mean, state.moments, self.stepped)
         return OptimizedState(with_model(averaged if averaged is not None else mean, model),
                               moments)
 
@@ -172,13 +223,15 @@ def check(config: RunSettings) -> None:
 
 
 class ServerOptimization(Feature):
-    """The server optimizer's part in a run: its layer (its state is the server state's)."""
+    """The server optimizer's part in a run: its layer (its state is the server state's),
+    stepping the trainable parameters named in ``stepped``."""
 
-    def __init__(self, settings: ServerOptimizerConfig):
+    def __init__(self, settings: ServerOptimizerConfig, stepped: Collection[str] | None = None):
         self.settings = settings
+        self.stepped = stepped
 
     def wrap(self, algorithm: RunAlgorithm) -> RunAlgorithm:
-        return ServerOptimizer(algorithm, self.settings)
+        return ServerOptimizer(algorithm, self.settings, self.stepped)
 
 
 def settings(config: RunSettings, buffered_lr: float | None) -> ServerOptimizerConfig | None:
@@ -195,7 +248,17 @@ def feature(context: RunContext) -> ServerOptimization | None:
     """The optimizer's part of the run (``server_optimizer:``, or FedBuff's
     ``system.server_lr`` as an SGD step), or None without one."""
     settings = context.server_optimizer
-    return None if settings is None else ServerOptimization(settings)
+    return None if settings is None else ServerOptimization(settings, trainable_names(context))
+
+
+def trainable_names(context: RunContext) -> frozenset[str]:
+    """The names of the run's model's trainable parameters (what the optimizer steps; its
+    buffers, such as BatchNorm's running statistics, are not parameters)."""
+    from raysim.models import build_model
+
+    model = build_model(context.model, context.info)
+    return frozenset(name for name, p in model.named_parameters(remove_duplicate=False)
+                     if p.requires_grad)
 
 
 __all__ = ["OptimizedState", "ServerMoments", "ServerOptimization", "ServerOptimizer", "check",
