@@ -8,8 +8,10 @@ The optimizer steps the model's trainable parameters; every other entry (BatchNo
 means and variances, its step counters) takes the round's mean, since an adaptive step moves an
 entry by about lr whatever its scale and would drive a small running variance negative.
 ``convention`` chooses the equations: ``paper`` (Algorithm 2 as written) or ``flower`` (Flower's
-FedAdagrad without momentum, FedAdam's bias-corrected rate, the second moment from 0). SGD keeps its arithmetic in float32 as the model is stored
-(``g + lr x m``; at lr 1 without momentum the mean itself, FedAvg's bits); the adaptive
+FedAdagrad without momentum, FedAdam's bias-corrected rate, the second moment from 0).
+
+SGD keeps its arithmetic in float32 as the model is stored (``g + lr x m``; at lr 1 without
+momentum the mean itself, FedAvg's bits); the adaptive
 optimizers keep their moments in float64. Their state is part of the server state, so a
 checkpoint holds it and a resumed run continues it bit for bit.
 
