@@ -23,7 +23,9 @@ full precision (never a re-rounded figure). ``key`` names the key column (defaul
 ..., key: ...}`` comes from another CSV (its other columns from the files of the same names
 in that CSV's directory), and so does a column given as ``{csv: ..., metric: ...}`` (the row's
 key looked up there; with ``same_file: true`` that very file for every row, e.g. a paper's
-reported numbers; with ``missing: <text>`` a row the file lacks shows that text); a row given
+reported numbers; with ``missing: <text>`` a row the file lacks shows that text); a row may
+name ``column_key``, its key in those columns when it differs from its own (a row recorded
+under another method's name, e.g. ``{key: feddf, column_key: pfeddf}``); a row given
 as ``{where: {column: value, ...}}`` is the one row
 matching all of them; a column ``{per_seed: <csv>, metric: ...}`` lists the
 row's per-seed values (a CSV with a ``seed`` column) as ``s0 / s1 / s2``.
@@ -157,9 +159,10 @@ def render_table(spec: Mapping[str, Any]) -> str:
     lines = ["| " + " | ".join([spec.get("label", "variant"), *columns]) + " |",
              "| " + " | ".join(["---"] * (len(columns) + 1)) + " |"]
     for label, value in spec["rows"].items():
-        row_csv = csv
-        if isinstance(value, Mapping) and "csv" in value:  # from another CSV: {csv, key}
-            row_csv, value = value["csv"], value["key"]
+        row_csv, column_value = csv, value
+        if isinstance(value, Mapping) and "key" in value:  # {key, csv?, column_key?}
+            row_csv = value.get("csv", csv)
+            value, column_value = value["key"], value.get("column_key", value["key"])
         cells = [str(label)]
         for column in columns.values():
             if isinstance(column, Mapping) and "per_seed" in column:  # the seeds' values
@@ -169,11 +172,11 @@ def render_table(spec: Mapping[str, Any]) -> str:
                 column_csv = column["csv"] if row_csv == csv or column.get("same_file") else str(
                     Path(row_csv).parent / Path(column["csv"]).name)
                 frame = _read(column_csv, spec.get("where"))
-                if "missing" in column and (key not in frame
-                                            or not (frame[key].astype(str) == str(value)).any()):
+                if "missing" in column and (key not in frame or not (
+                        frame[key].astype(str) == str(column_value)).any()):
                     cells.append(str(column["missing"]))  # e.g. no attackable upload
                     continue
-                other = _row(frame, key, value, column_csv)
+                other = _row(frame, key, column_value, column_csv)
                 cells.append(_cell(other, column["metric"], column_csv))
             else:
                 cells.append(_cell(_row(_read(row_csv, spec.get("where")), key, value, row_csv),

@@ -21,7 +21,9 @@ is ever averaged. As the authors' code runs it (``ubc-tea/DESA``, ``iterative_de
   the anchors.
 
 Each client's model is evaluated on its own test share and on the global test set (the mean
-over clients), as for local training.
+over clients), as for local training. Where raysim differs from the authors' code (the random
+model of the client's own architecture in condensation, a teacher of every peer seen so far):
+docs/methods.md's deviation table.
 """
 
 from __future__ import annotations

@@ -5,7 +5,9 @@ server averages them and sharpens the average by *entropy reduction aggregation*
 softmax(mean soft labels / T) with T = ``era_temperature`` (the paper's 0.1), so that the
 labels of samples the clients disagree on, under non-IID data, do not stay ambiguous. Every
 client then distils towards the global soft labels with the soft cross-entropy
--sum_k y_k log softmax(z)_k before it revisits its private data.
+-sum_k y_k log softmax(z)_k before it revisits its private data. Every round uses the whole
+public set (carved once from the clients' data), where DS-FL draws a fresh subset of its open
+set each round (docs/methods.md's deviation table).
 """
 
 from __future__ import annotations

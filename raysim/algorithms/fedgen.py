@@ -20,7 +20,10 @@ A round, as the authors' code runs it (``zhuangdizhu/FedGen``, ``serverpFedGen.p
    Adam steps: labels drawn uniformly from those some client holds, and the loss
    sum_k mean_i(CE(h_k(G(eps_i, y_i)), y_i) * w_k(y_i)) + eta * diversity, where h_k is
    client k's classifier after its local training and w_k(y) its share of the round's samples
-   of label y. The generator and its Adam moments are server state (checkpointed).
+   of label y, each sample weighted by its own label's share as the paper's objective reads
+   (the authors' code broadcasts the weights so that every client teaches every label,
+   weighted by its mean share over the batch: docs/methods.md's deviation table). The
+   generator and its Adam moments are server state (checkpointed).
 
 What crosses is counted as it is sent: the model and the label counts up, the model, the
 generator and the label list down. With ``generative_alpha`` and ``generative_beta`` both 0 the

@@ -14,6 +14,8 @@ coefficient matrix C (N x N, rows start at 1/N) and each round, as the authors' 
 
 Client n then distils towards t_n with KL(t_n || softmax(z / T)) before it revisits its
 private data. A client that has not uploaded yet is left out of the combinations until it has.
+Where raysim differs from the authors' code (the KL's reduction, one public set for every round,
+a fixed step size on C): docs/methods.md's deviation table.
 """
 
 from __future__ import annotations
@@ -117,5 +119,7 @@ class KTpFL(PublicSetExchange[KTpFLParams, KnowledgeState]):
         return torch.softmax(logits / self.params.temperature, dim=1)
 
     def digest_loss(self, logits: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+        """KL(target || softmax(logits / T)) per sample (``batchmean``: the KL divergence; the
+        authors' ``reduction='mean'`` also divides by the number of classes)."""
         return F.kl_div(F.log_softmax(logits / self.params.temperature, dim=1), target,
                         reduction="batchmean")

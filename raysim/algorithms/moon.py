@@ -10,8 +10,12 @@ where z, z_glob and z_prev are the representations of the batch by the model bei
 by the round's global model and by the client's own model after its previous round (frozen),
 and sim is the cosine similarity: the local model is pulled towards the global model's
 representation and pushed away from its own previous one. Before a client's first round its
-previous model is the global model it starts from, as in the authors' code
-(``QinbinLi/MOON``: the pool of previous models starts as copies of the round's nets). The
+previous model is the global model it starts from, which makes the term constant (both
+similarities equal): raysim's choice. The authors' code (``QinbinLi/MOON``) differs: its pool
+of previous models is empty in round 0 (the term is zero then, also no gradient), and a client
+first sampled in a later round contrasts with its own random initialisation, kept from before
+the first round; raysim's clients have no initialisation of their own (every client starts
+from the broadcast), so it matters only under partial participation (docs/methods.md). The
 server averages (FedAvg's round, inherited). ``mu = 0`` is FedAvg.
 
 The representation is the model's embedding (the features before its classifier: ConvNet,
