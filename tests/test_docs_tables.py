@@ -188,3 +188,19 @@ def test_an_empty_report_table_renders_its_missing_cells(tmp_path, monkeypatch):
         "  audit: {csv: privacy.csv, metric: max_auc, missing: \"-\"}\nrows: {M: m}\n-->\n"
         "<!-- /table -->")
     assert "| M | 0.800 ± 0.100 | - |" in rendered
+
+
+def test_a_row_recorded_under_another_name_reads_its_own_key_in_a_papers_column(
+        tmp_path, monkeypatch):
+    """A row whose run is recorded as ``b`` but that is method ``c`` of a paper's table takes
+    the paper's ``c`` row (``column_key``), not ``b``'s."""
+    _summary(tmp_path, monkeypatch)
+    pd.DataFrame({"experiment": ["b", "c"], "reported": [0.7, 0.9]}).to_csv(
+        tmp_path / "paper.csv", index=False)
+    rendered = render_docs.render(
+        "<!-- table\ncsv: summary.csv\ncolumns:\n  accuracy: accuracy\n"
+        "  paper: {csv: paper.csv, metric: reported, same_file: true}\n"
+        "rows:\n  as b: b\n  b recorded, c in the paper: {key: b, column_key: c}\n"
+        "-->\n<!-- /table -->")
+    assert "| as b | 0.800 ± 0.020 | 0.700 |" in rendered
+    assert "| b recorded, c in the paper | 0.800 ± 0.020 | 0.900 |" in rendered
