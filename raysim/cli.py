@@ -214,11 +214,17 @@ def _remember_invocation(args: argparse.Namespace) -> dict:
 
 def _recall_invocation(args: argparse.Namespace, root: str) -> None:
     """Fill the options not given again from the run root's record of its first command
-    (``--variant``, ``--set``, ``--data-root``; a sweep's ``--grid`` and ``--seeds``)."""
-    stored = recorded_options(root)
-    for name in _REMEMBERED[args.command]:
-        if not getattr(args, name) and stored.get(name):
-            setattr(args, name, stored[name])
+    (``--variant``, ``--set``, ``--data-root``; a sweep's ``--grid`` and ``--seeds``) and say
+    which; never its plug-ins, cluster address or logging targets (:mod:`raysim.engine.recall`)."""
+    from raysim.engine.recall import recall
+
+    names = _REMEMBERED[args.command]
+    recalled = recall(names, {name: getattr(args, name) for name in names},
+                      recorded_options(root), root)
+    for name, value in recalled.options.items():
+        setattr(args, name, value)
+    for line in recalled.lines(root):
+        print(line, file=sys.stderr)
 
 
 def _resume_root(args: argparse.Namespace) -> str | None:

@@ -285,6 +285,13 @@ def parse_config(raw: Any, near: Path | None = None) -> ExperimentConfig:
             f"Invalid config field `plugins` = {plugins!r}: expected a list of module names, "
             "e.g. `plugins: [my_lab.fedfoo]`.")
     load_plugins(plugins, near)
+    return validated_config(raw)
+
+
+def validated_config(raw: dict[str, Any]) -> ExperimentConfig:
+    """Validate a raw config mapping against the methods and models registered now, importing
+    nothing: how a config read from a results directory is compared (its ``plugins`` are names
+    a directory holds, never imported; one it names that is not loaded fails to validate)."""
     sync_plugin_names()
     try:
         return ExperimentConfig.model_validate(raw)

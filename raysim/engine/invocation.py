@@ -159,8 +159,21 @@ def recorded_options(root: str) -> dict[str, Any]:
 
     from raysim.engine.resume import INVOCATION
 
+    from raysim.errors import ConfigError
+
     path = Path(root) / INVOCATION
-    return json.loads(path.read_text()) if path.is_file() else {}
+    if not path.is_file():
+        return {}
+    try:
+        stored = json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
+        stored = error
+    if not isinstance(stored, dict):
+        raise ConfigError(
+            f"Cannot resume {root}: its record of the first command ({path}) is not a JSON "
+            f"object ({stored}). Give every option of the original run again (--variant, "
+            "--set, --data-root, --plugin) and remove or repair that file; nothing was run.")
+    return stored
 
 
 def latest_run_root(config: ExperimentConfig, output: str | None) -> Path:

@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from raysim.config import ExperimentConfig, parse_config
+from raysim.config import ExperimentConfig, validated_config
 from raysim.errors import ConfigError
 from raysim.results.load import load
 from raysim.results.manifest import INVOCATION, MANIFEST, read_manifest
@@ -74,7 +74,7 @@ def stored_config_change(run_dir: Path, config: ExperimentConfig) -> list[str]:
     from the one ``run_dir`` was run with."""
     stored = read_manifest(run_dir)["config"]
     with contextlib.suppress(ConfigError, ValueError):  # newer fields compare at defaults
-        stored = parse_config(stored).model_dump(mode="json")
+        stored = validated_config(stored).model_dump(mode="json")  # imports nothing
     now = config.model_dump(mode="json")
     return sorted(key for key in now.keys() | stored.keys()
                   if key not in RESUME_MAY_CHANGE and stored.get(key) != now.get(key))
