@@ -51,10 +51,23 @@ class Results:
         return load(self.root, name)
 
     def summary(self, metrics: Sequence[str] | None = None) -> pd.DataFrame:
-        """Mean and std over seeds of each run's final metrics, per experiment (variant)."""
-        from raysim.results.report import summary_table
+        """Mean and std over seeds of each run's final metrics, per experiment (variant).
+        Raises :class:`RaysimError` when no run has an evaluated round (e.g. every run
+        failed: :attr:`failed` holds their errors)."""
+        from raysim.results.report import check_metrics, summary_table
 
-        return summary_table(self.table("rounds"), list(metrics) if metrics else None)
+        rounds = self.table("rounds")
+        if rounds.empty or "accuracy" not in rounds or rounds["accuracy"].isna().all():
+            failed = self.failed
+            why = (f"{len(failed)} of {len(self.outcomes)} runs failed (the first: "
+                   f"{failed[0].error})" if failed else "no run has reached an evaluation")
+            raise RaysimError(
+                f"No evaluated round to summarise under {self.root}: {why}. Results.failed "
+                "lists each failed run's error; rows written before a failure stay in "
+                "Results.table().")
+        if metrics:
+            check_metrics(rounds, list(metrics))
+        return summary_table(rounds, list(metrics) if metrics else None)
 
 
 def run(config: str | Path | dict[str, Any], *, overrides: Sequence[str] = (),

@@ -9,6 +9,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NoReturn
 
 from raysim.engine.invocation import (
     latest_run_root,
@@ -60,8 +61,28 @@ def _version() -> str:
         return "unknown (not installed)"
 
 
+HINTS = {"--seed": "the seeds are a config field: use --set 'seeds=[3]' (a sweep also takes "
+                     "--seeds 0,1,2)",
+         "--rounds": "the rounds are a config field: use --set training.rounds=5",
+         "--algorithm": "the method is a config field: use --set algorithm.name=fedprox"}
+"""Options a newcomer types that raysim does not have, and what to write instead."""
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse's parser whose refusal of an unknown option says what to write instead."""
+
+    def error(self, message: str) -> NoReturn:
+        if "unrecognized arguments" in message:
+            given = message.split(":", 1)[-1].split()
+            hints = [HINTS[option.split("=")[0]] for option in given
+                     if option.split("=")[0] in HINTS]
+            if hints:
+                message += " (" + "; ".join(hints) + ")"
+        super().error(message)
+
+
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="raysim", description="Simulate federated learning on medical images with Ray.")
     parser.add_argument("--version", action="version", version=f"raysim {_version()}")
     commands = parser.add_subparsers(dest="command", required=True)

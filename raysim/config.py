@@ -370,6 +370,10 @@ class _UniqueKeyLoader(yaml.SafeLoader):
 
 def _read_yaml(path: str | Path) -> Any:
     path = Path(path)
+    if path.is_dir():
+        raise ConfigError(
+            f"Config path {str(path)!r} is a folder, not a config file. Pass the path of an "
+            "experiment YAML file in it, e.g. `raysim run experiments/quickstart.yaml`.")
     if not path.is_file():
         raise ConfigError(
             f"Config file {str(path)!r} does not exist. Pass the path of an experiment YAML "

@@ -379,6 +379,19 @@ def plot_location(paths: list[str | Path], output: str | Path | None,
     return Path(paths[0]), f"{stem}_with_{hashlib.sha256(named.encode()).hexdigest()[:8]}"
 
 
+def check_metrics(rounds: pd.DataFrame, names: list[str]) -> None:
+    """Refuse, with one paragraph listing what the runs recorded, a metric their ``rounds``
+    tables do not hold (``--metric``, ``--metrics``)."""
+    missing = [name for name in names if name not in rounds.columns]
+    if missing:
+        recorded = sorted(c for c in rounds.columns if rounds[c].dtype.kind == "f"
+                          and rounds[c].notna().any())
+        raise RaysimError(
+            f"Unknown metric {missing[0]!r} (--metric or --metrics): these runs' rounds tables "
+            f"hold no such column. Recorded metrics: {', '.join(recorded)}. Pass one of them, "
+            "e.g. `--metric accuracy`.")
+
+
 def report(paths: str | Path | list[str | Path], metric: str = "accuracy",
            output: str | Path | None = None, metrics: list[str] | None = None,
            selection: str | None = None, per_client: bool = False,
@@ -405,6 +418,7 @@ def report(paths: str | Path | list[str | Path], metric: str = "accuracy",
     rounds = pd.concat([load(path, "rounds") for path in paths], ignore_index=True)
     if rounds.empty or rounds["accuracy"].isna().all():
         return "No evaluated rounds yet.", None
+    check_metrics(rounds, [metric, *(metrics or [])])
     tables: dict[str, pd.DataFrame] = {"summary": summary_table(rounds, metrics, checkpoint,
                                                                 select_by, window)}
     text = format_summary(tables["summary"])

@@ -1,0 +1,65 @@
+"""The mistakes a newcomer makes get one paragraph and exit 2, never a traceback: an unknown
+report metric, a config path that is a folder, an option raysim does not have, a summary of
+runs that all failed."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from conftest import quickstart_raw
+from test_bad_input import run_cli
+
+from raysim.cli import main
+from raysim.errors import RaysimError
+from raysim.results.manifest import write_manifest
+from raysim.results.sink import ParquetSink
+
+
+def _finished_root(tmp_path: Path) -> Path:
+    root = tmp_path / "demo-20260101-100000"
+    run_dir = root / "seed_0"
+    run_dir.mkdir(parents=True)
+    (root / "invocation.json").write_text("{}")
+    write_manifest(run_dir, {"name": "demo", "algorithm": "fedavg", "seed": 0,
+                             "status": "completed", "config": {"name": "demo"}})
+    sink = ParquetSink(run_dir)
+    sink.add("rounds", [{"round": r, "accuracy": 0.5 + 0.1 * r, "loss": 1.0 - 0.1 * r}
+                        for r in range(3)])
+    sink.flush()
+    return root
+
+
+@pytest.mark.parametrize("option", ["--metric", "--metrics"])
+def test_report_of_an_unknown_metric_lists_the_recorded_ones(capsys, tmp_path, option):
+    root = _finished_root(tmp_path)
+    code = main(["report", str(root), option, "nosuch", "--output", str(tmp_path / "out")])
+    err = capsys.readouterr().err
+    assert code == 2 and "Traceback" not in err and "'nosuch'" in err, err
+    assert "accuracy, loss" in err
+
+
+def test_a_config_path_that_is_a_folder_says_so(capsys, tmp_path):
+    code = main(["validate", str(tmp_path)])
+    err = capsys.readouterr().err
+    assert code == 2 and "is a folder, not a config file" in err, err
+
+
+def test_an_unknown_seed_option_points_to_the_config_field(capsys, tmp_path):
+    with pytest.raises(SystemExit) as stopped:
+        run_cli(capsys, tmp_path, quickstart_raw(), "--seed", "3", command="run")
+    err = capsys.readouterr().err
+    assert stopped.value.code == 2 and "--set 'seeds=[3]'" in err, err
+
+
+def test_a_summary_of_runs_that_all_failed_is_a_paragraph(tmp_path):
+    from raysim.api import Results
+    from raysim.engine.runner import RunOutcome
+
+    root = tmp_path / "demo-20260101-100000"
+    (root / "seed_0").mkdir(parents=True)
+    write_manifest(root / "seed_0", {"name": "demo", "algorithm": "fedavg", "seed": 0,
+                                     "status": "failed", "config": {"name": "demo"}})
+    failed = Results(root, (RunOutcome(0, root / "seed_0", None, "the data is corrupt", 1),))
+    with pytest.raises(RaysimError, match="1 of 1 runs failed .*the data is corrupt"):
+        failed.summary()
