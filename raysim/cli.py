@@ -37,8 +37,14 @@ _COMMAND = _Command()
 
 def _directory(path: str) -> str:
     """An absolute path: the driver and workers of a run do not share the caller's working
-    directory, so a relative ``--data-root`` is resolved where the user typed it."""
-    return str(Path(path).expanduser().absolute())
+    directory, so a relative ``--data-root`` is resolved where the user typed it. A path that
+    exists and is not a folder is refused (argparse's one line, exit 2)."""
+    resolved = Path(path).expanduser().absolute()
+    if resolved.exists() and not resolved.is_dir():
+        raise argparse.ArgumentTypeError(
+            f"{path!r} is a file, not a folder: pass the folder that holds the data files "
+            f"(e.g. --data-root {resolved.parent})")
+    return str(resolved)
 
 
 def _positive_int(text: str) -> int:

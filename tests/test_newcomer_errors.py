@@ -63,3 +63,25 @@ def test_a_summary_of_runs_that_all_failed_is_a_paragraph(tmp_path):
     failed = Results(root, (RunOutcome(0, root / "seed_0", None, "the data is corrupt", 1),))
     with pytest.raises(RaysimError, match="1 of 1 runs failed .*the data is corrupt"):
         failed.summary()
+
+
+def test_a_data_root_that_is_a_file_is_refused(capsys, tmp_path):
+    afile = tmp_path / "pneumoniamnist.npz"
+    afile.write_bytes(b"")
+    with pytest.raises(SystemExit) as stopped:
+        run_cli(capsys, tmp_path, quickstart_raw(), "--data-root", str(afile))
+    err = capsys.readouterr().err
+    assert stopped.value.code == 2 and "is a file, not a folder" in err, err
+
+
+def test_a_dataset_file_with_one_label_too_few_is_a_paragraph(capsys, tmp_path):
+    import numpy as np
+
+    images = np.zeros((20, 8, 8), np.uint8)
+    np.savez(tmp_path / "mine.npz", train_images=images, train_labels=np.zeros(19, np.uint8),
+             test_images=images[:5], test_labels=np.zeros(5, np.uint8))
+    raw = quickstart_raw(dataset={"name": "mine", "path": str(tmp_path / "mine.npz")},
+                         partition={"scheme": "iid", "num_clients": 2, "min_size": 1})
+    code, err = run_cli(capsys, tmp_path, raw)
+    assert code == 2 and "Traceback" not in err, err
+    assert "20 samples but train_labels 19 labels" in err

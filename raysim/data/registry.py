@@ -71,6 +71,14 @@ def arrays_dataset(name: str, arrays: Mapping[str, np.ndarray],
             f"Dataset {name!r} lacks {', '.join(missing)}: a dataset file holds train_images, "
             "train_labels, test_images and test_labels (and optionally val_images and "
             "val_labels), as MedMNIST's npz files do.")
+    for split in _SPLITS:
+        if f"{split}_images" in arrays and f"{split}_labels" in arrays and \
+                len(arrays[f"{split}_images"]) != len(arrays[f"{split}_labels"]):
+            raise ConfigError(
+                f"Dataset {name!r}: {split}_images holds {len(arrays[f'{split}_images'])} "
+                f"samples but {split}_labels {len(arrays[f'{split}_labels'])} labels; a dataset "
+                "file needs one label per sample in each split. Fix the file (or the folder it "
+                "was made from) so that the counts agree.")
     images = np.asarray(arrays["train_images"])
     labels = {split: _labels(np.asarray(arrays[f"{split}_labels"]))
               for split in _SPLITS if f"{split}_labels" in arrays}
