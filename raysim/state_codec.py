@@ -16,6 +16,7 @@ that the file is a zip archive at all) before it decodes anything else.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import os
@@ -185,7 +186,9 @@ def save_state(path: Path, tree: Any, kind: str, version: int) -> Path:
             os.fsync(file.fileno())
         os.replace(temporary, path)
     except BaseException:
-        temporary.unlink(missing_ok=True)
+        # a read-only or forbidden directory must not hide the error that brought us here
+        with contextlib.suppress(OSError):
+            temporary.unlink(missing_ok=True)
         raise
     return path
 

@@ -85,3 +85,27 @@ def test_a_dataset_file_with_one_label_too_few_is_a_paragraph(capsys, tmp_path):
     code, err = run_cli(capsys, tmp_path, raw)
     assert code == 2 and "Traceback" not in err, err
     assert "20 samples but train_labels 19 labels" in err
+
+
+def test_a_read_only_results_folder_is_a_paragraph_not_the_cleanups_error(tmp_path,
+                                                                          monkeypatch):
+    """On a read-only file system the temporary file's removal fails too (EROFS); that second
+    error must not replace the paragraph naming the file (``raysim report`` on a read-only
+    root, a checkpoint's state file)."""
+    import errno
+    import os
+
+    from raysim.errors import ResultsNotWritable
+    from raysim.results.atomic import write_atomically
+    from raysim.state_codec import save_state
+
+    def read_only(*_args, **_kwargs):
+        raise OSError(errno.EROFS, "Read-only file system")
+
+    monkeypatch.setattr(Path, "unlink", read_only)
+    with pytest.raises(ResultsNotWritable, match="summary.csv"):
+        write_atomically(tmp_path / "summary.csv", read_only, "free the disk")
+    monkeypatch.setattr(os, "replace", read_only)
+    with pytest.raises(OSError) as raised:
+        save_state(tmp_path / "state.npz", {"a": 1}, "server", 1)
+    assert raised.value.errno == errno.EROFS and "Read-only" in str(raised.value)

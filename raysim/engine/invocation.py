@@ -158,7 +158,6 @@ def recorded_options(root: str) -> dict[str, Any]:
     import json
 
     from raysim.engine.resume import INVOCATION
-
     from raysim.errors import ConfigError
 
     path = Path(root) / INVOCATION

@@ -4,6 +4,7 @@ and becomes one paragraph naming the file (:class:`raysim.errors.ResultsNotWrita
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections.abc import Callable
 from pathlib import Path
@@ -22,11 +23,19 @@ def write_atomically(path: Path, write: Callable[[Path], object], recovery: str)
         write(temporary)
         os.replace(temporary, path)
     except BaseException as error:
-        temporary.unlink(missing_ok=True)
+        discard(temporary)
         if isinstance(error, OSError):
             raise not_writable(path, error, recovery) or error from None
         raise
     return path
 
 
-__all__ = ["write_atomically"]
+def discard(temporary: Path) -> None:
+    """Remove a temporary file if it is there; a disk that refuses even that (read-only,
+    forbidden) leaves nothing to remove or cannot be helped, and must not hide the error that
+    brought us here."""
+    with contextlib.suppress(OSError):
+        temporary.unlink(missing_ok=True)
+
+
+__all__ = ["discard", "write_atomically"]

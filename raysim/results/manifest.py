@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from raysim.errors import ResultsNotWritable, not_writable
+from raysim.results.atomic import discard
 
 MANIFEST = "manifest.json"
 INVOCATION = "invocation.json"
@@ -69,7 +70,7 @@ def write_manifest(run_dir: Path, manifest: dict[str, Any]) -> None:
         temporary.write_bytes(text)
         os.replace(temporary, final)
     except OSError as error:
-        temporary.unlink(missing_ok=True)
+        discard(temporary)
         if error.errno in (errno.ENOSPC, errno.EDQUOT) and (
                 _rewrite_in_place(final, text) or _rewrite_in_place(
                     final, json.dumps(manifest, separators=(",", ":"), default=str).encode())):

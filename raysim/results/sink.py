@@ -17,6 +17,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from raysim.errors import not_writable
+from raysim.results.atomic import discard
 from raysim.results.manifest import resume_hint
 
 TABLES = ("rounds", "clients", "client_eval", "communication", "selection", "system",
@@ -85,7 +86,7 @@ class ParquetSink:
                                temporary, write_page_checksum=True)  # (verified by load)
                 os.replace(temporary, final)
             except OSError as error:  # (pyarrow's IO errors are OSErrors with the errno)
-                temporary.unlink(missing_ok=True)
+                discard(temporary)
                 raise not_writable(final, error, resume_hint(self.run_dir)) or error from None
             wrote = True
         if wrote:
