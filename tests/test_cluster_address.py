@@ -81,7 +81,7 @@ def test_address_resolution_follows_rays_conventions(tmp_path, monkeypatch):
     monkeypatch.setattr(startup, "RAY_CURRENT_CLUSTER", record)
     monkeypatch.setattr(startup, "running_cluster", lambda: None)
     monkeypatch.delenv("RAY_ADDRESS", raising=False)
-    monkeypatch.setattr(cluster_probe, "PROBE_SECONDS", 3.0)
+    monkeypatch.setenv("RAYSIM_PROBE_SECONDS", "3")
     assert startup.cluster_to_join(None) is None  # nothing recorded: a local Ray
     record.write_text(f"127.0.0.1:{_free_port()}")  # a dead cluster's record
     notices: list[str] = []
@@ -180,3 +180,19 @@ def test_runs_join_the_cluster_ray_address_names_and_local_forces_their_own(tmp_
         except subprocess.TimeoutExpired:
             os.killpg(head.pid, signal.SIGKILL)
         shutil.rmtree(ray_dir, ignore_errors=True)  # its record and sessions (as `ray stop`)
+
+
+def test_the_probes_bound_grows_with_the_load_and_yields_to_the_setting(monkeypatch):
+    """A live cluster on a machine at load 33 answers slowly: the bound stretches with the load
+    per CPU (capped), and RAYSIM_PROBE_SECONDS, which every probe paragraph names, wins."""
+    monkeypatch.delenv("RAYSIM_PROBE_SECONDS", raising=False)
+    monkeypatch.setattr(cluster_probe.os, "cpu_count", lambda: 2)
+    monkeypatch.setattr(cluster_probe.os, "getloadavg", lambda: (1.0, 1.0, 1.0))
+    assert cluster_probe.probe_seconds() == cluster_probe.PROBE_SECONDS
+    monkeypatch.setattr(cluster_probe.os, "getloadavg", lambda: (8.0, 1.0, 1.0))
+    assert cluster_probe.probe_seconds() == 4 * cluster_probe.PROBE_SECONDS
+    monkeypatch.setattr(cluster_probe.os, "getloadavg", lambda: (33.0, 1.0, 1.0))
+    assert cluster_probe.probe_seconds() == cluster_probe.MOST_PROBE_SECONDS
+    monkeypatch.setenv("RAYSIM_PROBE_SECONDS", "90")
+    assert cluster_probe.probe_seconds() == 90.0
+    assert "RAYSIM_PROBE_SECONDS" in cluster_probe.probe_hint()

@@ -16,9 +16,34 @@ import sys
 
 from raysim.engine.launch.ray_internals import GCS_PROBE
 
-PROBE_SECONDS = float(os.environ.get("RAYSIM_PROBE_SECONDS", "10"))
-"""How long a cluster's GCS may take to answer before it counts as not answering
-(``RAYSIM_PROBE_SECONDS``, default 10)."""
+PROBE_SECONDS = 10.0
+"""How long a cluster's GCS may take to answer on an idle machine before it counts as not
+answering (see :func:`probe_seconds`)."""
+MOST_PROBE_SECONDS = 60.0
+"""The longest the load may stretch the probe to."""
+
+
+def probe_seconds() -> float:
+    """The probe's bound: ``RAYSIM_PROBE_SECONDS`` when set, else :data:`PROBE_SECONDS`
+    stretched by the machine's load per CPU (a GCS on a machine with three runnable processes
+    a CPU answers about three times slower), at most :data:`MOST_PROBE_SECONDS`."""
+    given = os.environ.get("RAYSIM_PROBE_SECONDS")
+    if given:
+        try:
+            return max(float(given), 0.5)
+        except ValueError:
+            pass
+    try:
+        load = os.getloadavg()[0] / (os.cpu_count() or 1)
+    except OSError:
+        load = 1.0
+    return min(PROBE_SECONDS * max(1.0, load), MOST_PROBE_SECONDS)
+
+
+def probe_hint() -> str:
+    """How the user gives a slow cluster longer (the end of a paragraph about the probe)."""
+    return (f"the probe waited {probe_seconds():.0f} s (it grows with the machine's load; "
+            "set RAYSIM_PROBE_SECONDS to wait longer)")
 
 
 def accepts_connections(address: str, timeout: float = 2.0) -> bool:
@@ -34,8 +59,8 @@ def accepts_connections(address: str, timeout: float = 2.0) -> bool:
 
 def gcs_answers(address: str, timeout: float | None = None) -> bool:
     """Whether a Ray GCS answers at host:port within ``timeout`` seconds (default
-    :data:`PROBE_SECONDS`; the whole probe, connection and two requests included)."""
-    timeout = PROBE_SECONDS if timeout is None else timeout
+    :func:`probe_seconds`; the whole probe, connection and two requests included)."""
+    timeout = probe_seconds() if timeout is None else timeout
     if not accepts_connections(address, timeout=min(2.0, timeout)):
         return False
     try:
@@ -47,4 +72,5 @@ def gcs_answers(address: str, timeout: float | None = None) -> bool:
     return True
 
 
-__all__ = ["PROBE_SECONDS", "accepts_connections", "gcs_answers"]
+__all__ = ["MOST_PROBE_SECONDS", "PROBE_SECONDS", "accepts_connections", "gcs_answers",
+           "probe_hint", "probe_seconds"]

@@ -23,7 +23,7 @@ from typing import Any
 import ray
 
 from raysim.config import ExperimentConfig
-from raysim.engine.launch.cluster_probe import PROBE_SECONDS, accepts_connections, gcs_answers
+from raysim.engine.launch.cluster_probe import accepts_connections, gcs_answers, probe_hint
 from raysim.engine.launch.cpu_slots import CpuSlots
 from raysim.engine.launch.parallel_runs import processes_at_start
 from raysim.engine.launch.ray_internals import (
@@ -217,18 +217,17 @@ def _recorded_cluster(notices: list[str]) -> str | None:
     if gcs_answers(address):
         return address
     notices.append(f"Ignored {RAY_CURRENT_CLUSTER}: it names a Ray cluster at {address} that "
-                   f"does not answer (no Ray GCS there within {PROBE_SECONDS:g} s), so this "
+                   f"does not answer (no Ray GCS there; {probe_hint()}), so this "
                    "run starts a Ray of its own; `ray stop` removes the stale record.")
     return None
 
 
 def _check_reachable(address: str, source: str) -> None:
-    """Fail within :data:`PROBE_SECONDS`, with one paragraph, on a host:port where no Ray GCS
+    """Fail within the probe's bound, with one paragraph, on a host:port where no Ray GCS
     answers (``ray.init`` would retry for minutes)."""
     if ":" in address and "://" not in address and not gcs_answers(address):
         reason = ("nothing accepts connections there" if not accepts_connections(address)
-                  else f"something listens there, but no Ray GCS answered within "
-                  f"{PROBE_SECONDS:g} s")
+                  else f"something listens there, but no Ray GCS answered ({probe_hint()})")
         raise ConfigError(_unreachable(address, source, reason))
 
 
