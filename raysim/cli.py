@@ -297,10 +297,26 @@ def _sweep(args: argparse.Namespace) -> int:
     return _execute(experiments, args, labels)
 
 
+def config_warnings(experiments: dict) -> list[str]:
+    """Settings that are valid but rarely what a user meant, one line each."""
+    said = []
+    for label, config in experiments.items():
+        every, rounds = config.evaluation.every, config.training.rounds
+        if every > rounds:
+            named = f" (variant {label})" if label else ""
+            said.append(f"warning{named}: training.rounds ({rounds}) is below evaluation.every "
+                        f"({every}), so only the last round is evaluated and the learning "
+                        f"curve has one point; lower it with --set evaluation.every={rounds}.")
+    return list(dict.fromkeys(said))
+
+
 def _execute(experiments: dict, args: argparse.Namespace, labels: dict | None = None) -> int:
     """Run (or resume) labelled experiments (:func:`raysim.engine.invocation.invoke`), then
     print the summary table and paths."""
     from raysim.engine.invocation import Invocation, invoke
+
+    for line in config_warnings(experiments):
+        print(line, file=sys.stderr)
 
     def runs_started() -> None:
         _COMMAND.runs_started = True
@@ -357,7 +373,16 @@ def _summarise(outcomes: list, root: Path, modules: tuple, experiments: dict) ->
                      f"{first['first_round']:.1f} s after the command")
     rounds = load(root, "rounds")
     if not rounds.empty and rounds["accuracy"].notna().any():
-        lines.append(format_summary(summary_table(rounds)))
+        window = min((config.evaluation.final_rounds if config.evaluation.every > 0 else 1)
+                     for config in experiments.values())
+        try:
+            table = summary_table(rounds, window=window)
+        except RaysimError:  # a run that ended before its final rounds: the last round each
+            table, window = summary_table(rounds), 1
+        if window > 1:  # a metric that alternates is reported over its last rounds
+            lines.append(f"each metric the mean over each run's last {window} evaluated rounds "
+                         "(evaluation.final_rounds; `raysim report --window 1`: the last)")
+        lines.append(format_summary(table))
         try:
             curves = report(root)[1]
         except ResultsNotWritable as error:  # (the runs' results are complete)

@@ -109,3 +109,27 @@ def test_a_read_only_results_folder_is_a_paragraph_not_the_cleanups_error(tmp_pa
     with pytest.raises(OSError) as raised:
         save_state(tmp_path / "state.npz", {"a": 1}, "server", 1)
     assert raised.value.errno == errno.EROFS and "Read-only" in str(raised.value)
+
+
+def test_the_printed_table_honours_evaluation_final_rounds(tmp_path):
+    """A config that evaluates its last two rounds (FedDC's, whose single rounds alternate) is
+    summarised by ``raysim run`` over those two, as ``raysim report --window 2`` would."""
+    from raysim.cli import _import_summary_modules, _summarise
+    from raysim.config import parse_config
+
+    root = _finished_root(tmp_path)  # accuracy 0.5, 0.6, 0.7
+    config = parse_config(quickstart_raw(evaluation={"every": 1, "final_rounds": 2}))
+    lines = _summarise([], root, _import_summary_modules(), {"": config})
+    assert any("last 2 evaluated rounds" in line for line in lines)
+    assert any("0.6500" in line for line in lines), lines
+    plain = _summarise([], root, _import_summary_modules(), {"": parse_config(quickstart_raw())})
+    assert any("0.7000" in line for line in plain), plain
+
+
+def test_rounds_below_the_evaluation_period_warn():
+    from raysim.cli import config_warnings
+    from raysim.config import parse_config
+
+    few = parse_config(quickstart_raw(training={"rounds": 3}, evaluation={"every": 5}))
+    said = config_warnings({"": few, "b": parse_config(quickstart_raw())})
+    assert len(said) == 1 and "training.rounds (3) is below evaluation.every (5)" in said[0]
