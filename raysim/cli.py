@@ -267,12 +267,21 @@ def _resume_root(args: argparse.Namespace) -> str | None:
 def _run(args: argparse.Namespace) -> int:
     from raysim.config import load_experiments
 
+    given_variants = list(args.variants)
     if args.resume is not None:
         args.resume = _resume_root(args)
         if os.path.isdir(args.resume):
             _recall_invocation(args, args.resume)
     experiments = load_experiments(args.config, args.overrides, args.plugins)
     unknown = [label for label in args.variants if label not in experiments]
+    if unknown and not given_variants:  # recalled from the root: another config's root
+        started = recorded_options(args.resume).get("config", "another config")
+        raise RaysimError(
+            f"Cannot resume {args.resume} with {args.config}: that root was started from "
+            f"{started}, whose variant {unknown[0]!r} {args.config} does not define "
+            f"({', '.join(label for label in experiments if label) or 'it has no variants'}). "
+            f"Resume it with the config it was started with (`raysim run {started} --resume "
+            f"{args.resume}`), or start a new run without --resume; nothing was written.")
     if unknown:
         raise RaysimError(
             f"Unknown variant {unknown[0]!r} for --variant: {args.config} defines "

@@ -106,3 +106,13 @@ def test_an_unreadable_record_of_the_first_command_is_one_paragraph(capsys, tmp_
     code, err = run_cli(capsys, tmp_path, quickstart_raw(training={"rounds": 2}),
                         "--no-progress", "--resume", str(root), command="run")
     assert code == 2 and "Traceback" not in err and "invocation.json" in err, err
+
+
+def test_resuming_another_configs_root_names_the_config_it_was_started_from(capsys, tmp_path):
+    root = _run_root(tmp_path, {"command": "run", "plugins": [], "variants": ["feddc"],
+                                "config": "/lab/experiments/feddc/pneumonia.yaml"})
+    code, err = run_cli(capsys, tmp_path, quickstart_raw(training={"rounds": 2}),
+                        "--no-progress", "--resume", str(root), command="run")
+    assert code == 2 and "Traceback" not in err, err
+    assert "started from /lab/experiments/feddc/pneumonia.yaml" in err
+    assert "Unknown variant" not in err and "for --variant" not in err
