@@ -208,10 +208,17 @@ def _invoke(experiments: dict[str, ExperimentConfig], labels: dict[str, Any] | N
 
     from raysim.engine.invocation import Invocation, invoke
 
-    invoked = invoke(Invocation(experiments, data_root, output, progress=progress,
-                                resume=None if resume is None else str(resume), labels=labels,
-                                started_at=time.time()),
-                     preload=lambda: None, closing=lambda outcomes, root, preloaded: None)
+    from raysim.errors import RunInterrupted
+
+    try:
+        invoked = invoke(Invocation(experiments, data_root, output, progress=progress,
+                                    resume=None if resume is None else str(resume),
+                                    labels=labels, started_at=time.time()),
+                         preload=lambda: None, closing=lambda outcomes, root, preloaded: None)
+    except RunInterrupted:
+        raise
+    except KeyboardInterrupt as interrupt:  # during start-up (e.g. waiting for CPU slots)
+        raise RunInterrupted(str(getattr(interrupt, "root", "") or "")) from None
     return None if invoked is None else Results(invoked.root, tuple(invoked.outcomes))
 
 

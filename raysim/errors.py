@@ -52,7 +52,8 @@ class WorkerFailureError(RunError):
 
 
 class RunInterrupted(KeyboardInterrupt):
-    """The user interrupted an invocation (Ctrl-C); ``root`` holds its results."""
+    """The user interrupted an invocation (Ctrl-C); ``root`` holds its results (empty when
+    the interruption came during start-up, before any run had started: nothing was written)."""
 
     def __init__(self, root: str):
         super().__init__(root)

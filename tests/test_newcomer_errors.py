@@ -133,3 +133,19 @@ def test_rounds_below_the_evaluation_period_warn():
     few = parse_config(quickstart_raw(training={"rounds": 3}, evaluation={"every": 5}))
     said = config_warnings({"": few, "b": parse_config(quickstart_raw())})
     assert len(said) == 1 and "training.rounds (3) is below evaluation.every (5)" in said[0]
+
+
+def test_ctrl_c_during_start_up_in_python_is_run_interrupted(monkeypatch):
+    """Ctrl-C while an API call waits for CPU slots (or anywhere in start-up) raises the
+    documented RunInterrupted, without a chained traceback."""
+    import raysim
+    from raysim.engine import invocation
+    from raysim.errors import RunInterrupted
+
+    def waiting(*_args, **_kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(invocation, "invoke", waiting)
+    with pytest.raises(RunInterrupted) as stopped:
+        raysim.run(quickstart_raw(), progress=False)
+    assert stopped.value.__suppress_context__ and stopped.value.root == ""
