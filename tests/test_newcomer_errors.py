@@ -149,3 +149,24 @@ def test_ctrl_c_during_start_up_in_python_is_run_interrupted(monkeypatch):
     with pytest.raises(RunInterrupted) as stopped:
         raysim.run(quickstart_raw(), progress=False)
     assert stopped.value.__suppress_context__ and stopped.value.root == ""
+
+
+def test_a_checkpoint_that_cannot_be_read_marks_its_run_failed(tmp_path):
+    """A resumed run whose checkpoint is refused (damaged, or a tree raysim cannot rebuild)
+    stops with the refusal's paragraph, and its manifest says `failed`, not `running`."""
+    from types import SimpleNamespace
+
+    from raysim.engine.run.driver import Driver
+    from raysim.results.manifest import read_manifest
+    from raysim.rounds.checkpoint import CHECKPOINT_FILE
+
+    run_dir = tmp_path / "seed_0"
+    (run_dir / CHECKPOINT_FILE).parent.mkdir(parents=True)
+    (run_dir / CHECKPOINT_FILE).write_bytes(b"not a state file")
+    write_manifest(run_dir, {"name": "demo", "seed": 0, "status": "running"})
+    driver = Driver.__new__(Driver)
+    driver.spec, driver.run_dir = SimpleNamespace(resume=True), run_dir
+    with pytest.raises(RaysimError, match="Cannot resume from"):
+        driver.run()
+    manifest = read_manifest(run_dir)
+    assert manifest["status"] == "failed" and "Cannot resume from" in manifest["error"]

@@ -23,7 +23,13 @@ from raysim.engine.run.cluster_links import worker_order, worker_spans
 from raysim.engine.run.ray_workers import Placement, RayWorkers, TransferRecords
 from raysim.engine.run.server_evaluation import Evaluator
 from raysim.engine.run.worker import WorkerSetup
-from raysim.errors import DivergenceError, ResultsNotWritable, RunError, WorkerFailureError
+from raysim.errors import (
+    DivergenceError,
+    RaysimError,
+    ResultsNotWritable,
+    RunError,
+    WorkerFailureError,
+)
 from raysim.layers.assembly import Ahead, assemble
 from raysim.results.live import MetricStreams
 from raysim.results.manifest import update_manifest
@@ -162,7 +168,13 @@ class Driver:
         """Run every round; returns the final rounds row. Rows written so far are kept on error."""
         checkpoint = None
         if self.spec.resume:
-            checkpoint = load_checkpoint(self.run_dir)
+            try:
+                checkpoint = load_checkpoint(self.run_dir)
+            except RaysimError as refused:  # the manifest must not go on saying `running`
+                with contextlib.suppress(ResultsNotWritable):
+                    update_manifest(self.run_dir, status="failed", finished=time.time(),
+                                    error=f"{type(refused).__name__}: {refused}")
+                raise
             truncate_results(self.run_dir, checkpoint.next_part if checkpoint else 0)
         sink = ParquetSink(self.run_dir, self.spec.engine.flush_seconds)
         update_manifest(self.run_dir, driver={"pid": os.getpid(), "node_id": self._node,
