@@ -171,3 +171,37 @@ def test_a_dataset_from_a_folder_of_images_per_class(tmp_path):
         tmp_path / "scans" / "test" / "normal" / "odd.png")
     with pytest.raises(ConfigError, match="2 different sizes"):
         load_dataset(config.dataset, str(tmp_path))
+
+
+def _fednova_raw(**sections):
+    raw = yaml.safe_load((PLUGINS / "fednova.yaml").read_text())
+    raw.pop("variants")
+    raw.update({"seeds": [0], "training": {"rounds": 3, "local_epochs": 1, "batch_size": 8,
+                                           "optimizer": {"name": "sgd", "lr": 0.05}},
+                "evaluation": {"every": 1}, **sections})
+    return raw
+
+
+def test_the_worked_fednova_keeps_the_contract_and_normalises_by_steps():
+    """docs/plugins.md's worked example: with equal local steps (an IID split of equal
+    shares) FedNova is FedAvg; with steps that differ (quantity skew) the normalisation moves
+    the model elsewhere. Its refusals are its own."""
+    equal = {"partition": {"scheme": "iid", "num_clients": 5}}
+    config = parse_config(_fednova_raw(**equal), near=PLUGINS)
+    check_contract(config)
+    nova = simulate(config)
+    fedavg = simulate(parse_config(_fednova_raw(**equal, algorithm={"name": "fedavg"}),
+                                   near=PLUGINS))
+    for key in fedavg.server_state:
+        np.testing.assert_allclose(nova.server_state[key], fedavg.server_state[key],
+                                   rtol=1e-4, atol=1e-6)
+    skewed = simulate(parse_config(_fednova_raw(), near=PLUGINS))
+    skewed_fedavg = simulate(parse_config(_fednova_raw(algorithm={"name": "fedavg"}),
+                                          near=PLUGINS))
+    assert any(not np.allclose(skewed.server_state[key], skewed_fedavg.server_state[key],
+                               rtol=1e-3, atol=1e-5) for key in skewed_fedavg.server_state)
+    with pytest.raises(ConfigError, match="normalised updates"):
+        from raysim.preparation import prepare
+
+        prepare(parse_config(_fednova_raw(privacy={"clip": 1.0, "noise_multiplier": 1.0}),
+                             near=PLUGINS), None)
