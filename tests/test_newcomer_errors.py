@@ -61,7 +61,7 @@ def test_a_summary_of_runs_that_all_failed_is_a_paragraph(tmp_path):
     write_manifest(root / "seed_0", {"name": "demo", "algorithm": "fedavg", "seed": 0,
                                      "status": "failed", "config": {"name": "demo"}})
     failed = Results(root, (RunOutcome(0, root / "seed_0", None, "the data is corrupt", 1),))
-    with pytest.raises(RaysimError, match="1 of 1 runs failed .*the data is corrupt"):
+    with pytest.raises(RaysimError, match=r"1 of 1 runs failed .*the data is corrupt"):
         failed.summary()
 
 
@@ -103,7 +103,7 @@ def test_a_read_only_results_folder_is_a_paragraph_not_the_cleanups_error(tmp_pa
         raise OSError(errno.EROFS, "Read-only file system")
 
     monkeypatch.setattr(Path, "unlink", read_only)
-    with pytest.raises(ResultsNotWritable, match="summary.csv"):
+    with pytest.raises(ResultsNotWritable, match=r"summary\.csv"):
         write_atomically(tmp_path / "summary.csv", read_only, "free the disk")
     monkeypatch.setattr(os, "replace", read_only)
     with pytest.raises(OSError) as raised:
