@@ -207,7 +207,6 @@ def _invoke(experiments: dict[str, ExperimentConfig], labels: dict[str, Any] | N
     import time
 
     from raysim.engine.invocation import Invocation, invoke
-
     from raysim.errors import RunInterrupted
 
     try:
