@@ -141,6 +141,7 @@ def run_estimate(config: str | Path | dict[str, Any], *, rounds: int = 3,
     from raysim.estimate import (
         INTERRUPTED,
         busy_notice,
+        check_data,
         describe,
         fit_to_machine,
         measure,
@@ -158,6 +159,8 @@ def run_estimate(config: str | Path | dict[str, Any], *, rounds: int = 3,
                           "the config's own rounds.")
     extrapolation = None if extrapolate is None else Extrapolation.parse(extrapolate)
     experiments = _experiments(config, list(overrides), list(variants), list(plugins))
+    if not stand_in_data:
+        check_data(experiments, data_root)  # before Ray, and before waiting for CPUs
     cpus = os.cpu_count() or 1
     if all(cluster_to_join(run.engine.address) is None and running_cluster() is None
            for run in experiments.values()):  # a local Ray: make the engine fit

@@ -285,6 +285,33 @@ def stand_in_data(config: ExperimentConfig, data_root: str | None, scratch: Path
         "root": str(root), "download": False, "verify_checksum": False})})
 
 
+def check_data(configs: Mapping[str, ExperimentConfig], data_root: str | None) -> None:
+    """Before Ray starts: every variant's MedMNIST file is present, or fetched now where the
+    config allows downloads; otherwise one paragraph naming the file, ``--data-root`` and
+    ``--stand-in-data`` (an estimate can time a generated file of the dataset's layout)."""
+    from raysim.data import load_dataset
+    from raysim.data.builtin import BUILTIN_DATASETS
+    from raysim.data.medmnist_io import default_root, file_name
+    from raysim.errors import DataError
+
+    checked: set[str] = set()
+    for config in configs.values():
+        dataset = config.dataset
+        if dataset.name in BUILTIN_DATASETS or _users_dataset(dataset):
+            continue
+        path = Path(data_root or dataset.root or default_root()).expanduser() / file_name(
+            dataset.name, dataset.size)
+        if path.exists() or str(path) in checked:
+            continue
+        checked.add(str(path))
+        try:
+            load_dataset(dataset, data_root)  # (downloads it where dataset.download allows)
+        except DataError as error:
+            raise DataError(f"{error} To estimate without the file, add --stand-in-data: the "
+                            "probes then time a generated file of the dataset's layout "
+                            "(official split sizes, channels, classes, size).") from None
+
+
 def measure(configs: Mapping[str, ExperimentConfig], rounds: int, data_root: str | None,
             clients: int | None = None, stand_in: bool = False,
             extrapolation: Extrapolation | None = None

@@ -170,3 +170,18 @@ def test_a_checkpoint_that_cannot_be_read_marks_its_run_failed(tmp_path):
         driver.run()
     manifest = read_manifest(run_dir)
     assert manifest["status"] == "failed" and "Cannot resume from" in manifest["error"]
+
+
+def test_an_estimate_without_its_data_says_so_before_ray_starts(tmp_path, monkeypatch):
+    from raysim.api import run_estimate
+    from raysim.engine import invocation
+    from raysim.errors import DataError
+
+    def no_ray(*_args, **_kwargs):
+        raise AssertionError("Ray was started before the data was checked")
+
+    monkeypatch.setattr(invocation, "ray_for", no_ray)
+    raw = quickstart_raw(dataset={"name": "pneumoniamnist", "download": False,
+                                  "verify_checksum": False})
+    with pytest.raises(DataError, match=r"pneumoniamnist\.npz.*--stand-in-data"):
+        run_estimate(raw, data_root=str(tmp_path / "empty"))
