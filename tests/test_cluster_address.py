@@ -124,7 +124,8 @@ def test_a_stale_record_on_a_port_another_program_holds_is_ignored(tmp_path, sta
         assert joined.returncode == 2, joined.stderr[-2000:]
         assert "Traceback" not in joined.stderr
         assert f"Cannot join the Ray cluster at {address} (from RAY_ADDRESS): something " \
-            "listens there, but no Ray GCS answered within 3 s" in joined.stderr
+            "listens there, but no Ray GCS answered (the probe waited 3 s" in joined.stderr
+        assert "RAYSIM_PROBE_SECONDS" in joined.stderr
 
 
 def test_ctrl_c_during_start_up_says_no_run_had_started(tmp_path, stale_record):
