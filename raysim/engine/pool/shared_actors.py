@@ -21,6 +21,7 @@ starts, and hands its own back at the end (:meth:`SharedActors.release`; :mod:`.
 
 from __future__ import annotations
 
+import contextlib
 from collections import defaultdict
 from dataclasses import dataclass
 from typing import Any
@@ -141,9 +142,9 @@ class SharedActors:
             self._idle_drivers.append(self._new_driver(node_strategy))
 
     def give_back_workers(self, shape: WorkerShape, workers: list[Any]) -> None:
-        """Workers of a finished run: reset (their run's data released) and kept idle."""
-        ray.get([worker.reset.remote() for worker in workers])
-        self._idle_workers[shape].extend(workers)
+        """Workers of a finished run: reset (their run's data released) and kept idle; one
+        that does not answer its reset (its process or node died) is dropped."""
+        self._idle_workers[shape].extend(answering(workers, "reset"))
 
     def driver(self, node_strategy: Any) -> Any:
         """An idle driver host, or a new one pinned by ``node_strategy`` (the node where the
@@ -154,9 +155,9 @@ class SharedActors:
         return self._new_driver(node_strategy)
 
     def give_back_driver(self, driver: Any) -> None:
-        """A driver host whose run ended: reset and kept idle."""
-        ray.get(driver.reset.remote())
-        self._idle_drivers.append(driver)
+        """A driver host whose run ended: reset and kept idle (dropped if it does not
+        answer)."""
+        self._idle_drivers.extend(answering([driver], "reset"))
 
     def release(self) -> None:
         """The invocation ends: on a warm cluster its idle actors go to the keeper for the
@@ -181,9 +182,37 @@ class SharedActors:
 
     @staticmethod
     def discard(actors: list[Any]) -> None:
-        """Kill actors of a failed run (they may hold a broken state)."""
+        """Kill actors of a failed run (they may hold a broken state); one that is gone
+        already (its node died) needs nothing."""
         for actor in actors:
-            ray.kill(actor)
+            with contextlib.suppress(Exception):  # (Ray raises several kinds for a gone actor)
+                ray.kill(actor)
+
+
+RESET_SECONDS = 60.0
+"""How long an actor may take to answer its reset when a run gives it back."""
+
+
+def answering(actors: list[Any], method: str, timeout: float = RESET_SECONDS) -> list[Any]:
+    """The actors whose ``method`` call returns within ``timeout`` seconds; the others (dead,
+    on a dead node, or hung) are killed and left out, so a lost node never stops an
+    invocation that has already written its results."""
+    if not actors:
+        return []
+    calls = [getattr(actor, method).remote() for actor in actors]
+    ready, _ = ray.wait(calls, num_returns=len(calls), timeout=timeout)
+    answered = set(ready)
+    kept = []
+    for actor, call in zip(actors, calls, strict=True):
+        try:
+            if call not in answered:
+                raise TimeoutError(f"no answer to {method} within {timeout:g} s")
+            ray.get(call)
+        except Exception:  # (ActorDiedError, ActorUnavailableError, a node's death, ...)
+            SharedActors.discard([actor])
+        else:
+            kept.append(actor)
+    return kept
 
 
 POOL = SharedActors()
