@@ -9,7 +9,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import NoReturn
+from typing import Any, NoReturn
 
 from raysim.engine.invocation import (
     latest_run_root,
@@ -275,7 +275,7 @@ def _run(args: argparse.Namespace) -> int:
     experiments = load_experiments(args.config, args.overrides, args.plugins)
     unknown = [label for label in args.variants if label not in experiments]
     if unknown and not given_variants:  # recalled from the root: another config's root
-        started = recorded_options(args.resume).get("config", "another config")
+        started = recorded_options(str(args.resume)).get("config", "another config")
         raise RaysimError(
             f"Cannot resume {args.resume} with {args.config}: that root was started from "
             f"{started}, whose variant {unknown[0]!r} {args.config} does not define "
@@ -304,6 +304,17 @@ def _sweep(args: argparse.Namespace) -> int:
     print(f"sweep: {len(experiments)} configurations x "
           f"{len(next(iter(experiments.values())).seeds)} seeds", file=sys.stderr)
     return _execute(experiments, args, labels)
+
+
+def headline_metric(experiments: dict, rounds: Any) -> str:
+    """The metric the closing plot shows: the methods' headline (MH-pFLID: each client's own
+    test share) when every experiment shares it and the runs recorded it, else accuracy."""
+    from raysim.algorithms import ALGORITHMS
+
+    chosen = {ALGORITHMS[config.algorithm.name].headline_metric
+              for config in experiments.values() if config.algorithm.name in ALGORITHMS}
+    metric = chosen.pop() if len(chosen) == 1 else "accuracy"
+    return metric if metric in rounds and rounds[metric].notna().any() else "accuracy"
 
 
 def config_warnings(experiments: dict) -> list[str]:
@@ -393,7 +404,7 @@ def _summarise(outcomes: list, root: Path, modules: tuple, experiments: dict) ->
                          "(evaluation.final_rounds; `raysim report --window 1`: the last)")
         lines.append(format_summary(table))
         try:
-            curves = report(root)[1]
+            curves = report(root, headline_metric(experiments, rounds))[1]
         except ResultsNotWritable as error:  # (the runs' results are complete)
             lines.append(f"learning curves not written: {error}")
         else:

@@ -185,3 +185,17 @@ def test_an_estimate_without_its_data_says_so_before_ray_starts(tmp_path, monkey
                                   "verify_checksum": False})
     with pytest.raises(DataError, match=r"pneumoniamnist\.npz.*--stand-in-data"):
         run_estimate(raw, data_root=str(tmp_path / "empty"))
+
+
+def test_the_closing_plot_shows_the_methods_headline_metric():
+    import pandas as pd
+
+    from raysim.cli import headline_metric
+    from raysim.config import parse_config
+
+    rounds = pd.DataFrame({"accuracy": [0.5], "personal_accuracy": [0.8]})
+    mhpflid = parse_config(quickstart_raw(algorithm={"name": "mhpflid"}))
+    fedavg = parse_config(quickstart_raw())
+    assert headline_metric({"": mhpflid}, rounds) == "personal_accuracy"
+    assert headline_metric({"a": mhpflid, "b": fedavg}, rounds) == "accuracy"
+    assert headline_metric({"": mhpflid}, rounds.drop(columns="personal_accuracy")) == "accuracy"

@@ -109,6 +109,9 @@ class Algorithm(ABC, Generic[ParamsT, StateT]):
     it does: the run then reports that reason, not the vectorised path's choice."""
     personalized: ClassVar[bool] = False
     """True when clients keep personal models (evaluated on their own test shares)."""
+    headline_metric: ClassVar[str] = "accuracy"
+    """The metric the method's paper reports first: what ``raysim run`` plots at the end
+    (``personal_accuracy`` for methods judged on each client's own test share)."""
     relayed_uploads: ClassVar[tuple[str, ...]] = ()
     """Upload types the server forwards to another client (counted again as bytes down)."""
     evaluation_uploads: ClassVar[tuple[str, ...]] = ()

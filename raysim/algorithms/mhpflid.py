@@ -62,6 +62,7 @@ class MHpFLID(Algorithm[MHpFLIDParams, Weights]):
         "its clients upload a messenger model trained by distillation from their private "
         "models; privatizing it is not implemented")
     personalized = True
+    headline_metric = "personal_accuracy"  # the paper's tables: each client's own test share
     heterogeneous = True
     multi_label_refusal = (
         "its messenger is trained by softmax distillation (KL between class distributions), "
