@@ -317,6 +317,21 @@ def headline_metric(experiments: dict, rounds: Any) -> str:
     return metric if metric in rounds and rounds[metric].notna().any() else "accuracy"
 
 
+def busy_line(cpus: int | None = None) -> str | None:
+    """A line when other processes keep this machine busy as the runs start (a load average
+    over half its CPUs): the runs are slower than on a quiet machine, never different."""
+    cpus = cpus or os.cpu_count() or 1
+    try:
+        load = os.getloadavg()[0]
+    except OSError:
+        return None
+    if load <= cpus / 2:
+        return None
+    return (f"This machine is busy (load average {load:.1f} on {cpus} CPUs as the runs start): "
+            "they share it, so they run slower than on a quiet machine (their numbers are the "
+            "same).")
+
+
 def config_warnings(experiments: dict) -> list[str]:
     """Settings that are valid but rarely what a user meant, one line each."""
     said = []
@@ -335,7 +350,7 @@ def _execute(experiments: dict, args: argparse.Namespace, labels: dict | None = 
     print the summary table and paths."""
     from raysim.engine.invocation import Invocation, invoke
 
-    for line in config_warnings(experiments):
+    for line in [*config_warnings(experiments), *filter(None, [busy_line()])]:
         print(line, file=sys.stderr)
 
     def runs_started() -> None:

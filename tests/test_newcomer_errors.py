@@ -199,3 +199,14 @@ def test_the_closing_plot_shows_the_methods_headline_metric():
     assert headline_metric({"": mhpflid}, rounds) == "personal_accuracy"
     assert headline_metric({"a": mhpflid, "b": fedavg}, rounds) == "accuracy"
     assert headline_metric({"": mhpflid}, rounds.drop(columns="personal_accuracy")) == "accuracy"
+
+
+def test_a_run_on_a_busy_machine_says_so(monkeypatch):
+    import os
+
+    from raysim.cli import busy_line
+
+    monkeypatch.setattr(os, "getloadavg", lambda: (0.5, 0.5, 0.5))
+    assert busy_line(2) is None
+    monkeypatch.setattr(os, "getloadavg", lambda: (7.0, 0.5, 0.5))
+    assert "load average 7.0 on 2 CPUs" in str(busy_line(2))
