@@ -210,3 +210,15 @@ def test_a_run_on_a_busy_machine_says_so(monkeypatch):
     assert busy_line(2) is None
     monkeypatch.setattr(os, "getloadavg", lambda: (7.0, 0.5, 0.5))
     assert "load average 7.0 on 2 CPUs" in str(busy_line(2))
+
+
+def test_start_up_says_what_it_waits_for_on_a_terminal(capsys, monkeypatch):
+    import sys
+
+    from raysim.engine.launch.local_ray import say_starting
+
+    say_starting("starting Ray")
+    assert capsys.readouterr().err == ""  # a log gets the phases' times at the end instead
+    monkeypatch.setattr(sys.stderr, "isatty", lambda: True)
+    say_starting("starting Ray")
+    assert capsys.readouterr().err == "start-up: starting Ray...\n"

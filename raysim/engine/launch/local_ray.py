@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 import math
 import os
+import sys
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -77,6 +78,8 @@ def start_alongside(experiments: Iterable[ExperimentConfig], load: Callable[[], 
             loading = executor.submit(timed_load)
             notices: list[str] = []
             configs = list(experiments)
+            if not ray_was_running:
+                say_starting("starting Ray (the data loads alongside)")
             for config in configs:
                 notices += [n for n in ensure_ray(config, loading.result, runs=configs)
                             if n not in notices]
@@ -87,13 +90,24 @@ def start_alongside(experiments: Iterable[ExperimentConfig], load: Callable[[], 
             if loading.done():
                 loading.result()  # a failed load is reported before any actor starts
             if then is not None:
+                say_starting(f"Ray ready after {time.time() - phases['ray_started_at']:.1f} s; "
+                             "starting the workers")
                 then()
+            if not loading.done():
+                say_starting("waiting for the data to load")
             prepared, phases["prepared_at"] = loading.result()
     except BaseException:
         if not ray_was_running:  # nothing ran: leave no Ray (and no CPU slots) behind
             stop_local_ray()
         raise
     return Started(prepared, notices, phases, owns_ray=not ray_was_running)
+
+
+def say_starting(line: str) -> None:
+    """What start-up is waiting for, as it waits, on a terminal (logs get the phases' times
+    at the end)."""
+    if sys.stderr.isatty():
+        print(f"start-up: {line}...", file=sys.stderr, flush=True)
 
 
 def stop_local_ray() -> None:
