@@ -222,3 +222,23 @@ def test_start_up_says_what_it_waits_for_on_a_terminal(capsys, monkeypatch):
     monkeypatch.setattr(sys.stderr, "isatty", lambda: True)
     say_starting("starting Ray")
     assert capsys.readouterr().err == "start-up: starting Ray...\n"
+
+
+def test_results_name_the_method_a_variant_amounts_to():
+    """FedDC's config runs FedAvg as FedDC with daisy-chaining off: its results say fedavg."""
+    from raysim.algorithms import ALGORITHMS
+    from raysim.config import load_experiments
+
+    experiments = load_experiments(Path(__file__).parents[1] / "experiments" / "feddc"
+                                   / "pneumonia.yaml")
+    named = {label: ALGORITHMS[c.algorithm.name].describe(c.algorithm)
+             for label, c in experiments.items()}
+    assert named["feddc"] == "feddc"
+    assert named["fedavg_b1"] == named["fedavg_b10"] == "fedavg"
+    assert ALGORITHMS["fedprox"].describe(parse_config_params("fedprox")) == "fedprox"
+
+
+def parse_config_params(name: str):
+    from raysim.config import parse_config
+
+    return parse_config(quickstart_raw(algorithm={"name": name})).algorithm

@@ -109,6 +109,13 @@ class Algorithm(ABC, Generic[ParamsT, StateT]):
     it does: the run then reports that reason, not the vectorised path's choice."""
     personalized: ClassVar[bool] = False
     """True when clients keep personal models (evaluated on their own test shares)."""
+    @classmethod
+    def describe(cls, params: Any) -> str:
+        """The method a configuration of this algorithm amounts to, as the results name it
+        (their ``algorithm`` column, the reports' and plots' labels); default: its name.
+        FedDC with daisy-chaining off is FedAvg, and says so."""
+        return str(params.name)
+
     headline_metric: ClassVar[str] = "accuracy"
     """The metric the method's paper reports first: what ``raysim run`` plots at the end
     (``personal_accuracy`` for methods judged on each client's own test share)."""

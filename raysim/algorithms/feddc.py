@@ -38,6 +38,21 @@ class FedDC(Algorithm[FedDCParams, dict[str, Any]]):
     """Daisy-chaining (model permutation on the driver) plus periodic aggregation."""
 
     params_class = FedDCParams
+
+    @classmethod
+    def describe(cls, params: Any) -> str:
+        """feddc, or what its loop amounts to with a period off: local training (neither),
+        daisy-chaining alone, FedAvg (FedProx with mu > 0; a robust mean's name for Radon or
+        median aggregation) every b rounds."""
+        if params.daisy_period is None and params.aggregation_period is None:
+            return "local"
+        if params.aggregation_period is None:
+            return "daisy-chaining"
+        if params.daisy_period is None:
+            if params.aggregator != "mean":
+                return f"{params.aggregator}-averaging"
+            return "fedprox" if params.mu > 0 else "fedavg"
+        return str(params.name)
     private_releases: ClassVar[str | None] = (
         "every model a client hands over (daisy-chaining) or uploads (aggregation) is released "
         "to the server and another client, never summed first")

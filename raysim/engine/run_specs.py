@@ -46,7 +46,8 @@ def run_spec(config: ExperimentConfig, dataset: ArrayDataset, partition: Partiti
         run_dir.mkdir(parents=True, exist_ok=True)  # (a resumed root may hold an empty one)
         partition.save(run_dir / "partition.parquet")
         write_manifest(run_dir, {
-            "name": config.name, "seed": seed, "algorithm": config.algorithm.name,
+            "name": config.name, "seed": seed,
+            "algorithm": ALGORITHMS[config.algorithm.name].describe(config.algorithm),
             "status": "running", "started": time.time(), "host": socket.gethostname(),
             "config": config.model_dump(mode="json"), "versions": package_versions(),
             "git_commit": git_commit(), "notices": notices, "dataset": dataset.info.name,
