@@ -242,3 +242,13 @@ def parse_config_params(name: str):
     from raysim.config import parse_config
 
     return parse_config(quickstart_raw(algorithm={"name": name})).algorithm
+
+
+def test_a_local_ray_that_does_not_start_is_one_paragraph():
+    from raysim.engine.launch.local_ray import local_ray_failed
+
+    raylet = RuntimeError("Traceback (most recent call last):\n  File ...\n"
+                          "  ...\nFailed to start the raylet within 30 seconds.\n")
+    said = local_ray_failed(raylet)
+    assert "Failed to start the raylet within 30 seconds" in said and "\n" not in said
+    assert "Traceback" not in said and "nothing was run or written" in said

@@ -41,7 +41,7 @@ from raysim.engine.launch.warm_cluster import (
     running_cluster,
 )
 from raysim.engine.launch.watchdog import start_watchdog
-from raysim.errors import ConfigError
+from raysim.errors import ConfigError, RunError
 from raysim.plugins import plugin_directories, plugin_sources
 
 
@@ -101,6 +101,17 @@ def start_alongside(experiments: Iterable[ExperimentConfig], load: Callable[[], 
             stop_local_ray()
         raise
     return Started(prepared, notices, phases, owns_ray=not ray_was_running)
+
+
+def local_ray_failed(error: BaseException) -> str:
+    """The paragraph for a local Ray that did not start (Ray's own error, its last line)."""
+    lines = [line.strip() for line in str(error).strip().splitlines() if line.strip()]
+    said = lines[-1] if lines else type(error).__name__
+    return (f"Ray's local node did not start ({type(error).__name__}: {said[:300]}). Ray gives "
+            "its processes a fixed time to start, which a heavily loaded machine can exceed; "
+            "nothing was run or written. Run the command again when the load drops (`uptime` "
+            "shows it), or join a Ray started beforehand (`raysim cluster start`, or `ray "
+            "start --head` and --set engine.address=auto).")
 
 
 def say_starting(line: str) -> None:
@@ -314,8 +325,11 @@ def _start_ray(config: ExperimentConfig, before_waiting: Callable[[], object] | 
           prestarting(prestart), own_session(), loopback_only()):
         # address="local": a new Ray of this process's own, whatever RAY_ADDRESS or a
         # stale /tmp/ray/ray_current_cluster of a dead cluster says
-        ray.init(address="local", num_cpus=held, logging_level=logging.ERROR,
-                 log_to_driver=False, include_dashboard=False)
+        try:
+            ray.init(address="local", num_cpus=held, logging_level=logging.ERROR,
+                     log_to_driver=False, include_dashboard=False)
+        except Exception as error:  # (Ray's own start-up: timeouts under load, a full /tmp)
+            raise RunError(local_ray_failed(error)) from None
     start_watchdog()  # removes what Ray leaves if this process is SIGKILLed
     if held < total:
         return [*notices, f"Another raysim invocation on this machine holds {total - held} of its {total} "
