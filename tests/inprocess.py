@@ -107,7 +107,8 @@ def simulate(config: ExperimentConfig, *, fresh_objects: bool = False,
     sink = MemorySink()
     trace = Trace()
     ending: list[Any] = []
-    rounds = config.training.rounds
+    rounds = assemble(algorithm_class, config.algorithm, context,  # the driver's round cap
+                      plan=None if plan is None else (lambda: plan)).rounds(config.training.rounds)
     if fresh_objects:  # one loop per round from the states read back, as after a resume
         state: Any = None
         states: dict[int, Any] = {}

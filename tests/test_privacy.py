@@ -571,3 +571,18 @@ def test_the_dp_layer_takes_an_algorithm_with_two_mean_uploads(tmp_path):
     extra_noise = np.asarray(noisy["extra"]["c"]) - quiet["extra"]["c"]
     assert np.abs(model_noise).min() > 0 and np.abs(extra_noise).min() > 0
     assert not np.allclose(model_noise[:2], extra_noise)  # streams of their own
+
+
+def test_the_in_process_loop_honours_the_privacy_budgets_round_cap(data_root):
+    """The contract tests' in-process loop takes the driver's rounds: the configured ones,
+    capped where DP's budget allows fewer (here 1 of 3)."""
+    from algorithm_configs import contract_raw
+    from inprocess import simulate
+
+    from raysim.config import parse_config
+
+    raw = {**contract_raw(data_root, "fedavg"),
+           "privacy": {"clip": 0.5, "noise_multiplier": 2.0, "target_epsilon": 2.0,
+                       "delta": 1e-3}}
+    trace = simulate(parse_config(raw))
+    assert len(trace.rows["rounds"]) == 1 and len(trace.metrics) == 1
