@@ -46,7 +46,6 @@ from __future__ import annotations
 
 import heapq
 import math
-import os
 import sys
 import tempfile
 import time
@@ -204,11 +203,10 @@ def busy_notice(cpus: int) -> str | None:
     """A line when other processes keep this machine busy before the probes start (a load
     average over half its CPUs): probes then measure slower rounds than a quiet machine
     runs."""
-    try:
-        load = os.getloadavg()[0]
-    except OSError:
-        return None
-    if load <= cpus / 2:
+    from raysim.engine.launch.machine_load import busy_load
+
+    load = busy_load(cpus)
+    if load is None:
         return None
     return (f"This machine is busy (load average {load:.1f} on {cpus} CPUs before the probes "
             "started): the probes share it, so the projection can be several times what a quiet "
