@@ -4,13 +4,21 @@ each its own raylet and object store with 2 CPUs) and print, as one JSON line pe
 label (the config file's name), the cluster's nodes, the driver's node, the nodes the workers
 landed on and the run directory.
 
-Usage: python tests/local_cluster.py [--nodes N] CONFIG.yaml [CONFIG.yaml ...] OUTPUT_DIR
+Usage: python tests/local_cluster.py [--nodes N] [--remove-a-worker-node] CONFIG.yaml
+       [CONFIG.yaml ...] OUTPUT_DIR
+
+``--remove-a-worker-node``: once the first run's workers are placed and it has written a round,
+the node of its first worker is killed (its raylet and every process on it, no graceful
+shutdown), as a machine of a cluster dies; the line then also says how many seconds the
+invocation took after that.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import threading
+import time
 from pathlib import Path
 
 import ray
@@ -21,12 +29,32 @@ from raysim.engine.runner import run_experiments
 from raysim.results.manifest import read_manifest
 
 
-def main(config_paths: list[str], output: str, nodes: int) -> None:
+def remove_a_worker_node(cluster: Cluster, workers: list, output: str, removed: list) -> None:
+    """Kill the node of the first run's first worker once that run has written a round."""
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline:
+        manifests = list(Path(output).glob("*/seed_*/manifest.json")) + list(
+            Path(output).glob("*/*/seed_*/manifest.json"))
+        for path in manifests:
+            manifest = read_manifest(path.parent)
+            if manifest.get("workers") and list(path.parent.glob("rounds/part-*.parquet")):
+                target = manifest["workers"][0]["node_id"]
+                node = next(n for n in workers if n.node_id == target)
+                cluster.remove_node(node, allow_graceful=False)
+                removed.append(time.monotonic())
+                return
+        time.sleep(0.5)
+
+
+def main(config_paths: list[str], output: str, nodes: int, remove: bool = False) -> None:
     cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 0})
     try:
-        for _ in range(nodes):
-            cluster.add_node(num_cpus=2)
+        workers = [cluster.add_node(num_cpus=2) for _ in range(nodes)]
         cluster.wait_for_nodes()
+        removed: list[float] = []
+        if remove:
+            threading.Thread(target=remove_a_worker_node, daemon=True,
+                             args=(cluster, workers, output, removed)).start()
         # one invocation joins the cluster through the configs, as `engine.address: auto`
         # does after `ray start`; its runs of one worker shape share the workers
         experiments = {Path(path).stem: load_config(path, [f"engine.address={cluster.address}"])
@@ -38,7 +66,10 @@ def main(config_paths: list[str], output: str, nodes: int) -> None:
             print(json.dumps({"label": outcome.run_dir.parent.name, "error": outcome.error,
                               "run_dir": str(outcome.run_dir), "nodes": alive,
                               "driver_node": manifest["driver"]["node_id"],
-                              "worker_nodes": [w["node_id"] for w in manifest["workers"]]}),
+                              "worker_nodes": [w["node_id"] for w in manifest["workers"]],
+                              "status": manifest["status"],
+                              "seconds_after_removal": (time.monotonic() - removed[0]
+                                                        if removed else None)}),
                   flush=True)
     finally:
         ray.shutdown()
@@ -48,6 +79,9 @@ def main(config_paths: list[str], output: str, nodes: int) -> None:
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--nodes", type=int, default=2, help="nodes besides the head")
+    parser.add_argument("--remove-a-worker-node", action="store_true",
+                        help="kill the first run's first worker's node once it has a round")
     parser.add_argument("paths", nargs="+", help="configs, then the output directory")
     arguments = parser.parse_args()
-    main(arguments.paths[:-1], arguments.paths[-1], arguments.nodes)
+    main(arguments.paths[:-1], arguments.paths[-1], arguments.nodes,
+         arguments.remove_a_worker_node)

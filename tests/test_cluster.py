@@ -7,6 +7,7 @@ this process can import travels to the nodes' workers with the job."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -145,3 +146,24 @@ def test_partials_merge_on_their_node_with_every_metric_unchanged(ray_session, c
                                                   else 0.5)  # DP: Poisson-sampled groups
     assert projected.relays_between == pytest.approx(measured.get("between", 0), rel=0.25,
                                                      abs=1)
+
+
+def test_a_dead_worker_node_stops_the_run_in_bounded_time_with_a_paragraph(tmp_path):
+    """A machine of the cluster dies mid-run (its raylet and processes killed) and the nodes
+    left cannot host the run's four workers: the run stops within the grace period with one
+    paragraph saying so and how to resume, its manifest says failed, and the invocation ends
+    without a traceback (with CPUs to spare, the worker is restarted there instead: the
+    recovery tests of test_resilience.py)."""
+    raw = quickstart_raw(training={"rounds": 2000}, engine={**FOUR, "checkpoint_every": 5})
+    path = tmp_path / "quickstart.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    environment = {**os.environ, "RAYSIM_NODE_GRACE_SECONDS": "10"}
+    completed = subprocess.run(
+        [sys.executable, str(SCRIPT), "--nodes", "2", "--remove-a-worker-node", str(path),
+         str(tmp_path / "runs")], capture_output=True, text=True, timeout=600, env=environment)
+    assert completed.returncode == 0, completed.stderr[-2000:]
+    line = next(json.loads(text) for text in completed.stdout.splitlines()
+                if text.startswith("{"))
+    assert line["status"] == "failed" and "a node died" in line["error"], line
+    assert "--resume" in line["error"] and "Traceback" not in line["error"]
+    assert line["seconds_after_removal"] < 180

@@ -64,6 +64,28 @@ from raysim.schema import EngineConfig, EvaluationConfig, LoggingConfig
 from raysim.vectors import blocked_sum
 
 _RESTART_TIMEOUT = 300.0  # seconds to wait for Ray to restart a dead worker
+_WAIT_STEP = 5.0  # seconds between looks at the workers (and at a stop request) meanwhile
+_NODE_GRACE = float(os.environ.get("RAYSIM_NODE_GRACE_SECONDS", "60"))
+"""Seconds a cluster may hold fewer CPUs than a run's workers need (a node died) before the
+run stops instead of waiting for a replacement (``RAYSIM_NODE_GRACE_SECONDS``)."""
+
+
+class _CapacityWatch:
+    """How long the cluster's alive nodes have held fewer CPUs than ``needed``."""
+
+    def __init__(self, needed: float):
+        self.needed, self.cpus = needed, 0.0
+        self._since: float | None = None
+
+    def lost_for(self) -> float | None:
+        """Seconds the cluster has been short of CPUs (None: it is not)."""
+        self.cpus = float(ray.cluster_resources().get("CPU", 0.0))
+        if self.cpus >= self.needed:
+            self._since = None
+            return None
+        now = time.monotonic()
+        self._since = self._since if self._since is not None else now
+        return now - self._since
 
 
 @dataclass(frozen=True)
@@ -340,13 +362,27 @@ class Driver:
             ) from None
         self._set_progress(status=f"recovering from a dead worker ({failures}/{limit})")
         deadline = time.monotonic() + _RESTART_TIMEOUT
+        short = _CapacityWatch(len(workers) * self.spec.engine.cpus_per_worker)
         while True:  # Ray restarts dead actors (max_restarts); wait until all answer
+            if self._stop.is_set():  # Ctrl-C or SIGTERM while waiting: stop at the durable state
+                raise StoppedAtRoundBoundary(self._loop_progress.durable.next_round)
             try:
                 turns.get([worker.describe.remote() for worker in workers],
-                        timeout=_RESTART_TIMEOUT)
+                        timeout=_WAIT_STEP)
                 described = self._configure(workers)  # a restarted actor starts unconfigured
                 break
             except (ray.exceptions.RayActorError, ray.exceptions.GetTimeoutError):
+                lost = short.lost_for()
+                if lost is not None and lost > _NODE_GRACE:
+                    raise WorkerFailureError(
+                        f"A worker actor died ({error}) and the cluster's nodes left hold "
+                        f"{short.cpus:g} CPUs, fewer than this run's workers need "
+                        f"({short.needed:g}): a node died and none took its place within "
+                        f"{_NODE_GRACE:.0f} s. Rows of rounds 0-{recorded - 1} are kept in "
+                        f"{self.run_dir}; continue with `raysim run CONFIG --resume` once the "
+                        "cluster has the CPUs again (or with fewer workers, `--set "
+                        "engine.num_workers=N`: the numbers do not depend on it)."
+                    ) from None
                 if time.monotonic() > deadline:
                     raise WorkerFailureError(
                         f"A worker actor died ({error}) and was not restarted within "
