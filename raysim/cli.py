@@ -319,11 +319,11 @@ def headline_metric(experiments: dict, rounds: Any) -> str:
 
 def busy_line(cpus: int | None = None) -> str | None:
     """A line when other processes keep this machine busy as the runs start (a load average
-    over half its CPUs): the runs are slower than on a quiet machine, never different."""
+    over its CPUs): the runs are slower than on a quiet machine, never different."""
     from raysim.engine.launch.machine_load import busy_load
 
     cpus = cpus or os.cpu_count() or 1
-    load = busy_load(cpus)
+    load = busy_load(cpus, share=1.0)
     if load is None:
         return None
     return (f"This machine is busy (load average {load:.1f} on {cpus} CPUs as the runs start): "
