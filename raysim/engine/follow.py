@@ -104,15 +104,29 @@ class _Follower:
             return ray.get(future), None, 0
         except ray.exceptions.RayActorError as error:  # the driver's process died
             if error.actor_init_failed:  # a bug or bad input, not a lost process
-                return None, f"the driver could not start: {error}", 1
+                return None, f"the driver could not start ({first_line(error)}){JOINED_HINT}", 1
             if self.restarts.get(key, 0) >= MAX_DRIVER_RESTARTS:
-                return None, (f"the driver died {MAX_DRIVER_RESTARTS + 1} times "
-                              f"(last: {error})"), 1
+                return None, (f"the driver died {MAX_DRIVER_RESTARTS + 1} times (last: "
+                              f"{first_line(error)}){JOINED_HINT}"), 1
             return None
         except ray.exceptions.RayError as error:
             cause = getattr(error, "cause", None) or error
             code = cause.exit_code if isinstance(cause, RaysimError) else 1
             return None, f"{type(cause).__name__}: {cause}", code
+
+
+JOINED_HINT = (". The rows written so far are kept. Where the run joined a Ray cluster "
+               "(engine.address, RAY_ADDRESS, or a `ray start` cluster recorded on this "
+               "machine, which another program may have started), that cluster may lack "
+               "raysim's environment or memory: run on a Ray of this invocation's own with "
+               "`--set engine.address=local`, then continue with `--resume`.")
+"""What a run whose driver could not run is told (its cause is most often the cluster's)."""
+
+
+def first_line(error: BaseException) -> str:
+    """An error's first non-empty line (Ray's errors carry their internals after it)."""
+    lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+    return lines[0][:300] if lines else type(error).__name__
 
 
 def follow(queue: list[RunKey], start: Start, finish: Finish, limit: int,
