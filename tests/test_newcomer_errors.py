@@ -257,7 +257,7 @@ def test_a_local_ray_that_does_not_start_is_one_paragraph():
 def test_a_driver_that_cannot_run_names_the_first_line_and_the_way_out():
     from raysim.engine.follow import JOINED_HINT, first_line
 
-    ray_text = RuntimeError("The actor died unexpectedly before finishing this task.\n"
+    ray_text = RuntimeError("The actor died unexpectedly before it could answer.\n"
                             "\tclass_name: DriverHost\n\tactor_id: 7e1...\n\tpid: 99")
-    assert first_line(ray_text) == "The actor died unexpectedly before finishing this task."
+    assert first_line(ray_text) == "The actor died unexpectedly before it could answer."
     assert "--set engine.address=local" in JOINED_HINT and "--resume" in JOINED_HINT
