@@ -349,11 +349,14 @@ def _execute(experiments: dict, args: argparse.Namespace, labels: dict | None = 
     print the summary table and paths."""
     from raysim.engine.invocation import Invocation, invoke
 
-    for line in [*config_warnings(experiments), *filter(None, [busy_line()])]:
+    for line in config_warnings(experiments):
         print(line, file=sys.stderr)
 
-    def runs_started() -> None:
+    def runs_started() -> None:  # (start-up is over: bad input would have been said by now)
         _COMMAND.runs_started = True
+        busy = busy_line()
+        if busy:
+            print(busy, file=sys.stderr)
 
     invoked = invoke(Invocation(experiments, args.data_root, args.output,
                                 progress=not args.no_progress, resume=args.resume,
