@@ -21,6 +21,13 @@ def test_a_dead_or_silent_actor_is_dropped_within_the_bound(ray_session):
     alive, dead = Resettable.remote(), Resettable.remote()
     ray.get([alive.reset.remote(), dead.reset.remote()])
     ray.kill(dead)
+    deadline = time.monotonic() + 30  # (ray.kill is asynchronous: wait until it has happened)
+    while time.monotonic() < deadline:
+        try:
+            ray.get(dead.reset.remote(), timeout=5)
+        except Exception:
+            break
+        time.sleep(0.2)
     assert answering([alive, dead], "reset") == [alive]
     began = time.monotonic()
     assert answering([alive], "slow_reset", timeout=1.0) == []  # silent: killed, left out

@@ -60,11 +60,11 @@ def recall(names: Sequence[str], given: Mapping[str, Any], stored: Mapping[str, 
             continue
         value = stored[name]
         if name == "overrides":
-            kept = [item for item in value if not _never_recalled(item)]
-            recalled.dropped += [item for item in value if _never_recalled(item)]
-            if not kept:
+            dropped = [item for item in value if _never_recalled(item)]
+            recalled.dropped += dropped
+            value = [item for item in value if item not in dropped]
+            if not value:
                 continue
-            value = kept
         recalled.options[name] = value
     return recalled
 
@@ -77,7 +77,7 @@ def check_plugins(given: Sequence[str], recorded: Sequence[str], root: str) -> N
             f"Cannot resume {root}: its invocation.json records plug-ins as {recorded!r}, not "
             "a list of module names. Resume with the config and --plugin options of the "
             "original run; nothing was imported or written.")
-    if sorted(set(given)) != sorted(set(recorded)):
+    if set(given) != set(recorded):
         named = " ".join(f"--plugin {name}" for name in recorded) or "no --plugin"
         raise ConfigError(
             f"Cannot resume {root}: its first command was given {named}, and this one "
@@ -88,8 +88,8 @@ def check_plugins(given: Sequence[str], recorded: Sequence[str], root: str) -> N
 
 def _never_recalled(override: Any) -> bool:
     key = str(override).split("=", 1)[0].strip()
-    return any(key == prefix or (prefix.endswith(".") and key.startswith(prefix))
-               or key == prefix.rstrip(".") for prefix in NEVER_RECALLED)
+    return any(key == prefix.rstrip(".") or (prefix.endswith(".") and key.startswith(prefix))
+               for prefix in NEVER_RECALLED)
 
 
 def _flag(name: str) -> str:

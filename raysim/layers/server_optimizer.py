@@ -81,8 +81,7 @@ def stepped_mask(layout: Layout, stepped: Collection[str] | None) -> np.ndarray 
     names = {name for name, _ in layout}
     if stepped is None or names <= set(stepped):
         return None
-    return np.concatenate([np.full(math.prod(shape), name in stepped)
-                           for name, shape in layout]) if layout else None
+    return np.concatenate([np.full(math.prod(shape), name in stepped) for name, shape in layout])
 
 
 def server_step(settings: ServerOptimizerConfig, current: Weights, mean: Weights,
