@@ -8,13 +8,14 @@ import difflib
 import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, Literal, Union, get_args
+from typing import TYPE_CHECKING, Annotated, Any, Literal, Optional, Union, get_args
 
 import yaml
-from pydantic import BaseModel, Field, ValidationError, model_validator
+from pydantic import BaseModel, Field, ValidationError, create_model, model_validator
 
 from raysim.algorithms.params import ALGORITHM_PARAMS, algorithm_params
 from raysim.errors import ConfigError
+from raysim.layers.registry import FEATURES
 from raysim.models.params import MODEL_PARAMS, model_params
 from raysim.plugins import load_plugins
 from raysim.schema import (
@@ -23,10 +24,7 @@ from raysim.schema import (
     EvaluationConfig,
     LoggingConfig,
     PartitionConfig,
-    PrivacyConfig,
-    ServerOptimizerConfig,
     StrictModel,
-    SystemConfig,
     TrainingConfig,
 )
 from raysim.seeding import numpy_rng
@@ -88,8 +86,10 @@ class ClientsConfig(StrictModel):
         return tuple(entries[int(i)] for i in picks)
 
 
-class ExperimentConfig(StrictModel):
-    """One experiment: data, partition, model, algorithm, training, evaluation, seeds, engine."""
+class _ExperimentFields(StrictModel):
+    """One experiment: data, partition, model, algorithm, training, evaluation, seeds, engine,
+    and a section per feature of :data:`~raysim.layers.registry.FEATURES` (``privacy``,
+    ``server_optimizer``, ``system``, ``compression``: None when off)."""
 
     name: str = Field("experiment", pattern=r"^[A-Za-z0-9_.-]+$",
                       description="letters, digits, _ . -; names the results directory")
@@ -104,16 +104,13 @@ class ExperimentConfig(StrictModel):
     clients: ClientsConfig = ClientsConfig()
     engine: EngineConfig = EngineConfig()
     logging: LoggingConfig = LoggingConfig()
-    privacy: PrivacyConfig | None = None
-    system: SystemConfig | None = None
-    server_optimizer: ServerOptimizerConfig | None = None
     plugins: list[str] = Field(
         [], description="modules to import before the config is read, which register their "
         "own algorithms, models and datasets (e.g. [my_lab.fedfoo]; `--plugin` adds one)")
     output: str = "results"
 
     @model_validator(mode="after")
-    def _check_cross_fields(self) -> ExperimentConfig:
+    def _check_cross_fields(self) -> _ExperimentFields:
         per_round = self.training.clients_per_round
         if per_round is not None and per_round > self.partition.num_clients:
             raise ValueError(
@@ -138,6 +135,20 @@ class ExperimentConfig(StrictModel):
     def clients_per_round(self) -> int:
         """Clients sampled per round (default: all)."""
         return self.training.clients_per_round or self.partition.num_clients
+
+    def section(self, name: str) -> Any:
+        """A feature's config section by its name (None when absent)."""
+        return getattr(self, name)
+
+
+if TYPE_CHECKING:
+    ExperimentConfig = _ExperimentFields
+else:  # and one optional section per feature, named by the feature
+    ExperimentConfig = create_model(
+        "ExperimentConfig", __base__=_ExperimentFields, __module__=__name__,
+        __doc__=_ExperimentFields.__doc__,
+        **{entry.section: (Optional[entry.schema], None)  # noqa: UP045
+           for entry in FEATURES})
 
 
 def _models_in(annotation: Any) -> list[type[BaseModel]]:

@@ -19,7 +19,7 @@ from raysim.data.medmnist_io import is_volumetric, task_of
 from raysim.data.partition import share_like_training
 from raysim.data.site_shift import apply_site_shift
 from raysim.errors import ConfigError
-from raysim.layers.assembly import check_features, context_settings
+from raysim.layers.assembly import check_features, feature_settings
 from raysim.layers.feature import algorithms_with
 from raysim.models import build_model
 from raysim.results.live import check_available
@@ -188,4 +188,4 @@ def run_context(config: ExperimentConfig, dataset: ArrayDataset, seed: int,
     per_round = min(config.clients_per_round, training_clients)
     return RunContext(seed, dataset.info, config.model, config.training, num_clients,
                       per_round, architectures, downsample, config.engine.memory_format,
-                      **context_settings(config, num_clients, per_round))
+                      features=feature_settings(config, num_clients, per_round))

@@ -246,6 +246,20 @@ class ServerOptimizerConfig(StrictModel):
         return self
 
 
+class CompressionConfig(StrictModel):
+    """``compression:``: how clients compress their model updates (:mod:`raysim.layers.
+    compression`)."""
+
+    method: Literal["topk", "int8"] = Field(
+        "topk", description="topk: the largest-magnitude coordinates (int32 index + float32 value "
+        "each); int8: every coordinate in 8 bits with one float32 scale per entry")
+    fraction: float = Field(0.01, gt=0, le=1,
+                            description="topk: the share of the update's coordinates sent")
+    error_feedback: bool = Field(
+        True, description="keep what compression dropped on the client and add it to its "
+        "next update (EF-SGD)")
+
+
 class AdaptiveClipConfig(StrictModel):
     """Adaptive clipping (Andrew et al. 2021): the clip follows a quantile of the clients'
     update norms. Every round the server learns the (noised) share b of sampled clients whose

@@ -19,16 +19,14 @@ import torch
 
 from raysim.algorithms import ALGORITHMS
 from raysim.config import ExperimentConfig
-from raysim.layers.assembly import assemble, compose
+from raysim.layers.assembly import RunParts, assemble, build_loop, compose
+from raysim.layers.feature import RunStart
 from raysim.preparation import initial_weights, pooled, prepare, run_context
-from raysim.rounds.client_sampling import UniformSampler
 from raysim.rounds.client_work import ClientWork
 from raysim.rounds.in_process import InProcessWorkers, MemorySink
 from raysim.rounds.round_loop import Durable, LoopProgress, RoundCallback, RoundLoop, RoundOutcome
 from raysim.state_codec import read_state, save_state
-from raysim.system.plan import architecture_flops
-from raysim.system.planning import ClockSettings, plan_for_run
-from raysim.training.context import ClientData, RunContext
+from raysim.training.context import ClientData
 from raysim.training.runtime import ClientRuntime
 
 
@@ -46,6 +44,8 @@ class Trace:
     dataset: Any = None
     rows: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
     """The rows the loop wrote (``rounds``, ``clients``, ``communication``, ...)."""
+    manifest: dict[str, Any] = field(default_factory=dict)
+    """The features' entries of the run's manifest (``privacy``, ``compression``, ...)."""
 
 
 def simulate(config: ExperimentConfig, *, fresh_objects: bool = False,
@@ -64,14 +64,8 @@ def simulate(config: ExperimentConfig, *, fresh_objects: bool = False,
         partition = pooled(partition, len(dataset.test_y))
     context = run_context(config, dataset, seed, partition.num_clients)
     start = initial_weights(config, dataset, seed)
-    plan = None
-    if config.system is not None:
-        plan = plan_for_run(ClockSettings(config.system, config.clients_per_round), context,
-                            partition, start, architecture_flops(context, partition.num_clients))
     runtime = ClientRuntime(
-        RunContext(seed, dataset.info, config.model, config.training, len(partition.train),
-                   len(partition.train), context.architectures, context.downsample),
-        ClientData(dataset.train_x, dataset.train_y, partition.train, start),
+        context, ClientData(dataset.train_x, dataset.train_y, partition.train, start),
         torch.device("cpu"), vectorize=config.engine.vectorize,
         per_client_loop=algorithm_class.per_client_loop,
         compile_step=config.engine.compile_step)
@@ -86,29 +80,32 @@ def simulate(config: ExperimentConfig, *, fresh_objects: bool = False,
             algorithm.attach_server_inputs(dataset.train_x, partition.train)
         return algorithm
 
+    def started(parts: RunParts) -> RunParts:  # the driver's work before the first round
+        parts.before_rounds(RunStart(context, partition, start, _here))
+        return parts
+
     def new_loop(state: Any, states: dict[int, Any], first: int, rounds: int,
                  ending: list[Any]) -> tuple[RoundLoop, list[ClientWork]]:
-        parts = assemble(algorithm_class, config.algorithm, context,
-                         plan=None if plan is None else (lambda: plan))
+        parts = started(assemble(algorithm_class, config.algorithm, context))
         works = [ClientWork(attached(compose(algorithm_class, config.algorithm, context)),
                             runtime, w) for w in range(workers)]
         for w, work in enumerate(works):
             held = np.flatnonzero(worker_of_client == w)
             work.set_groups(held, group_of_client[held])
             work.client_states = {c: s for c, s in states.items() if worker_of_client[c] == w}
-        sampler = parts.sampler() or UniformSampler(seed, num_clients, context.clients_per_round)
-        loop = RoundLoop(attached(parts.algorithm), sampler=sampler, rounds=rounds,
-                         worker_of_client=worker_of_client, workers=InProcessWorkers(works),
-                         sink=sink, progress=LoopProgress(Durable(first, state, states),
-                                                          recorded=first),
-                         callbacks=[*parts.callbacks(config.training.rounds), _Ending(ending)])
+        loop = build_loop(parts, context, config.training.rounds,
+                          worker_of_client=worker_of_client, workers=InProcessWorkers(works),
+                          sink=sink, progress=LoopProgress(Durable(first, state, states),
+                                                           recorded=first),
+                          callbacks=[_Ending(ending)], manifest=trace.manifest.update)
+        loop.rounds = min(loop.rounds, rounds)  # one round per loop with fresh objects
         return loop, works
 
     sink = MemorySink()
     trace = Trace()
     ending: list[Any] = []
-    rounds = assemble(algorithm_class, config.algorithm, context,  # the driver's round cap
-                      plan=None if plan is None else (lambda: plan)).rounds(config.training.rounds)
+    rounds = assemble(algorithm_class, config.algorithm, context).rounds(
+        config.training.rounds)  # the driver's round cap (DP's budget)
     if fresh_objects:  # one loop per round from the states read back, as after a resume
         state: Any = None
         states: dict[int, Any] = {}
@@ -139,6 +136,13 @@ def simulate(config: ExperimentConfig, *, fresh_objects: bool = False,
     trace.algorithm, trace.runtime, trace.dataset = loop.algorithm, runtime, dataset
     trace.rows = dict(sink.rows)
     return trace
+
+
+def _here(function: Any, *args: Any) -> Any:
+    """A feature's work before the first round, in this process (the engine runs it on a
+    worker)."""
+    result = function(*args)
+    return lambda: result
 
 
 class _Ending(RoundCallback):

@@ -18,7 +18,7 @@ from raysim.algorithms import ALGORITHMS
 from raysim.config import parse_config
 from raysim.errors import ConfigError
 from raysim.layers.client_dp import check as check_privacy
-from raysim.layers.clock import check as check_system
+from raysim.layers.simulated_clock import check as check_system
 
 
 def test_every_registered_algorithm_is_covered():

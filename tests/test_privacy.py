@@ -257,7 +257,7 @@ def test_under_dp_every_client_weighs_one_in_the_sum(tmp_path):
     private = compose(FedAvg, FedAvgParams(weighted=True), context)
     assert type(private).__name__ == "PrivateMean"
     assert private.reduce(results)["model"].total_weight == 2.0
-    plain = compose(FedAvg, FedAvgParams(weighted=True), replace(context, privacy=None))
+    plain = compose(FedAvg, FedAvgParams(weighted=True), replace(context, features={}))
     assert plain.reduce(results).total_weight == 55.0
 
 
@@ -520,7 +520,7 @@ def test_the_dp_feature_brings_its_layer_sampler_accountant_and_round_cap(tmp_pa
     assert [type(c) for c in parts.callbacks(10)] == [PrivacyAccounting]
     assert parts.rounds(10 ** 6) == context.privacy.rounds_allowed
     assert "privacy" in parts.manifest()
-    plain = assemble(FedAvg, FedAvgParams(), replace(context, privacy=None))
+    plain = assemble(FedAvg, FedAvgParams(), replace(context, features={}))
     assert type(plain.algorithm) is FedAvg and plain.sampler() is None
     assert plain.callbacks(10) == [] and plain.rounds(7) == 7 and plain.manifest() == {}
 
@@ -532,7 +532,7 @@ def test_the_dp_layer_takes_an_algorithm_with_two_mean_uploads(tmp_path):
     step receives both means."""
     from raysim.algorithms.fedavg import FedAvg
     from raysim.algorithms.params import FedAvgParams
-    from raysim.layers.private_mean import PrivateMean
+    from raysim.layers.dp_mean import PrivateMean
     from raysim.preparation import prepare, run_context
 
     class TwoMeans(FedAvg):
@@ -550,7 +550,7 @@ def test_the_dp_layer_takes_an_algorithm_with_two_mean_uploads(tmp_path):
     state = {"model": {"w": np.zeros(3, np.float32)}, "extra": {"c": np.zeros(2, np.float32)}}
 
     def run(settings):
-        layer = PrivateMean(TwoMeans(FedAvgParams(), replace(context, privacy=settings)))
+        layer = PrivateMean(TwoMeans(FedAvgParams(), replace(context, features={"privacy": settings})))
         message = layer.broadcast(state, 0)
         results = [ClientResult({"model": {"w": np.full(3, 10.0, np.float32)},
                                  "extra": {"c": np.full(2, 0.1 * c, np.float32)}},

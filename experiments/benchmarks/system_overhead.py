@@ -103,7 +103,7 @@ def timed_plan(raw: dict[str, Any]) -> tuple[Any, float]:
 def config_check_seconds(raw: dict[str, Any], repeats: int = 20) -> float:
     """The fastest of ``repeats`` runs of the ``system:`` section's config check (before the
     run, in the starting process)."""
-    from raysim.layers.clock import check as check_system
+    from raysim.layers.simulated_clock import check as check_system
 
     config = parse_config(raw)
     best = float("inf")

@@ -142,7 +142,7 @@ class Algorithm(ABC, Generic[ParamsT, StateT]):
     from the broadcast entry of the same name with its :attr:`ClientResult.weight`, and the
     next server state is their weighted mean (FedAvg, FedProx: ``("model",)``). Declaring
     them opts the algorithm into the layers that change how such a mean is taken:
-    client-level DP (``privacy:``, :mod:`raysim.layers.private_mean`) and asynchronous
+    client-level DP (``privacy:``, :mod:`raysim.layers.dp_mean`) and asynchronous
     buffered rounds (``system.policy: fedbuff``, :mod:`raysim.layers.fedbuff`). A subclass
     that overrides a round hook must declare it again (nothing is inherited by accident)."""
     bookkeeping_broadcasts: ClassVar[tuple[str, ...]] = ()

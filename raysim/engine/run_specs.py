@@ -15,7 +15,6 @@ from raysim.data import ArrayDataset, Partition
 from raysim.engine.pool.run_actors import uses_gpus
 from raysim.engine.run.driver import RunSpec
 from raysim.engine.run.worker import WorkerSetup
-from raysim.layers.assembly import ahead_of_rounds
 from raysim.preparation import initial_weights, pooled, run_context
 from raysim.results.manifest import (
     MANIFEST,
@@ -80,5 +79,4 @@ def run_spec(config: ExperimentConfig, dataset: ArrayDataset, partition: Partiti
                    live_names=(str(root), config.name, f"{label + '/' if label else ''}"
                                f"{run_dir.name}"),
                    params=config.model_dump(mode="json") if (
-                       config.logging.mlflow or config.logging.tensorboard) else {},
-                   ahead=ahead_of_rounds(config))
+                       config.logging.mlflow or config.logging.tensorboard) else {})

@@ -1,13 +1,13 @@
 """A run put together from its features: the registered algorithm wrapped in each feature's
 layer, innermost first, and the samplers, callbacks, round caps and manifest entries the
-features add to its rounds.
+features add to its rounds; and the round loop built from them (:func:`build_loop`), the one
+the engine's driver runs and the tests' in-process runner too.
 
-The order: client-level DP (:mod:`.client_dp`) around the algorithm, so that everything
-outside sees only the private mean; the server optimizer (:mod:`.server_optimizer`), which
-steps on that mean; the simulated clock (:mod:`.clock`), whose FedBuff layer buffers the
-clients' updates and calls the optimizer's step on the buffered mean. A new feature is a
-module with ``check(config)`` and ``feature(context, ...)`` and one line in each of
-:data:`CHECKS` and :func:`features`.
+The features and their order are :data:`raysim.layers.registry.FEATURES`: client-level DP
+(:mod:`.client_dp`), the server optimizer (:mod:`.server_optimizer`), the simulated clock
+(:mod:`.simulated_clock`) and update compression (:mod:`.compression`). A new feature is a
+module (:class:`~raysim.layers.feature.FeatureModule`: its check, settings and parts), its
+section in :mod:`raysim.schema` and one line in that registry.
 """
 
 from __future__ import annotations
@@ -16,73 +16,46 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from raysim.layers import client_dp, clock, server_optimizer
-from raysim.layers.feature import Feature, RunSettings
+import numpy as np
+
+from raysim.layers.feature import Feature, FeatureModule, RunSettings, RunStart
+from raysim.layers.registry import FEATURES
+from raysim.rounds.client_sampling import UniformSampler
+from raysim.rounds.round_loop import LoopProgress, RoundLoop
 
 if TYPE_CHECKING:
     from raysim.algorithms.base import Algorithm
     from raysim.algorithms.contract import RunAlgorithm
-    from raysim.data.partition import Partition
-    from raysim.rounds.round_loop import RoundCallback, Sampler
+    from raysim.rounds.round_loop import RoundCallback, Sampler, Sink, Workers
     from raysim.schema import StrictModel
-    from raysim.system.plan import ArchitectureKey, SystemPlan
-    from raysim.system.planning import ClockSettings
     from raysim.training.context import RunContext
 
-CHECKS: tuple[Callable[[RunSettings], None], ...] = (
-    client_dp.check, server_optimizer.check, clock.check)
-"""Each feature's config check (one paragraph, exit 2, for a setting it cannot honour)."""
+
+
+def feature_modules() -> list[FeatureModule]:
+    """Every feature's module, innermost layer first."""
+    return [entry.load() for entry in FEATURES]
 
 
 def check_features(config: RunSettings) -> None:
     """Refuse a config whose features cannot run with its method (before any data is read)."""
-    for check in CHECKS:
-        check(config)
+    for module in feature_modules():
+        module.check(config)
 
 
-@dataclass(frozen=True)
-class Ahead:
-    """What a run's features need made before its first round, on the driver while the
-    workers configure: the simulated clock's plan of every round (``system:``)."""
-
-    clock: ClockSettings | None = None
-
-    @property
-    def needed(self) -> bool:
-        return self.clock is not None
-
-    def start(self, context: RunContext, partition: Partition, initial_weights: Any,
-              flops: Callable[[], Mapping[ArchitectureKey, float]]
-              ) -> Callable[[], SystemPlan] | None:
-        """Start the work in a thread; returns the wait for its result (None: none needed).
-        ``flops``: the forward FLOPs of the clients' architectures (a worker counts them)."""
-        if self.clock is None:
-            return None
-        return clock.start_plan(self.clock, context, partition, initial_weights, flops)
-
-
-def ahead_of_rounds(config: RunSettings) -> Ahead:
-    """What the features of ``config`` need made before the first round."""
-    return Ahead(clock.settings(config))
-
-
-def context_settings(config: RunSettings, num_clients: int, per_round: int
+def feature_settings(config: RunSettings, num_clients: int, per_round: int
                      ) -> dict[str, Any]:
-    """The features' settings in a run's context (:class:`~raysim.training.context.
-    RunContext`): DP's resolved settings, FedBuff's server rate and the server optimizer, for
-    ``num_clients`` clients of which ``per_round`` are expected each round."""
-    buffered = clock.buffered_server_lr(config)
-    return {"privacy": client_dp.settings(config, num_clients, per_round),
-            "fedbuff_server_lr": buffered,
-            "server_optimizer": server_optimizer.settings(config, buffered)}
+    """Every feature's resolved settings by config section, for a run's context (its
+    ``features``), for ``num_clients`` clients of which ``per_round`` are expected each round;
+    a feature that is off is absent."""
+    resolved = {module.SECTION: module.settings(config, num_clients, per_round)
+                for module in feature_modules()}
+    return {section: value for section, value in resolved.items() if value is not None}
 
 
-def features(context: RunContext, plan: Callable[[], SystemPlan] | None = None
-             ) -> list[Feature]:
-    """The features of a run, innermost layer first (``plan``: the simulated clock's plan,
-    on the driver of a run with ``system:``)."""
-    found = (client_dp.feature(context), server_optimizer.feature(context),
-             clock.feature(context, plan))
+def features(context: RunContext) -> list[Feature]:
+    """The features of a run, innermost layer first."""
+    found = [module.feature(context) for module in feature_modules()]
     return [feature for feature in found if feature is not None]
 
 
@@ -92,6 +65,11 @@ class RunParts:
 
     algorithm: RunAlgorithm
     features: list[Feature]
+
+    def before_rounds(self, start: RunStart) -> None:
+        """Start what the features need made before the first round (on the driver)."""
+        for feature in self.features:
+            feature.before_rounds(start)
 
     def sampler(self) -> Sampler | None:
         """Who takes part in each round, if a feature decides it (None: a uniform draw)."""
@@ -115,9 +93,9 @@ class RunParts:
 
 
 def assemble(algorithm_class: type[Algorithm[Any, Any]], params: StrictModel,
-             context: RunContext, plan: Callable[[], SystemPlan] | None = None) -> RunParts:
+             context: RunContext) -> RunParts:
     """``algorithm_class(params, context)`` wrapped in its run's features, with their parts."""
-    parts = features(context, plan)
+    parts = features(context)
     algorithm: RunAlgorithm = algorithm_class(params, context)
     for feature in parts:
         algorithm = feature.wrap(algorithm)
@@ -125,8 +103,27 @@ def assemble(algorithm_class: type[Algorithm[Any, Any]], params: StrictModel,
 
 
 def compose(algorithm_class: type[Algorithm[Any, Any]], params: StrictModel,
-            context: RunContext, plan: Callable[[], SystemPlan] | None = None
-            ) -> RunAlgorithm:
+            context: RunContext) -> RunAlgorithm:
     """The run's algorithm object: ``algorithm_class(params, context)`` wrapped in its
     features' layers (:func:`assemble`); the same on the driver and on every worker."""
-    return assemble(algorithm_class, params, context, plan).algorithm
+    return assemble(algorithm_class, params, context).algorithm
+
+
+def build_loop(parts: RunParts, context: RunContext, configured_rounds: int, *,
+               worker_of_client: np.ndarray, workers: Workers, sink: Sink,
+               progress: LoopProgress, callbacks: list[RoundCallback],
+               manifest: Callable[[Mapping[str, Any]], None],
+               report: Callable[..., None] | None = None) -> RoundLoop:
+    """The run's round loop from its parts: the rounds the features allow (DP's budget may
+    cap ``configured_rounds``), their sampler (else a uniform draw of the configured number),
+    the caller's ``callbacks`` then the features', and the features' manifest entries handed
+    to ``manifest`` (the driver's run manifest, the tests' in-memory one)."""
+    if entries := parts.manifest():
+        manifest(entries)
+    sampler = parts.sampler() or UniformSampler(context.seed, context.num_clients,
+                                                context.clients_per_round)
+    return RoundLoop(parts.algorithm, sampler=sampler, rounds=parts.rounds(configured_rounds),
+                     worker_of_client=worker_of_client, workers=workers, sink=sink,
+                     progress=progress,
+                     callbacks=[*callbacks, *parts.callbacks(configured_rounds)],
+                     **({} if report is None else {"report": report}))

@@ -12,10 +12,11 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from raysim.errors import ConfigError
+from raysim.layers.dp_mean import PrivateMean
 from raysim.layers.feature import Feature, RunSettings, algorithms_with
-from raysim.layers.private_mean import PrivateMean
 from raysim.privacy.sampling import poisson_sample
 from raysim.rounds.round_loop import RoundCallback, RoundLoop, RoundOutcome
+from raysim.schema import PrivacyConfig
 
 if TYPE_CHECKING:
     from raysim.algorithms.contract import RunAlgorithm
@@ -24,18 +25,29 @@ if TYPE_CHECKING:
     from raysim.training.context import RunContext
 
 
+SECTION = "privacy"
+
+
+def section(config: RunSettings) -> PrivacyConfig | None:
+    """The config's ``privacy:`` section (None: no DP)."""
+    privacy = config.section(SECTION)
+    assert privacy is None or isinstance(privacy, PrivacyConfig)
+    return privacy
+
+
 def check(config: RunSettings) -> None:
     """``privacy:`` needs an algorithm with weight uploads DP can protect, or one that
     privatizes its own releases in local mode (one paragraph naming why otherwise)."""
     from raysim.algorithms import ALGORITHMS
 
-    if config.privacy is None:
+    privacy = section(config)
+    if privacy is None:
         return
     name = getattr(config.algorithm, "name", "")
     algorithm_class = ALGORITHMS[name]
     releases = algorithm_class.private_releases
     if releases is not None:
-        if config.privacy.mode != "local":
+        if privacy.mode != "local":
             reason = algorithm_class.central_privacy_refusal or (
                 f"{releases}, so there is no sum for the server to noise")
             raise ConfigError(
@@ -43,7 +55,7 @@ def check(config: RunSettings) -> None:
                 f"`{name}`, {reason}. Set privacy.mode: local (every released "
                 "model clipped and noised by its client; epsilon composes one Gaussian "
                 "mechanism per release).")
-        if config.privacy.adaptive_clip is not None:
+        if privacy.adaptive_clip is not None:
             raise ConfigError(
                 f"Invalid config field `privacy.adaptive_clip`: algorithm "
                 f"`{name}` releases its clients' models in local mode, and "
@@ -65,7 +77,7 @@ def check(config: RunSettings) -> None:
                 f"counts {counted} DP release(s) per round, so the accountant would "
                 f"understate epsilon. Declare dp_releases_per_round >= {len(kinds)} in the "
                 "algorithm, or remove `privacy`.")
-        if config.privacy.adaptive_clip is not None:
+        if privacy.adaptive_clip is not None:
             raise ConfigError(
                 f"Invalid config field `privacy.adaptive_clip`: algorithm `{name}` uploads "
                 f"{len(kinds)} means, and adaptive clipping follows one update norm. Remove "
@@ -153,13 +165,15 @@ def settings(config: RunSettings, num_clients: int, per_round: int) -> DpSetting
     from raysim.algorithms import ALGORITHMS
     from raysim.privacy.settings import resolve
 
-    if config.privacy is None:
+    privacy = section(config)
+    if privacy is None:
         return None
     releases = ALGORITHMS[getattr(config.algorithm, "name", "")].dp_releases_per_round(
         config.algorithm)
-    return resolve(config.privacy, num_clients, per_round, config.training.rounds, releases)
+    return resolve(privacy, num_clients, per_round, config.training.rounds, releases)
 
 
 def feature(context: RunContext) -> ClientDp | None:
     """DP's parts of the run, or None without ``privacy:``."""
-    return None if context.privacy is None else ClientDp(context, context.privacy)
+    settings = context.features.get(SECTION)
+    return None if settings is None else ClientDp(context, settings)

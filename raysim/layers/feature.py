@@ -1,29 +1,33 @@
-"""What a feature of a run's settings (client-level DP, a server optimizer, the simulated clock)
-adds to it, in one place per feature: its config check, the layer it wraps the algorithm in,
-the sampler that replaces the uniform draw, its round-loop callbacks, a cap on the rounds and
-its manifest entry. :mod:`raysim.layers.assembly` puts a run together from them.
+"""What a feature of a run's settings (client-level DP, a server optimizer, the simulated
+clock, update compression) adds to it, in one module per feature.
+
+A feature module (:class:`FeatureModule`) names its config section (``SECTION``; the
+section's schema is in :mod:`raysim.schema`), checks a config against its method
+(``check``), resolves its settings once before the run (``settings``: they travel to the
+workers in the run's context, ``context.features[SECTION]``) and makes its parts of a run
+from them (``feature``: a :class:`Feature`). :mod:`raysim.layers.registry` lists the
+features, one line each; the config takes its sections from that list and
+:mod:`raysim.layers.assembly` puts a run together from their modules.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
     from raysim.algorithms.contract import RunAlgorithm
+    from raysim.data.partition import Partition
     from raysim.rounds.round_loop import RoundCallback, Sampler
-    from raysim.schema import (
-        PartitionConfig,
-        PrivacyConfig,
-        ServerOptimizerConfig,
-        StrictModel,
-        SystemConfig,
-        TrainingConfig,
-    )
+    from raysim.schema import PartitionConfig, StrictModel, TrainingConfig
+    from raysim.training.context import RunContext
+    from raysim.vectors.weights import Weights
 
 
 class RunSettings(Protocol):
-    """The parts of an experiment's config that the features' checks read (an
-    :class:`~raysim.config.ExperimentConfig`)."""
+    """The parts of an experiment's config that the features' checks and settings read (an
+    :class:`~raysim.config.ExperimentConfig`); a feature's own section by its name."""
 
     @property
     def algorithm(self) -> StrictModel: ...
@@ -32,19 +36,26 @@ class RunSettings(Protocol):
     def partition(self) -> PartitionConfig: ...
 
     @property
-    def privacy(self) -> PrivacyConfig | None: ...
-
-    @property
-    def system(self) -> SystemConfig | None: ...
-
-    @property
-    def server_optimizer(self) -> ServerOptimizerConfig | None: ...
-
-    @property
     def clients_per_round(self) -> int: ...
 
     @property
     def training(self) -> TrainingConfig: ...
+
+    def section(self, name: str) -> Any:
+        """The config section ``name`` (a feature's ``SECTION``), None when absent."""
+
+
+@dataclass(frozen=True)
+class RunStart:
+    """What a feature's work before the first round is made from, on the driver while the
+    workers configure: the run's context, partition and initial model, and ``on_worker``,
+    which runs ``function(*args)`` in a client worker's process and returns the wait for its
+    result (work that needs what that process imports anyway, e.g. torch's FLOP counter)."""
+
+    context: RunContext
+    partition: Partition
+    initial_weights: Weights
+    on_worker: Callable[..., Callable[[], Any]]
 
 
 class Feature:
@@ -53,6 +64,10 @@ class Feature:
     def wrap(self, algorithm: RunAlgorithm) -> RunAlgorithm:
         """The algorithm wrapped in this feature's layer (on the driver and every worker)."""
         return algorithm
+
+    def before_rounds(self, start: RunStart) -> None:
+        """Start the work this feature needs before the first round (on the driver; e.g. the
+        simulated clock's plan, made in a thread); its sampler and callbacks wait for it."""
 
     def sampler(self) -> Sampler | None:
         """Who takes part in each round, if this feature decides it (None: it does not)."""
@@ -69,6 +84,29 @@ class Feature:
     def manifest(self) -> dict[str, Any]:
         """Entries for the run's manifest."""
         return {}
+
+
+class FeatureModule(Protocol):
+    """What a feature's module defines (see the module docstring)."""
+
+    @property
+    def SECTION(self) -> str:
+        """The feature's config section (a top-level key of the experiment config)."""
+
+    @property
+    def SECTION_MODEL(self) -> type[StrictModel]:
+        """The section's schema; the section is optional (None: the feature is off)."""
+
+    def check(self, config: RunSettings) -> None:
+        """Refuse a config whose method this feature cannot serve (one paragraph, exit 2)."""
+
+    def settings(self, config: RunSettings, num_clients: int, per_round: int) -> Any:
+        """The feature's settings for a run of ``num_clients`` clients of which ``per_round``
+        are expected each round (None: the feature is off in this run)."""
+
+    def feature(self, context: RunContext) -> Feature | None:
+        """The feature's parts of a run from its settings in ``context.features`` (None:
+        off)."""
 
 
 def algorithms_with(attribute: str, truthy: bool = True) -> str:

@@ -34,6 +34,7 @@ import torch
 from raysim.errors import ConfigError
 from raysim.layers.feature import Feature, RunSettings, algorithms_with
 from raysim.layers.wrapped import Wrapped
+from raysim.schema import ServerOptimizerConfig, SystemConfig
 from raysim.state_codec import persistable
 from raysim.vectors.weights import (
     FlatWeights,
@@ -46,7 +47,6 @@ from raysim.vectors.weights import (
 
 if TYPE_CHECKING:
     from raysim.algorithms.contract import RunAlgorithm
-    from raysim.schema import ServerOptimizerConfig
     from raysim.training.context import RunContext
 
 
@@ -197,12 +197,30 @@ class ServerOptimizer(Wrapped):
                               moments)
 
 
+SECTION = "server_optimizer"
+
+
+def section(config: RunSettings) -> ServerOptimizerConfig | None:
+    """The config's ``server_optimizer:`` section (None: the mean is the next model)."""
+    optimizer = config.section(SECTION)
+    assert optimizer is None or isinstance(optimizer, ServerOptimizerConfig)
+    return optimizer
+
+
+def buffered_server_lr(config: RunSettings) -> float | None:
+    """FedBuff's ``system.server_lr`` under ``system.policy: fedbuff`` (None: synchronous
+    rounds): the SGD step of the buffered update when no optimizer is configured."""
+    system = config.section("system")
+    assert system is None or isinstance(system, SystemConfig)
+    return system.server_lr if system is not None and system.policy == "fedbuff" else None
+
+
 def check(config: RunSettings) -> None:
     """``server_optimizer:`` needs a method whose next global model is the mean of its
     clients' models (one paragraph naming why otherwise)."""
     from raysim.algorithms import ALGORITHMS
 
-    if config.server_optimizer is None:
+    if section(config) is None:
         return
     name = getattr(config.algorithm, "name", "")
     if not ALGORITHMS[name].server_optimizers:
@@ -215,8 +233,8 @@ def check(config: RunSettings) -> None:
             f"Invalid config section `server_optimizer`: algorithm `{name}` uploads "
             f"{len(ALGORITHMS[name].mean_uploads)} means, and a server optimizer steps one "
             "model along its pseudo-gradient. Remove `server_optimizer`.")
-    if config.system is not None and config.system.policy == "fedbuff" and \
-            config.system.server_lr != 1.0:
+    buffered = buffered_server_lr(config)
+    if buffered is not None and buffered != 1.0:
         raise ConfigError(
             "Invalid combination: `system.server_lr` and `server_optimizer` both set the "
             "server's step on FedBuff's buffered update. Keep one: server_optimizer (with "
@@ -235,20 +253,21 @@ class ServerOptimization(Feature):
         return ServerOptimizer(algorithm, self.settings, self.stepped)
 
 
-def settings(config: RunSettings, buffered_lr: float | None) -> ServerOptimizerConfig | None:
-    """The server's step: ``server_optimizer:``, else FedBuff's ``system.server_lr``
-    (``buffered_lr``) as an SGD step when it is not 1, else None (the mean is the model)."""
-    from raysim.schema import ServerOptimizerConfig
-
-    if config.server_optimizer is None and buffered_lr is not None and buffered_lr != 1.0:
+def settings(config: RunSettings, num_clients: int, per_round: int
+             ) -> ServerOptimizerConfig | None:
+    """The server's step: ``server_optimizer:``, else FedBuff's ``system.server_lr`` as an
+    SGD step when it is not 1, else None (the mean is the model)."""
+    buffered_lr = buffered_server_lr(config)
+    optimizer = section(config)
+    if optimizer is None and buffered_lr is not None and buffered_lr != 1.0:
         return ServerOptimizerConfig(name="sgd", lr=buffered_lr)
-    return config.server_optimizer
+    return optimizer
 
 
 def feature(context: RunContext) -> ServerOptimization | None:
     """The optimizer's part of the run (``server_optimizer:``, or FedBuff's
     ``system.server_lr`` as an SGD step), or None without one."""
-    settings = context.server_optimizer
+    settings = context.features.get(SECTION)
     return None if settings is None else ServerOptimization(settings, trainable_names(context))
 
 
@@ -262,5 +281,6 @@ def trainable_names(context: RunContext) -> frozenset[str]:
                      if p.requires_grad)
 
 
-__all__ = ["OptimizedState", "ServerMoments", "ServerOptimization", "ServerOptimizer", "check",
-           "feature", "flat_vector", "server_step", "with_model"]
+__all__ = ["SECTION", "OptimizedState", "ServerMoments", "ServerOptimization",
+           "ServerOptimizer", "buffered_server_lr", "check", "feature", "flat_vector",
+           "server_step", "settings", "with_model"]

@@ -25,13 +25,20 @@ if TYPE_CHECKING:
 class Wrapped:
     """Passes every hook it does not override to ``inner``. A layer whose server state holds
     the inner state defines :meth:`inner_state`; the server-side hooks that read a state
-    (evaluation, the global weights, the server step) receive the inner one."""
+    (evaluation, the global weights, the server step) receive the inner one. A layer that
+    keeps a per-client state of its own around the inner one (e.g. compression's error
+    feedback) defines :meth:`inner_client_state` and unwraps and wraps the states in its
+    ``local_updates``; the hooks that read a client state receive the inner one."""
 
     def __init__(self, inner: RunAlgorithm):
         self.inner = inner
 
     def inner_state(self, state: Any) -> Any:
         """The wrapped algorithm's server state inside this layer's (default: the same)."""
+        return state
+
+    def inner_client_state(self, state: Any) -> Any:
+        """The wrapped algorithm's client state inside this layer's (default: the same)."""
         return state
 
     # ----- what the wrapped algorithm is -----
@@ -104,7 +111,7 @@ class Wrapped:
         return self.inner.dp_releases(rounds_done)
 
     def personal_weights(self, state: Any) -> Weights | None:
-        return self.inner.personal_weights(state)
+        return self.inner.personal_weights(self.inner_client_state(state))
 
     # ----- clients -----
     def local_updates(self, runtime: ClientRuntime, clients: Sequence[int], round_: int,

@@ -1,6 +1,6 @@
 """Who takes part in a round: the round loop asks its sampler. Uniform sampling without
 replacement is the default; a feature may replace it (DP's Poisson sampling,
-:mod:`raysim.layers.client_dp`; the simulated clock's choice, :mod:`raysim.layers.clock`)."""
+:mod:`raysim.layers.client_dp`; the simulated clock's choice, :mod:`raysim.layers.simulated_clock`)."""
 
 from __future__ import annotations
 

@@ -3,14 +3,15 @@ train on."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
 from raysim.data.dataset import DataInfo
 from raysim.privacy.settings import DpSettings
-from raysim.schema import ServerOptimizerConfig, StrictModel, TrainingConfig
+from raysim.schema import StrictModel, TrainingConfig
 from raysim.vectors.weights import Weights
 
 
@@ -31,14 +32,20 @@ class RunContext:
     memory_format: str = "auto"
     """``engine.memory_format``, for the models the server trains itself (see
     :func:`raysim.training.memory_format.place`)."""
-    privacy: DpSettings | None = None
-    """Client-level DP (``privacy:``), resolved before the run; None: off."""
-    fedbuff_server_lr: float | None = None
-    """Asynchronous buffered aggregation (``system.policy: fedbuff``; its ``system.server_lr``,
-    which reaches the model as ``server_optimizer``'s SGD step); None: synchronous rounds."""
-    server_optimizer: ServerOptimizerConfig | None = None
-    """The server's step on the round's mean (``server_optimizer:``, or FedBuff's
-    ``system.server_lr`` as an SGD step); None: the mean is the next model."""
+    features: Mapping[str, Any] = field(default_factory=dict)
+    """The run's features' resolved settings by config section (``privacy``: client-level
+    DP's :class:`~raysim.privacy.settings.DpSettings`; ``system``: the simulated clock's;
+    ``server_optimizer``: the server's step; ...), made once before the run by each feature
+    (:mod:`raysim.layers.assembly`) and read back by its feature on the driver and on every
+    worker; a section without settings is absent."""
+
+    @property
+    def privacy(self) -> DpSettings | None:
+        """Client-level DP's settings (``privacy:``), for the methods that privatise their own
+        releases; None: off."""
+        settings = self.features.get("privacy")
+        assert settings is None or isinstance(settings, DpSettings)
+        return settings
 
     def architecture(self, client: int) -> StrictModel:
         """The architecture of one client."""

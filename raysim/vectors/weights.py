@@ -295,7 +295,8 @@ _SCALARS = (int, float, bool, np.int64, np.float64)
 
 
 def payload_bytes(payload: Any) -> int:
-    """Bytes a payload would take on the wire: array data, recursively; 8 bytes per scalar."""
+    """Bytes a payload would take on the wire: array data, recursively; 8 bytes per scalar;
+    an object's own ``wire_bytes`` where it says (e.g. a compressed update)."""
     if isinstance(payload, np.ndarray):
         return int(payload.nbytes)
     if isinstance(payload, FlatWeights):
@@ -313,7 +314,8 @@ def payload_bytes(payload: Any) -> int:
         return sum(payload_bytes(value) for value in payload)
     if payload is None:
         return 0
-    return 8
+    wire_bytes = getattr(payload, "wire_bytes", None)
+    return wire_bytes if isinstance(wire_bytes, int) else 8
 
 
 class FlatWeights(Mapping):

@@ -30,12 +30,12 @@ from raysim.errors import (
     RunError,
     WorkerFailureError,
 )
-from raysim.layers.assembly import Ahead, assemble
+from raysim.layers.assembly import assemble, build_loop
+from raysim.layers.feature import RunStart
 from raysim.results.live import MetricStreams
 from raysim.results.manifest import update_manifest
 from raysim.results.sink import ParquetSink
 from raysim.rounds.checkpoint import Checkpoint, load_checkpoint, remove_checkpoint, truncate_results
-from raysim.rounds.client_sampling import UniformSampler
 from raysim.rounds.placement import (
     assign_groups,
     client_groups,
@@ -58,7 +58,6 @@ from raysim.rounds.round_loop import (
     LoopProgress,
     RoundCallback,
     RoundLoop,
-    Sampler,
 )
 from raysim.schema import EngineConfig, EvaluationConfig, LoggingConfig
 from raysim.vectors import blocked_sum
@@ -108,9 +107,6 @@ class RunSpec:
     """(results root, experiment name, run name) for the live metrics."""
     params: dict[str, Any] = field(default_factory=dict)
     """The run's config (MLflow parameters)."""
-    ahead: Ahead = field(default_factory=Ahead)
-    """What the run's features need made before its first round (the simulated clock's
-    plan), started while the workers configure."""
 
 
 @dataclass(frozen=True)
@@ -140,8 +136,7 @@ class Driver:
         self.run_dir = Path(spec.run_dir)
         setup = spec.setup
         self.context = setup.context
-        self.parts = assemble(setup.algorithm_class, setup.algorithm_params, setup.context,
-                              plan=self._made_ahead if spec.ahead.needed else None)
+        self.parts = assemble(setup.algorithm_class, setup.algorithm_params, setup.context)
         """The algorithm in its features' layers, and what the features add to the rounds."""
         self.algorithm = self.parts.algorithm
         self.test_y = _fetch(setup.arrays["test_y"])
@@ -155,9 +150,6 @@ class Driver:
         self._streams: MetricStreams | None = None
         """Set by :meth:`request_stop`: stop at the next round boundary."""
         self._loop_progress = LoopProgress(Durable(0, None, {}), recorded=0)
-        self._ahead: Callable[[], Any] | None = None
-        """Waits for what the features needed made before the first round (started at the
-        start of :meth:`run`, made while the workers configure)."""
         self._recoveries: list[dict[str, Any]] = []
         self._node = ray.get_runtime_context().get_node_id()
         """The node this driver runs on."""
@@ -207,7 +199,9 @@ class Driver:
             workers = self.workers
             try:
                 # made while the workers configure and take their groups
-                self._ahead = self._start_ahead(workers[0])
+                self.parts.before_rounds(RunStart(self.context, self.spec.setup.partition,
+                                                  self.spec.setup.initial_weights,
+                                                  _on_worker(workers[0])))
                 update_manifest(self.run_dir, workers=self._configure(workers),
                                 workers_ready_at=time.time())
                 self._set_progress(status="running")
@@ -268,23 +262,6 @@ class Driver:
             self._streams.finish(final, status)
 
     # ----- setup -----
-    def _start_ahead(self, worker: Any) -> Callable[[], Any] | None:
-        """Start what the features need made before the first round (the simulated clock's
-        plan) in a thread: ``worker`` counts the models' FLOPs first (before it configures;
-        its process imports what torch's FLOP counter needs anyway)."""
-        if not self.spec.ahead.needed:
-            return None
-        setup = self.spec.setup
-        flops = worker.architecture_flops.remote(setup.context, setup.partition.num_clients)
-        return self.spec.ahead.start(setup.context, setup.partition, setup.initial_weights,
-                                     lambda: ray.get(flops))
-
-    def _made_ahead(self) -> Any:
-        """What the features needed made before the first round (waits for it; raises what
-        making it raised)."""
-        assert self._ahead is not None, "only a run whose features need it asks for it"
-        return self._ahead()
-
     def _configure(self, workers: list[Any]) -> list[dict[str, Any]]:
         """Bind every worker to this run (also after Ray restarted one); returns where each
         runs."""
@@ -402,8 +379,6 @@ class Driver:
         """One pass of the round loop from the durable state to the end."""
         spec, context = self.spec, self.context
         rounds = self.parts.rounds(spec.rounds)  # a feature may allow fewer (DP's budget)
-        if entries := self.parts.manifest():
-            update_manifest(self.run_dir, **entries)
         evaluation = EvaluationSchedule(
             spec.evaluation.every, rounds,
             lambda state, round_: self._evaluator.evaluate(workers, state, round_,
@@ -412,10 +387,9 @@ class Driver:
         ray_workers = RayWorkers(workers, Placement(self._worker_nodes, self._node,
                                                     worker_spans(layout.owner_of_group),
                                                     spec.engine.count_transfers))
-        loop = RoundLoop(
-            self.algorithm, sampler=self._sampler(), rounds=rounds,
-            worker_of_client=layout.worker_of_client, workers=ray_workers, sink=sink,
-            progress=self._loop_progress,
+        loop = build_loop(
+            self.parts, context, spec.rounds, worker_of_client=layout.worker_of_client,
+            workers=ray_workers, sink=sink, progress=self._loop_progress,
             callbacks=[_FirstDispatchStamp(self.run_dir, first=not self._recoveries), evaluation,
                        DivergenceStop(self.run_dir), StateResidencyNotices(self.run_dir),
                        MembershipAudit(spec.setup.membership_audit, spec.rounds),
@@ -425,17 +399,10 @@ class Driver:
                        StopAtRoundBoundary(self._stop.is_set, spec.rounds, self.run_dir,
                                            context.seed),
                        *([LiveMetrics(self._streams)] if self._streams else []),
-                       TransferRecords(ray_workers),
-                       *self.parts.callbacks(spec.rounds)],
+                       TransferRecords(ray_workers)],
+            manifest=lambda entries: update_manifest(self.run_dir, **entries),
             report=self._set_progress)
         return loop.run()
-
-    def _sampler(self) -> Sampler:
-        """Who takes part in each round: a feature's choice (the simulated clock's, DP's
-        Poisson sampling), else a uniform draw of the configured number."""
-        context = self.context
-        return self.parts.sampler() or UniformSampler(context.seed, context.num_clients,
-                                                      context.clients_per_round)
 
     def _send_groups(self, workers: list[Any], group_of_client: np.ndarray,
                      worker_of_client: np.ndarray) -> None:
@@ -446,6 +413,18 @@ class Driver:
                                      group_of_client[worker_of_client == w])
             for w, worker in enumerate(workers)])
         update_manifest(self.run_dir, worker_data=residence)
+
+
+def _on_worker(worker: Any) -> Callable[..., Callable[[], Any]]:
+    """Runs ``function(*args)`` in ``worker``'s process (before it configures: calls to an
+    actor run in order) and returns the wait for the result: what a feature makes before the
+    first round on a worker (:class:`~raysim.layers.feature.RunStart`)."""
+
+    def run(function: Callable[..., Any], *args: Any) -> Callable[[], Any]:
+        reference = worker.call.remote(function, *args)
+        return lambda: ray.get(reference)
+
+    return run
 
 
 class _FirstDispatchStamp(RoundCallback):

@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -23,7 +24,6 @@ from raysim.rounds.client_work import ClientWork
 from raysim.rounds.process_memory import freeze_imported_objects, keep_freed_memory
 from raysim.rounds.round_loop import RoundReply
 from raysim.schema import StrictModel
-from raysim.system.plan import ArchitectureKey, architecture_flops
 from raysim.training.context import ClientData
 from raysim.training.evaluation import classification_metrics, predict_proba
 from raysim.training.membership import audit_sets, membership_auc
@@ -116,13 +116,12 @@ class ClientWorker:
                                self._audit if setup.membership_audit else None)
         return self.describe()
 
-    def architecture_flops(self, context: RunContext, num_clients: int
-                           ) -> dict[ArchitectureKey, float]:
-        """The forward FLOPs of the clients' architectures, for what the driver makes before
-        the first round (the simulated clock's plan). Counted here, not on the driver: torch's
-        FLOP counter imports ``torch._dynamo`` (0.8 s of CPU), which this process imports
-        anyway for its optimizer."""
-        return architecture_flops(context, num_clients)
+    def call(self, function: Callable[..., Any], *args: Any) -> Any:
+        """``function(*args)`` in this process: work a feature makes before the first round
+        (:class:`~raysim.layers.feature.RunStart`), e.g. counting the models' FLOPs for the
+        simulated clock's plan, whose FLOP counter imports ``torch._dynamo`` (0.8 s of CPU),
+        which this process imports anyway for its optimizer."""
+        return function(*args)
 
     def reset(self) -> None:
         """Forget the current run (its data references, models and client states)."""

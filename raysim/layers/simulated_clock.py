@@ -2,30 +2,40 @@
 the clients the clock let finish in each round, the clock's columns and ``system`` table, and
 under ``system.policy: fedbuff`` the buffered, staleness-weighted server update
 (:class:`~raysim.layers.fedbuff.FedBuff`). The plan of every round's clock is made on the
-driver before the rounds start (:mod:`raysim.system.planning`); the feature reads it from
-``plan``."""
+driver before the rounds start (:meth:`SimulatedClock.before_rounds`, in a thread while the
+workers configure: :mod:`raysim.system.planning`), with the models' FLOPs counted by a worker."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from raysim.errors import ConfigError
-from raysim.layers.feature import Feature, RunSettings, algorithms_with
+from raysim.layers.feature import Feature, RunSettings, RunStart, algorithms_with
 from raysim.layers.fedbuff import FedBuff
 from raysim.rounds.round_loop import RoundCallback, RoundLoop, RoundOutcome
+from raysim.schema import SystemConfig
+from raysim.system.plan import architecture_flops
 from raysim.system.planning import ClockSettings, PlanInBackground
 from raysim.system.records import ClockRecords
 
 if TYPE_CHECKING:
     from raysim.algorithms.contract import RunAlgorithm
-    from raysim.data.partition import Partition
     from raysim.rounds.round_loop import Sampler
-    from raysim.system.plan import ArchitectureKey, SystemPlan
+    from raysim.system.plan import SystemPlan
     from raysim.training.context import RunContext
+
+SECTION = "system"
+
+
+def section(config: RunSettings) -> SystemConfig | None:
+    """The config's ``system:`` section (None: no simulated clock)."""
+    system = config.section(SECTION)
+    assert system is None or isinstance(system, SystemConfig)
+    return system
 
 
 def check(config: RunSettings) -> None:
@@ -33,7 +43,7 @@ def check(config: RunSettings) -> None:
     updates (one paragraph naming why otherwise)."""
     from raysim.algorithms import ALGORITHMS
 
-    system = config.system
+    system = section(config)
     if system is None:
         return
     name = getattr(config.algorithm, "name", "")
@@ -46,7 +56,7 @@ def check(config: RunSettings) -> None:
     from raysim.system.profiles import check_profiles
 
     check_profiles(system, config.partition.num_clients)  # tiers, trace file
-    if config.privacy is not None:
+    if config.section("privacy") is not None:
         raise ConfigError(
             "Invalid combination: `system` and `privacy`. DP's accountant assumes Poisson "
             "sampling of the clients, and the simulated clock selects by availability and "
@@ -105,48 +115,42 @@ class ClockColumns(RoundCallback):
 
 
 class SimulatedClock(Feature):
-    """The clock's parts in a run: on the driver (``plan`` given) its sampler and columns; on
-    the driver and every worker FedBuff's layer when the policy is fedbuff."""
+    """The clock's parts in a run: FedBuff's layer when the policy is fedbuff (on the driver
+    and every worker); on the driver the plan of every round (:meth:`before_rounds`), and
+    from it the sampler and the clock's columns."""
 
-    def __init__(self, context: RunContext, plan: Callable[[], SystemPlan] | None):
-        self.buffered = context.fedbuff_server_lr is not None
-        self.plan = plan
+    def __init__(self, settings: ClockSettings):
+        self.settings = settings
+        self._plan: Callable[[], SystemPlan] | None = None
+
+    def before_rounds(self, start: RunStart) -> None:
+        flops = start.on_worker(architecture_flops, start.context, start.partition.num_clients)
+        self._plan = PlanInBackground(self.settings, start.context, start.partition,
+                                      start.initial_weights, flops).result
+
+    def plan(self) -> SystemPlan:
+        """The plan of every round (waits for it; raises what planning raised)."""
+        assert self._plan is not None, "the driver starts the clock's plan before the rounds"
+        return self._plan()
 
     def wrap(self, algorithm: RunAlgorithm) -> RunAlgorithm:
-        return FedBuff(algorithm, self.plan) if self.buffered else algorithm
+        return FedBuff(algorithm, self.plan) if self.settings.system.policy == "fedbuff" \
+            else algorithm
 
-    def sampler(self) -> Sampler | None:
-        return None if self.plan is None else ClockSampler(self.plan().records)
+    def sampler(self) -> Sampler:
+        return ClockSampler(self.plan().records)
 
     def callbacks(self, rounds: int) -> list[RoundCallback]:
-        return [] if self.plan is None else [ClockColumns(self.plan().records)]
+        return [ClockColumns(self.plan().records)]
 
 
-def buffered_server_lr(config: RunSettings) -> float | None:
-    """FedBuff's ``system.server_lr`` under ``system.policy: fedbuff`` (None: synchronous
-    rounds)."""
-    system = config.system
-    return system.server_lr if system is not None and system.policy == "fedbuff" else None
-
-
-def settings(config: RunSettings) -> ClockSettings | None:
+def settings(config: RunSettings, num_clients: int, per_round: int) -> ClockSettings | None:
     """What the clock's plan of a run is made from (None without ``system:``)."""
-    system = config.system
+    system = section(config)
     return None if system is None else ClockSettings(system, config.clients_per_round)
 
 
-def start_plan(settings: ClockSettings, context: RunContext, partition: Partition,
-               initial_weights: Any, flops: Callable[[], Mapping[ArchitectureKey, float]]
-               ) -> Callable[[], SystemPlan]:
-    """Plan every round's clock in a thread, started now (``flops``: waits for the models'
-    forward FLOPs, which a worker counts); returns the wait for the plan (it raises what
-    planning raised)."""
-    return PlanInBackground(settings, context, partition, initial_weights, flops).result
-
-
-def feature(context: RunContext, plan: Callable[[], SystemPlan] | None) -> SimulatedClock | None:
-    """The clock's parts of the run (``plan``: the clock's plan, on the driver of a run with
-    ``system:``), or None without the clock."""
-    if plan is None and context.fedbuff_server_lr is None:
-        return None
-    return SimulatedClock(context, plan)
+def feature(context: RunContext) -> SimulatedClock | None:
+    """The clock's parts of the run, or None without the clock."""
+    settings = context.features.get(SECTION)
+    return None if settings is None else SimulatedClock(settings)
