@@ -42,7 +42,7 @@ class FedTrimParams(StrictModel):
 
 
 @register_algorithm
-class FedTrim(FedAvg):
+class FedTrim(FedAvg[FedTrimParams]):
     """FedAvg with the coordinate-wise beta-trimmed mean of the clients' models."""
 
     params_class: ClassVar[type[StrictModel]] = FedTrimParams

@@ -48,11 +48,13 @@ from raysim.schema import StrictModel
 from raysim.training.context import RunContext
 from raysim.training.evaluation import predict_proba
 from raysim.training.membership import loss_attack_scores
+from raysim.vectors.weighted_sum import sample_weight
 from raysim.vectors.weights import Weights, set_weights
 
 if TYPE_CHECKING:
     import pandas as pd
 
+    from raysim.training.client_fit import FitOutcome
     from raysim.training.runtime import ClientRuntime, TrainOutcome
 
 ALGORITHMS: dict[str, type[Algorithm[Any, Any]]] = {}
@@ -86,9 +88,10 @@ class ClientResult:
     sample count, or 1 for a plain mean)."""
 
     @classmethod
-    def trained(cls, upload: dict[str, Any], state: Any, outcome: TrainOutcome,
+    def trained(cls, upload: dict[str, Any], state: Any, outcome: TrainOutcome | FitOutcome,
                 weight: float = 1.0, **metrics: float) -> ClientResult:
-        """The result of a client whose round was ``runtime.train``'s local training."""
+        """The result of a client whose round was local training (``runtime.train``, or
+        :func:`~raysim.training.client_fit.fit_client` under the method's own objective)."""
         return cls(upload, state, {"steps": float(outcome.steps), **metrics},
                    outcome.num_samples, outcome.mean_loss, weight)
 
@@ -191,6 +194,19 @@ class Algorithm(ABC, Generic[ParamsT, StateT]):
             raise ConfigError(
                 f"{self.cross_entropy_only}; training.loss is {context.training.loss!r}. "
                 f"Set training.loss: cross_entropy for {type(self).__name__}.")
+
+    # ----- the one weighting rule -----
+    @property
+    def weights_by_samples(self) -> bool:
+        """Whether the server's means weight each client by its sample count
+        (``params.weighted``, where the method has it; True otherwise) rather than one vote
+        each. A method may add a condition (FedDF and FedSM: not under client-level DP)."""
+        return bool(getattr(self.params, "weighted", True))
+
+    def client_weight(self, num_samples: int) -> float:
+        """A client's weight in the server's means (its :attr:`ClientResult.weight`): its
+        sample count under :attr:`weights_by_samples`, else 1."""
+        return sample_weight(num_samples, self.weights_by_samples)
 
     # ----- server side (runs on the driver) -----
     def init_server_state(self, initial_weights: Weights) -> StateT:

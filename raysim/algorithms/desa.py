@@ -45,7 +45,7 @@ from raysim.models import build_model
 from raysim.models.registry import embedding_parts, require_embedding
 from raysim.schema import StrictModel
 from raysim.seeding import numpy_rng, torch_generator
-from raysim.training.runtime import make_optimizer
+from raysim.training.client_fit import BatchLoss, fit_client
 from raysim.vectors.weights import Weights, get_weights, set_weights
 
 if TYPE_CHECKING:
@@ -152,13 +152,13 @@ class DESA(Algorithm[DESAParams, dict[str, Any]]):
                       message: dict[str, Any], states: Sequence[Any]) -> list[ClientResult]:
         results = []
         for client, state in zip(clients, states, strict=True):
-            model = runtime.client_model(client)
-            set_weights(model, runtime.client_initial_weights(client) if state is None
-                        else state)
+            start = runtime.client_initial_weights(client) if state is None else state
             if "anchors" not in message:
+                model = runtime.client_model(client)
+                set_weights(model, start)
                 results.append(self._condense(runtime, model, client))
             else:
-                results.append(self._train(runtime, model, client, round_, message))
+                results.append(self._train(runtime, start, client, round_, message))
         return results
 
     def _condense(self, runtime: ClientRuntime, model: torch.nn.Module,
@@ -222,7 +222,7 @@ class DESA(Algorithm[DESAParams, dict[str, Any]]):
         model.train()
         return logits  # type: ignore[no-any-return]
 
-    def _train(self, runtime: ClientRuntime, model: torch.nn.Module, client: int, round_: int,
+    def _train(self, runtime: ClientRuntime, start: Weights, client: int, round_: int,
                message: dict[str, Any]) -> ClientResult:
         """A training round on the client's data joined with the anchors (module docstring)."""
         p, training = self.params, self.context.training
@@ -236,35 +236,37 @@ class DESA(Algorithm[DESAParams, dict[str, Any]]):
         order = rng.permutation(len(anchors_y))  # the distillation batches, in a fixed order
         batch = training.batch_size
         kd_steps = iter(range(2**62))
-        embed, classify = embedding_parts(model)
-        optimizer = make_optimizer(model.parameters(), training.optimizer)
 
-        def batch_loss(inputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-            features = embed(inputs)
-            loss = p.lambda_ori * F.cross_entropy(classify(features), targets)
-            if teacher is not None and p.lambda_kd:
-                step = next(kd_steps) % max(1, math.ceil(len(order) / batch))
-                rows = torch.from_numpy(order[step * batch:(step + 1) * batch]).to(
-                    anchors_x.device)
-                loss = loss + p.lambda_kd * distillation_loss(
-                    model(anchors_x[rows]), teacher[rows], anchors_y[rows], p.kd_temperature,
-                    p.kd_weight)
-            if p.lambda_reg:
-                rows = torch.from_numpy(rng.choice(len(anchors_y), min(batch, len(anchors_y)),
-                                                   replace=False)).to(anchors_x.device)
-                anchor_features = embed(anchors_x[rows]).detach()
-                loss = loss + p.lambda_reg * supervised_contrastive(
-                    torch.cat([features, anchor_features]),
-                    torch.cat([targets, anchors_y[rows]]), p.supcon_temperature)
-            return loss
+        def objective(model: torch.nn.Module) -> BatchLoss:
+            embed, classify = embedding_parts(model)
 
-        model.train()
-        loss, _, steps = runtime.fit(client, round_, optimizer, batch_loss,
-                                     epochs=training.epochs, steps=training.local_steps,
-                                     data=joined)
-        state = get_weights(model)
-        upload = {"logits": self._anchor_logits(runtime, model, message["anchors"]["x"])}
-        return ClientResult(upload, state, {"steps": float(steps)}, len(y), loss)
+            def batch_loss(inputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+                features = embed(inputs)
+                loss = p.lambda_ori * F.cross_entropy(classify(features), targets)
+                if teacher is not None and p.lambda_kd:
+                    step = next(kd_steps) % max(1, math.ceil(len(order) / batch))
+                    rows = torch.from_numpy(order[step * batch:(step + 1) * batch]).to(
+                        anchors_x.device)
+                    loss = loss + p.lambda_kd * distillation_loss(
+                        model(anchors_x[rows]), teacher[rows], anchors_y[rows],
+                        p.kd_temperature, p.kd_weight)
+                if p.lambda_reg:
+                    rows = torch.from_numpy(rng.choice(len(anchors_y),
+                                                       min(batch, len(anchors_y)),
+                                                       replace=False)).to(anchors_x.device)
+                    anchor_features = embed(anchors_x[rows]).detach()
+                    loss = loss + p.lambda_reg * supervised_contrastive(
+                        torch.cat([features, anchor_features]),
+                        torch.cat([targets, anchors_y[rows]]), p.supcon_temperature)
+                return loss
+
+            return batch_loss
+
+        fitted = fit_client(runtime, client, round_, start, objective, data=joined)
+        upload = {"logits": self._anchor_logits(runtime, fitted.model,
+                                                message["anchors"]["x"])}
+        return ClientResult(upload, fitted.weights, {"steps": float(fitted.steps)}, len(y),
+                            fitted.mean_loss)
 
     def personal_weights(self, state: Any) -> Weights | None:
         return state

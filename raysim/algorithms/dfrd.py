@@ -61,7 +61,7 @@ from raysim.schema import StrictModel
 from raysim.seeding import torch_generator
 from raysim.state_codec import persistable
 from raysim.training.memory_format import place
-from raysim.vectors.weighted_sum import WeightedSum, merge_partials, sample_weight, weighted_mean
+from raysim.vectors.weighted_sum import WeightedSum, merge_partials, weighted_mean
 from raysim.vectors.weights import Weights, get_weights, set_weights
 
 if TYPE_CHECKING:
@@ -164,7 +164,7 @@ class DFRD(Algorithm[DFRDParams, DFRDState]):
             counts = np.bincount(labels, minlength=self.context.info.num_classes)
             results.append(ClientResult.trained(
                 {"model": weights, "label_counts": counts.astype(np.int64)}, None, outcome,
-                weight=sample_weight(outcome.num_samples, self.params.weighted)))
+                weight=self.client_weight(outcome.num_samples)))
         return results
 
     def reduce(self, results: Sequence[tuple[int, ClientResult]]) -> dict[str, Any]:

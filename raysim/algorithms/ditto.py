@@ -23,12 +23,11 @@ if TYPE_CHECKING:
 
 
 @register_algorithm
-class Ditto(FedAvg):
+class Ditto(FedAvg[DittoParams]):
     """FedAvg's global model plus a personal model per client, pulled towards it by lambda;
     each personal model is evaluated on its client's own test share."""
 
     params_class: ClassVar[type[StrictModel]] = DittoParams
-    params: DittoParams  # type: ignore[assignment]  # (FedAvg types its own params)
     personalized = True
     mean_uploads: ClassVar[tuple[str, ...]] = ()
     privacy_refusal: ClassVar[str] = (

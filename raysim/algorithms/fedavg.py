@@ -5,10 +5,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from raysim.algorithms.base import Algorithm, ClientResult, register_algorithm
-from raysim.algorithms.params import FedAvgParams, FedProxParams
+from raysim.algorithms.base import Algorithm, ClientResult, ParamsT, register_algorithm
+from raysim.algorithms.params import FedAvgParams
 from raysim.schema import StrictModel
-from raysim.vectors.weighted_sum import WeightedSum, sample_weight, weighted_mean
+from raysim.vectors.weighted_sum import WeightedSum, weighted_mean
 from raysim.vectors.weights import Weights
 
 if TYPE_CHECKING:
@@ -16,8 +16,10 @@ if TYPE_CHECKING:
 
 
 @register_algorithm
-class FedAvg(Algorithm[FedAvgParams | FedProxParams, Weights]):
-    """Sample-weighted model averaging of the sampled clients' models every round."""
+class FedAvg(Algorithm[ParamsT, Weights]):
+    """Sample-weighted model averaging of the sampled clients' models every round; generic
+    over its parameters, so that a method built on it (FedProx, MOON, Ditto) types its own
+    (``class FedProx(FedAvg[FedProxParams])``)."""
 
     params_class: ClassVar[type[StrictModel]] = FedAvgParams
     mean_uploads: ClassVar[tuple[str, ...]] = ("model",)
@@ -39,10 +41,6 @@ class FedAvg(Algorithm[FedAvgParams | FedProxParams, Weights]):
         """(anchor, mu) of a proximal term mu/2 ||w - anchor||^2 in the local objective
         (none for FedAvg)."""
         return None
-
-    def client_weight(self, num_samples: int) -> float:
-        """A client's weight in the mean: its sample count (``weighted``), else 1."""
-        return sample_weight(num_samples, self.params.weighted)
 
     def reduce(self, results: Sequence[tuple[int, ClientResult]]) -> WeightedSum:
         return WeightedSum.of([r.upload["model"] for _, r in results],

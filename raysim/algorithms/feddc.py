@@ -202,7 +202,7 @@ class FedDC(Algorithm[FedDCParams, dict[str, Any]]):
         if self.params.aggregator != "mean":
             return [r.upload["model"] for _, r in uploads]
         return mean_partial([r.upload["model"] for _, r in uploads],
-                            [r.num_samples for _, r in uploads], self.params.weighted)
+                            [r.num_samples for _, r in uploads], self.weights_by_samples)
 
     def personal_weights(self, state: Any) -> Weights | None:
         return None if state is None else state[0]

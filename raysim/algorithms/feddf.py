@@ -76,6 +76,12 @@ class FedDF(Algorithm[EnsembleDistillationParams, dict[str, Weights]]):
     heterogeneous = True
     server_holds_inputs = True
 
+    @property
+    def weights_by_samples(self) -> bool:
+        """Sample-weighted means (``weighted``), but one vote each under client-level DP:
+        the released models' sensitivity is bounded per client."""
+        return super().weights_by_samples and self.context.privacy is None
+
     def __init__(self, params: FedDFParams, context: RunContext):
         super().__init__(params, context)
         if context.num_clients < 2:
@@ -118,7 +124,7 @@ class FedDF(Algorithm[EnsembleDistillationParams, dict[str, Weights]]):
         logits = [u["logits"] if "logits" in u else self._server_logits(u["client"], u["model"])
                   for u in uploads]
         teacher = torch.from_numpy(np.mean(logits, axis=0))
-        weighted = self.params.weighted and self.context.privacy is None  # DP: one vote each
+        weighted = self.weights_by_samples
         models = dict(state)
         for group in sorted({self.group_of_client[u["client"]] for u in uploads}):
             members = [u for u in uploads if self.group_of_client[u["client"]] == group]

@@ -38,8 +38,8 @@ from raysim.models.conditional_gan import (
 from raysim.schema import StrictModel
 from raysim.seeding import torch_generator
 from raysim.training.adversarial import AdversarialSettings, train_gan
-from raysim.training.runtime import make_optimizer
-from raysim.vectors.weighted_sum import WeightedSum, merge_partials, sample_weight, weighted_mean
+from raysim.training.client_fit import BatchLoss, fit_client
+from raysim.vectors.weighted_sum import WeightedSum, merge_partials, weighted_mean
 from raysim.vectors.weights import Weights, get_weights, set_weights
 
 if TYPE_CHECKING:
@@ -112,18 +112,8 @@ class FedGAN(Algorithm[FedGANParams, dict[str, Weights]]):
         generator, discriminator = self._networks(runtime.device)
         synthetic = p.synthetic_batch_size or training.batch_size
         use_synthetic = round_ > 0 and p.synthetic_weight > 0
-        results = []
-        for client in clients:
-            set_weights(generator, message["generator"])
-            generator.eval()
-            model = runtime.client_model(client)
-            set_weights(model, message["model"])
-            optimizer = make_optimizer(model.parameters(), training.optimizer)
-            draws = torch_generator(self.context.seed, "fedgan-synthetic", round_, client)
-
-            def batch_loss(inputs: torch.Tensor, targets: torch.Tensor,
-                           model: torch.nn.Module = model,
-                           draws: torch.Generator = draws) -> torch.Tensor:
+        def objective(model: torch.nn.Module, draws: torch.Generator) -> BatchLoss:
+            def batch_loss(inputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
                 loss = F.cross_entropy(model(inputs), targets)
                 if not use_synthetic:
                     return loss
@@ -135,20 +125,24 @@ class FedGAN(Algorithm[FedGANParams, dict[str, Weights]]):
                         info.std)
                 return loss + p.synthetic_weight * F.cross_entropy(model(images), classes)
 
-            model.train()
-            loss, samples, steps = runtime.fit(client, round_, optimizer, batch_loss,
-                                               epochs=training.epochs,
-                                               steps=training.local_steps)
+            return batch_loss
+
+        results = []
+        for client in clients:
+            set_weights(generator, message["generator"])
+            generator.eval()
+            draws = torch_generator(self.context.seed, "fedgan-synthetic", round_, client)
+            fitted = fit_client(runtime, client, round_, message["model"],
+                                functools.partial(objective, draws=draws))
             set_weights(discriminator, message["discriminator"])
             x, y = runtime.client_data(client)
             d_loss, g_loss = train_gan(
                 generator, discriminator, pixel_scale(x, info.mean, info.std), y.long(),
                 AdversarialSettings(p.gan_steps, p.gan_batch_size, p.gan_lr),
                 torch_generator(self.context.seed, "fedgan-gan", round_, client))
-            upload = {"model": get_weights(model), "generator": get_weights(generator),
+            upload = {"model": fitted.weights, "generator": get_weights(generator),
                       "discriminator": get_weights(discriminator)}
-            results.append(ClientResult(upload, None, {"steps": float(steps),
-                                                       "discriminator_loss": d_loss,
-                                                       "generator_loss": g_loss},
-                                        samples, loss, sample_weight(samples, self.params.weighted)))
+            results.append(ClientResult.trained(
+                upload, None, fitted, self.client_weight(fitted.num_samples),
+                discriminator_loss=d_loss, generator_loss=g_loss))
         return results

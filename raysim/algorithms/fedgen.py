@@ -49,8 +49,8 @@ from raysim.models.registry import embedding_parts, require_embedding
 from raysim.schema import StrictModel
 from raysim.seeding import torch_generator
 from raysim.state_codec import persistable
-from raysim.training.runtime import make_optimizer
-from raysim.vectors.weighted_sum import WeightedSum, merge_partials, sample_weight, weighted_mean
+from raysim.training.client_fit import BatchLoss, fit_client
+from raysim.vectors.weighted_sum import WeightedSum, merge_partials, weighted_mean
 from raysim.vectors.weights import Weights, get_weights, set_weights
 
 if TYPE_CHECKING:
@@ -223,41 +223,38 @@ class FedGen(Algorithm[FedGenParams, FedGenState]):
             for parameter in generator.parameters():
                 parameter.requires_grad_(False)
             known = torch.as_tensor(message["labels"])
+        ratio = p.generated_batch_size / training.batch_size
         results = []
         for client in clients:
-            model = runtime.client_model(client)
-            set_weights(model, message["model"])
-            optimizer = make_optimizer(model.parameters(), training.optimizer)
             draws = torch_generator(self.context.seed, "fedgen-client", round_, client)
 
-            def batch_loss(inputs: torch.Tensor, targets: torch.Tensor,
-                           model: torch.nn.Module = model,
-                           draws: torch.Generator = draws) -> torch.Tensor:
-                logits = model(inputs)
-                loss = F.cross_entropy(logits, targets)
-                if generator is None:
-                    return loss
+            def objective(model: torch.nn.Module,
+                          draws: torch.Generator = draws) -> BatchLoss:
                 _, classifier = embedding_parts(model)
-                with torch.no_grad():  # the generator's features of the batch's own labels
-                    same = generator(targets, generator.noise(len(targets), draws))
-                    target = F.softmax(classifier(same), dim=1)
-                latent = F.kl_div(F.log_softmax(logits, dim=1), target, reduction="batchmean")
-                sampled = known[torch.randint(len(known), (p.generated_batch_size,),
-                                              generator=draws)].to(inputs.device)
-                with torch.no_grad():
-                    features = generator(sampled, generator.noise(len(sampled), draws))
-                teacher = F.cross_entropy(classifier(features), sampled)
-                ratio = p.generated_batch_size / training.batch_size
-                return loss + ratio * alpha * teacher + beta * latent
 
-            model.train()
-            loss, samples, steps = runtime.fit(client, round_, optimizer, batch_loss,
-                                               epochs=training.epochs,
-                                               steps=training.local_steps)
-            weights = get_weights(model)
+                def batch_loss(inputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+                    logits = model(inputs)
+                    loss = F.cross_entropy(logits, targets)
+                    if generator is None:
+                        return loss
+                    with torch.no_grad():  # the generator's features of the batch's own labels
+                        same = generator(targets, generator.noise(len(targets), draws))
+                        target = F.softmax(classifier(same), dim=1)
+                    latent = F.kl_div(F.log_softmax(logits, dim=1), target,
+                                      reduction="batchmean")
+                    sampled = known[torch.randint(len(known), (p.generated_batch_size,),
+                                                  generator=draws)].to(inputs.device)
+                    with torch.no_grad():
+                        features = generator(sampled, generator.noise(len(sampled), draws))
+                    teacher = F.cross_entropy(classifier(features), sampled)
+                    return loss + ratio * alpha * teacher + beta * latent
+
+                return batch_loss
+
+            fitted = fit_client(runtime, client, round_, message["model"], objective)
             labels = runtime.train_y[runtime.client_indices[client]].reshape(-1)
             counts = np.bincount(labels, minlength=self.context.info.num_classes).astype(np.int64)
-            results.append(ClientResult({"model": weights, "label_counts": counts}, None,
-                                        {"steps": float(steps)}, samples, loss,
-                                        sample_weight(samples, self.params.weighted)))
+            results.append(ClientResult.trained(
+                {"model": fitted.weights, "label_counts": counts}, None, fitted,
+                self.client_weight(fitted.num_samples)))
         return results

@@ -37,9 +37,9 @@ from raysim.algorithms.params import FedMixParams
 from raysim.schema import StrictModel
 from raysim.seeding import torch_generator
 from raysim.state_codec import persistable
-from raysim.training.runtime import make_optimizer
-from raysim.vectors.weighted_sum import WeightedSum, merge_partials, sample_weight, weighted_mean
-from raysim.vectors.weights import Weights, get_weights, set_weights
+from raysim.training.client_fit import BatchLoss, fit_client
+from raysim.vectors.weighted_sum import WeightedSum, merge_partials, weighted_mean
+from raysim.vectors.weights import Weights
 
 if TYPE_CHECKING:
     from raysim.training.runtime import ClientRuntime
@@ -148,34 +148,29 @@ class FedMix(Algorithm[FedMixParams, FedMixState]):
         if pool is not None:
             mashed_x = torch.as_tensor(pool["x"]).to(runtime.device)
             mashed_y = torch.as_tensor(pool["y"]).to(runtime.device)
-        training, lam = self.context.training, self.params.lam
+        lam = self.params.lam
         results = []
         for client in clients:
-            model = runtime.client_model(client)
-            set_weights(model, start)
-            optimizer = make_optimizer(model.parameters(), training.optimizer)
             draws = torch_generator(self.context.seed, "fedmix-pairs", round_, client)
 
-            def batch_loss(inputs: torch.Tensor, targets: torch.Tensor,
-                           model: torch.nn.Module = model,
-                           draws: torch.Generator = draws) -> torch.Tensor:
-                if mashed_x is None or mashed_y is None or lam == 0:  # (none yet: round 0)
-                    return F.cross_entropy(model(inputs), targets)
-                picks = torch.randint(len(mashed_x), (len(inputs),), generator=draws)
-                picks = picks.to(mashed_x.device)
-                return fedmix_loss(model, inputs, targets, mashed_x[picks], mashed_y[picks],
-                                   lam)
+            def objective(model: torch.nn.Module,
+                          draws: torch.Generator = draws) -> BatchLoss:
+                def batch_loss(inputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+                    if mashed_x is None or mashed_y is None or lam == 0:  # (none yet: round 0)
+                        return F.cross_entropy(model(inputs), targets)
+                    picks = torch.randint(len(mashed_x), (len(inputs),), generator=draws)
+                    picks = picks.to(mashed_x.device)
+                    return fedmix_loss(model, inputs, targets, mashed_x[picks],
+                                       mashed_y[picks], lam)
 
-            model.train()
-            loss, samples, steps = runtime.fit(client, round_, optimizer, batch_loss,
-                                               epochs=training.epochs,
-                                               steps=training.local_steps)
-            weights = get_weights(model)
-            upload: dict[str, Any] = {"model": weights}
+                return batch_loss
+
+            fitted = fit_client(runtime, client, round_, start, objective)
+            upload: dict[str, Any] = {"model": fitted.weights}
             if client not in sent:  # a client's mashed samples go up once
                 x, y = runtime.client_data(client)
                 upload["mashed"] = mash(x, y, self.context.info.num_classes,
                                         self.params.mash_size)
-            results.append(ClientResult(upload, None, {"steps": float(steps)}, samples, loss,
-                                        sample_weight(samples, self.params.weighted)))
+            results.append(ClientResult.trained(upload, None, fitted,
+                                                self.client_weight(fitted.num_samples)))
         return results

@@ -9,11 +9,10 @@ from raysim.vectors.weights import Weights
 
 
 @register_algorithm
-class FedProx(FedAvg):
+class FedProx(FedAvg[FedProxParams]):
     """FedAvg whose clients minimise the local loss plus the proximal term."""
 
     params_class = FedProxParams
-    params: FedProxParams
 
     def proximal(self, global_weights: Weights) -> tuple[Weights, float] | None:
         return (global_weights, self.params.mu) if self.params.mu > 0 else None

@@ -89,6 +89,12 @@ class FedSM(Algorithm[FedSMParams, dict[str, Any]]):
         "its super model routes each sample to an individual client's personalized model, and "
         "central noise protects only sums of models")
 
+    @property
+    def weights_by_samples(self) -> bool:
+        """Sample-weighted means (``weighted``), but one vote each under client-level DP:
+        the released models' sensitivity is bounded per client."""
+        return super().weights_by_samples and self.context.privacy is None
+
     def __init__(self, params: FedSMParams, context: RunContext):
         super().__init__(params, context)
         k = context.num_clients
@@ -308,7 +314,7 @@ class FedSM(Algorithm[FedSMParams, dict[str, Any]]):
     def reduce(self, results: Sequence[tuple[int, ClientResult]]) -> dict[str, Any]:
         partial: dict[str, Any] = {}
         counts = [r.num_samples for _, r in results]
-        weighted = self.params.weighted and self.context.privacy is None  # DP: one vote each
+        weighted = self.weights_by_samples
         for key, out in (("model", "global"), ("selector", "selector"),
                          ("selector_adam", "selector_adam")):
             uploads = [r.upload[key] for _, r in results if key in r.upload]

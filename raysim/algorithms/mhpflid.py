@@ -121,7 +121,7 @@ class MHpFLID(Algorithm[MHpFLIDParams, Weights]):
 
     def reduce(self, results: Sequence[tuple[int, ClientResult]]) -> WeightedSum:
         return mean_partial([r.upload["messenger"] for _, r in results],
-                            [r.num_samples for _, r in results], self.params.weighted)
+                            [r.num_samples for _, r in results], self.weights_by_samples)
 
     def aggregate(self, state: Weights, partials: Sequence[WeightedSum], round_: int) -> Weights:
         return {**state, **weighted_mean(partials)} if partials else state

@@ -35,11 +35,11 @@ from raysim.algorithms.base import ClientResult, RunContext, register_algorithm
 from raysim.algorithms.fedavg import FedAvg
 from raysim.algorithms.params import MOONParams
 from raysim.models import build_model
-from raysim.models.registry import require_embedding
+from raysim.models.registry import embedding_parts, require_embedding
 from raysim.schema import StrictModel
+from raysim.training.client_fit import BatchLoss, fit_client
 from raysim.training.losses import loss_function, training_loss
-from raysim.training.runtime import make_optimizer
-from raysim.vectors.weights import Weights, get_weights, set_weights
+from raysim.vectors.weights import Weights, set_weights
 
 if TYPE_CHECKING:
     from raysim.training.runtime import ClientRuntime
@@ -55,18 +55,17 @@ def contrastive_term(z: torch.Tensor, z_global: torch.Tensor, z_previous: torch.
 
 
 @register_algorithm
-class MOON(FedAvg):
+class MOON(FedAvg[MOONParams]):
     """FedAvg with MOON's model-contrastive term in every client's local objective; each
     client keeps its last trained model as the next round's negative."""
 
     params_class: ClassVar[type[StrictModel]] = MOONParams
-    params: MOONParams  # type: ignore[assignment]  # (FedAvg types its own params)
     mean_uploads: ClassVar[tuple[str, ...]] = ("model",)
     per_client_loop: ClassVar[str | None] = (
         "its local objective runs two frozen models beside the trained one")
 
     def __init__(self, params: MOONParams, context: RunContext):
-        super().__init__(params, context)  # type: ignore[arg-type]
+        super().__init__(params, context)
         require_embedding(context.model, context.info,
                           "MOON contrasts the representations of three models")
 
@@ -75,34 +74,32 @@ class MOON(FedAvg):
         start = message["model"]
         frozen_global, frozen_previous = (self._frozen(runtime), self._frozen(runtime))
         set_weights(frozen_global, start)
-        training = self.context.training
-        loss_fn = loss_function(training_loss(training.loss, self.context.info.multi_label))
-        results = []
-        for client, state in zip(clients, states, strict=True):
-            model = runtime.client_model(client)
-            set_weights(model, start)
-            set_weights(frozen_previous, start if state is None else state)
-            optimizer = make_optimizer(model.parameters(), training.optimizer)
+        embed_global, _ = embedding_parts(frozen_global)
+        embed_previous, _ = embedding_parts(frozen_previous)
+        loss_fn = loss_function(training_loss(self.context.training.loss,
+                                              self.context.info.multi_label))
+        mu, temperature = self.params.mu, self.params.temperature
 
-            def batch_loss(inputs: torch.Tensor, targets: torch.Tensor,
-                           model: torch.nn.Module = model) -> torch.Tensor:
-                z = model.embed(inputs)  # type: ignore[operator]
-                loss = loss_fn(model.classifier(z), targets)  # type: ignore[operator]
-                if self.params.mu == 0:
+        def objective(model: torch.nn.Module) -> BatchLoss:
+            embed, classify = embedding_parts(model)
+
+            def batch_loss(inputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+                z = embed(inputs)
+                loss = loss_fn(classify(z), targets)
+                if mu == 0:
                     return loss
                 with torch.no_grad():
-                    z_global = frozen_global.embed(inputs)  # type: ignore[operator]
-                    z_previous = frozen_previous.embed(inputs)  # type: ignore[operator]
-                return loss + self.params.mu * contrastive_term(z, z_global, z_previous,
-                                                                self.params.temperature)
+                    z_global, z_previous = embed_global(inputs), embed_previous(inputs)
+                return loss + mu * contrastive_term(z, z_global, z_previous, temperature)
 
-            model.train()
-            loss, samples, steps = runtime.fit(client, round_, optimizer, batch_loss,
-                                               epochs=training.epochs,
-                                               steps=training.local_steps)
-            weights = get_weights(model)
-            results.append(ClientResult({"model": weights}, weights, {"steps": float(steps)},
-                                        samples, loss, self.client_weight(samples)))
+            return batch_loss
+
+        results = []
+        for client, state in zip(clients, states, strict=True):
+            set_weights(frozen_previous, start if state is None else state)
+            fitted = fit_client(runtime, client, round_, start, objective)
+            results.append(ClientResult.trained({"model": fitted.weights}, fitted.weights,
+                                                fitted, self.client_weight(fitted.num_samples)))
         return results
 
     def _frozen(self, runtime: ClientRuntime) -> torch.nn.Module:

@@ -80,7 +80,7 @@ class Scaffold(Algorithm[ScaffoldParams, ScaffoldState]):
 
     def reduce(self, results: Sequence[tuple[int, ClientResult]]) -> Any:
         return {"model": mean_partial([r.upload["model"] for _, r in results],
-                                      [r.num_samples for _, r in results], self.params.weighted),
+                                      [r.num_samples for _, r in results], self.weights_by_samples),
                 "control": WeightedSum.of([r.upload["control"] for _, r in results],
                                           [1.0] * len(results))}
 

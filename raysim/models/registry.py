@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import cast
+from typing import Protocol, runtime_checkable
 
 from torch import Tensor, nn
 
@@ -49,13 +49,26 @@ def _qualified(function: Callable) -> str:
 Layer = Callable[[Tensor], Tensor]
 
 
+@runtime_checkable
+class EmbeddingClassifier(Protocol):
+    """A classifier that exposes its representation: ``embed`` (inputs -> features) and
+    ``classifier`` (features -> logits), ``classifier(embed(x))`` being its output (ConvNet,
+    ResNet18): what MOON, FedGen, DESA and the condensation methods work with."""
+
+    classifier: nn.Module
+
+    def embed(self, x: Tensor) -> Tensor:
+        """The features before the classifier."""
+        ...
+
+
 def require_embedding(params: StrictModel, info: DataInfo, why: str,
                       use: str = "convnet or resnet18") -> None:
     """Refuse (one paragraph naming ``model.name``) a model without an ``embed`` method and a
     ``classifier`` layer, which a method needs for the reason ``why``; ``use``: the models to
     name instead."""
     probe = build_model(params, info)
-    if not (hasattr(probe, "embed") and hasattr(probe, "classifier")):
+    if not isinstance(probe, EmbeddingClassifier):
         raise field_error("model.name", type(params).model_fields["name"].default,
                           f"{why}, so the model needs an `embed` method and a `classifier` "
                           f"layer on it; use {use}")
@@ -64,7 +77,8 @@ def require_embedding(params: StrictModel, info: DataInfo, why: str,
 def embedding_parts(model: nn.Module) -> tuple[Layer, Layer]:
     """``model.embed`` (inputs -> features) and ``model.classifier`` (features -> logits) of a
     model that has both (ConvNet, ResNet18), as the condensation methods use them."""
-    return cast(Layer, model.embed), cast(Layer, model.classifier)
+    assert isinstance(model, EmbeddingClassifier), "require_embedding refused other models"
+    return model.embed, model.classifier
 
 
 def require_images(model_name: str, info: DataInfo) -> None:
