@@ -120,8 +120,8 @@ def check_method_data(config: ExperimentConfig) -> None:
     """One paragraph when the method cannot work on the dataset's kind of data (before any
     data is loaded or downloaded)."""
     algorithm_class = ALGORITHMS[config.algorithm.name]
-    reason = algorithm_class.needs_images
-    tabular = sorted(name for name, cls in ALGORITHMS.items() if cls.needs_images is None)
+    reason = algorithm_class.supports.needs_images
+    tabular = sorted(name for name, cls in ALGORITHMS.items() if cls.supports.needs_images is None)
     if reason is not None and config.dataset.name in TABULAR_DATASETS:
         raise ConfigError(
             f"Invalid combination: algorithm `{config.algorithm.name}` works on images only "
@@ -132,11 +132,11 @@ def check_method_data(config: ExperimentConfig) -> None:
     name = config.dataset.name.lower()
     task = task_of(name) if name not in BUILTIN_DATASETS else None
     if task == "multi-label":
-        if algorithm_class.multi_label_refusal is not None:
+        if algorithm_class.supports.multi_label_refusal is not None:
             raise ConfigError(
                 f"Invalid combination: algorithm `{config.algorithm.name}` does not support "
                 f"multi-label data, and dataset `{name}` gives each image a 0/1 vector of "
-                f"labels: {algorithm_class.multi_label_refusal}. Use a single-label dataset, "
+                f"labels: {algorithm_class.supports.multi_label_refusal}. Use a single-label dataset, "
                 f"or a method that supports multi-label data: "
                 f"{algorithms_with('multi_label_refusal', truthy=False)}.")
         if config.training.loss == "hinge":
@@ -144,11 +144,11 @@ def check_method_data(config: ExperimentConfig) -> None:
                 f"Invalid config field `training.loss` = 'hinge': dataset `{name}` is "
                 "multi-label, and its loss is the binary cross-entropy of each label. Set "
                 "training.loss: cross_entropy (multi-label runs use its per-label form).")
-    if task is not None and is_volumetric(name) and algorithm_class.volume_refusal is not None:
+    if task is not None and is_volumetric(name) and algorithm_class.supports.volume_refusal is not None:
         raise ConfigError(
             f"Invalid combination: algorithm `{config.algorithm.name}` does not support 3D "
             f"volumes, and dataset `{name}` is a MedMNIST 3D subset: "
-            f"{algorithm_class.volume_refusal}. Use a 2D dataset, or a method that supports "
+            f"{algorithm_class.supports.volume_refusal}. Use a 2D dataset, or a method that supports "
             f"3D data: {algorithms_with('volume_refusal', truthy=False)}.")
 
 
@@ -158,7 +158,7 @@ def check_client_settings(config: ExperimentConfig, dataset: ArrayDataset) -> No
     per_client = config.clients
     algorithm_class = ALGORITHMS[config.algorithm.name]
     for key in ("architectures", "downsample"):
-        if getattr(per_client, key) is not None and not algorithm_class.heterogeneous:
+        if getattr(per_client, key) is not None and not algorithm_class.supports.heterogeneous:
             raise ConfigError(
                 f"Invalid config field `clients.{key}`: algorithm {config.algorithm.name!r} "
                 f"trains one shared model, so every client must use the same architecture and "

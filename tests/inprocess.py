@@ -87,6 +87,7 @@ def simulate(config: ExperimentConfig, *, fresh_objects: bool = False,
     def new_loop(state: Any, states: dict[int, Any], first: int, rounds: int,
                  ending: list[Any]) -> tuple[RoundLoop, list[ClientWork]]:
         parts = started(assemble(algorithm_class, config.algorithm, context))
+        attached(parts.algorithm)
         works = [ClientWork(attached(compose(algorithm_class, config.algorithm, context)),
                             runtime, w) for w in range(workers)]
         for w, work in enumerate(works):

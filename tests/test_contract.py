@@ -10,11 +10,14 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 from algorithm_configs import CONFIGS, contract_raw
 from inprocess import check_contract, same, simulate
 
 from raysim.algorithms import ALGORITHMS
+from raysim.algorithms.supports import Supports
 from raysim.config import parse_config
 from raysim.errors import ConfigError
 from raysim.layers.client_dp import check as check_privacy
@@ -70,6 +73,22 @@ def test_layered_algorithms_keep_the_contract(data_root, label):
     assert same(reference.server_state, regrouped.server_state, exact=False)
 
 
+def test_every_method_declares_what_it_supports_in_one_place():
+    """One :class:`Supports` per method, no capability or refusal left as a class variable of
+    its own (nor inherited from one), and every refusal one clause a paragraph can quote."""
+    names = {field.name for field in dataclasses.fields(Supports)}
+    for name, algorithm_class in ALGORITHMS.items():
+        assert isinstance(algorithm_class.supports, Supports), name
+        for klass in algorithm_class.__mro__:
+            assert not names & set(vars(klass)), (name, klass, names & set(vars(klass)))
+        for field in names:
+            value = getattr(algorithm_class.supports, field)
+            assert isinstance(value, bool | str | None), (name, field)
+            if isinstance(value, str):
+                assert value.strip() == value and value and not value.endswith(".") \
+                    and "\n" not in value, (name, field, value)
+
+
 @pytest.mark.parametrize("name", sorted(CONFIGS))
 def test_every_method_declares_whether_it_takes_privacy_and_fedbuff(data_root, name):
     """DP and FedBuff are taken by declaring ``mean_uploads`` (or, for DP, a method's own
@@ -77,12 +96,12 @@ def test_every_method_declares_whether_it_takes_privacy_and_fedbuff(data_root, n
     algorithm_class = ALGORITHMS[name]
     private = contract_raw(data_root, name)
     private["privacy"] = {"clip": 1.0, "noise_multiplier": 1.0, "mode": "local"}
-    if algorithm_class.mean_uploads or algorithm_class.private_releases:
+    if algorithm_class.mean_uploads or algorithm_class.supports.private_releases:
         check_privacy(parse_config(private))
     else:
         with pytest.raises(ConfigError, match="Invalid config section `privacy`") as error:
             check_privacy(parse_config(private))
-        assert algorithm_class.privacy_refusal in str(error.value)
+        assert algorithm_class.supports.privacy_refusal in str(error.value)
     buffered = contract_raw(data_root, name)
     buffered["system"] = {"tiers": {"cpu_server": 1}, "policy": "fedbuff", "buffer_size": 2}
     if algorithm_class.mean_uploads:
@@ -90,11 +109,11 @@ def test_every_method_declares_whether_it_takes_privacy_and_fedbuff(data_root, n
     elif not algorithm_class.pooled:
         with pytest.raises(ConfigError, match="needs synchronous rounds") as error:
             check_system(parse_config(buffered))
-        assert str(algorithm_class.asynchronous_refusal) in str(error.value)
+        assert str(algorithm_class.supports.asynchronous_refusal) in str(error.value)
 
 
 @pytest.mark.parametrize("name", sorted(name for name, algorithm in ALGORITHMS.items()
-                                         if algorithm.cross_entropy_only))
+                                         if algorithm.supports.cross_entropy_only))
 def test_a_method_defined_with_cross_entropy_refuses_another_loss(data_root, name):
     raw = contract_raw(data_root, name)
     raw["training"] = {**raw["training"], "loss": "hinge"}

@@ -188,8 +188,8 @@ def test_every_method_supports_multilabel_and_3d_data_or_refuses_with_its_reason
     supported = set()
     for name, flag, raw in _family_configs(root):
         algorithm_class = ALGORITHMS[name]
-        refusal = (algorithm_class.multi_label_refusal if flag == "chestmnist"
-                   else algorithm_class.volume_refusal)
+        refusal = (algorithm_class.supports.multi_label_refusal if flag == "chestmnist"
+                   else algorithm_class.supports.volume_refusal)
         config = parse_config(raw)
         if refusal is not None:
             with pytest.raises(ConfigError, match="does not support") as error:

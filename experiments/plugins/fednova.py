@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal
 import numpy as np
 
 from raysim.algorithms.base import Algorithm, ClientResult, register_algorithm
+from raysim.algorithms.supports import Supports
 from raysim.schema import StrictModel
 from raysim.vectors.weighted_sum import WeightedSum
 from raysim.vectors.weights import Weights
@@ -46,11 +47,10 @@ class FedNova(Algorithm[FedNovaParams, Weights]):
     # Its uploads are normalised updates, not models: client-level DP and FedBuff (which wrap
     # mean uploads) and the server optimizers refuse it, each with this method's reason.
     mean_uploads: ClassVar[tuple[str, ...]] = ()
-    privacy_refusal: ClassVar[str] = (
-        "its server rescales the mean of normalised updates by the clients' step counts, which "
-        "client-level DP here does not clip or noise")
-    asynchronous_refusal: ClassVar[str | None] = (
-        "its effective step count is a property of one synchronous round's clients")
+    supports: ClassVar[Supports] = Supports(
+        privacy_refusal=("its server rescales the mean of normalised updates by the clients' step counts, "
+            "which client-level DP here does not clip or noise"),
+        asynchronous_refusal="its effective step count is a property of one synchronous round's clients")
 
     def broadcast(self, state: Weights, round_: int) -> dict[str, Any]:
         return {"model": state}

@@ -17,6 +17,7 @@ Everything here uses raysim's public registration API only; docs/plugins.md walk
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any, ClassVar, Literal
 
 import numpy as np
@@ -26,6 +27,7 @@ from torch import nn
 
 from raysim.algorithms.base import ClientResult, register_algorithm
 from raysim.algorithms.fedavg import FedAvg
+from raysim.algorithms.supports import Supports
 from raysim.data.dataset import ArrayDataset, DataInfo
 from raysim.data.registry import arrays_dataset, register_dataset
 from raysim.models.registry import register_model
@@ -47,12 +49,12 @@ class FedTrim(FedAvg[FedTrimParams]):
 
     params_class: ClassVar[type[StrictModel]] = FedTrimParams
     mean_uploads: ClassVar[tuple[str, ...]] = ()  # not a mean: DP and FedBuff refuse it
-    server_optimizers: ClassVar[bool] = False
-    privacy_refusal: ClassVar[str] = (
-        "its server takes a trimmed mean of the clients' models, not a sum whose sensitivity "
-        "to one client clipping bounds")
-    asynchronous_refusal: ClassVar[str | None] = (
-        "its trimmed mean ranks every coordinate across the models of one round")
+    supports: ClassVar[Supports] = replace(
+        FedAvg.supports,
+        server_optimizers=False,
+        privacy_refusal=("its server takes a trimmed mean of the clients' models, not a sum whose "
+            "sensitivity to one client clipping bounds"),
+        asynchronous_refusal="its trimmed mean ranks every coordinate across the models of one round")
 
     def client_weight(self, num_samples: int) -> float:
         return 1.0

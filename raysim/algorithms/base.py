@@ -43,6 +43,7 @@ import numpy as np
 from torch import nn
 
 from raysim.algorithms.params import ALGORITHM_PARAMS, PLUGIN_ALGORITHM_PARAMS
+from raysim.algorithms.supports import Supports
 from raysim.errors import ConfigError
 from raysim.schema import StrictModel
 from raysim.training.context import RunContext
@@ -104,9 +105,9 @@ class Algorithm(ABC, Generic[ParamsT, StateT]):
     params_class: ClassVar[type[StrictModel]]
     pooled: ClassVar[bool] = False
     """True when the algorithm trains on the union of all clients' data (centralized)."""
-    server_optimizers: ClassVar[bool] = False
-    """True when the next global model is the mean of the clients' models, so a server
-    optimizer (``server_optimizer:``) can step on it (:meth:`server_step`)."""
+    supports: ClassVar[Supports] = Supports()
+    """What the method supports and why it refuses the rest (:class:`~raysim.algorithms.
+    supports.Supports`, one declaration per method)."""
     per_client_loop: ClassVar[str | None] = None
     """Why this method always trains clients one after another (the per-client path), when
     it does: the run then reports that reason, not the vectorised path's choice."""
@@ -126,20 +127,6 @@ class Algorithm(ABC, Generic[ParamsT, StateT]):
     """Upload types the server forwards to another client (counted again as bytes down)."""
     evaluation_uploads: ClassVar[tuple[str, ...]] = ()
     """Upload types that only feed the server's evaluation, not communication (not counted)."""
-    heterogeneous: ClassVar[bool] = False
-    """True when clients may run different architectures (``clients.architectures``)."""
-    needs_images: ClassVar[str | None] = None
-    """Why the method works on images only (None: it takes tabular data too); checked against
-    the dataset before anything is loaded."""
-    multi_label_refusal: ClassVar[str | None] = None
-    """Why the method cannot train on multi-label data (ChestMNIST), one clause; None: it
-    can (its losses and predictions follow the task: per-label BCE, sigmoid scores)."""
-    cross_entropy_only: ClassVar[str | None] = None
-    """Why the method is defined with cross-entropy on class labels only, one clause naming it
-    (a run with another ``training.loss`` is refused with it); None: it trains with any loss."""
-    volume_refusal: ClassVar[str | None] = None
-    """Why the method cannot train on 3D volumes (the MedMNIST 3D subsets), one clause; None:
-    it can, with a 3D model."""
     mean_uploads: ClassVar[tuple[str, ...]] = ()
     """Upload types whose server step is their mean: each client uploads a model trained
     from the broadcast entry of the same name with its :attr:`ClientResult.weight`, and the
@@ -151,24 +138,6 @@ class Algorithm(ABC, Generic[ParamsT, StateT]):
     bookkeeping_broadcasts: ClassVar[tuple[str, ...]] = ()
     """Broadcast entries that carry the simulation's bookkeeping, not communication (not
     counted in ``bytes_down``)."""
-    asynchronous_refusal: ClassVar[str | None] = (
-        "its server step combines the uploads of one synchronous round, all from one "
-        "broadcast")
-    """Why the method cannot run ``system.policy: fedbuff`` (one clause), when it declares no
-    :attr:`mean_uploads`."""
-    private_releases: ClassVar[str | None] = None
-    """Set (one clause: what it releases) when the algorithm clips and noises its own releases
-    with ``context.privacy`` in local mode (FedDC's hand-overs, FedSM's and FedDF's models)
-    instead of declaring :attr:`mean_uploads`; :meth:`dp_releases` counts them for the
-    accountant."""
-    central_privacy_refusal: ClassVar[str | None] = None
-    """Why ``privacy.mode: central`` is refused for an algorithm with its own
-    :attr:`private_releases` (one clause); None: a generic reason."""
-    privacy_refusal: ClassVar[str] = (
-        "it has no weight upload that client-level DP (clipping and Gaussian noise of a weight "
-        "update) could protect")
-    """Why ``privacy:`` is refused when it declares neither :attr:`mean_uploads` nor
-    :attr:`private_releases` (one clause)."""
     server_holds_inputs: ClassVar[bool] = False
     """True when the server works on (unlabelled) training inputs, e.g. FedDF's public set:
     the driver then calls :meth:`attach_server_inputs` once before round 0."""
@@ -190,9 +159,9 @@ class Algorithm(ABC, Generic[ParamsT, StateT]):
     def __init__(self, params: ParamsT, context: RunContext):
         self.params: ParamsT = params
         self.context = context
-        if self.cross_entropy_only and context.training.loss != "cross_entropy":
+        if self.supports.cross_entropy_only and context.training.loss != "cross_entropy":
             raise ConfigError(
-                f"{self.cross_entropy_only}; training.loss is {context.training.loss!r}. "
+                f"{self.supports.cross_entropy_only}; training.loss is {context.training.loss!r}. "
                 f"Set training.loss: cross_entropy for {type(self).__name__}.")
 
     # ----- the one weighting rule -----

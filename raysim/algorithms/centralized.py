@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from raysim.algorithms.base import ClientResult, register_algorithm
 from raysim.algorithms.local_only import LocalOnly
 from raysim.algorithms.params import CentralizedParams
+from raysim.algorithms.supports import Supports
 from raysim.vectors.weights import Weights
 
 if TYPE_CHECKING:
@@ -25,13 +27,14 @@ class Centralized(LocalOnly):
     """
 
     params_class = CentralizedParams
-    privacy_refusal: ClassVar[str] = (
-        "it trains on the pooled data of every client (no federated upload to protect)")
+    supports: ClassVar[Supports] = replace(
+        LocalOnly.supports,
+        privacy_refusal="it trains on the pooled data of every client (no federated upload to protect)",
+        heterogeneous=False)
     params: CentralizedParams
     pooled = True
     per_client_loop = "one pooled client: nothing to batch"
     personalized = False
-    heterogeneous = False
     evaluation_uploads = ("model",)
 
     def local_work_scale(self) -> int:

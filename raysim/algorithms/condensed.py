@@ -13,13 +13,14 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
 import numpy as np
 import torch
 
 from raysim.algorithms.base import Algorithm, ClientResult, RunContext
 from raysim.algorithms.params import CondensationParams
+from raysim.algorithms.supports import Supports
 from raysim.condensation.matching import MatchingSettings, RealData, condense
 from raysim.condensation.synthetic import (
     ServerTraining,
@@ -43,17 +44,15 @@ CondensedParamsT = TypeVar("CondensedParamsT", bound=CondensationParams)
 class CondensedKnowledgeAlgorithm(Algorithm[CondensedParamsT, dict[str, Any]]):
     """Base class: subclasses define the synthetic set sizes, the matching loss and extras."""
 
-    asynchronous_refusal = (
-        "its server trains on the synthetic sets of one synchronous round, each condensed "
-        "against the same broadcast model")
-    multi_label_refusal = (
-        "it condenses each class of a client's data into its own synthetic images (per-class "
-        "distribution matching), and a multi-label image belongs to several classes at once")
-    volume_refusal = (
-        "its condensation augments synthetic images with 2D differentiable siamese "
-        "augmentation (crop, flip, rotate, scale) that is not defined for volumes")
-    needs_images = ("it condenses each client's data into synthetic images matched in a "
-                    "ConvNet's embedding space")
+    supports: ClassVar[Supports] = Supports(
+        asynchronous_refusal=("its server trains on the synthetic sets of one synchronous round, each "
+            "condensed against the same broadcast model"),
+        multi_label_refusal=("it condenses each class of a client's data into its own synthetic images "
+            "(per-class distribution matching), and a multi-label image belongs to several classes at once"),
+        volume_refusal=("its condensation augments synthetic images with 2D differentiable siamese "
+            "augmentation (crop, flip, rotate, scale) that is not defined for volumes"),
+        needs_images=("it condenses each client's data into synthetic images matched in a ConvNet's "
+            "embedding space"))
 
     def __init__(self, params: CondensedParamsT, context: RunContext):
         super().__init__(params, context)

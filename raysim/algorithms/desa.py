@@ -38,6 +38,7 @@ import torch.nn.functional as F
 
 from raysim.algorithms.base import Algorithm, ClientResult, RunContext, register_algorithm
 from raysim.algorithms.params import DESAParams
+from raysim.algorithms.supports import Supports
 from raysim.condensation.matching import MatchingSettings, RealData, condense, split_by_class
 from raysim.condensation.synthetic import noise_images
 from raysim.errors import ConfigError
@@ -91,24 +92,20 @@ class DESA(Algorithm[DESAParams, dict[str, Any]]):
     other clients' logits on them and a contrastive pull towards their features."""
 
     params_class: ClassVar[type[StrictModel]] = DESAParams
-    cross_entropy_only: ClassVar[str | None] = (
-        "DESA trains with cross-entropy and distils class softmaxes")
+    supports: ClassVar[Supports] = Supports(
+        cross_entropy_only="DESA trains with cross-entropy and distils class softmaxes",
+        heterogeneous=True,
+        needs_images="its anchors are images condensed per class",
+        privacy_refusal=("its anchors are condensed from raw data and its logits are released every "
+            "round, and client-level DP here clips and noises weight updates only"),
+        asynchronous_refusal=("its clients distil towards the logits their peers sent in the previous "
+            "synchronous round"),
+        multi_label_refusal="its anchors are condensed per class and distilled with class softmaxes",
+        volume_refusal="its anchor condensation augments 2D images")
     personalized: ClassVar[bool] = True
-    heterogeneous: ClassVar[bool] = True
     per_client_loop: ClassVar[str | None] = (
         "its local objective joins the client's data with the anchors and distils towards "
         "the other clients' logits")
-    needs_images: ClassVar[str | None] = "its anchors are images condensed per class"
-    privacy_refusal: ClassVar[str] = (
-        "its anchors are condensed from raw data and its logits are released every round, "
-        "and client-level DP here clips and noises weight updates only")
-    asynchronous_refusal: ClassVar[str | None] = (
-        "its clients distil towards the logits their peers sent in the previous synchronous "
-        "round")
-    multi_label_refusal: ClassVar[str | None] = (
-        "its anchors are condensed per class and distilled with class softmaxes")
-    volume_refusal: ClassVar[str | None] = (
-        "its anchor condensation augments 2D images")
 
     def __init__(self, params: DESAParams, context: RunContext):
         super().__init__(params, context)

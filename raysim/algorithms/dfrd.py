@@ -54,6 +54,7 @@ from torch import nn
 from raysim.algorithms.base import Algorithm, ClientResult, register_algorithm
 from raysim.algorithms.fedgen import label_weights
 from raysim.algorithms.params import DFRDParams
+from raysim.algorithms.supports import Supports
 from raysim.models import build_model
 from raysim.models.conditional_gan import ConditionalGenerator
 from raysim.models.feature_generator import diversity_loss
@@ -111,18 +112,15 @@ class DFRD(Algorithm[DFRDParams, DFRDState]):
     server-trained conditional generator's images and on its EMA copy's."""
 
     params_class: ClassVar[type[StrictModel]] = DFRDParams
-    cross_entropy_only: ClassVar[str | None] = (
-        "DFRD's generator and distillation use class labels and softmax outputs")
+    supports: ClassVar[Supports] = Supports(
+        cross_entropy_only="DFRD's generator and distillation use class labels and softmax outputs",
+        needs_images="its server's generator produces images",
+        privacy_refusal=("its server distils from every client's own model and their label counts, which "
+            "client-level DP here does not clip or noise"),
+        asynchronous_refusal="its server distils the ensemble of one synchronous round's client models",
+        multi_label_refusal="its generator is conditioned on one class label per image",
+        volume_refusal="its generator is 2D")
     mean_uploads: ClassVar[tuple[str, ...]] = ()  # (its server step reads every client model)
-    needs_images: ClassVar[str | None] = "its server's generator produces images"
-    privacy_refusal: ClassVar[str] = (
-        "its server distils from every client's own model and their label counts, which "
-        "client-level DP here does not clip or noise")
-    asynchronous_refusal: ClassVar[str | None] = (
-        "its server distils the ensemble of one synchronous round's client models")
-    multi_label_refusal: ClassVar[str | None] = (
-        "its generator is conditioned on one class label per image")
-    volume_refusal: ClassVar[str | None] = "its generator is 2D"
 
 
     def _generator(self, weights: Weights | None) -> ConditionalGenerator:

@@ -10,11 +10,13 @@ it. lambda = 0 is local training; a large lambda pulls every personal model to t
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from raysim.algorithms.base import ClientResult, register_algorithm
 from raysim.algorithms.fedavg import FedAvg
 from raysim.algorithms.params import DittoParams
+from raysim.algorithms.supports import Supports
 from raysim.schema import StrictModel
 from raysim.vectors.weights import Weights
 
@@ -30,13 +32,13 @@ class Ditto(FedAvg[DittoParams]):
     params_class: ClassVar[type[StrictModel]] = DittoParams
     personalized = True
     mean_uploads: ClassVar[tuple[str, ...]] = ()
-    privacy_refusal: ClassVar[str] = (
-        "its personal models are trained on the client's data without clipping or noise and "
-        "are evaluated and recorded per client, so client-level DP on the global-model upload "
-        "would not cover what the run releases")
-    asynchronous_refusal: ClassVar[str | None] = (
-        "its personal models are pulled towards the round's global model, which clients "
-        "starting from different versions do not share")
+    supports: ClassVar[Supports] = replace(
+        FedAvg.supports,
+        privacy_refusal=("its personal models are trained on the client's data without clipping or noise "
+            "and are evaluated and recorded per client, so client-level DP on the global-model upload "
+            "would not cover what the run releases"),
+        asynchronous_refusal=("its personal models are pulled towards the round's global model, which "
+            "clients starting from different versions do not share"))
 
     def local_updates(self, runtime: ClientRuntime, clients: Sequence[int], round_: int,
                       message: dict[str, Any], states: Sequence[Any]) -> list[ClientResult]:

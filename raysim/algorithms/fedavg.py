@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from raysim.algorithms.base import Algorithm, ClientResult, ParamsT, register_algorithm
 from raysim.algorithms.params import FedAvgParams
+from raysim.algorithms.supports import Supports
 from raysim.schema import StrictModel
 from raysim.vectors.weighted_sum import WeightedSum, weighted_mean
 from raysim.vectors.weights import Weights
@@ -23,7 +24,8 @@ class FedAvg(Algorithm[ParamsT, Weights]):
 
     params_class: ClassVar[type[StrictModel]] = FedAvgParams
     mean_uploads: ClassVar[tuple[str, ...]] = ("model",)
-    server_optimizers: ClassVar[bool] = True
+    supports: ClassVar[Supports] = Supports(
+        server_optimizers=True)
 
     def broadcast(self, state: Weights, round_: int) -> dict[str, Any]:
         return {"model": state}

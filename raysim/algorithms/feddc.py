@@ -23,6 +23,7 @@ import numpy as np
 from raysim.algorithms.base import Algorithm, ClientResult, RunContext, register_algorithm
 from raysim.algorithms.params import FedDCParams
 from raysim.algorithms.robust_means import coordinate_median, iterated_radon_point, radon_number
+from raysim.algorithms.supports import Supports
 from raysim.errors import ConfigError
 from raysim.privacy.mechanism import privatize
 from raysim.seeding import numpy_rng
@@ -53,12 +54,11 @@ class FedDC(Algorithm[FedDCParams, dict[str, Any]]):
                 return f"{params.aggregator}-averaging"
             return "fedprox" if params.mu > 0 else "fedavg"
         return str(params.name)
-    private_releases: ClassVar[str | None] = (
-        "every model a client hands over (daisy-chaining) or uploads (aggregation) is released "
-        "to the server and another client, never summed first")
-    asynchronous_refusal: ClassVar[str | None] = (
-        "its permutation hands every client's model to another client between synchronous "
-        "rounds, and its aggregation averages all clients' models of one round")
+    supports: ClassVar[Supports] = Supports(
+        private_releases=("every model a client hands over (daisy-chaining) or uploads (aggregation) is "
+            "released to the server and another client, never summed first"),
+        asynchronous_refusal=("its permutation hands every client's model to another client between "
+            "synchronous rounds, and its aggregation averages all clients' models of one round"))
     personalized = True
     relayed_uploads = ("daisy_chain",)
 

@@ -43,6 +43,7 @@ from torch import nn
 from raysim.algorithms.base import Algorithm, ClientResult, RunContext, register_algorithm
 from raysim.algorithms.params import EnsembleDistillationParams, FedDFParams, PFedDFParams
 from raysim.algorithms.public_set import public_indices
+from raysim.algorithms.supports import Supports
 from raysim.data.dataset import to_tensor
 from raysim.errors import field_error
 from raysim.models import build_model
@@ -63,17 +64,15 @@ class FedDF(Algorithm[EnsembleDistillationParams, dict[str, Weights]]):
     each client is evaluated with its group's distilled model."""
 
     params_class: ClassVar[type[EnsembleDistillationParams]] = FedDFParams
-    private_releases: ClassVar[str | None] = (
-        "its clients release their trained models, each clipped and noised against the model "
-        "it started from")
-    central_privacy_refusal: ClassVar[str | None] = (
-        "the server distils towards the ensemble of every client's own model (their logits on "
-        "the public set), and central noise protects only a sum of models")
-    multi_label_refusal = (
-        "its server distils the ensemble's softmax class scores (KL between class "
-        "distributions), which has no per-label counterpart here")
+    supports: ClassVar[Supports] = Supports(
+        private_releases=("its clients release their trained models, each clipped and noised against the "
+            "model it started from"),
+        central_privacy_refusal=("the server distils towards the ensemble of every client's own model "
+            "(their logits on the public set), and central noise protects only a sum of models"),
+        multi_label_refusal=("its server distils the ensemble's softmax class scores (KL between class "
+            "distributions), which has no per-label counterpart here"),
+        heterogeneous=True)
     personalized = True
-    heterogeneous = True
     server_holds_inputs = True
 
     @property

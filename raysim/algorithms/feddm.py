@@ -9,6 +9,7 @@ of the current round's synthetic sets (cross-entropy). Shared loop:
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any, ClassVar, cast
 
 import numpy as np
@@ -17,6 +18,7 @@ import torch
 from raysim.algorithms.base import register_algorithm
 from raysim.algorithms.condensed import CondensedKnowledgeAlgorithm
 from raysim.algorithms.params import FedDMParams
+from raysim.algorithms.supports import Supports
 from raysim.condensation.matching import split_by_class
 from raysim.condensation.synthetic import images_per_class
 from raysim.models.registry import embedding_parts
@@ -31,9 +33,10 @@ class FedDM(CondensedKnowledgeAlgorithm[FedDMParams]):
     """Perturbed-model mean matching; the server trains on the current round's union."""
 
     params_class = FedDMParams
-    privacy_refusal: ClassVar[str] = (
-        "its clients upload condensed synthetic images, not weight updates, and no "
-        "accountable mechanism for them is implemented")
+    supports: ClassVar[Supports] = replace(
+        CondensedKnowledgeAlgorithm.supports,
+        privacy_refusal=("its clients upload condensed synthetic images, not weight updates, and no "
+            "accountable mechanism for them is implemented"))
 
     def synthetic_sizes(self, counts: np.ndarray) -> dict[int, int]:
         return images_per_class(counts, None, self.params.images_per_class, 1)

@@ -30,6 +30,7 @@ import torch.nn.functional as F
 
 from raysim.algorithms.base import Algorithm, ClientResult, register_algorithm
 from raysim.algorithms.params import FedGANParams
+from raysim.algorithms.supports import Supports
 from raysim.models.conditional_gan import (
     ConditionalGenerator,
     ProjectionDiscriminator,
@@ -55,19 +56,17 @@ class FedGAN(Algorithm[FedGANParams, dict[str, Weights]]):
     clients also train the classifier on."""
 
     params_class: ClassVar[type[StrictModel]] = FedGANParams
-    cross_entropy_only: ClassVar[str | None] = (
-        "FedGAN trains its classifier with cross-entropy on generated images of a class")
+    supports: ClassVar[Supports] = Supports(
+        cross_entropy_only=("FedGAN trains its classifier with cross-entropy on generated images of a "
+            "class"),
+        needs_images="its generator and discriminator are image networks",
+        privacy_refusal=("its generator and discriminator are trained on raw images and uploaded "
+            "unclipped; client-level DP here noises one weight update per client"),
+        asynchronous_refusal="its server averages three networks of one synchronous round",
+        multi_label_refusal="its generator is conditioned on one class label per image",
+        volume_refusal="its generator and discriminator are 2D")
     per_client_loop: ClassVar[str | None] = (
         "its clients train a GAN beside the classifier")
-    needs_images: ClassVar[str | None] = "its generator and discriminator are image networks"
-    privacy_refusal: ClassVar[str] = (
-        "its generator and discriminator are trained on raw images and uploaded unclipped; "
-        "client-level DP here noises one weight update per client")
-    asynchronous_refusal: ClassVar[str | None] = (
-        "its server averages three networks of one synchronous round")
-    multi_label_refusal: ClassVar[str | None] = (
-        "its generator is conditioned on one class label per image")
-    volume_refusal: ClassVar[str | None] = "its generator and discriminator are 2D"
 
     def _networks(self, device: torch.device) -> tuple[ConditionalGenerator,
                                                        ProjectionDiscriminator]:

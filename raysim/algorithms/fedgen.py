@@ -43,6 +43,7 @@ import torch.nn.functional as F
 
 from raysim.algorithms.base import Algorithm, ClientResult, RunContext, register_algorithm
 from raysim.algorithms.params import FedGenParams
+from raysim.algorithms.supports import Supports
 from raysim.models import build_model
 from raysim.models.feature_generator import FeatureGenerator, diversity_loss
 from raysim.models.registry import embedding_parts, require_embedding
@@ -103,18 +104,15 @@ class FedGen(Algorithm[FedGenParams, FedGenState]):
     """FedAvg with a server-learnt feature generator regularising every client's training."""
 
     params_class: ClassVar[type[StrictModel]] = FedGenParams
-    cross_entropy_only: ClassVar[str | None] = (
-        "FedGen's clients and generator learn with cross-entropy on class labels")
+    supports: ClassVar[Supports] = Supports(
+        cross_entropy_only="FedGen's clients and generator learn with cross-entropy on class labels",
+        privacy_refusal=("its clients upload their label counts and the server trains its generator on "
+            "each client's own classifier, which client-level DP here does not clip or noise"),
+        asynchronous_refusal="its server trains the generator on the classifiers of one synchronous round",
+        multi_label_refusal="its generator is conditioned on one class label per sample")
     mean_uploads: ClassVar[tuple[str, ...]] = ()  # (its server step also trains the generator)
     per_client_loop: ClassVar[str | None] = (
         "its local objective reads the generator's features through each client's classifier")
-    privacy_refusal: ClassVar[str] = (
-        "its clients upload their label counts and the server trains its generator on each "
-        "client's own classifier, which client-level DP here does not clip or noise")
-    asynchronous_refusal: ClassVar[str | None] = (
-        "its server trains the generator on the classifiers of one synchronous round")
-    multi_label_refusal: ClassVar[str | None] = (
-        "its generator is conditioned on one class label per sample")
 
     def __init__(self, params: FedGenParams, context: RunContext):
         super().__init__(params, context)

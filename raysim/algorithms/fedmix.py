@@ -34,6 +34,7 @@ import torch.nn.functional as F
 
 from raysim.algorithms.base import Algorithm, ClientResult, register_algorithm
 from raysim.algorithms.params import FedMixParams
+from raysim.algorithms.supports import Supports
 from raysim.schema import StrictModel
 from raysim.seeding import torch_generator
 from raysim.state_codec import persistable
@@ -92,20 +93,17 @@ class FedMix(Algorithm[FedMixParams, FedMixState]):
     client's local objective."""
 
     params_class: ClassVar[type[StrictModel]] = FedMixParams
-    cross_entropy_only: ClassVar[str | None] = (
-        "FedMix's loss is cross-entropy against mixed soft labels")
+    supports: ClassVar[Supports] = Supports(
+        cross_entropy_only="FedMix's loss is cross-entropy against mixed soft labels",
+        server_optimizers=False,
+        privacy_refusal=("its mashed uploads are averages of a client's raw data, which client-level DP "
+            "here does not clip or noise, so an epsilon would not cover them"),
+        asynchronous_refusal="the global mashed set is collected in synchronous rounds",
+        multi_label_refusal="its mixed term averages the one-hot labels of single-label samples")
     mean_uploads: ClassVar[tuple[str, ...]] = ()  # (the mashed uploads are no weight update)
-    server_optimizers: ClassVar[bool] = False
     bookkeeping_broadcasts: ClassVar[tuple[str, ...]] = ("mashed_from",)
     per_client_loop: ClassVar[str | None] = (
         "its local objective differentiates each sample's loss with respect to its input")
-    privacy_refusal: ClassVar[str] = (
-        "its mashed uploads are averages of a client's raw data, which client-level DP here "
-        "does not clip or noise, so an epsilon would not cover them")
-    asynchronous_refusal: ClassVar[str | None] = (
-        "the global mashed set is collected in synchronous rounds")
-    multi_label_refusal: ClassVar[str | None] = (
-        "its mixed term averages the one-hot labels of single-label samples")
 
     # ----- server -----
     def init_server_state(self, initial_weights: Weights) -> FedMixState:

@@ -42,6 +42,7 @@ from torch import nn
 
 from raysim.algorithms.base import Algorithm, ClientResult, RunContext, register_algorithm
 from raysim.algorithms.params import FedSMParams
+from raysim.algorithms.supports import Supports
 from raysim.data.dataset import DataInfo
 from raysim.errors import field_error
 from raysim.models import MODELS, build_model
@@ -79,15 +80,13 @@ class FedSM(Algorithm[FedSMParams, dict[str, Any]]):
     """Global + SoftPull-personalized + selector models; super-model inference."""
 
     params_class = FedSMParams
-    asynchronous_refusal: ClassVar[str | None] = (
-        "its SoftPull mixes the personalized models of one synchronous round, and its "
-        "selector is trained on all of them")
-    private_releases: ClassVar[str | None] = (
-        "its clients release their global-model and selector updates and keep their "
-        "personalized models as released, each clipped and noised")
-    central_privacy_refusal: ClassVar[str | None] = (
-        "its super model routes each sample to an individual client's personalized model, and "
-        "central noise protects only sums of models")
+    supports: ClassVar[Supports] = Supports(
+        asynchronous_refusal=("its SoftPull mixes the personalized models of one synchronous round, and "
+            "its selector is trained on all of them"),
+        private_releases=("its clients release their global-model and selector updates and keep their "
+            "personalized models as released, each clipped and noised"),
+        central_privacy_refusal=("its super model routes each sample to an individual client's "
+            "personalized model, and central noise protects only sums of models"))
 
     @property
     def weights_by_samples(self) -> bool:

@@ -36,6 +36,7 @@ import torch.nn.functional as F
 from raysim.algorithms.base import RunContext, register_algorithm
 from raysim.algorithms.condensed import CondensedKnowledgeAlgorithm
 from raysim.algorithms.params import FedVCKParams
+from raysim.algorithms.supports import Supports
 from raysim.condensation.importance import class_sampling_probabilities, importance_weights
 from raysim.condensation.kernels import mmd
 from raysim.condensation.matching import RealData, split_by_class
@@ -55,9 +56,10 @@ class FedVCK(CondensedKnowledgeAlgorithm[FedVCKParams]):
     """Model-guided condensation with latent constraints; relational server training."""
 
     params_class = FedVCKParams
-    privacy_refusal: ClassVar[str] = (
-        "its clients upload condensed synthetic images and logit prototypes, not weight "
-        "updates, and no accountable mechanism for them is implemented")
+    supports: ClassVar[Supports] = replace(
+        CondensedKnowledgeAlgorithm.supports,
+        privacy_refusal=("its clients upload condensed synthetic images and logit prototypes, not weight "
+            "updates, and no accountable mechanism for them is implemented"))
 
     def __init__(self, params: FedVCKParams, context: RunContext):
         super().__init__(params, context)

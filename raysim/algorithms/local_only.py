@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from raysim.algorithms.base import Algorithm, ClientResult, register_algorithm
 from raysim.algorithms.params import CentralizedParams, LocalOnlyParams
+from raysim.algorithms.supports import Supports
 from raysim.schema import StrictModel
 from raysim.vectors.weights import Weights
 
@@ -21,10 +22,10 @@ class LocalOnly(Algorithm[LocalOnlyParams | CentralizedParams, Weights]):
     run different architectures (``clients.architectures``)."""
 
     params_class: ClassVar[type[StrictModel]] = LocalOnlyParams
-    privacy_refusal: ClassVar[str] = (
-        "nothing leaves a client: its models are private by construction")
+    supports: ClassVar[Supports] = Supports(
+        privacy_refusal="nothing leaves a client: its models are private by construction",
+        heterogeneous=True)
     personalized = True
-    heterogeneous = True
 
     def local_work_scale(self) -> int:
         """Multiplier of the configured local steps (1: a client's own budget)."""

@@ -34,6 +34,7 @@ from torch import nn
 
 from raysim.algorithms.base import Algorithm, ClientResult, RunContext, register_algorithm
 from raysim.algorithms.params import MHpFLIDParams
+from raysim.algorithms.supports import Supports
 from raysim.errors import field_error
 from raysim.models import build_model
 from raysim.models.messenger import InformationExchange, Messenger
@@ -56,22 +57,19 @@ class MHpFLID(Algorithm[MHpFLIDParams, Weights]):
     """Injection and distillation through a shared, server-averaged messenger."""
 
     params_class = MHpFLIDParams
-    asynchronous_refusal: ClassVar[str | None] = (
-        "its messenger is averaged over the clients of one synchronous round")
-    privacy_refusal: ClassVar[str] = (
-        "its clients upload a messenger model trained by distillation from their private "
-        "models; privatizing it is not implemented")
+    supports: ClassVar[Supports] = Supports(
+        asynchronous_refusal="its messenger is averaged over the clients of one synchronous round",
+        privacy_refusal=("its clients upload a messenger model trained by distillation from their private "
+            "models; privatizing it is not implemented"),
+        heterogeneous=True,
+        multi_label_refusal=("its messenger is trained by softmax distillation (KL between class "
+            "distributions), which has no per-label counterpart here"),
+        volume_refusal=("its messenger (cross-attention receiver/transmitter over 2D feature maps) and "
+            "its heterogeneous zoo are 2D models"),
+        needs_images=("its clients' models from the heterogeneous zoo and the messenger are convolutional "
+            "networks"))
     personalized = True
     headline_metric = "personal_accuracy"  # the paper's tables: each client's own test share
-    heterogeneous = True
-    multi_label_refusal = (
-        "its messenger is trained by softmax distillation (KL between class distributions), "
-        "which has no per-label counterpart here")
-    volume_refusal = (
-        "its messenger (cross-attention receiver/transmitter over 2D feature maps) and its "
-        "heterogeneous zoo are 2D models")
-    needs_images = ("its clients' models from the heterogeneous zoo and the messenger are "
-                    "convolutional networks")
 
     def __init__(self, params: MHpFLIDParams, context: RunContext):
         super().__init__(params, context)

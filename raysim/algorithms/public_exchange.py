@@ -25,6 +25,7 @@ import torch.nn.functional as F
 from raysim.algorithms.base import Algorithm, ClientResult, RunContext
 from raysim.algorithms.params import PublicSetParams
 from raysim.algorithms.public_set import public_indices
+from raysim.algorithms.supports import Supports
 from raysim.data.dataset import to_tensor
 from raysim.errors import field_error
 from raysim.training.runtime import make_optimizer
@@ -41,14 +42,13 @@ StateT = TypeVar("StateT")
 class PublicSetExchange(Algorithm[ParamsT, StateT]):
     """Digest the server's target, revisit the private data, upload public outputs."""
 
-    privacy_refusal: ClassVar[str] = (
-        "its clients upload outputs on a public set, not weight updates, and no accountable "
-        "mechanism for them is implemented")
-    multi_label_refusal = (
-        "its clients distil toward class scores on the public set, which have no per-label "
-        "counterpart here")
+    supports: ClassVar[Supports] = Supports(
+        privacy_refusal=("its clients upload outputs on a public set, not weight updates, and no "
+            "accountable mechanism for them is implemented"),
+        multi_label_refusal=("its clients distil toward class scores on the public set, which have no "
+            "per-label counterpart here"),
+        heterogeneous=True)
     personalized = True
-    heterogeneous = True
 
     def __init__(self, params: ParamsT, context: RunContext):
         super().__init__(params, context)

@@ -20,6 +20,7 @@ import torch
 
 from raysim.algorithms.base import Algorithm, ClientResult, register_algorithm
 from raysim.algorithms.params import ScaffoldParams
+from raysim.algorithms.supports import Supports
 from raysim.schema import StrictModel
 from raysim.state_codec import persistable
 from raysim.training.losses import loss_function, training_loss
@@ -52,11 +53,11 @@ class Scaffold(Algorithm[ScaffoldParams, ScaffoldState]):
     per_client_loop: ClassVar[str | None] = (
         "SCAFFOLD's control variates shift every step's gradient, which only the per-client "
         "path applies")
-    privacy_refusal: ClassVar[str] = (
-        "its control-variate uploads depend on the client's data and client-level DP here "
-        "clips and noises weight updates only, so an epsilon would not cover them")
-    asynchronous_refusal: ClassVar[str | None] = (
-        "its control variates are defined relative to one synchronous round's server model")
+    supports: ClassVar[Supports] = Supports(
+        privacy_refusal=("its control-variate uploads depend on the client's data and client-level DP "
+            "here clips and noises weight updates only, so an epsilon would not cover them"),
+        asynchronous_refusal=("its control variates are defined relative to one synchronous round's "
+            "server model"))
 
     @classmethod
     def config_warnings(cls, params: Any, training: Any) -> list[str]:

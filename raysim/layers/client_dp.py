@@ -45,10 +45,10 @@ def check(config: RunSettings) -> None:
         return
     name = getattr(config.algorithm, "name", "")
     algorithm_class = ALGORITHMS[name]
-    releases = algorithm_class.private_releases
+    releases = algorithm_class.supports.private_releases
     if releases is not None:
         if privacy.mode != "local":
-            reason = algorithm_class.central_privacy_refusal or (
+            reason = algorithm_class.supports.central_privacy_refusal or (
                 f"{releases}, so there is no sum for the server to noise")
             raise ConfigError(
                 f"Invalid config field `privacy.mode` = 'central': with algorithm "
@@ -85,7 +85,7 @@ def check(config: RunSettings) -> None:
     if not kinds:
         raise ConfigError(
             f"Invalid config section `privacy`: algorithm `{name}` cannot give "
-            f"a client-level DP guarantee here: {algorithm_class.privacy_refusal}. A privacy "
+            f"a client-level DP guarantee here: {algorithm_class.supports.privacy_refusal}. A privacy "
             f"setting would suggest a guarantee that is not there. Remove `privacy`, or use an "
             f"algorithm whose uploads are weight updates: {algorithms_with('mean_uploads')} "
             f"(or {algorithms_with('private_releases')} in local mode).")

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
+    from raysim.algorithms.base import Algorithm
     from raysim.algorithms.contract import RunAlgorithm
     from raysim.data.partition import Partition
     from raysim.rounds.round_loop import RoundCallback, Sampler
@@ -110,10 +111,16 @@ class FeatureModule(Protocol):
 
 
 def algorithms_with(attribute: str, truthy: bool = True) -> str:
-    """The registered algorithms whose class attribute ``attribute`` is truthy (``truthy``)
-    or None (not ``truthy``), listed: the alternatives a refusal names."""
+    """The registered algorithms whose declaration ``attribute`` (a field of their
+    :class:`~raysim.algorithms.supports.Supports`, or a class attribute such as
+    ``mean_uploads``) is truthy (``truthy``) or None (not ``truthy``), listed: the
+    alternatives a refusal names."""
     from raysim.algorithms import ALGORITHMS
 
+    def declared(cls: type[Algorithm[Any, Any]]) -> object:
+        supports = cls.supports
+        return getattr(supports, attribute) if hasattr(supports, attribute) \
+            else getattr(cls, attribute)
+
     return ", ".join(sorted(name for name, cls in ALGORITHMS.items()
-                            if (bool(getattr(cls, attribute)) if truthy
-                                else getattr(cls, attribute) is None)))
+                            if (bool(declared(cls)) if truthy else declared(cls) is None)))

@@ -223,7 +223,7 @@ def check(config: RunSettings) -> None:
     if section(config) is None:
         return
     name = getattr(config.algorithm, "name", "")
-    if not ALGORITHMS[name].server_optimizers:
+    if not ALGORITHMS[name].supports.server_optimizers:
         raise ConfigError(
             f"Invalid config section `server_optimizer`: algorithm `{name}` "
             "does not produce one mean model per round for a server optimizer to step on. "

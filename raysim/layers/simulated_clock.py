@@ -66,7 +66,7 @@ def check(config: RunSettings) -> None:
             raise ConfigError(
                 f"Invalid config field `system.policy` = 'fedbuff': algorithm "
                 f"`{name}` needs synchronous rounds: "
-                f"{algorithm_class.asynchronous_refusal}. Use system.policy sync, deadline or "
+                f"{algorithm_class.supports.asynchronous_refusal}. Use system.policy sync, deadline or "
                 f"overselect, or an algorithm that takes asynchronous updates: "
                 f"{algorithms_with('mean_uploads')}.")
         if len(algorithm_class.mean_uploads) > 1:
