@@ -291,7 +291,8 @@ def test_an_extrapolated_variant_is_probed_at_both_values_and_the_rest_as_they_a
     configs = {"long": parse_config(quickstart_raw(training={"rounds": 20})),
                "fedvck": parse_config(quickstart_raw(
                    training={"rounds": 20}, dataset={"name": "digits"},
-                   algorithm={"name": "fedvck", "iterations": 3},
+                   algorithm={"name": "fedvck", "iterations": 3, "real_per_class": 8,
+                              "server_epochs": 1, "server_batch_size": 16},
                    model={"name": "convnet", "width": 8, "depth": 2}))}
     line = Extrapolation.parse("algorithm.iterations=2,4")
     probes, concurrent, gpus = measure(configs, rounds=2, data_root=None, extrapolation=line)
