@@ -298,11 +298,11 @@ class MHpFLIDParams(StrictModel):
     name: Literal["mhpflid"] = "mhpflid"
     injection_epochs: int = Field(4, ge=0)
     distillation_epochs: int = Field(1, ge=0)
-    """The paper: 1; chosen on BreastMNIST's validation split (docs/mhpflid.md)."""
+    """The paper: 1; chosen on BreastMNIST's validation split (docs/mhpflid-study.md)."""
     injection_lr: float = Field(1e-4, gt=0)
     distillation_lr: float = Field(1e-3, gt=0)
     """The paper: 1e-5, at which the messenger moves ~0.1 % per round; raysim's default 1e-3 is
-    the setting chosen on BreastMNIST's validation split (docs/mhpflid.md), tied there with
+    the setting chosen on BreastMNIST's validation split (docs/mhpflid-study.md), tied there with
     others within noise."""
     injection_local_weight: float = Field(0.9, ge=0.0, le=1.0)
     """lambda^l_inj: weight of the local model's cross-entropy in the injection stage."""
