@@ -23,7 +23,7 @@ def __getattr__(name: str) -> Any:
 
         return getattr(api, name)
     if name == "ClusterShape":
-        from raysim.cluster_projection import ClusterShape
+        from raysim.estimator.cluster_projection import ClusterShape
 
         return ClusterShape
     if name == "load":

@@ -23,9 +23,9 @@ from raysim.errors import RaysimError
 if TYPE_CHECKING:
     import pandas as pd
 
-    from raysim.cluster_projection import ClusterShape
-    from raysim.config import ExperimentConfig
+    from raysim.configuration.experiment import ExperimentConfig
     from raysim.engine.runner import RunOutcome
+    from raysim.estimator.cluster_projection import ClusterShape
 
 
 @dataclass(frozen=True)
@@ -95,7 +95,7 @@ def run_sweep(config: str | Path, grid: dict[str, Sequence[Any]], *, seeds: Sequ
     [0.01, 0.1]}``) of the YAML config at ``config`` (times its variants), as ``raysim
     sweep``; ``seeds`` replaces the config's. Returns as :func:`run` does; each run's manifest
     records its grid point."""
-    from raysim.sweep import sweep_experiments
+    from raysim.configuration.sweep import sweep_experiments
 
     experiments, labels = sweep_experiments(
         config, [(key, list(values)) for key, values in grid.items()],
@@ -112,7 +112,7 @@ class Projection:
     table: pd.DataFrame
     """One row per variant (the ``--csv`` file's columns)."""
     cluster: pd.DataFrame | None = None
-    """With cluster shapes: one row per variant and shape (:mod:`raysim.cluster_projection`)."""
+    """With cluster shapes: one row per variant and shape (:mod:`raysim.estimator.cluster_projection`)."""
     interrupted: bool = False
     """Ctrl-C or SIGTERM stopped the probes: the projection covers the variants probed before."""
 
@@ -138,7 +138,7 @@ def run_estimate(config: str | Path | dict[str, Any], *, rounds: int = 3,
     from raysim.engine.invocation import ray_for
     from raysim.engine.launch.local_ray import cluster_to_join
     from raysim.engine.launch.warm_cluster import running_cluster
-    from raysim.estimate import (
+    from raysim.estimator.estimate import (
         INTERRUPTED,
         busy_notice,
         check_data,
@@ -148,7 +148,7 @@ def run_estimate(config: str | Path | dict[str, Any], *, rounds: int = 3,
         project,
         table_rows,
     )
-    from raysim.extrapolation import Extrapolation
+    from raysim.estimator.extrapolation import Extrapolation
 
     if rounds < 2:
         raise RaysimError(f"Invalid --rounds {rounds}: the estimate needs at least 2 rounds "
@@ -182,13 +182,13 @@ def run_estimate(config: str | Path | dict[str, Any], *, rounds: int = 3,
     text = describe(projected, machine, extrapolation)
     rows = None
     if cluster:
-        from raysim.cluster_projection import (
+        from raysim.estimator.cluster_projection import (
             cluster_rows,
             describe_cluster,
             unmeasured_relays,
             without_partials,
         )
-        from raysim.estimate import evaluations
+        from raysim.estimator.estimate import evaluations
 
         traffic = {label: p.traffic for label, p in probes.items() if p.traffic is not None}
         found = cluster_rows(
@@ -227,7 +227,7 @@ def _invoke(experiments: dict[str, ExperimentConfig], labels: dict[str, Any] | N
 def _experiments(config: str | Path | dict[str, Any], overrides: list[str],
                  variants: list[str], plugins: list[str]) -> dict[str, ExperimentConfig]:
     """The labelled configs of ``config``, limited to ``variants`` when given."""
-    from raysim.config import experiments_from_raw, load_experiments
+    from raysim.configuration.experiment import experiments_from_raw, load_experiments
 
     if isinstance(config, dict):
         experiments = experiments_from_raw(config, overrides, plugins)

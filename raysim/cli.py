@@ -258,14 +258,14 @@ def _resume_root(args: argparse.Namespace) -> str | None:
     """The run root ``--resume`` names (the latest of this config for a bare ``--resume``)."""
     if args.resume != "latest":
         return args.resume
-    from raysim.config import load_experiments
+    from raysim.configuration.experiment import load_experiments
 
     first = next(iter(load_experiments(args.config, args.overrides, args.plugins).values()))
     return str(latest_run_root(first, args.output))
 
 
 def _run(args: argparse.Namespace) -> int:
-    from raysim.config import load_experiments
+    from raysim.configuration.experiment import load_experiments
 
     given_variants = list(args.variants)
     if args.resume is not None:
@@ -293,7 +293,7 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def _sweep(args: argparse.Namespace) -> int:
-    from raysim.sweep import parse_grid, parse_seeds, sweep_experiments
+    from raysim.configuration.sweep import parse_grid, parse_seeds, sweep_experiments
 
     if args.resume is not None and args.resume != "latest" and os.path.isdir(args.resume):
         _recall_invocation(args, args.resume)
@@ -440,7 +440,7 @@ def _import_summary_modules() -> tuple:
 
 
 def _validate(args: argparse.Namespace) -> int:
-    from raysim.config import load_experiments
+    from raysim.configuration.experiment import load_experiments
     from raysim.errors import MissingDataError
     from raysim.preparation import prepare
 
@@ -463,7 +463,7 @@ def _validate(args: argparse.Namespace) -> int:
 
 def _costs(args: argparse.Namespace) -> int:
     from raysim.algorithms import ALGORITHMS
-    from raysim.config import load_experiments
+    from raysim.configuration.experiment import load_experiments
     from raysim.preparation import prepare, run_context
 
     tables = []
@@ -508,8 +508,8 @@ def _cluster(args: argparse.Namespace) -> int:
 
 def _estimate(args: argparse.Namespace) -> int:
     from raysim.api import run_estimate
-    from raysim.cluster_projection import ClusterShape
     from raysim.engine.interrupt import STOP
+    from raysim.estimator.cluster_projection import ClusterShape
 
     if args.cluster_csv and not args.nodes:
         raise RaysimError("--cluster-csv writes the cluster projection, which needs --nodes N "

@@ -12,7 +12,7 @@ import torch
 
 from raysim.algorithms import ALGORITHMS
 from raysim.algorithms.base import RunContext
-from raysim.config import ExperimentConfig
+from raysim.configuration.experiment import ExperimentConfig
 from raysim.data import ArrayDataset, Partition, load_dataset, make_partition
 from raysim.data.builtin import BUILTIN_DATASETS, TABULAR_DATASETS
 from raysim.data.medmnist_io import is_volumetric, task_of

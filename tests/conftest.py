@@ -141,7 +141,7 @@ def small_federation(**sections: Any) -> dict[str, Any]:
 
 def run_tables(raw: dict[str, Any], output: Path, *tables: str) -> tuple[Any, ...]:
     """Run ``raw`` (its first seed) into ``output`` and load the named results tables."""
-    from raysim.config import parse_config
+    from raysim.configuration.experiment import parse_config
     from raysim.engine.runner import run_experiment
     from raysim.results import load
 

@@ -18,7 +18,7 @@ import numpy as np
 import torch
 
 from raysim.algorithms import ALGORITHMS
-from raysim.config import ExperimentConfig
+from raysim.configuration.experiment import ExperimentConfig
 from raysim.layers.assembly import RunParts, assemble, build_loop, compose
 from raysim.layers.feature import RunStart
 from raysim.preparation import initial_weights, pooled, prepare, run_context

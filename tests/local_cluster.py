@@ -24,7 +24,7 @@ from pathlib import Path
 import ray
 from ray.cluster_utils import Cluster
 
-from raysim.config import load_config
+from raysim.configuration.experiment import load_config
 from raysim.engine.runner import run_experiments
 from raysim.results.manifest import read_manifest
 

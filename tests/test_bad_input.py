@@ -324,7 +324,7 @@ def test_resume_with_another_seed_list_and_config_is_refused_whatever_the_seeds(
     so two configs never end up in one root (and one experiment in ``raysim report``)."""
     import json
 
-    from raysim.config import parse_config
+    from raysim.configuration.experiment import parse_config
 
     original = quickstart_raw(training={"rounds": 2}, seeds=[0])
     root = tmp_path / "results" / "quickstart-20260101-100000"
@@ -364,7 +364,7 @@ def test_resume_of_a_checkpoint_of_an_earlier_format_exits_2_before_anything_sta
     import json
     import pickle
 
-    from raysim.config import parse_config
+    from raysim.configuration.experiment import parse_config
 
     raw = quickstart_raw(training={"rounds": 2}, seeds=[0])
     root = tmp_path / "results" / "quickstart-20260101-100000"
@@ -405,7 +405,7 @@ def test_an_estimate_that_cannot_measure_exits_2_before_starting(capsys, tmp_pat
 def test_switching_a_model_or_method_by_name_starts_its_section_afresh():
     """`--set model.name=cnn` on an MLP config must not fail on the MLP's `hidden`; fields
     given beside the new name still apply, whichever order they come in."""
-    from raysim.config import apply_overrides, parse_config
+    from raysim.configuration.experiment import apply_overrides, parse_config
 
     raw = quickstart_raw(dataset={"name": "pneumoniamnist"}, model={"name": "mlp",
                                                                      "hidden": [32]},

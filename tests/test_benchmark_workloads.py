@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from raysim.config import parse_config
+from raysim.configuration.experiment import parse_config
 
 BENCHMARKS = Path(__file__).resolve().parents[1] / "experiments" / "benchmarks"
 

@@ -21,9 +21,9 @@ from inprocess import simulate
 from test_feddc import feddc_raw
 from test_plugins import PLUGINS, moons_raw
 
-from raysim.cluster_projection import ProbeTraffic, round_bytes
-from raysim.config import parse_config
+from raysim.configuration.experiment import parse_config
 from raysim.engine.runner import run_experiment
+from raysim.estimator.cluster_projection import ProbeTraffic, round_bytes
 from raysim.results import load
 
 SCRIPT = Path(__file__).with_name("local_cluster.py")

@@ -9,14 +9,14 @@ import pytest
 from conftest import quickstart_raw
 
 from raysim.cli import main
-from raysim.cluster_projection import (
+from raysim.configuration.experiment import parse_config
+from raysim.estimator.cluster_projection import (
     ClusterShape,
     ProbeTraffic,
     cluster_round,
     node_roots,
     round_bytes,
 )
-from raysim.config import parse_config
 
 MODEL = 4 * 2**20  # a 4 MiB float32 model: its float64 root is 8 MiB
 

@@ -12,7 +12,7 @@ import torch
 from torch import nn
 from torch._dynamo.utils import counters
 
-from raysim.schema import OptimizerConfig
+from raysim.configuration.schema import OptimizerConfig
 from raysim.training.compiled_step import likely_counts, padded_count, warm_shapes
 from raysim.training.vectorized import train_vectorized
 from raysim.vectors.weights import get_weights

@@ -9,10 +9,10 @@ import pytest
 from algorithm_configs import contract_raw
 from inprocess import check_contract, simulate
 
-from raysim.config import parse_config
+from raysim.configuration.experiment import parse_config
+from raysim.configuration.schema import CompressionConfig
 from raysim.errors import ConfigError
 from raysim.layers.compression import CompressedClientState, compress, decompress
-from raysim.schema import CompressionConfig
 
 BASE = {"w": np.zeros((2, 3), np.float32), "steps": np.array(4, np.int64)}
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from raysim.config_reference import END, START, render_reference
+from raysim.configuration.reference import END, START, render_reference
 
 PAGE = Path(__file__).resolve().parents[1] / "docs" / "configuration.md"
 
@@ -15,7 +15,7 @@ def test_the_config_reference_is_rendered_from_the_schema():
     block = text[text.index(START):text.index(END) + len(END)]
     assert block == render_reference(), (
         "docs/configuration.md's config reference differs from the schema; regenerate it with "
-        "`python -m raysim.config_reference docs/configuration.md`")
+        "`python -m raysim.configuration.reference docs/configuration.md`")
 
 
 def test_reference_shows_the_real_defaults():

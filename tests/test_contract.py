@@ -18,7 +18,7 @@ from inprocess import check_contract, same, simulate
 
 from raysim.algorithms import ALGORITHMS
 from raysim.algorithms.supports import Supports
-from raysim.config import parse_config
+from raysim.configuration.experiment import parse_config
 from raysim.errors import ConfigError
 from raysim.layers.client_dp import check as check_privacy
 from raysim.layers.simulated_clock import check as check_system

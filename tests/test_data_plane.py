@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from raysim.algorithms import ALGORITHMS
-from raysim.config import parse_config
+from raysim.configuration.experiment import parse_config
 from raysim.engine.run import worker as worker_module
 from raysim.engine.run.worker import ClientWorker, WorkerSetup
 from raysim.preparation import initial_weights, prepare, run_context
@@ -564,9 +564,9 @@ def test_a_first_step_written_from_the_start_gives_the_bits_of_copying_the_start
 def test_a_model_bound_to_its_start_that_takes_no_step_ends_on_its_own_copy():
     """A client that takes no step (training stopped before it) leaves the model on its own
     vector holding the start's values, never on the start's storage."""
+    from raysim.configuration.schema import OptimizerConfig
     from raysim.data.dataset import DataInfo
     from raysim.models import build_model
-    from raysim.schema import OptimizerConfig
     from raysim.training.first_step import FirstStepFromStart
     from raysim.vectors.weights import flat_state, release_state
 
@@ -595,9 +595,9 @@ def test_off_the_cpu_a_large_model_is_copied_in_and_out_never_rebound(monkeypatc
     short kernel. A start off the CPU is not bound (the optimizer steps the plain way), and a
     model whose vector does not qualify hands over a copy and keeps its own vector. Fails
     when either choice ignores the device."""
+    from raysim.configuration.schema import OptimizerConfig
     from raysim.data.dataset import DataInfo
     from raysim.models import build_model
-    from raysim.schema import OptimizerConfig
     from raysim.training import first_step
     from raysim.training.first_step import FirstStepFromStart
     from raysim.vectors import weights

@@ -13,7 +13,7 @@ from inprocess import simulate
 
 from raysim.algorithms.desa import distillation_loss, peer_teacher, supervised_contrastive
 from raysim.condensation.synthetic import noise_images
-from raysim.config import parse_config
+from raysim.configuration.experiment import parse_config
 from raysim.seeding import torch_generator
 
 

@@ -12,7 +12,7 @@ from algorithm_configs import contract_raw
 from inprocess import fedavg_equivalent, simulate
 
 from raysim.algorithms.dfrd import ensemble_logits, transferability_loss
-from raysim.config import parse_config
+from raysim.configuration.experiment import parse_config
 
 
 def _run(data_root, **algorithm):

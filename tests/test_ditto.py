@@ -8,7 +8,7 @@ import pytest
 from algorithm_configs import contract_raw
 from inprocess import simulate
 
-from raysim.config import parse_config
+from raysim.configuration.experiment import parse_config
 
 
 def _trace(root, algorithm):

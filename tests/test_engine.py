@@ -13,7 +13,7 @@ import torch
 from conftest import REAL_MEDMNIST, quickstart_raw
 from fixtures import write_medmnist_npz
 
-from raysim.config import parse_config
+from raysim.configuration.experiment import parse_config
 from raysim.engine.runner import run_experiment
 from raysim.results import load
 from raysim.results.report import summary_table

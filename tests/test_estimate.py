@@ -11,8 +11,8 @@ import pandas as pd
 import pytest
 from conftest import quickstart_raw
 
-from raysim.config import parse_config
-from raysim.estimate import Probe, evaluations, makespan, measure, project
+from raysim.configuration.experiment import parse_config
+from raysim.estimator.estimate import Probe, evaluations, makespan, measure, project
 
 PAPER_CONFIG = Path(__file__).resolve().parents[1] / "experiments" / "feddc" / "pneumonia_paper.yaml"
 
@@ -62,7 +62,7 @@ def test_a_probe_measures_steady_rounds_of_the_first_seed(ray_session, capsys):
 
 
 def test_the_estimate_as_csv_rows_holds_each_variant_and_the_whole_projection():
-    from raysim.estimate import table_rows
+    from raysim.estimator.estimate import table_rows
 
     config = parse_config(quickstart_raw(training={"rounds": 100}, evaluation={"every": 50},
                                          seeds=[0, 1]))
@@ -77,7 +77,7 @@ def test_the_estimate_as_csv_rows_holds_each_variant_and_the_whole_projection():
 
 
 def test_a_slice_trains_fewer_clients_and_scales_its_rounds_back_up():
-    from raysim.estimate import sliced
+    from raysim.estimator.estimate import sliced
 
     every = parse_config(quickstart_raw(partition={"scheme": "iid", "num_clients": 150,
                                                    "samples_per_client": 2},
@@ -113,7 +113,7 @@ def test_a_sliced_probe_projects_the_configs_rounds():
 def test_a_missing_medmnist_file_is_stood_in_for_by_one_of_its_layout(tmp_path):
     import numpy as np
 
-    from raysim.estimate import stand_in_data
+    from raysim.estimator.estimate import stand_in_data
 
     config = parse_config(quickstart_raw(dataset={"name": "breastmnist", "size": 64}))
     generated = stand_in_data(config, str(tmp_path / "empty"), tmp_path / "scratch")
@@ -137,7 +137,7 @@ def test_a_probe_runs_on_the_stand_in_when_the_file_is_missing(ray_session, tmp_
 
 def test_a_variant_that_cannot_be_probed_is_named_and_left_out(ray_session, capsys):
     """A slice of one client leaves FedSM, which needs two, unprobeable; FedAvg is probed."""
-    from raysim.estimate import describe
+    from raysim.estimator.estimate import describe
 
     plain = parse_config(quickstart_raw(training={"rounds": 20}))
     fedsm = parse_config(quickstart_raw(training={"rounds": 20}, algorithm={"name": "fedsm"}))
@@ -153,7 +153,7 @@ def test_a_variant_that_cannot_be_probed_is_named_and_left_out(ray_session, caps
 def test_fedsm_extra_is_probed_for_each_kind_of_round(ray_session, capsys):
     """Its 5 selector rounds follow 15 main rounds: the probe runs 2 of each, and a round's
     seconds are the two kinds' weighted 15 to 5."""
-    from raysim.estimate import phased, table_rows
+    from raysim.estimator.estimate import phased, table_rows
 
     extra = parse_config(quickstart_raw(
         training={"rounds": 20},
@@ -172,8 +172,8 @@ def test_fedsm_extra_is_probed_for_each_kind_of_round(ray_session, capsys):
 
 
 def test_a_paper_scale_engine_is_fitted_to_a_small_machine_and_said_so():
-    from raysim.config import load_experiments
-    from raysim.estimate import fit_to_machine
+    from raysim.configuration.experiment import load_experiments
+    from raysim.estimator.estimate import fit_to_machine
 
     experiments = load_experiments(str(PAPER_CONFIG), [])
     fitted, notice = fit_to_machine(experiments, 2)
@@ -219,7 +219,7 @@ def test_the_readmes_estimate_runs_on_a_two_cpu_machine(tmp_path):
 
 
 def test_an_interrupted_estimate_projects_the_variants_it_probed(monkeypatch, capsys):
-    from raysim import estimate
+    from raysim.estimator import estimate
 
     calls = []
 
@@ -236,7 +236,7 @@ def test_an_interrupted_estimate_projects_the_variants_it_probed(monkeypatch, ca
                         pd.DataFrame())
     monkeypatch.setattr("raysim.engine.invocation.concurrent_runs", lambda configs: 1)
     monkeypatch.setattr("raysim.engine.invocation.uses_gpus", lambda config: False)
-    from raysim.config import load_experiments
+    from raysim.configuration.experiment import load_experiments
 
     experiments = load_experiments(str(PAPER_CONFIG), [])
     probes, _, _ = estimate.measure(experiments, 3, None)
@@ -249,8 +249,8 @@ def test_an_interrupted_estimate_projects_the_variants_it_probed(monkeypatch, ca
 
 
 def test_an_extrapolation_extends_the_line_through_two_probes_to_the_configs_value():
-    from raysim.estimate import extended, own_value, train_size
-    from raysim.extrapolation import Extrapolation
+    from raysim.estimator.estimate import extended, own_value, train_size
+    from raysim.estimator.extrapolation import Extrapolation
 
     line = Extrapolation.parse("algorithm.iterations=10,20")
     config = parse_config(quickstart_raw(algorithm={"name": "fedvck", "iterations": 5000},
@@ -277,7 +277,7 @@ def test_an_extrapolation_extends_the_line_through_two_probes_to_the_configs_val
                                   "algorithm.iterations=0,5", "algorithm.iterations=a,b"])
 def test_a_bad_extrapolation_is_refused_in_one_paragraph(text):
     from raysim.errors import RaysimError
-    from raysim.extrapolation import Extrapolation
+    from raysim.estimator.extrapolation import Extrapolation
 
     with pytest.raises(RaysimError, match="expected KEY=LOW,HIGH"):
         Extrapolation.parse(text)
@@ -285,8 +285,8 @@ def test_a_bad_extrapolation_is_refused_in_one_paragraph(text):
 
 def test_an_extrapolated_variant_is_probed_at_both_values_and_the_rest_as_they_are(
         ray_session, capsys):
-    from raysim.estimate import describe
-    from raysim.extrapolation import Extrapolation
+    from raysim.estimator.estimate import describe
+    from raysim.estimator.extrapolation import Extrapolation
 
     configs = {"long": parse_config(quickstart_raw(training={"rounds": 20})),
                "fedvck": parse_config(quickstart_raw(

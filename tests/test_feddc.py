@@ -11,12 +11,12 @@ from conftest import quickstart_raw
 from test_bad_input import run_cli
 
 from raysim.algorithms.robust_means import coordinate_median, iterated_radon_point, radon_point
-from raysim.config import parse_config
+from raysim.configuration.experiment import parse_config
+from raysim.configuration.schema import DatasetConfig, OptimizerConfig, TrainingConfig
 from raysim.data import load_dataset
 from raysim.engine.runner import run_experiment
 from raysim.models import MODELS, build_model
 from raysim.results import load
-from raysim.schema import DatasetConfig, OptimizerConfig, TrainingConfig
 from raysim.training.context import ClientData, RunContext
 from raysim.training.runtime import ClientRuntime
 from raysim.vectors.weights import get_weights
@@ -230,7 +230,7 @@ def test_radon_with_too_few_clients_and_derangement_of_one_client(capsys, tmp_pa
 def test_variants_expand_into_labelled_configs(tmp_path, capsys):
     import yaml
 
-    from raysim.config import load_experiments
+    from raysim.configuration.experiment import load_experiments
 
     raw = feddc_raw()
     raw["variants"] = {"feddc": {}, "fedavg_b1": {"algorithm.daisy_period": None,

@@ -10,7 +10,7 @@ import torch
 from algorithm_configs import contract_raw
 from inprocess import fedavg_equivalent, simulate
 
-from raysim.config import parse_config
+from raysim.configuration.experiment import parse_config
 from raysim.models.conditional_gan import (
     ConditionalGenerator,
     ProjectionDiscriminator,

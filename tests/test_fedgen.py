@@ -12,7 +12,7 @@ from algorithm_configs import contract_raw
 from inprocess import fedavg_equivalent, simulate
 
 from raysim.algorithms.fedgen import label_weights, teacher_loss
-from raysim.config import parse_config
+from raysim.configuration.experiment import parse_config
 from raysim.models.feature_generator import FeatureGenerator, diversity_loss
 
 

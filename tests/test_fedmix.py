@@ -12,7 +12,7 @@ from algorithm_configs import contract_raw
 from inprocess import fedavg_equivalent, simulate
 
 from raysim.algorithms.fedmix import fedmix_loss, mash
-from raysim.config import parse_config
+from raysim.configuration.experiment import parse_config
 from raysim.errors import ConfigError
 
 

@@ -13,7 +13,8 @@ from test_bad_input import run_cli
 
 from raysim.algorithms import ALGORITHMS
 from raysim.algorithms.fedsm import soft_pull
-from raysim.config import parse_config
+from raysim.configuration.experiment import parse_config
+from raysim.configuration.schema import DatasetConfig, PartitionConfig, SiteShiftConfig
 from raysim.data import load_dataset, make_partition
 from raysim.data.site_shift import apply_site_shift, site_appearance
 from raysim.engine.runner import run_experiment
@@ -21,7 +22,6 @@ from raysim.errors import ConfigError
 from raysim.preparation import prepare, run_context
 from raysim.results import load
 from raysim.results.report import _original_id, _route_label, report, selection_table
-from raysim.schema import DatasetConfig, PartitionConfig, SiteShiftConfig
 
 
 def fedsm_raw(root, **algorithm) -> dict:

@@ -24,14 +24,14 @@ from raysim.condensation.synthetic import (
     to_uint8,
     train_on_synthetic,
 )
-from raysim.config import parse_config
+from raysim.configuration.experiment import parse_config
+from raysim.configuration.schema import TrainingConfig
 from raysim.data.dataset import DataInfo, to_tensor
 from raysim.engine.runner import run_experiment
 from raysim.models import build_model
 from raysim.models.convnet import ConvNetParams
 from raysim.results import load
 from raysim.results.report import communication_table, privacy_table
-from raysim.schema import TrainingConfig
 from raysim.training.context import ClientData
 from raysim.training.evaluation import classification_metrics, predict_proba
 from raysim.training.membership import audit_sets, membership_auc

@@ -88,7 +88,7 @@ def test_the_fedvck_copy_is_edited_once_and_a_changed_file_is_refused(tmp_path):
 
 def test_the_fedvck_flags_follow_the_config_and_the_log_is_read_per_round():
     side = _module("fedvck_side_by_side")
-    from raysim.config import load_experiments
+    from raysim.configuration.experiment import load_experiments
 
     config = load_experiments(FIDELITY / "fedvck_pneumonia.yaml")["fedvck"]
     flags = side.authors_arguments(config, 3)

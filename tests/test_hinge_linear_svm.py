@@ -9,12 +9,12 @@ import pytest
 import torch
 
 from raysim.algorithms.robust_means import radon_number
-from raysim.config import parse_config
+from raysim.configuration.experiment import parse_config
+from raysim.configuration.schema import DatasetConfig
 from raysim.data import load_dataset
 from raysim.errors import ConfigError
 from raysim.models import build_model
 from raysim.preparation import initial_weights, prepare
-from raysim.schema import DatasetConfig
 from raysim.training.context import ClientData, RunContext
 from raysim.training.runtime import ClientRuntime
 

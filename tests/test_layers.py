@@ -1,10 +1,10 @@
 """The package's layers only point down, and no module imports itself back:
 
-experiments -> cli -> sweep/estimate -> the engine's invocation (engine/) -> engine/pool ->
-engine/run -> engine/launch (these four with Ray) -> config/preparation -> layers (DP, the
-server optimizer, FedBuff) -> rounds (one run's round loop, without Ray) -> system ->
-algorithms -> training/condensation -> privacy -> models -> vectors -> data/results ->
-schema/errors/seeding.
+experiments -> cli -> the sweep and the estimator -> the engine's invocation (engine/) ->
+engine/pool -> engine/run -> engine/launch (these four with Ray) -> the experiment config and
+preparation -> layers (DP, the server optimizer, the simulated clock, compression) -> rounds
+(one run's round loop, without Ray) -> system -> algorithms -> training/condensation ->
+privacy -> models -> vectors -> data/results -> the config's schema/errors/seeding.
 
 Every import counts: module-level, function-local and type-only, absolute and relative, and a
 string that names a raysim module (``importlib``, Ray's preload list, the lazy registries).
@@ -30,12 +30,13 @@ EXPERIMENTS = PACKAGE.parent / "experiments"
 LAYERS = {  # higher imports lower or equal, never the other way
     "experiments": 18,
     "cli": 17, "__main__": 17,
-    "sweep": 16, "estimate": 16, "api": 16, "cluster_projection": 16, "extrapolation": 15,
+    "configuration.sweep": 16, "estimator": 16, "api": 16,
     "engine": 15,
     "engine.pool": 14,
     "engine.run": 13,
     "engine.launch": 12,
-    "config": 11, "preparation": 11, "config_reference": 11, "plugins": 11,
+    "configuration.experiment": 11, "preparation": 11, "configuration.reference": 11,
+    "plugins": 11,
     "layers": 10,
     "rounds": 9,
     "system": 8,
@@ -45,9 +46,12 @@ LAYERS = {  # higher imports lower or equal, never the other way
     "models": 4,
     "vectors": 3,
     "data": 2, "results": 2,
-    "schema": 1, "errors": 1, "seeding": 1, "lazy": 1, "cache": 1, "state_codec": 1,
+    "configuration.schema": 1, "configuration": 1, "errors": 1, "seeding": 1, "lazy": 1,
+    "cache": 1, "state_codec": 1,
 }
 ENGINE_ROOMS = ("launch", "pool", "run")
+CONFIGURATION_ROOMS = ("schema", "experiment", "reference", "sweep")
+"""The configuration package's modules, each at its own layer (the package imports none)."""
 PRELOADED = {"raysim.engine.run.worker", "raysim.engine.run.driver", "raysim.engine.run"}
 """What Ray's worker processes import at their start, named by the launch room's preload list
 (``WORKER_MODULES``): another process's import, not one of the launch room's. Only these
@@ -65,6 +69,8 @@ def _layer(module: str) -> str:
         return "experiments"
     if len(parts) >= 3 and parts[1] == "engine" and parts[2] in ENGINE_ROOMS:
         return f"engine.{parts[2]}"
+    if len(parts) >= 3 and parts[1] == "configuration" and parts[2] in CONFIGURATION_ROOMS:
+        return f"configuration.{parts[2]}"
     return parts[1] if len(parts) > 1 else "raysim"
 
 
@@ -128,7 +134,8 @@ def _imports(module: str, source: str | None = None) -> list[tuple[int, str]]:
 @pytest.mark.parametrize("source, seen", [
     ("from ..engine.runner import run_experiments", "raysim.engine.runner"),
     ("from .. import cli", "raysim.cli"),
-    ("def f():\n    import importlib\n    importlib.import_module('raysim.sweep')", "raysim.sweep"),
+    ("def f():\n    import importlib\n    importlib.import_module('raysim.configuration.sweep')",
+     "raysim.configuration.sweep"),
     ("from raysim.engine.run.worker import ClientWorker", "raysim.engine"),  # its __init__
     ("import raysim.engine.pool.keeper", "raysim.engine.pool"),
 ])
@@ -228,7 +235,7 @@ def _printed_by_python(code: str) -> str:
 
 def test_config_algorithms_and_training_load_without_ray():
     out = _printed_by_python(
-        "import sys, raysim.config, raysim.preparation, raysim.training.runtime, "
+        "import sys, raysim.configuration.experiment, raysim.preparation, raysim.training.runtime, "
         "raysim.rounds.round_loop, raysim.rounds.round_callbacks; "
         "from raysim.algorithms import ALGORITHMS; from raysim.models import MODELS; "
         "print(sorted(m for m in ('ray',) if m in sys.modules))")
@@ -298,7 +305,7 @@ def test_the_warm_cluster_starts_its_raylet_as_a_local_ray_does(monkeypatch, tmp
 
 def test_loading_every_shipped_config_imports_neither_torch_nor_ray():
     out = _printed_by_python(
-        "import glob, sys; from raysim.config import load_experiments; "
+        "import glob, sys; from raysim.configuration.experiment import load_experiments; "
         "found = sorted(p for p in glob.glob('experiments/**/*.yaml', recursive=True) "
         "if not p.startswith('experiments/plugins/')); "  # (a plug-in imports what it uses)
         "[load_experiments(path) for path in found]; "

@@ -130,7 +130,7 @@ def test_relative_live_metric_locations_are_relative_to_where_raysim_starts(tmp_
                                                                              monkeypatch):
     """The drivers that write them run in another directory (the package's): a relative
     TensorBoard directory or SQLite store would land there, not beside the user."""
-    from raysim.config import parse_config
+    from raysim.configuration.experiment import parse_config
 
     monkeypatch.chdir(tmp_path)
     raw = quickstart_raw(logging={"tensorboard": "tb", "mlflow": "sqlite:///runs/mlflow.db"})

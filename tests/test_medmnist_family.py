@@ -14,12 +14,12 @@ from fixtures import write_medmnist_npz, write_multilabel_npz, write_volume_npz
 from inprocess import simulate
 
 from raysim.algorithms import ALGORITHMS
-from raysim.config import parse_config
+from raysim.configuration.experiment import parse_config
+from raysim.configuration.schema import DatasetConfig, PartitionConfig
 from raysim.data import load_dataset
 from raysim.data.partition import label_keys, make_partition
 from raysim.errors import ConfigError
 from raysim.preparation import prepare
-from raysim.schema import DatasetConfig, PartitionConfig
 from raysim.training.evaluation import classification_metrics, label_aucs, share_metrics
 
 
@@ -215,11 +215,11 @@ def test_hinge_loss_on_multilabel_data_is_refused(root):
 
 # ----- 3D volumes -----
 def test_3d_models_take_volumes_and_the_batchnorm_free_convnet_is_vectorisable():
+    from raysim.configuration.schema import OptimizerConfig
     from raysim.data.dataset import DataInfo
     from raysim.models import build_model
     from raysim.models.costs import forward_flops
     from raysim.models.params import ConvNet3DParams, ResNet18_3DParams
-    from raysim.schema import OptimizerConfig
     from raysim.training.vectorized import LOOP, VECTORIZED, choose_path
 
     info = DataInfo("v", "image", 3, (1, 28, 28, 28))

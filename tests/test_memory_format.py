@@ -7,11 +7,11 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from raysim.config import DatasetConfig
+from raysim.configuration.experiment import DatasetConfig
+from raysim.configuration.schema import OptimizerConfig, TrainingConfig
 from raysim.data import load_dataset
 from raysim.models import MODELS, build_model
 from raysim.models.messenger import Messenger
-from raysim.schema import OptimizerConfig, TrainingConfig
 from raysim.training.context import ClientData, RunContext
 from raysim.training.runtime import ClientRuntime
 from raysim.vectors.weights import get_weights

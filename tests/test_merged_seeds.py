@@ -12,14 +12,14 @@ import pytest
 import torch
 from conftest import quickstart_raw
 
-from raysim.config import parse_config
+from raysim.configuration.experiment import parse_config
+from raysim.configuration.schema import DatasetConfig, OptimizerConfig
 from raysim.data import load_dataset
 from raysim.engine.pool.seed_groups import SeedGroup, plan_seed_groups
 from raysim.engine.run import driver_turns as turns
 from raysim.engine.runner import run_experiment
 from raysim.models import build_model
 from raysim.results import load
-from raysim.schema import DatasetConfig, OptimizerConfig
 from raysim.training import merged_training
 from raysim.training.merged_training import Rendezvous, VectorizedJob, train_merged
 from raysim.training.runtime import batch_plans

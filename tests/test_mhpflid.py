@@ -16,7 +16,8 @@ from raysim.algorithms.fedmd import FedMD, FedMDParams
 from raysim.algorithms.mhpflid import MHpFLID, MHpFLIDParams
 from raysim.algorithms.params import PFedDFParams
 from raysim.algorithms.public_set import public_indices
-from raysim.config import parse_config
+from raysim.configuration.experiment import parse_config
+from raysim.configuration.schema import DatasetConfig, TrainingConfig
 from raysim.data import load_dataset, stratified_subset
 from raysim.data.dataset import DataInfo
 from raysim.engine.runner import run_experiment
@@ -25,7 +26,6 @@ from raysim.models.messenger import InformationExchange, Messenger
 from raysim.models.messenger_probes import probe_transmitter
 from raysim.models.split import ZOO
 from raysim.results import load
-from raysim.schema import DatasetConfig, TrainingConfig
 from raysim.training.context import ClientData
 from raysim.training.runtime import ClientRuntime
 from raysim.vectors.weights import get_weights, set_weights

@@ -10,7 +10,7 @@ from algorithm_configs import contract_raw
 from inprocess import fedavg_equivalent, simulate
 
 from raysim.algorithms.moon import contrastive_term
-from raysim.config import parse_config
+from raysim.configuration.experiment import parse_config
 from raysim.errors import ConfigError
 
 

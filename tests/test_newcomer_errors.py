@@ -115,7 +115,7 @@ def test_the_printed_table_honours_evaluation_final_rounds(tmp_path):
     """A config that evaluates its last two rounds (FedDC's, whose single rounds alternate) is
     summarised by ``raysim run`` over those two, as ``raysim report --window 2`` would."""
     from raysim.cli import _import_summary_modules, _summarise
-    from raysim.config import parse_config
+    from raysim.configuration.experiment import parse_config
 
     root = _finished_root(tmp_path)  # accuracy 0.5, 0.6, 0.7
     config = parse_config(quickstart_raw(evaluation={"every": 1, "final_rounds": 2}))
@@ -128,7 +128,7 @@ def test_the_printed_table_honours_evaluation_final_rounds(tmp_path):
 
 def test_rounds_below_the_evaluation_period_warn():
     from raysim.cli import config_warnings
-    from raysim.config import parse_config
+    from raysim.configuration.experiment import parse_config
 
     few = parse_config(quickstart_raw(training={"rounds": 3}, evaluation={"every": 5}))
     said = config_warnings({"": few, "b": parse_config(quickstart_raw())})
@@ -191,7 +191,7 @@ def test_the_closing_plot_shows_the_methods_headline_metric():
     import pandas as pd
 
     from raysim.cli import headline_metric
-    from raysim.config import parse_config
+    from raysim.configuration.experiment import parse_config
 
     rounds = pd.DataFrame({"accuracy": [0.5], "personal_accuracy": [0.8]})
     mhpflid = parse_config(quickstart_raw(algorithm={"name": "mhpflid"}))
@@ -227,7 +227,7 @@ def test_start_up_says_what_it_waits_for_on_a_terminal(capsys, monkeypatch):
 def test_results_name_the_method_a_variant_amounts_to():
     """FedDC's config runs FedAvg as FedDC with daisy-chaining off: its results say fedavg."""
     from raysim.algorithms import ALGORITHMS
-    from raysim.config import load_experiments
+    from raysim.configuration.experiment import load_experiments
 
     experiments = load_experiments(Path(__file__).parents[1] / "experiments" / "feddc"
                                    / "pneumonia.yaml")
@@ -239,7 +239,7 @@ def test_results_name_the_method_a_variant_amounts_to():
 
 
 def parse_config_params(name: str):
-    from raysim.config import parse_config
+    from raysim.configuration.experiment import parse_config
 
     return parse_config(quickstart_raw(algorithm={"name": name})).algorithm
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from raysim.configuration.schema import PartitionConfig
 from raysim.data.partition import make_partition
 from raysim.errors import ConfigError
-from raysim.schema import PartitionConfig
 
 RNG = np.random.default_rng(0)
 TRAIN_Y = RNG.integers(0, 10, 20_000)

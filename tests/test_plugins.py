@@ -16,7 +16,7 @@ import pytest
 import yaml
 from inprocess import check_contract, simulate
 
-from raysim.config import parse_config
+from raysim.configuration.experiment import parse_config
 from raysim.errors import ConfigError
 
 PLUGINS = Path(__file__).resolve().parents[1] / "experiments" / "plugins"
@@ -96,7 +96,7 @@ def test_a_plugin_cannot_take_a_shipped_name(tmp_path):
         "from typing import Literal\n"
         "from raysim.algorithms.base import register_algorithm\n"
         "from raysim.algorithms.fedavg import FedAvg\n"
-        "from raysim.schema import StrictModel\n"
+        "from raysim.configuration.schema import StrictModel\n"
         "class P(StrictModel):\n    name: Literal['fedavg'] = 'fedavg'\n"
         "@register_algorithm\nclass Clash(FedAvg):\n    params_class = P\n")
     with pytest.raises(ConfigError, match=r"'fedavg' of clash_plugin\.Clash is taken by "

@@ -17,7 +17,8 @@ from conftest import run_tables, small_federation
 from test_bad_input import run_cli
 
 from raysim.algorithms.base import ClientResult
-from raysim.config import parse_config
+from raysim.configuration.experiment import parse_config
+from raysim.configuration.schema import PrivacyConfig
 from raysim.engine.runner import run_experiment
 from raysim.privacy.accountant import default_delta
 from raysim.privacy.private_mean import private_mean
@@ -26,7 +27,6 @@ from raysim.privacy.settings import DpSettings, resolve
 from raysim.privacy.uploads import privatize_uploads
 from raysim.results import load
 from raysim.results.report import summary_table
-from raysim.schema import PrivacyConfig
 from raysim.vectors.weighted_sum import WeightedSum
 from raysim.vectors.weights import FlatWeights
 
@@ -579,7 +579,7 @@ def test_the_in_process_loop_honours_the_privacy_budgets_round_cap(data_root):
     from algorithm_configs import contract_raw
     from inprocess import simulate
 
-    from raysim.config import parse_config
+    from raysim.configuration.experiment import parse_config
 
     raw = {**contract_raw(data_root, "fedavg"),
            "privacy": {"clip": 0.5, "noise_multiplier": 2.0, "target_epsilon": 2.0,

@@ -10,7 +10,7 @@ from inprocess import flatten, simulate
 
 from raysim.algorithms.dspfl import entropy_reduction
 from raysim.algorithms.ktpfl import coefficient_step
-from raysim.config import parse_config
+from raysim.configuration.experiment import parse_config
 
 
 def _entropy(p: np.ndarray) -> np.ndarray:

@@ -18,7 +18,7 @@ import yaml
 from conftest import quickstart_raw
 
 from raysim.cli import main
-from raysim.config import parse_config
+from raysim.configuration.experiment import parse_config
 from raysim.engine.launch import local_ray as startup
 from raysim.engine.launch.watchdog import descendants, start_time
 from raysim.engine.runner import run_experiment

@@ -11,7 +11,7 @@ from inprocess import flatten, simulate
 
 from raysim.algorithms import ALGORITHMS
 from raysim.algorithms.scaffold import Scaffold
-from raysim.config import parse_config
+from raysim.configuration.experiment import parse_config
 from raysim.preparation import initial_weights
 from raysim.training.losses import loss_function, training_loss
 from raysim.vectors.weights import set_weights

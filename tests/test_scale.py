@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from raysim.config import load_config
+from raysim.configuration.experiment import load_config
 from raysim.engine.runner import run_experiment
 from raysim.results import load
 

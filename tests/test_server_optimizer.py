@@ -10,11 +10,11 @@ import pytest
 from algorithm_configs import contract_raw
 from inprocess import flatten, simulate, through_state_file
 
-from raysim.config import parse_config
+from raysim.configuration.experiment import parse_config
+from raysim.configuration.schema import ServerOptimizerConfig
 from raysim.errors import ConfigError
 from raysim.layers import server_optimizer
 from raysim.layers.server_optimizer import ServerMoments, server_step
-from raysim.schema import ServerOptimizerConfig
 from raysim.vectors.weights import FlatWeights
 
 LAYOUT = (("w", (3,)),)

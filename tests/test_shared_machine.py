@@ -99,7 +99,7 @@ import json, os, sys
 from pathlib import Path
 import ray
 import raysim.engine  # Ray's settings, as the raysim command has them
-from raysim.config import load_config
+from raysim.configuration.experiment import load_config
 from raysim.engine.launch.local_ray import ensure_ray, stop_local_ray
 from raysim.engine.launch.watchdog import descendants
 

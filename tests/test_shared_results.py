@@ -23,7 +23,7 @@ def _planted(folder: Path, name: str, marker: Path) -> None:
 
 
 def _run_root(tmp_path: Path, invocation: dict, config: dict | None = None) -> Path:
-    from raysim.config import parse_config
+    from raysim.configuration.experiment import parse_config
 
     root = tmp_path / "results" / "quickstart-20260101-100000"
     (root / "seed_0").mkdir(parents=True)
@@ -50,7 +50,7 @@ def test_a_resume_never_imports_the_plugins_a_run_root_names(capsys, tmp_path, m
 
 
 def test_a_stored_config_is_compared_without_importing_its_plugins(tmp_path, monkeypatch):
-    from raysim.config import parse_config
+    from raysim.configuration.experiment import parse_config
     from raysim.engine.resume import stored_config_change
 
     marker = tmp_path / "planted-ran"

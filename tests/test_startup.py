@@ -16,7 +16,7 @@ import yaml
 from conftest import quickstart_raw
 
 from raysim.cli import main
-from raysim.config import parse_config
+from raysim.configuration.experiment import parse_config
 from raysim.engine.launch.parallel_runs import processes_at_start, runs_at_once
 
 
@@ -68,7 +68,7 @@ def test_each_distinct_data_file_is_read_once_in_a_thread_of_its_own_while_the_e
 
     import raysim.data
     import raysim.preparation
-    from raysim.config import parse_config
+    from raysim.configuration.experiment import parse_config
     from raysim.engine.invocation import _import_engine_and_prepare
     from raysim.errors import MissingDataError
 
@@ -173,7 +173,7 @@ def session_raylet():
 _PROBE = """
 import json, os, sys
 import ray
-from raysim.config import parse_config
+from raysim.configuration.experiment import parse_config
 from raysim.engine.launch.local_ray import ensure_ray, stop_local_ray
 
 ensure_ray(parse_config(json.loads(sys.argv[1])))
@@ -243,7 +243,7 @@ _PRESTART_PROBE = """
 import json, os, sys
 os.cpu_count = lambda: 16  # a node with more CPUs than the runs use (before raysim reads it)
 import ray
-from raysim.config import parse_config
+from raysim.configuration.experiment import parse_config
 from raysim.engine.launch import local_ray as startup
 
 gpus = float(sys.argv[1])  # the GPUs the start is told Ray will find

@@ -10,10 +10,10 @@ import yaml
 from conftest import quickstart_raw
 
 from raysim.cli import main
+from raysim.configuration.sweep import grid_label, parse_grid, sweep_experiments
 from raysim.errors import ConfigError
 from raysim.results import load
 from raysim.results.report import summary_table
-from raysim.sweep import grid_label, parse_grid, sweep_experiments
 
 
 def test_sweep_runs_every_combination_and_reports_one_row_per_configuration(

@@ -252,8 +252,8 @@ def test_the_buffered_update_applies_stale_updates_to_the_current_model():
     # g + (1 x (fresh - g) + w x (stale - base)) / 2
     expected = np.array([1 + (1 + weight * 0.25) / 2, 1 + (2 + weight * 1.0) / 2])
     np.testing.assert_allclose(new, expected, rtol=1e-6)
+    from raysim.configuration.schema import ServerOptimizerConfig
     from raysim.layers.server_optimizer import ServerMoments, server_step
-    from raysim.schema import ServerOptimizerConfig
 
     halfway, _ = server_step(ServerOptimizerConfig(lr=0.5), current, buffered_update(partial()),
                              ServerMoments())  # system.server_lr 0.5: an SGD step
@@ -527,7 +527,7 @@ def test_a_run_clocks_each_client_by_the_flops_torch_counts_for_its_model(ray_se
     """A client's recorded compute time is 3 x its model's forward FLOPs (torch's counter,
     counted here) x the samples it trained on / its site's speed: the FLOPs a worker counts
     for the driver's plan are the model's."""
-    from raysim.config import parse_config
+    from raysim.configuration.experiment import parse_config
     from raysim.models import build_model
     from raysim.models.costs import forward_flops
     from raysim.preparation import prepare
@@ -611,7 +611,7 @@ def test_a_fedbuff_run_survives_a_killed_driver_or_worker_with_the_same_numbers(
     state keeps those versions, and the run ends with the numbers of an undisturbed one."""
     from test_resilience import _run_and_kill, _same_metrics
 
-    from raysim.config import parse_config
+    from raysim.configuration.experiment import parse_config
     from raysim.engine.runner import run_experiment
     from raysim.results import load
 

@@ -231,16 +231,16 @@ def test_costs_writes_its_table_as_csv(tmp_path):
     from conftest import quickstart_raw
 
     from raysim.cli import main
+    from raysim.configuration.schema import DatasetConfig
     from raysim.data import load_dataset
     from raysim.models import build_model
-    from raysim.schema import DatasetConfig
 
     raw = quickstart_raw(seeds=[0])
     config = tmp_path / "c.yaml"
     config.write_text(yaml.safe_dump(raw))
     assert main(["costs", str(config), "--csv", str(tmp_path / "costs.csv")]) == 0
     table = pd.read_csv(tmp_path / "costs.csv")
-    from raysim.config import parse_config
+    from raysim.configuration.experiment import parse_config
 
     info = load_dataset(DatasetConfig(name=raw["dataset"]["name"])).info
     model = build_model(parse_config(raw).model, info)

@@ -8,7 +8,7 @@ import pandas as pd
 import pytest
 from conftest import quickstart_raw
 
-from raysim.config import parse_config
+from raysim.configuration.experiment import parse_config
 from raysim.data.partition import Partition
 from raysim.engine.runner import run_experiment
 from raysim.errors import ConfigError, RaysimError

@@ -33,10 +33,10 @@ import torch
 import torch.nn.functional as F
 from workloads import Workload
 
-from raysim.config import parse_config
+from raysim.configuration.experiment import parse_config
+from raysim.configuration.schema import DatasetConfig
 from raysim.data import load_dataset, to_tensor
 from raysim.models import MODELS, build_model
-from raysim.schema import DatasetConfig
 
 Rate = Callable[[Workload, dict, int, torch.device], float]
 

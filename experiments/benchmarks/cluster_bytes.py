@@ -36,10 +36,10 @@ from pathlib import Path
 import pandas as pd
 from harness import bench_config, record_path, workload_dataset
 
-from raysim.cluster_projection import node_roots
-from raysim.config import parse_config
+from raysim.configuration.experiment import parse_config
 from raysim.data import load_dataset
 from raysim.engine.runner import run_experiment
+from raysim.estimator.cluster_projection import node_roots
 from raysim.models import build_model
 from raysim.results import load
 

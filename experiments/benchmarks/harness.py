@@ -24,7 +24,7 @@ import numpy as np
 import yaml
 from workloads import WORKLOADS, dataset_section, raysim_config
 
-from raysim.config import parse_config
+from raysim.configuration.experiment import parse_config
 from raysim.data.dataset import to_tensor
 from raysim.data.generated import write_medmnist_npz
 from raysim.preparation import prepare

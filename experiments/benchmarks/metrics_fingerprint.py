@@ -39,7 +39,7 @@ import pandas as pd
 from algorithm_configs import contract_raw
 
 from raysim.algorithms import ALGORITHMS
-from raysim.config import parse_config
+from raysim.configuration.experiment import parse_config
 from raysim.data.generated import write_medmnist_npz
 from raysim.engine.runner import run_experiment
 from raysim.results import load

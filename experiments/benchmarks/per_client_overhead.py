@@ -51,7 +51,7 @@ from harness import workload_dataset
 from workloads import raysim_config
 
 from raysim.algorithms import ALGORITHMS
-from raysim.config import parse_config
+from raysim.configuration.experiment import parse_config
 from raysim.data.generated import write_medmnist_npz
 from raysim.preparation import initial_weights, prepare, run_context
 from raysim.rounds.placement import client_groups

@@ -27,7 +27,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from raysim.config import load_config
+from raysim.configuration.experiment import load_config
 from raysim.data import load_dataset, make_partition, to_tensor
 from raysim.engine.runner import run_experiment
 from raysim.models import build_model

@@ -53,7 +53,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from workloads import raysim_config
 
-from raysim.config import parse_config
+from raysim.configuration.experiment import parse_config
 from raysim.engine.runner import run_experiment
 from raysim.preparation import initial_weights, prepare, run_context
 from raysim.results import load

@@ -13,7 +13,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
-from raysim.config import load_experiments
+from raysim.configuration.experiment import load_experiments
 from raysim.data import load_dataset, make_partition
 from raysim.data.site_shift import apply_site_shift
 

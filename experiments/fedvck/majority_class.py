@@ -13,8 +13,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from raysim.configuration.schema import DatasetConfig
 from raysim.data import load_dataset
-from raysim.schema import DatasetConfig
 from raysim.training.evaluation import classification_metrics
 
 OUTPUT = Path(__file__).resolve().parents[2] / "docs" / "results" / "fedvck" / "majority_class.csv"

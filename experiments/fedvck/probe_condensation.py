@@ -22,10 +22,10 @@ from raysim.algorithms.base import RunContext
 from raysim.algorithms.fedvck import FedVCK, FedVCKParams
 from raysim.condensation.augment import OPERATIONS
 from raysim.condensation.synthetic import ServerTraining, train_on_synthetic
+from raysim.configuration.schema import DatasetConfig, TrainingConfig
 from raysim.data import load_dataset
 from raysim.models import build_model
 from raysim.models.convnet import ConvNetParams
-from raysim.schema import DatasetConfig, TrainingConfig
 from raysim.training.context import ClientData
 from raysim.training.evaluation import classification_metrics, predict_proba
 from raysim.training.runtime import ClientRuntime

@@ -25,7 +25,7 @@ import torch
 
 @functools.cache
 def _experiment() -> Any:
-    from raysim.config import load_experiments
+    from raysim.configuration.experiment import load_experiments
 
     variant = os.environ["FIDELITY_VARIANT"]
     experiments = load_experiments(os.environ["FIDELITY_CONFIG"])

@@ -156,7 +156,7 @@ def main() -> int:
     args.config, args.data_root = args.config.resolve(), args.data_root.resolve()
     args.out = args.out.resolve()
 
-    from raysim.config import load_experiments
+    from raysim.configuration.experiment import load_experiments
 
     experiments = load_experiments(args.config)
     variants = list(experiments)

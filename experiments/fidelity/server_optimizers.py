@@ -28,8 +28,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from raysim.configuration.schema import ServerOptimizerConfig
 from raysim.layers.server_optimizer import ServerMoments, server_step
-from raysim.schema import ServerOptimizerConfig
 from raysim.vectors.weights import FlatWeights
 
 HERE = Path(__file__).resolve().parent

@@ -17,11 +17,11 @@ import argparse
 
 import torch
 
+from raysim.configuration.schema import DatasetConfig
 from raysim.data import load_dataset, to_tensor
 from raysim.models import MODELS, build_model
 from raysim.models.messenger import InformationExchange, Messenger
 from raysim.models.messenger_probes import probe_transmitter
-from raysim.schema import DatasetConfig
 
 DESIGNS = [  # (tokens, messenger input size, LayerNorm on tokens)
     ("channel", None, False), ("spatial", None, False), ("channel", 112, False),

@@ -24,7 +24,7 @@ import numpy as np
 
 from raysim.algorithms.base import Algorithm, ClientResult, register_algorithm
 from raysim.algorithms.supports import Supports
-from raysim.schema import StrictModel
+from raysim.configuration.schema import StrictModel
 from raysim.vectors.weighted_sum import WeightedSum
 from raysim.vectors.weights import Weights
 

@@ -28,10 +28,10 @@ from torch import nn
 from raysim.algorithms.base import ClientResult, register_algorithm
 from raysim.algorithms.fedavg import FedAvg
 from raysim.algorithms.supports import Supports
+from raysim.configuration.schema import DatasetConfig, StrictModel
 from raysim.data.dataset import ArrayDataset, DataInfo
 from raysim.data.registry import arrays_dataset, register_dataset
 from raysim.models.registry import register_model
-from raysim.schema import DatasetConfig, StrictModel
 from raysim.vectors.weights import Weights
 
 

@@ -44,8 +44,8 @@ from torch import nn
 
 from raysim.algorithms.params import ALGORITHM_PARAMS, PLUGIN_ALGORITHM_PARAMS
 from raysim.algorithms.supports import Supports
+from raysim.configuration.schema import StrictModel
 from raysim.errors import ConfigError
-from raysim.schema import StrictModel
 from raysim.training.context import RunContext
 from raysim.training.evaluation import predict_proba
 from raysim.training.membership import loss_attack_scores

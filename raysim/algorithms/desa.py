@@ -41,10 +41,10 @@ from raysim.algorithms.params import DESAParams
 from raysim.algorithms.supports import Supports
 from raysim.condensation.matching import MatchingSettings, RealData, condense, split_by_class
 from raysim.condensation.synthetic import noise_images
+from raysim.configuration.schema import StrictModel
 from raysim.errors import ConfigError
 from raysim.models import build_model
 from raysim.models.registry import embedding_parts, require_embedding
-from raysim.schema import StrictModel
 from raysim.seeding import numpy_rng, torch_generator
 from raysim.training.client_fit import BatchLoss, fit_client
 from raysim.vectors.weights import Weights, get_weights, set_weights

@@ -55,10 +55,10 @@ from raysim.algorithms.base import Algorithm, ClientResult, register_algorithm
 from raysim.algorithms.fedgen import label_weights
 from raysim.algorithms.params import DFRDParams
 from raysim.algorithms.supports import Supports
+from raysim.configuration.schema import StrictModel
 from raysim.models import build_model
 from raysim.models.conditional_gan import ConditionalGenerator
 from raysim.models.feature_generator import diversity_loss
-from raysim.schema import StrictModel
 from raysim.seeding import torch_generator
 from raysim.state_codec import persistable
 from raysim.training.memory_format import place

@@ -17,7 +17,7 @@ from raysim.algorithms.base import ClientResult, register_algorithm
 from raysim.algorithms.fedavg import FedAvg
 from raysim.algorithms.params import DittoParams
 from raysim.algorithms.supports import Supports
-from raysim.schema import StrictModel
+from raysim.configuration.schema import StrictModel
 from raysim.vectors.weights import Weights
 
 if TYPE_CHECKING:

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from raysim.algorithms.base import Algorithm, ClientResult, ParamsT, register_algorithm
 from raysim.algorithms.params import FedAvgParams
 from raysim.algorithms.supports import Supports
-from raysim.schema import StrictModel
+from raysim.configuration.schema import StrictModel
 from raysim.vectors.weighted_sum import WeightedSum, weighted_mean
 from raysim.vectors.weights import Weights
 

@@ -31,12 +31,12 @@ import torch.nn.functional as F
 from raysim.algorithms.base import Algorithm, ClientResult, register_algorithm
 from raysim.algorithms.params import FedGANParams
 from raysim.algorithms.supports import Supports
+from raysim.configuration.schema import StrictModel
 from raysim.models.conditional_gan import (
     ConditionalGenerator,
     ProjectionDiscriminator,
     pixel_scale,
 )
-from raysim.schema import StrictModel
 from raysim.seeding import torch_generator
 from raysim.training.adversarial import AdversarialSettings, train_gan
 from raysim.training.client_fit import BatchLoss, fit_client

@@ -44,10 +44,10 @@ import torch.nn.functional as F
 from raysim.algorithms.base import Algorithm, ClientResult, RunContext, register_algorithm
 from raysim.algorithms.params import FedGenParams
 from raysim.algorithms.supports import Supports
+from raysim.configuration.schema import StrictModel
 from raysim.models import build_model
 from raysim.models.feature_generator import FeatureGenerator, diversity_loss
 from raysim.models.registry import embedding_parts, require_embedding
-from raysim.schema import StrictModel
 from raysim.seeding import torch_generator
 from raysim.state_codec import persistable
 from raysim.training.client_fit import BatchLoss, fit_client

@@ -35,7 +35,7 @@ import torch.nn.functional as F
 from raysim.algorithms.base import Algorithm, ClientResult, register_algorithm
 from raysim.algorithms.params import FedMixParams
 from raysim.algorithms.supports import Supports
-from raysim.schema import StrictModel
+from raysim.configuration.schema import StrictModel
 from raysim.seeding import torch_generator
 from raysim.state_codec import persistable
 from raysim.training.client_fit import BatchLoss, fit_client

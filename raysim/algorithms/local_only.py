@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from raysim.algorithms.base import Algorithm, ClientResult, register_algorithm
 from raysim.algorithms.params import CentralizedParams, LocalOnlyParams
 from raysim.algorithms.supports import Supports
-from raysim.schema import StrictModel
+from raysim.configuration.schema import StrictModel
 from raysim.vectors.weights import Weights
 
 if TYPE_CHECKING:

@@ -34,9 +34,9 @@ import torch.nn.functional as F
 from raysim.algorithms.base import ClientResult, RunContext, register_algorithm
 from raysim.algorithms.fedavg import FedAvg
 from raysim.algorithms.params import MOONParams
+from raysim.configuration.schema import StrictModel
 from raysim.models import build_model
 from raysim.models.registry import embedding_parts, require_embedding
-from raysim.schema import StrictModel
 from raysim.training.client_fit import BatchLoss, fit_client
 from raysim.training.losses import loss_function, training_loss
 from raysim.vectors.weights import Weights, set_weights

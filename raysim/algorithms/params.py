@@ -9,7 +9,7 @@ from typing import Any, Literal
 from pydantic import Field, model_validator
 
 from raysim.condensation.operations import OPERATIONS, Operation
-from raysim.schema import StrictModel
+from raysim.configuration.schema import StrictModel
 
 
 class CentralizedParams(StrictModel):

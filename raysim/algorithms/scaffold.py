@@ -21,7 +21,7 @@ import torch
 from raysim.algorithms.base import Algorithm, ClientResult, register_algorithm
 from raysim.algorithms.params import ScaffoldParams
 from raysim.algorithms.supports import Supports
-from raysim.schema import StrictModel
+from raysim.configuration.schema import StrictModel
 from raysim.state_codec import persistable
 from raysim.training.losses import loss_function, training_loss
 from raysim.vectors.weighted_sum import WeightedSum, mean_partial, merge_partials

@@ -6,12 +6,12 @@ from dataclasses import replace
 
 import numpy as np
 
+from raysim.configuration.schema import DatasetConfig
 from raysim.data.builtin import BUILTIN_DATASETS, load_builtin
 from raysim.data.dataset import ArrayDataset, DataInfo, to_tensor
 from raysim.data.medmnist_io import load_medmnist
 from raysim.data.partition import Partition, label_keys, make_partition
 from raysim.data.registry import DATASETS, load_path
-from raysim.schema import DatasetConfig
 from raysim.seeding import numpy_rng
 
 __all__ = ["ArrayDataset", "DataInfo", "Partition", "load_dataset", "make_partition", "to_tensor"]

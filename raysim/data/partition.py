@@ -13,8 +13,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from raysim.configuration.schema import PartitionConfig
 from raysim.errors import ConfigError
-from raysim.schema import PartitionConfig
 from raysim.seeding import numpy_rng
 
 if TYPE_CHECKING:

@@ -23,9 +23,9 @@ from pathlib import Path
 
 import numpy as np
 
+from raysim.configuration.schema import DatasetConfig
 from raysim.data.dataset import ArrayDataset, DataInfo, Task
 from raysim.errors import ConfigError
-from raysim.schema import DatasetConfig
 
 Loader = Callable[[DatasetConfig, "str | None"], ArrayDataset]
 

@@ -13,10 +13,10 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
+from raysim.configuration.schema import SiteShiftConfig
 from raysim.data.dataset import ArrayDataset
 from raysim.data.partition import Partition
 from raysim.errors import ConfigError
-from raysim.schema import SiteShiftConfig
 from raysim.seeding import numpy_rng
 
 

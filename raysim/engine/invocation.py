@@ -23,7 +23,7 @@ from raysim.engine.launch.warm_cluster import running_cluster, start_cluster, st
 from raysim.errors import RaysimError
 
 if TYPE_CHECKING:
-    from raysim.config import ExperimentConfig
+    from raysim.configuration.experiment import ExperimentConfig
     from raysim.engine.runner import RunOutcome
 
 __all__ = ["Invocation", "Invoked", "concurrent_runs", "invoke", "latest_run_root", "ray_for",

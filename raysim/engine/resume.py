@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from raysim.config import ExperimentConfig, validated_config
+from raysim.configuration.experiment import ExperimentConfig, validated_config
 from raysim.errors import ConfigError
 from raysim.results.load import load
 from raysim.results.manifest import INVOCATION, MANIFEST, read_manifest

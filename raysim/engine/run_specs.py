@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from raysim.algorithms import ALGORITHMS
-from raysim.config import ExperimentConfig
+from raysim.configuration.experiment import ExperimentConfig
 from raysim.data import ArrayDataset, Partition
 from raysim.engine.pool.run_actors import uses_gpus
 from raysim.engine.run.driver import RunSpec

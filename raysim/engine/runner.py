@@ -13,7 +13,7 @@ from typing import Any
 import ray
 
 from raysim.algorithms import ALGORITHMS
-from raysim.config import ExperimentConfig
+from raysim.configuration.experiment import ExperimentConfig
 from raysim.data import ArrayDataset, Partition
 from raysim.engine.follow import follow
 from raysim.engine.interrupt import STOP

@@ -7,7 +7,7 @@ The features and their order are :data:`raysim.layers.registry.FEATURES`: client
 (:mod:`.client_dp`), the server optimizer (:mod:`.server_optimizer`), the simulated clock
 (:mod:`.simulated_clock`) and update compression (:mod:`.compression`). A new feature is a
 module (:class:`~raysim.layers.feature.FeatureModule`: its check, settings and parts), its
-section in :mod:`raysim.schema` and one line in that registry.
+section in :mod:`raysim.configuration.schema` and one line in that registry.
 """
 
 from __future__ import annotations
@@ -26,8 +26,8 @@ from raysim.rounds.round_loop import LoopProgress, RoundLoop
 if TYPE_CHECKING:
     from raysim.algorithms.base import Algorithm
     from raysim.algorithms.contract import RunAlgorithm
+    from raysim.configuration.schema import StrictModel
     from raysim.rounds.round_loop import RoundCallback, Sampler, Sink, Workers
-    from raysim.schema import StrictModel
     from raysim.training.context import RunContext
 
 

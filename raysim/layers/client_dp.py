@@ -11,12 +11,12 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from raysim.configuration.schema import PrivacyConfig
 from raysim.errors import ConfigError
 from raysim.layers.dp_mean import PrivateMean
 from raysim.layers.feature import Feature, RunSettings, algorithms_with
 from raysim.privacy.sampling import poisson_sample
 from raysim.rounds.round_loop import RoundCallback, RoundLoop, RoundOutcome
-from raysim.schema import PrivacyConfig
 
 if TYPE_CHECKING:
     from raysim.algorithms.contract import RunAlgorithm

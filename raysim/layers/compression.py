@@ -31,10 +31,10 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from raysim.configuration.schema import CompressionConfig
 from raysim.errors import ConfigError
 from raysim.layers.feature import Feature, RunSettings, algorithms_with
 from raysim.layers.wrapped import Wrapped
-from raysim.schema import CompressionConfig
 from raysim.state_codec import persistable
 from raysim.vectors.weights import is_flat_dtype
 

@@ -2,7 +2,7 @@
 clock, update compression) adds to it, in one module per feature.
 
 A feature module (:class:`FeatureModule`) names its config section (``SECTION``; the
-section's schema is in :mod:`raysim.schema`), checks a config against its method
+section's schema is in :mod:`raysim.configuration.schema`), checks a config against its method
 (``check``), resolves its settings once before the run (``settings``: they travel to the
 workers in the run's context, ``context.features[SECTION]``) and makes its parts of a run
 from them (``feature``: a :class:`Feature`). :mod:`raysim.layers.registry` lists the
@@ -19,16 +19,16 @@ from typing import TYPE_CHECKING, Any, Protocol
 if TYPE_CHECKING:
     from raysim.algorithms.base import Algorithm
     from raysim.algorithms.contract import RunAlgorithm
+    from raysim.configuration.schema import PartitionConfig, StrictModel, TrainingConfig
     from raysim.data.partition import Partition
     from raysim.rounds.round_loop import RoundCallback, Sampler
-    from raysim.schema import PartitionConfig, StrictModel, TrainingConfig
     from raysim.training.context import RunContext
     from raysim.vectors.weights import Weights
 
 
 class RunSettings(Protocol):
     """The parts of an experiment's config that the features' checks and settings read (an
-    :class:`~raysim.config.ExperimentConfig`); a feature's own section by its name."""
+    :class:`~raysim.configuration.experiment.ExperimentConfig`); a feature's own section by its name."""
 
     @property
     def algorithm(self) -> StrictModel: ...

@@ -2,7 +2,7 @@
 and its module (:class:`~raysim.layers.feature.FeatureModule`), innermost layer first.
 
 Light on purpose: the experiment config takes its feature sections from here
-(:mod:`raysim.config`) without importing torch; :mod:`raysim.layers.assembly` imports the
+(:mod:`raysim.configuration.experiment`) without importing torch; :mod:`raysim.layers.assembly` imports the
 modules when a run is put together."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import importlib
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, cast
 
-from raysim.schema import (
+from raysim.configuration.schema import (
     CompressionConfig,
     PrivacyConfig,
     ServerOptimizerConfig,

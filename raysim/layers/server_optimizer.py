@@ -2,7 +2,7 @@
 Algorithm 2): the wrapped algorithm produces the round's mean model (a plain weighted mean, a
 private mean under DP, a buffered mean under FedBuff) and this layer moves the global model
 along the pseudo-gradient D = mean - global by SGD with momentum (FedAvgM), Adagrad, Adam or
-Yogi (:class:`~raysim.schema.ServerOptimizerConfig`).
+Yogi (:class:`~raysim.configuration.schema.ServerOptimizerConfig`).
 
 The optimizer steps the model's trainable parameters; every other entry (BatchNorm's running
 means and variances, its step counters) takes the round's mean, since an adaptive step moves an
@@ -31,10 +31,10 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
+from raysim.configuration.schema import ServerOptimizerConfig, SystemConfig
 from raysim.errors import ConfigError
 from raysim.layers.feature import Feature, RunSettings, algorithms_with
 from raysim.layers.wrapped import Wrapped
-from raysim.schema import ServerOptimizerConfig, SystemConfig
 from raysim.state_codec import persistable
 from raysim.vectors.weights import (
     FlatWeights,

@@ -13,11 +13,11 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from raysim.configuration.schema import SystemConfig
 from raysim.errors import ConfigError
 from raysim.layers.feature import Feature, RunSettings, RunStart, algorithms_with
 from raysim.layers.fedbuff import FedBuff
 from raysim.rounds.round_loop import RoundCallback, RoundLoop, RoundOutcome
-from raysim.schema import SystemConfig
 from raysim.system.plan import architecture_flops
 from raysim.system.planning import ClockSettings, PlanInBackground
 from raysim.system.records import ClockRecords

@@ -12,9 +12,9 @@ import torch
 from torch import nn
 from torch.utils.flop_counter import FlopCounterMode
 
+from raysim.configuration.schema import StrictModel
 from raysim.data.dataset import DataInfo
 from raysim.models import build_model
-from raysim.schema import StrictModel
 
 
 def parameter_count(module: nn.Module) -> int:

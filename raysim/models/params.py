@@ -8,7 +8,7 @@ from typing import Annotated, Literal
 
 from pydantic import Field, create_model
 
-from raysim.schema import StrictModel
+from raysim.configuration.schema import StrictModel
 
 
 class SimpleCNNParams(StrictModel):

@@ -8,10 +8,10 @@ from typing import Protocol, runtime_checkable
 
 from torch import Tensor, nn
 
+from raysim.configuration.schema import StrictModel
 from raysim.data.dataset import DataInfo
 from raysim.errors import ConfigError, field_error
 from raysim.models.params import MODEL_PARAMS, PLUGIN_MODEL_PARAMS
-from raysim.schema import StrictModel
 
 
 @dataclass(frozen=True)

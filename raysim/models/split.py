@@ -8,10 +8,10 @@ from collections.abc import Callable
 
 from torch import Tensor, nn
 
+from raysim.configuration.schema import StrictModel
 from raysim.data.dataset import DataInfo
 from raysim.models.params import ZOO_PARAMS
 from raysim.models.registry import register_model, require_planar
-from raysim.schema import StrictModel
 
 
 class SplitModel(nn.Module):

@@ -7,9 +7,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from raysim.configuration.schema import PrivacyConfig
 from raysim.errors import ConfigError
 from raysim.privacy.accountant import ACCOUNTANTS, calibrate, default_delta, epsilon
-from raysim.schema import PrivacyConfig
 
 
 @dataclass(frozen=True)

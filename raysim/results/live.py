@@ -17,8 +17,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from raysim.configuration.schema import LoggingConfig
 from raysim.errors import ConfigError
-from raysim.schema import LoggingConfig
 
 
 def check_available(logging: LoggingConfig) -> None:

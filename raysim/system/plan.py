@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from raysim.schema import SystemConfig
+from raysim.configuration.schema import SystemConfig
 from raysim.system.clock import RoundPlan, Workload, synchronous_plan
 from raysim.system.fedbuff_clock import fedbuff_plan
 from raysim.system.profiles import SiteProfile, site_profiles

@@ -9,8 +9,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from raysim.configuration.schema import SystemConfig
 from raysim.data import Partition
-from raysim.schema import SystemConfig
 from raysim.system.clock import Workload
 from raysim.system.plan import ArchitectureKey, SystemPlan, client_work, system_plan
 from raysim.system.profiles import SiteProfile, site_profiles

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import numpy as np
 
+from raysim.configuration.schema import AvailabilityConfig, SystemConfig
 from raysim.errors import ConfigError
-from raysim.schema import AvailabilityConfig, SystemConfig
 from raysim.seeding import numpy_rng
 
 HOUR = 3600.0

@@ -9,9 +9,9 @@ from typing import Any
 
 import numpy as np
 
+from raysim.configuration.schema import StrictModel, TrainingConfig
 from raysim.data.dataset import DataInfo
 from raysim.privacy.settings import DpSettings
-from raysim.schema import StrictModel, TrainingConfig
 from raysim.vectors.weights import Weights
 
 

@@ -25,7 +25,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from raysim.schema import OptimizerConfig
+from raysim.configuration.schema import OptimizerConfig
 from raysim.vectors.weights import (
     FlatWeights,
     bind_vector,

@@ -25,7 +25,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from raysim.schema import OptimizerConfig
+from raysim.configuration.schema import OptimizerConfig
 from raysim.training.vectorized import train_vectorized
 from raysim.vectors.weights import FlatWeights, Proximal, Weights
 

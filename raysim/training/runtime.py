@@ -12,9 +12,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from raysim.configuration.schema import OptimizerConfig, StrictModel
 from raysim.data.dataset import DataInfo, to_tensor
 from raysim.models import build_model
-from raysim.schema import OptimizerConfig, StrictModel
 from raysim.seeding import client_keys, seed_sequence, torch_generator
 from raysim.training.compiled_step import likely_counts, warm_shapes
 from raysim.training.context import ClientData, RunContext

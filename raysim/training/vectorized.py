@@ -16,7 +16,7 @@ import torch
 from torch import nn
 from torch.func import functional_call, grad_and_value, vmap
 
-from raysim.schema import OptimizerConfig
+from raysim.configuration.schema import OptimizerConfig
 from raysim.training.compiled_step import StepFunction, compiled_step, padded_count
 from raysim.training.losses import loss_function
 from raysim.vectors.weights import (

@@ -23,7 +23,7 @@ from typing import Any
 
 import ray
 
-from raysim.config import ExperimentConfig
+from raysim.configuration.experiment import ExperimentConfig
 from raysim.engine.launch.cluster_probe import accepts_connections, gcs_answers, probe_hint
 from raysim.engine.launch.cpu_slots import CpuSlots
 from raysim.engine.launch.parallel_runs import processes_at_start

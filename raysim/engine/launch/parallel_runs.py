@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Sequence
 
-from raysim.config import ExperimentConfig
+from raysim.configuration.experiment import ExperimentConfig
 
 
 def runs_at_once(configs: Iterable[ExperimentConfig], cpus: float, gpus: float = 0.0) -> int:

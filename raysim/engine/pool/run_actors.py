@@ -19,7 +19,7 @@ from typing import Any
 import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-from raysim.config import ExperimentConfig
+from raysim.configuration.experiment import ExperimentConfig
 from raysim.engine.launch.parallel_runs import runs_at_once
 from raysim.engine.pool.seed_groups import RunKey, SeedGroup, plan_seed_groups
 from raysim.engine.pool.shared_actors import POOL, WorkerShape

@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from raysim.config import ExperimentConfig
+from raysim.configuration.experiment import ExperimentConfig
 from raysim.engine.pool.worker_host import MAX_RUNS_PER_HOST
 
 RunKey = tuple[str, int]

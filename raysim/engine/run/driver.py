@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 import ray
 
+from raysim.configuration.schema import EngineConfig, EvaluationConfig, LoggingConfig
 from raysim.engine.launch.ray_internals import unreserved_cpus
 from raysim.engine.run import driver_turns as turns
 from raysim.engine.run.cluster_links import worker_order, worker_spans
@@ -59,7 +60,6 @@ from raysim.rounds.round_loop import (
     RoundCallback,
     RoundLoop,
 )
-from raysim.schema import EngineConfig, EvaluationConfig, LoggingConfig
 from raysim.vectors import blocked_sum
 
 _RESTART_TIMEOUT = 300.0  # seconds to wait for Ray to restart a dead worker

@@ -11,10 +11,10 @@ import numpy as np
 import ray
 
 from raysim.algorithms.contract import RunAlgorithm
+from raysim.configuration.schema import EvaluationConfig
 from raysim.engine.run import driver_turns as turns
 from raysim.results.sink import ParquetSink
 from raysim.rounds.round_loop import Evaluation
-from raysim.schema import EvaluationConfig
 from raysim.training.evaluation import (
     METRICS,
     classification_metrics,

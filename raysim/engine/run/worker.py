@@ -16,6 +16,7 @@ import torch
 from torch import nn
 
 from raysim.algorithms.base import Algorithm, RunContext
+from raysim.configuration.schema import StrictModel
 from raysim.data.partition import Partition
 from raysim.engine.run.cluster_links import PartialSize, partial_size, serialized_bytes
 from raysim.engine.run.gpu_share import cap_gpu_memory, gpu_memory_errors
@@ -23,7 +24,6 @@ from raysim.layers.assembly import compose
 from raysim.rounds.client_work import ClientWork
 from raysim.rounds.process_memory import freeze_imported_objects, keep_freed_memory
 from raysim.rounds.round_loop import RoundReply
-from raysim.schema import StrictModel
 from raysim.training.context import ClientData
 from raysim.training.evaluation import classification_metrics, predict_proba
 from raysim.training.membership import audit_sets, membership_auc

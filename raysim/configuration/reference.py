@@ -1,7 +1,7 @@
 """The experiment-config reference of docs/configuration.md, rendered from the schema itself (defaults,
 allowed values, descriptions), so that a config written from it gets the values its reader
 expects. ``tests/test_config_reference.py`` fails when the page's block drifts from this
-rendering; ``python -m raysim.config_reference docs/configuration.md`` rewrites the block."""
+rendering; ``python -m raysim.configuration.reference docs/configuration.md`` rewrites the block."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ import yaml
 from pydantic import BaseModel
 from pydantic.fields import FieldInfo
 
-from raysim.config import ExperimentConfig
+from raysim.configuration.experiment import ExperimentConfig
 
 START, END = "<!-- config-reference: start -->", "<!-- config-reference: end -->"
 COMMENT_COLUMN = 33

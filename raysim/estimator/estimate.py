@@ -23,7 +23,7 @@ Three slices make a paper-scale config measurable on a small machine:
   layout (official split sizes, channels, classes, size; ``write_stand_in``): what a round
   costs does not depend on the pixel values.
 
-- ``extrapolation`` (:mod:`raysim.extrapolation`): a variant with the given numeric key is
+- ``extrapolation`` (:mod:`raysim.estimator.extrapolation`): a variant with the given numeric key is
   probed at two small values of it and its seconds are extended along the line through the
   two to the config's own value (FedVCK's condensation iterations, the training samples).
 
@@ -53,11 +53,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from raysim.cluster_projection import ProbeTraffic
-from raysim.config import ExperimentConfig
+from raysim.configuration.experiment import ExperimentConfig
+from raysim.configuration.schema import DatasetConfig
 from raysim.engine.progress import duration_text
-from raysim.extrapolation import DATA_SLICE, Extrapolation
-from raysim.schema import DatasetConfig
+from raysim.estimator.cluster_projection import ProbeTraffic
+from raysim.estimator.extrapolation import DATA_SLICE, Extrapolation
 
 
 @dataclass(frozen=True)
@@ -86,7 +86,7 @@ class Probe:
     """What its rounds handed off, for a projection on a cluster."""
     extrapolated: str | None = None
     """What the two probes of an ``--extrapolate`` measured, where the seconds were extended
-    from them (:mod:`raysim.extrapolation`)."""
+    from them (:mod:`raysim.estimator.extrapolation`)."""
     phases: str | None = None
     """What the probe measured of each kind of round, where the method's last rounds differ in
     kind (:meth:`raysim.algorithms.base.Algorithm.tail_phase`) and ``round_s`` is their mean
@@ -379,7 +379,7 @@ def tail_phase(config: ExperimentConfig) -> tuple[str, int] | None:
 def phased(config: ExperimentConfig, key: str, rounds: int) -> ExperimentConfig:
     """``config`` with ``rounds`` rounds of each kind: ``2 * rounds`` rounds whose last
     ``rounds`` are the tail phase (``key``), set as ``--set`` would set them."""
-    from raysim.config import with_overrides
+    from raysim.configuration.experiment import with_overrides
 
     return with_overrides(config, [f"training.rounds={2 * rounds}", f"{key}={rounds}"])
 

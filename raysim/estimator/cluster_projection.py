@@ -44,7 +44,7 @@ from raysim.vectors.reduction_tree import aligned_spans
 if TYPE_CHECKING:
     import pandas as pd
 
-    from raysim.config import ExperimentConfig
+    from raysim.configuration.experiment import ExperimentConfig
 
 INLINE_BYTES = 100 * 1024
 """Ray sends a task's arguments below this size inline, in every task."""

@@ -10,7 +10,7 @@ from typing import Any
 
 import yaml
 
-from raysim.config import ExperimentConfig, load_experiments
+from raysim.configuration.experiment import ExperimentConfig, load_experiments
 from raysim.errors import ConfigError
 
 

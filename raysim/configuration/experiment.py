@@ -14,11 +14,7 @@ import yaml
 from pydantic import BaseModel, Field, ValidationError, create_model, model_validator
 
 from raysim.algorithms.params import ALGORITHM_PARAMS, algorithm_params
-from raysim.errors import ConfigError
-from raysim.layers.registry import FEATURES
-from raysim.models.params import MODEL_PARAMS, model_params
-from raysim.plugins import load_plugins
-from raysim.schema import (
+from raysim.configuration.schema import (
     DatasetConfig,
     EngineConfig,
     EvaluationConfig,
@@ -27,6 +23,10 @@ from raysim.schema import (
     StrictModel,
     TrainingConfig,
 )
+from raysim.errors import ConfigError
+from raysim.layers.registry import FEATURES
+from raysim.models.params import MODEL_PARAMS, model_params
+from raysim.plugins import load_plugins
 from raysim.seeding import numpy_rng
 
 if TYPE_CHECKING:  # the unions are built from the registries at run time

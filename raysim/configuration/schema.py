@@ -1,7 +1,7 @@
 """Typed configuration sections shared by every layer (frozen pydantic models).
 
 Model- and algorithm-specific hyperparameters live next to their implementation and register
-themselves; :mod:`raysim.config` assembles the whole experiment configuration.
+themselves; :mod:`raysim.configuration.experiment` assembles the whole experiment configuration.
 """
 
 from __future__ import annotations

@@ -13,7 +13,7 @@ two noisy points can slope the wrong way; the extension is then held at the larg
 measurements, never below what was measured.
 
 ``dataset.train_subset`` is the data slice: where the config leaves it unset (the whole
-training split), its own value is the split's size (:func:`raysim.estimate.own_value`).
+training split), its own value is the split's size (:func:`raysim.estimator.estimate.own_value`).
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from pydantic import BaseModel
 from raysim.errors import RaysimError
 
 if TYPE_CHECKING:
-    from raysim.config import ExperimentConfig
+    from raysim.configuration.experiment import ExperimentConfig
 
 DATA_SLICE = "dataset.train_subset"
 
@@ -69,7 +69,7 @@ class Extrapolation:
     def at(self, config: ExperimentConfig, value: float) -> ExperimentConfig:
         """``config`` with the key set to ``value``, as ``--set KEY=VALUE`` would set it (and
         validated as that would be)."""
-        from raysim.config import with_overrides
+        from raysim.configuration.experiment import with_overrides
 
         text = str(int(value)) if float(value).is_integer() else repr(float(value))
         return with_overrides(config, [f"{self.key}={text}"])
