@@ -29,7 +29,7 @@ EXPERIMENTS = PACKAGE.parent / "experiments"
 
 LAYERS = {  # higher imports lower or equal, never the other way
     "experiments": 18,
-    "cli": 17, "__main__": 17,
+    "cli": 17, "cli_parser": 17, "__main__": 17,
     "configuration.sweep": 16, "estimator": 16, "api": 16,
     "engine": 15,
     "engine.pool": 14,

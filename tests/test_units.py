@@ -190,7 +190,7 @@ def test_curve_labels_drop_run_timestamps_and_repeat_no_algorithm():
 
 
 def test_every_cli_argument_has_help():
-    from raysim.cli import _parser
+    from raysim.cli_parser import parser as _parser
 
     parser = _parser()
     commands = next(a for a in parser._actions if a.dest == "command").choices
