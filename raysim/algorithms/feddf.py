@@ -49,8 +49,8 @@ from raysim.errors import field_error
 from raysim.models import build_model
 from raysim.privacy.uploads import privatize_uploads
 from raysim.seeding import torch_generator
+from raysim.training.client_rows import downsample_images
 from raysim.training.memory_format import place
-from raysim.training.runtime import downsample_images
 from raysim.vectors.weighted_sum import mean_partial, weighted_mean
 from raysim.vectors.weights import Weights, get_weights, set_weights
 

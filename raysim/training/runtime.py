@@ -9,20 +9,18 @@ from typing import Any, cast
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 from torch import nn
 
-from raysim.configuration.schema import OptimizerConfig, StrictModel
-from raysim.data.dataset import DataInfo, to_tensor
-from raysim.models import build_model
-from raysim.seeding import client_keys, seed_sequence, torch_generator
+from raysim.configuration.schema import OptimizerConfig
+from raysim.data.dataset import DataInfo
+from raysim.seeding import client_keys, seed_sequence
+from raysim.training.client_models import ClientModels
+from raysim.training.client_rows import ClientRows
 from raysim.training.compiled_step import likely_counts, warm_shapes
 from raysim.training.context import ClientData, RunContext
 from raysim.training.first_step import FirstStepFromStart
 from raysim.training.losses import loss_function, training_loss
-from raysim.training.memory_format import M, place
 from raysim.training.merged_training import JobResult, VectorizedJob, train_jobs
-from raysim.training.resident_data import ResidentData
 from raysim.training.vectorized import (
     LOOP,
     VECTORIZED,
@@ -35,7 +33,6 @@ from raysim.vectors.weights import (
     Proximal,
     Weights,
     convert_once,
-    get_weights,
     on_device,
     release_state,
     set_weights,
@@ -146,11 +143,6 @@ def batch_plans(num_samples: int, batch_size: int, epochs: int | None, steps: in
     return [orders[:, epoch, start:stop] for epoch, (start, stop) in schedule]
 
 
-def downsample_images(x: torch.Tensor, factor: int) -> torch.Tensor:
-    """Images average-pooled by ``factor`` (``clients.downsample``; 1: unchanged)."""
-    return F.avg_pool2d(x, factor, ceil_mode=True) if factor > 1 else x
-
-
 def rng_seed(seed: int, purpose: str, round_: int, client: int) -> int:
     """A 63-bit integer seed for the stream (seed, purpose, round, client)."""
     return int(seed_sequence(seed, purpose, round_, client).generate_state(1, np.uint64)[0] >> 1)
@@ -208,41 +200,24 @@ def _sum_of(terms: Sequence[Callable[[], torch.Tensor] | None]
     return lambda: cast(torch.Tensor, sum(t() for t in present))
 
 
-class ClientRuntime:
-    """Per-worker services for the algorithms' client code.
-
-    Holds the training arrays (zero-copy from the object store), the partition, one resident
-    model per architecture (weights are loaded into it for each client, never a model per
-    client), each client's architecture and input resolution, and the local training loop
-    shared by every algorithm.
+class ClientRuntime(ClientRows, ClientModels):
+    """Per-worker services for the algorithms' client code: the clients' training rows
+    (:class:`~raysim.training.client_rows.ClientRows`), their models (:class:`~raysim.
+    training.client_models.ClientModels`: one resident model per architecture, weights
+    loaded into it for each client) and, here, the local training shared by every algorithm
+    (the per-client loop and the vectorised path, and which of the two a run takes).
     """
 
     def __init__(self, context: RunContext, data: ClientData, device: torch.device,
                  vectorize: str = "auto", per_client_loop: str | None = None,
                  compile_step: str = "never"):
+        ClientRows.__init__(self, data, context.info, device, context.downsample)
+        ClientModels.__init__(self, context, data.initial_weights, device)
         self.context = context
-        self.seed = context.seed
-        self.info = context.info
         self.training = context.training
-        self.train_x = data.train_x
-        self.train_y = data.train_y
-        self.client_indices = data.client_indices
-        self.initial_weights = data.initial_weights
-        self.device = device
-        self.memory_format = context.memory_format
-        """``engine.memory_format`` for the per-client path's models (see ``place``)."""
-        self.architectures = context.architectures
-        self.downsample = context.downsample
-        self.resident: ResidentData | None = None
-        """The worker's clients' training rows on the device (:meth:`keep_rows_on_device`),
-        else None."""
         self.job_trainer: Callable[[list[VectorizedJob]], list[JobResult]] = train_jobs
         """Trains the vectorised path's jobs: alone, or with other runs' jobs on a shared
         worker (:class:`~raysim.training.merged_training.Rendezvous`)."""
-        self._model_params = context.model
-        self._models: dict[str, nn.Module] = {}
-        self._initial: dict[str, Weights] = {context.model.model_dump_json():
-                                             data.initial_weights}
         if per_client_loop is not None:
             self.path, self.path_reason = LOOP, per_client_loop
         elif len({a.model_dump_json() for a in self.architectures}) > 1 or any(
@@ -260,70 +235,6 @@ class ClientRuntime:
             self.memory_format = "contiguous"
             for model in self._models.values():
                 model.to(memory_format=torch.contiguous_format)  # type: ignore[call-overload]
-
-    def keep_rows_on_device(self, clients: Sequence[int], cap_bytes: int | None = None
-                            ) -> dict[str, object]:
-        """Put the training rows of ``clients`` (the worker's) on the device for the run,
-        within ``cap_bytes`` (else they stay on the host, with a notice); returns where the
-        data lives (:meth:`ResidentData.describe`)."""
-        self.resident = None  # free the previous copy first
-        self.resident = ResidentData(self.train_x, self.train_y, self.client_indices, clients,
-                                     self.info, self.device, cap_bytes)
-        return self.resident.describe()
-
-    def gather(self, indices: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
-        """Training rows ``indices`` as normalised inputs and labels on the device: from the
-        resident copy when it holds them, else from the host arrays."""
-        if self.resident is not None and self.resident.holds(indices):
-            return self.resident.gather(indices)
-        x = to_tensor(self.train_x[indices], self.info).to(self.device)
-        return x, torch.from_numpy(self.train_y[indices]).to(self.device)
-
-    @property
-    def model(self) -> nn.Module:
-        """The resident model of the run's configured architecture."""
-        return self.model_for(self._model_params)
-
-    def model_for(self, params: StrictModel) -> nn.Module:
-        """The resident model for an architecture config, built on first use."""
-        key = params.model_dump_json()
-        if key not in self._models:
-            self._models[key] = self.place(build_model(params, self.info))
-        return self._models[key]
-
-    def place(self, module: M) -> M:
-        """A module moved to the worker's device in the run's memory format (for modules an
-        algorithm builds beside the client models, e.g. MH-pFLID's messenger)."""
-        return place(module, self.device, self.memory_format)
-
-    def architecture(self, client: int) -> StrictModel:
-        """A client's architecture (the configured model unless ``clients.architectures``)."""
-        return self.architectures[client] if self.architectures else self._model_params
-
-    def client_model(self, client: int) -> nn.Module:
-        """The resident model of a client's architecture."""
-        return self.model_for(self.architecture(client))
-
-    def client_initial_weights(self, client: int) -> Weights:
-        """The initial weights of a client's architecture: the run's initial model for the
-        configured architecture, else drawn from the stream (seed, "init-<architecture>")."""
-        params = self.architecture(client)
-        key = params.model_dump_json()
-        if key not in self._initial:
-            with torch.random.fork_rng(devices=[]):
-                torch.manual_seed(torch_generator(self.seed, f"init-{key}").initial_seed())
-                self._initial[key] = get_weights(build_model(params, self.info))
-        return self._initial[key]
-
-    def client_inputs(self, client: int, x: torch.Tensor) -> torch.Tensor:
-        """Images as the client sees them: average-pooled by its ``clients.downsample``."""
-        return downsample_images(x, self.downsample[client] if self.downsample else 1)
-
-    def client_data(self, client: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """A client's whole training set as normalised tensors on the worker's device."""
-        held = self.resident.client(client) if self.resident is not None else None
-        x, y = held if held is not None else self.gather(self.client_indices[client])
-        return self.client_inputs(client, x), y
 
     def train_many(self, clients: Sequence[int], round_: int, weights: Sequence[Weights],
                    optimizer_states: Sequence[Any], *, prox: Proximal | None = None,
