@@ -26,6 +26,8 @@ from raysim.engine.runner import run_experiment
 from raysim.estimator.cluster_projection import ProbeTraffic, round_bytes
 from raysim.results import load
 
+pytestmark = pytest.mark.cluster
+
 SCRIPT = Path(__file__).with_name("local_cluster.py")
 FOUR = {"num_workers": 4, "cpus_per_worker": 1, "placement": "spread"}
 """Two workers on each worker node; every run of the invocation shares them."""

@@ -25,6 +25,8 @@ from raysim.engine.launch import local_ray as startup
 from raysim.engine.launch.cluster_probe import accepts_connections
 from raysim.errors import ConfigError
 
+pytestmark = pytest.mark.cluster
+
 TINY = {"name": "tiny", "dataset": {"name": "breast-cancer"},
         "partition": {"scheme": "iid", "num_clients": 4}, "model": {"name": "mlp", "hidden": [8]},
         "algorithm": {"name": "fedavg"}, "training": {"rounds": 2}, "seeds": [0],

@@ -23,6 +23,8 @@ from raysim.results import atomic, manifest, sink
 from raysim.results.manifest import read_manifest, update_manifest, write_manifest
 from raysim.results.sink import ParquetSink
 
+pytestmark = pytest.mark.signals
+
 
 def _disk_error(code: int):
     def fail(*args, **kwargs):

@@ -26,6 +26,8 @@ from raysim.results import load
 from raysim.rounds.checkpoint import CHECKPOINT_FILE, load_checkpoint
 from raysim.training.evaluation import METRICS
 
+pytestmark = pytest.mark.signals
+
 ROUNDS = 60
 
 

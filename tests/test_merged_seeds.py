@@ -25,6 +25,8 @@ from raysim.training.merged_training import Rendezvous, VectorizedJob, train_mer
 from raysim.training.runtime import batch_plans
 from raysim.vectors.weights import get_weights
 
+pytestmark = pytest.mark.signals
+
 OPTIMIZER = OptimizerConfig(name="sgd", lr=0.05, momentum=0.9)
 
 

@@ -25,6 +25,8 @@ from raysim.engine.runner import run_experiment
 from raysim.results import load
 from raysim.rounds.checkpoint import CHECKPOINT_FILE, load_checkpoint
 
+pytestmark = pytest.mark.signals
+
 METRICS = ["round", "accuracy", "macro_f1", "auc", "loss", "train_loss", "bytes_up"]
 
 

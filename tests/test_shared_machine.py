@@ -14,6 +14,8 @@ from raysim.engine.launch import cpu_slots, private_state, warm_cluster
 from raysim.engine.launch.cpu_slots import CpuSlots
 from raysim.errors import RaysimError
 
+pytestmark = pytest.mark.cluster
+
 
 def test_a_lock_file_planted_as_a_link_is_refused_and_its_target_left_intact(tmp_path):
     victim = tmp_path / "thesis.tex"

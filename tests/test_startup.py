@@ -19,6 +19,8 @@ from raysim.cli import main
 from raysim.configuration.experiment import parse_config
 from raysim.engine.launch.parallel_runs import processes_at_start, runs_at_once
 
+pytestmark = pytest.mark.cluster
+
 
 def test_first_runs_actors_start_while_the_data_is_prepared_and_serve_the_run(
         ray_session, tmp_path, monkeypatch):

@@ -22,6 +22,8 @@ from raysim.engine.launch.warm_cluster import is_running
 from raysim.engine.launch.watchdog import start_time
 from raysim.engine.pool.keeper import PoolKeeper
 
+pytestmark = pytest.mark.cluster
+
 
 def _raysim(args: list[str], environment: dict[str, str]) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "raysim.cli", *args], capture_output=True,
