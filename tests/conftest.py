@@ -75,6 +75,15 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
             reporter.write_line(message, red=True)
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Mark the tests that run on the session's Ray (the ``ray_session`` fixture, directly or
+    through another fixture) ``engine``, so that ``-m "not engine"`` selects the in-process
+    part of the suite."""
+    for item in items:
+        if "ray_session" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.engine)
+
+
 REAL_MEDMNIST = Path(os.environ.get("RAYSIM_TEST_MEDMNIST") or Path.home() / ".medmnist")
 """The real MedMNIST files the tests that need them read (``RAYSIM_TEST_MEDMNIST``; default
 medmnist's own ``~/.medmnist``); those tests are skipped where a file is missing."""
