@@ -113,16 +113,21 @@ def _cluster(commands: Any) -> argparse.ArgumentParser:
     return cluster
 
 
+def _config_arguments(command: argparse.ArgumentParser, example: str) -> None:
+    """CONFIG, ``--set KEY=VALUE`` (``example``: one override) and ``--data-root``."""
+    command.add_argument("config", help="experiment YAML file")
+    command.add_argument("--set", dest="overrides", action="append", default=[],
+                         metavar="KEY=VALUE", help="override a config field, e.g. "
+                         f"{example} (repeatable)")
+    command.add_argument("--data-root", type=_directory,
+                         help="directory holding the MedMNIST npz files")
+
+
 def _validate(commands: Any) -> argparse.ArgumentParser:
     """``raysim validate CONFIG``: a config checked without running it."""
     validate = commands.add_parser("validate", help="check a config without running it (with "
                                    "its data when present: partitions and method settings too)")
-    validate.add_argument("config", help="experiment YAML file")
-    validate.add_argument("--set", dest="overrides", action="append", default=[],
-                          metavar="KEY=VALUE", help="override a config field, e.g. "
-                          "training.rounds=5 (repeatable)")
-    validate.add_argument("--data-root", type=_directory,
-                     help="directory holding the MedMNIST npz files")
+    _config_arguments(validate, "training.rounds=5")
     return validate
 
 
@@ -130,12 +135,7 @@ def _costs(commands: Any) -> argparse.ArgumentParser:
     """``raysim costs CONFIG``: every model's parameters and FLOPs."""
     costs = commands.add_parser("costs", help="parameters and FLOPs of every client's model "
                                 "and of shared models (e.g. MH-pFLID's messenger)")
-    costs.add_argument("config", help="experiment YAML file")
-    costs.add_argument("--set", dest="overrides", action="append", default=[],
-                       metavar="KEY=VALUE", help="override a config field, e.g. "
-                       "clients.downsample=[1,2,4,8] (repeatable)")
-    costs.add_argument("--data-root", type=_directory,
-                     help="directory holding the MedMNIST npz files")
+    _config_arguments(costs, "clients.downsample=[1,2,4,8]")
     costs.add_argument("--csv", help="also write the tables to this CSV file (column "
                        "`experiment`: the variant)")
     return costs

@@ -14,7 +14,7 @@ import numpy as np
 from raysim.configuration.schema import PrivacyConfig
 from raysim.errors import ConfigError
 from raysim.layers.dp_mean import PrivateMean
-from raysim.layers.feature import Feature, RunSettings, algorithms_with
+from raysim.layers.feature import Feature, RunSettings, algorithms_with, section_of
 from raysim.privacy.sampling import poisson_sample
 from raysim.rounds.round_loop import RoundCallback, RoundLoop, RoundOutcome
 
@@ -30,9 +30,7 @@ SECTION = "privacy"
 
 def section(config: RunSettings) -> PrivacyConfig | None:
     """The config's ``privacy:`` section (None: no DP)."""
-    privacy = config.section(SECTION)
-    assert privacy is None or isinstance(privacy, PrivacyConfig)
-    return privacy
+    return section_of(config, SECTION, PrivacyConfig)
 
 
 def check(config: RunSettings) -> None:

@@ -31,9 +31,9 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from raysim.configuration.schema import CompressionConfig
+from raysim.configuration.schema import CompressionConfig, SystemConfig
 from raysim.errors import ConfigError
-from raysim.layers.feature import Feature, RunSettings, algorithms_with
+from raysim.layers.feature import Feature, RunSettings, algorithms_with, section_of
 from raysim.layers.wrapped import Wrapped
 from raysim.state_codec import persistable
 from raysim.vectors.weights import is_flat_dtype
@@ -51,9 +51,7 @@ SECTION = "compression"
 
 def section(config: RunSettings) -> CompressionConfig | None:
     """The config's ``compression:`` section (None: uploads travel as they are)."""
-    compression = config.section(SECTION)
-    assert compression is None or isinstance(compression, CompressionConfig)
-    return compression
+    return section_of(config, SECTION, CompressionConfig)
 
 
 @dataclass(frozen=True)
@@ -225,8 +223,8 @@ def check(config: RunSettings) -> None:
             "Invalid combination: `compression` and `privacy`. Error feedback releases in "
             "later rounds what compression held back, which DP's per-round clipping does not "
             "bound. Remove one of them.")
-    system = config.section("system")
-    if system is not None and getattr(system, "policy", None) == "fedbuff":
+    system = section_of(config, "system", SystemConfig)
+    if system is not None and system.policy == "fedbuff":
         raise ConfigError(
             "Invalid combination: `compression` and `system.policy` = 'fedbuff'. FedBuff "
             "rebases each buffered upload onto the model its client started from, and a "

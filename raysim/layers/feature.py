@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 if TYPE_CHECKING:
     from raysim.algorithms.base import Algorithm
@@ -44,6 +44,16 @@ class RunSettings(Protocol):
 
     def section(self, name: str) -> Any:
         """The config section ``name`` (a feature's ``SECTION``), None when absent."""
+
+
+SectionT = TypeVar("SectionT")
+
+
+def section_of(config: RunSettings, name: str, schema: type[SectionT]) -> SectionT | None:
+    """The config's section ``name``, of the feature's ``schema`` (None when absent)."""
+    found = config.section(name)
+    assert found is None or isinstance(found, schema), (name, type(found))
+    return found
 
 
 @dataclass(frozen=True)

@@ -33,7 +33,7 @@ import torch
 
 from raysim.configuration.schema import ServerOptimizerConfig, SystemConfig
 from raysim.errors import ConfigError
-from raysim.layers.feature import Feature, RunSettings, algorithms_with
+from raysim.layers.feature import Feature, RunSettings, algorithms_with, section_of
 from raysim.layers.wrapped import Wrapped
 from raysim.state_codec import persistable
 from raysim.vectors.weights import (
@@ -202,16 +202,13 @@ SECTION = "server_optimizer"
 
 def section(config: RunSettings) -> ServerOptimizerConfig | None:
     """The config's ``server_optimizer:`` section (None: the mean is the next model)."""
-    optimizer = config.section(SECTION)
-    assert optimizer is None or isinstance(optimizer, ServerOptimizerConfig)
-    return optimizer
+    return section_of(config, SECTION, ServerOptimizerConfig)
 
 
 def buffered_server_lr(config: RunSettings) -> float | None:
     """FedBuff's ``system.server_lr`` under ``system.policy: fedbuff`` (None: synchronous
     rounds): the SGD step of the buffered update when no optimizer is configured."""
-    system = config.section("system")
-    assert system is None or isinstance(system, SystemConfig)
+    system = section_of(config, "system", SystemConfig)
     return system.server_lr if system is not None and system.policy == "fedbuff" else None
 
 

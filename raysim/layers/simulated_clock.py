@@ -15,7 +15,7 @@ import numpy as np
 
 from raysim.configuration.schema import SystemConfig
 from raysim.errors import ConfigError
-from raysim.layers.feature import Feature, RunSettings, RunStart, algorithms_with
+from raysim.layers.feature import Feature, RunSettings, RunStart, algorithms_with, section_of
 from raysim.layers.fedbuff import FedBuff
 from raysim.rounds.round_loop import RoundCallback, RoundLoop, RoundOutcome
 from raysim.system.plan import architecture_flops
@@ -33,9 +33,7 @@ SECTION = "system"
 
 def section(config: RunSettings) -> SystemConfig | None:
     """The config's ``system:`` section (None: no simulated clock)."""
-    system = config.section(SECTION)
-    assert system is None or isinstance(system, SystemConfig)
-    return system
+    return section_of(config, SECTION, SystemConfig)
 
 
 def check(config: RunSettings) -> None:
