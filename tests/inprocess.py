@@ -80,8 +80,18 @@ def simulate(config: ExperimentConfig, *, fresh_objects: bool = False,
             algorithm.attach_server_inputs(dataset.train_x, partition.train)
         return algorithm
 
+    made: dict[Any, Any] = {}
+
+    def here(function: Any, *args: Any) -> Any:
+        """A feature's work before the first round, in this process (the engine runs it on a
+        worker), made once per simulation (a loop per round with fresh objects reuses it)."""
+        if function not in made:
+            made[function] = function(*args)
+        result = made[function]
+        return lambda: result
+
     def started(parts: RunParts) -> RunParts:  # the driver's work before the first round
-        parts.before_rounds(RunStart(context, partition, start, _here))
+        parts.before_rounds(RunStart(context, partition, start, here))
         return parts
 
     def new_loop(state: Any, states: dict[int, Any], first: int, rounds: int,
@@ -137,13 +147,6 @@ def simulate(config: ExperimentConfig, *, fresh_objects: bool = False,
     trace.algorithm, trace.runtime, trace.dataset = loop.algorithm, runtime, dataset
     trace.rows = dict(sink.rows)
     return trace
-
-
-def _here(function: Any, *args: Any) -> Any:
-    """A feature's work before the first round, in this process (the engine runs it on a
-    worker)."""
-    result = function(*args)
-    return lambda: result
 
 
 class _Ending(RoundCallback):
