@@ -58,16 +58,19 @@ def prepare(config: ExperimentConfig, data_root: str | None,
     check_features(config)
     check_available(config.logging)
     dataset = load_dataset(config.dataset, data_root) if read is None else read()
+    check_data_kind(config, dataset)
     build_model(config.model, dataset.info)
     check_client_settings(config, dataset)
     settings = config.partition
     validation = config.evaluation.validation
     official = validation == "official"
     runs_on = with_official_validation(dataset) if official else dataset
+    runs_on = with_public_set(runs_on)
     prepared = {}
     for seed in config.seeds:
         partition = make_partition(dataset.train_y, dataset.test_y, settings,
-                                   dataset.info.num_classes, seed)
+                                   dataset.info.num_classes, seed, dataset.train_groups,
+                                   dataset.test_groups)
         if official:
             assert dataset.val_y is not None
             partition = replace(partition, validation=share_like_training(
@@ -77,7 +80,9 @@ def prepare(config: ExperimentConfig, data_root: str | None,
         if settings.site_shift is not None:
             shifted = apply_site_shift(runs_on, partition, settings.site_shift, seed)
         if not isinstance(validation, str) and validation > 0:
-            partition = _split_validation(partition, validation, seed)
+            partition = _split_validation(partition, validation, seed,
+                                          dataset.train_groups if settings.scheme == "subjects"
+                                          else None)
         if settings.holdout_client is not None:
             partition = partition.hold_out(settings.holdout_client)
         prepared[seed] = (shifted, partition)
@@ -104,8 +109,24 @@ def with_official_validation(dataset: ArrayDataset) -> ArrayDataset:
                    val_x=None, val_y=None)
 
 
-def _split_validation(partition: Partition, fraction: float, seed: int) -> Partition:
-    split = partition.split_validation(fraction, seed)
+def with_public_set(dataset: ArrayDataset) -> ArrayDataset:
+    """The dataset with its public set (samples no client holds, where it has one) appended to
+    the training arrays from row ``public_from`` on, which no client's share indexes; the
+    methods that distil on a public set draw theirs from those rows
+    (:attr:`RunContext.public_rows`)."""
+    if dataset.public_x is None or dataset.public_y is None:
+        return dataset
+    groups = dataset.train_groups
+    return replace(dataset, train_x=np.concatenate([dataset.train_x, dataset.public_x]),
+                   train_y=np.concatenate([dataset.train_y, dataset.public_y]),
+                   public_x=None, public_y=None, public_from=len(dataset.train_y),
+                   train_groups=None if groups is None else np.concatenate(
+                       [groups, np.full(len(dataset.public_y), -1, dtype=np.int64)]))
+
+
+def _split_validation(partition: Partition, fraction: float, seed: int,
+                      groups: np.ndarray | None) -> Partition:
+    split = partition.split_validation(fraction, seed, groups)
     if not sum(len(share) for share in split.validation or []):
         largest = int(partition.sizes().max())
         raise ConfigError(
@@ -152,6 +173,19 @@ def check_method_data(config: ExperimentConfig) -> None:
             f"3D data: {algorithms_with('volume_refusal', truthy=False)}.")
 
 
+def check_data_kind(config: ExperimentConfig, dataset: ArrayDataset) -> None:
+    """One paragraph when a method that works on images only meets signals (known once the
+    data is read: a folder of recordings)."""
+    reason = ALGORITHMS[config.algorithm.name].supports.needs_images
+    if reason is not None and dataset.info.kind == "signal":
+        raise ConfigError(
+            f"Invalid combination: algorithm `{config.algorithm.name}` works on images only "
+            f"({reason}), and dataset `{dataset.info.name}` holds signals "
+            f"({dataset.info.input_shape[0]} channel(s) x {dataset.info.input_shape[1]} "
+            f"samples). Use a method that takes signals: "
+            f"{algorithms_with('needs_images', truthy=False)}.")
+
+
 def check_client_settings(config: ExperimentConfig, dataset: ArrayDataset) -> None:
     """Per-client architectures and resolutions need an algorithm that supports them, and
     every listed architecture must build for the dataset."""
@@ -186,6 +220,9 @@ def run_context(config: ExperimentConfig, dataset: ArrayDataset, seed: int,
         architectures = tuple(a for c, a in enumerate(architectures) if c != kept)
         downsample = tuple(d for c, d in enumerate(downsample) if c != kept)
     per_round = min(config.clients_per_round, training_clients)
+    public = (None if dataset.public_from is None
+              else (dataset.public_from, len(dataset.train_y)))
     return RunContext(seed, dataset.info, config.model, config.training, num_clients,
                       per_round, architectures, downsample, config.engine.memory_format,
-                      features=feature_settings(config, num_clients, per_round))
+                      features=feature_settings(config, num_clients, per_round),
+                      public_rows=public)

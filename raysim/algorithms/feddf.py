@@ -98,7 +98,8 @@ class FedDF(Algorithm[EnsembleDistillationParams, dict[str, Weights]]):
         return str(self.group_of_client[client])
 
     def _public_rows(self, client_indices: Sequence[np.ndarray]) -> np.ndarray:
-        return public_indices(client_indices, self.params.public_per_client, self.context.seed)
+        return public_indices(client_indices, self.params.public_per_client, self.context.seed,
+                              self.context.public_rows)
 
     # ----- server -----
     def attach_server_inputs(self, train_x: np.ndarray,

@@ -38,6 +38,7 @@ from raysim.algorithms.supports import Supports
 from raysim.errors import field_error
 from raysim.models import build_model
 from raysim.models.messenger import InformationExchange, Messenger
+from raysim.models.registry import SIGNAL_MODELS
 from raysim.models.split import ZOO, SplitModel
 from raysim.seeding import torch_generator
 from raysim.vectors.weighted_sum import WeightedSum, mean_partial, weighted_mean
@@ -66,8 +67,7 @@ class MHpFLID(Algorithm[MHpFLIDParams, Weights]):
             "distributions), which has no per-label counterpart here"),
         volume_refusal=("its messenger (cross-attention receiver/transmitter over 2D feature maps) and "
             "its heterogeneous zoo are 2D models"),
-        needs_images=("its clients' models from the heterogeneous zoo and the messenger are convolutional "
-            "networks"))
+        )
     personalized = True
     headline_metric = "personal_accuracy"  # the paper's tables: each client's own test share
 
@@ -79,7 +79,8 @@ class MHpFLID(Algorithm[MHpFLIDParams, Weights]):
                 where = "clients.architectures" if context.architectures else "model.name"
                 raise field_error(where, architecture.name,  # type: ignore[attr-defined]
                                   "MH-pFLID needs local models split into body and head; "
-                                  f"use one of {', '.join(ZOO)}")
+                                  f"use one of {', '.join(ZOO)} for images, or "
+                                  f"{SIGNAL_MODELS} for signals")
         if not params.share_messenger_body and not params.share_messenger_head:
             raise field_error("algorithm.share_messenger_body", False,
                               "with neither the messenger body nor its head shared nothing is "
@@ -91,9 +92,10 @@ class MHpFLID(Algorithm[MHpFLIDParams, Weights]):
     # ----- shared pieces -----
     def build_messenger(self) -> Messenger:
         """A fresh messenger for this run's data."""
-        channels = self.context.info.input_shape[0]
-        return Messenger(channels, self.context.info.num_classes, self.params.messenger_widths,
-                         self.params.messenger_hidden, self.params.messenger_input_size)
+        info = self.context.info
+        return Messenger(info.input_shape[0], info.num_classes, self.params.messenger_widths,
+                         self.params.messenger_hidden, self.params.messenger_input_size,
+                         dims=1 if info.kind == "signal" else 2)
 
     def shared_models(self) -> dict[str, nn.Module]:
         return {"messenger": self.build_messenger()}

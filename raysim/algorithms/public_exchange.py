@@ -64,7 +64,8 @@ class PublicSetExchange(Algorithm[ParamsT, StateT]):
         """The public set as normalised tensors on the worker's device (built once per worker)."""
         if self._public is None:
             self._public_rows = public_indices(runtime.client_indices,
-                                               self.params.public_per_client, self.context.seed)
+                                               self.params.public_per_client, self.context.seed,
+                                               self.context.public_rows)
             self._public = to_tensor(runtime.train_x[self._public_rows],
                                      runtime.info).to(runtime.device)
         return self._public

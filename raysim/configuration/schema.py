@@ -38,7 +38,21 @@ class DatasetConfig(StrictModel):
         None, description="a .npz file in MedMNIST's layout (train_images, train_labels, "
         "test_images, test_labels, optionally val_*) or a folder with train/, test/ (and "
         "val/) holding one folder of images per class; the dataset `name` labels it; "
-        "relative paths are read under --data-root when given")
+        "relative paths are read under --data-root when given; or a folder of recordings "
+        "(.npz files with `x` (epochs, length, channels) and `y`, DeepSleepNet's format)")
+    test_subjects: int | None = Field(
+        None, ge=1, description="recordings only: how many subjects (all their recordings) form "
+        "the test split; default one in five, at least one")
+    public_subjects: int = Field(
+        0, ge=0, description="recordings only: how many further subjects no client holds, kept "
+        "as the public set of the methods that distil on one (FedMD, FedDF, ...)")
+    num_classes: int | None = Field(
+        None, ge=2, description="recordings only: the number of classes (a label outside "
+        "0..num_classes-1 is refused); default the largest label + 1")
+    subject_pattern: str = Field(
+        r"^(S[CT]\d\d\d)", description="recordings only: a regular expression whose first "
+        "group, matched at the start of a file's name, names the subject (the default reads "
+        "Sleep-EDF's SC4ssN/ST7ssN names; a name it does not match is its own subject)")
 
 
 class SiteShiftConfig(StrictModel):
@@ -58,9 +72,11 @@ class SiteShiftConfig(StrictModel):
 class PartitionConfig(StrictModel):
     """How the training set is split across virtual clients."""
 
-    scheme: Literal["iid", "dirichlet", "shards", "quantity", "replicate"] = "iid"
+    scheme: Literal["iid", "dirichlet", "shards", "quantity", "replicate", "subjects"] = "iid"
     """replicate: every client holds the whole training set and the whole test set (e.g.
-    the same images at different resolutions, ``clients.downsample``)."""
+    the same images at different resolutions, ``clients.downsample``). subjects: each client
+    holds whole subjects (groups) of the training and of the test split, never one subject's
+    samples on two clients (datasets that know each sample's subject: recordings)."""
     num_clients: int = Field(10, ge=1)
     beta: float = Field(0.5, gt=0, description="Dirichlet concentration (label or quantity skew)")
     min_size: int = Field(1, ge=0, description="smallest number of samples per client")
@@ -68,6 +84,10 @@ class PartitionConfig(StrictModel):
         None, ge=1, description="iid only: draw exactly this many samples per client"
     )
     classes_per_client: int = Field(2, ge=1, description="shards only: classes per client")
+    label_skew: float | None = Field(
+        None, gt=0, description="subjects only: on top of whole subjects, each client keeps the "
+        "largest subset of its samples (training and test share alike) whose class mix is "
+        "drawn from Dirichlet(label_skew); default none (the subjects' own mix)")
     site_shift: SiteShiftConfig | None = Field(
         None, description="images only: a seeded appearance transform per client (feature skew), "
         "applied to its training data and its test share; combines with any scheme")
@@ -89,6 +109,10 @@ class PartitionConfig(StrictModel):
             raise ValueError("scheme 'replicate' gives every client the same samples, so it "
                              "cannot take a site shift or a held-out client; use another "
                              "scheme or remove site_shift/holdout_client")
+        if self.label_skew is not None and self.scheme != "subjects":
+            raise ValueError(
+                f"label_skew applies to scheme 'subjects' only, not {self.scheme!r}; remove it, "
+                "or use scheme dirichlet (with beta) for label skew without subjects")
         if self.samples_per_client is not None and self.scheme != "iid":
             raise ValueError(
                 f"samples_per_client applies to scheme 'iid' only, not {self.scheme!r}; "

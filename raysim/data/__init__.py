@@ -35,7 +35,9 @@ def load_dataset(config: DatasetConfig, data_root: str | None = None) -> ArrayDa
     if config.train_subset is None or config.train_subset >= len(dataset.train_y):
         return dataset
     keep = stratified_subset(label_keys(dataset.train_y, dataset.train_y), config.train_subset)
-    return replace(dataset, train_x=dataset.train_x[keep], train_y=dataset.train_y[keep])
+    groups = dataset.train_groups
+    return replace(dataset, train_x=dataset.train_x[keep], train_y=dataset.train_y[keep],
+                   train_groups=None if groups is None else groups[keep])
 
 
 def stratified_subset(labels: np.ndarray, size: int) -> np.ndarray:

@@ -23,12 +23,12 @@ class DataInfo:
     """What a model and a metric need to know about a dataset."""
 
     name: str
-    kind: Literal["image", "tabular"]
+    kind: Literal["image", "tabular", "signal"]
     num_classes: int
     """Classes, or for a multi-label task the number of binary labels per sample."""
     input_shape: tuple[int, ...]
     """(channels, height, width) for images, (channels, depth, height, width) for volumes,
-    (features,) for tabular data."""
+    (features,) for tabular data, (channels, length) for signals."""
     mean: tuple[float, ...] = ()
     """Per-channel normalisation applied to images scaled to [0, 1]."""
     std: tuple[float, ...] = ()
@@ -37,11 +37,19 @@ class DataInfo:
     binary cross-entropy on logits and predicts one sigmoid probability per label."""
     label_names: tuple[str, ...] = ()
     """The names of the classes (or labels), where the dataset has them."""
+    sampling_rate: float | None = None
+    """Samples per second of a signal (e.g. 100 Hz EEG); None for images and tabular data."""
 
     @property
     def multi_label(self) -> bool:
         """True for a multi-label task (labels are (N, num_classes) 0/1 arrays)."""
         return self.task == "multi-label"
+
+    @property
+    def stored_as_float(self) -> bool:
+        """True when inputs are stored as float32, already standardised (tabular features and
+        signals); images are stored as bytes and normalised per batch."""
+        return self.kind != "image"
 
     @property
     def volumetric(self) -> bool:
@@ -56,7 +64,8 @@ class ArrayDataset:
     Images are kept as uint8 (N, H, W) or (N, H, W, C), volumes as uint8 (N, D, H, W), and
     normalised per batch
     (:func:`to_tensor`), so large MedMNIST sizes stay small in memory; tabular features are
-    float32, already standardised.
+    float32, already standardised, and signals float32 (N, C, L), standardised per channel with
+    the training split's moments.
     """
 
     info: DataInfo
@@ -67,11 +76,28 @@ class ArrayDataset:
     val_x: np.ndarray | None = None
     """The dataset's own validation split (MedMNIST's ``val``), where it has one."""
     val_y: np.ndarray | None = None
+    public_x: np.ndarray | None = None
+    """Samples no client holds, for the methods that distil on a public set (e.g. the
+    recordings of subjects kept out of every client), where the dataset has them."""
+    public_y: np.ndarray | None = None
+    public_from: int | None = None
+    """Set once the public set is appended to the training arrays (before a run): rows
+    ``public_from`` on of ``train_x`` are the public set, which no client's share indexes."""
+    train_groups: np.ndarray | None = None
+    """The group (subject, patient, site) of each training sample, int64, where the dataset
+    knows it: ``partition.scheme: subjects`` deals whole groups to clients."""
+    test_groups: np.ndarray | None = None
 
     def __post_init__(self) -> None:
         splits = [("train", self.train_x, self.train_y), ("test", self.test_x, self.test_y)]
         if self.val_x is not None and self.val_y is not None:
             splits.append(("val", self.val_x, self.val_y))
+        if self.public_x is not None and self.public_y is not None:
+            splits.append(("public", self.public_x, self.public_y))
+        if self.train_groups is not None:
+            splits.append(("train groups", self.train_x, self.train_groups))
+        if self.test_groups is not None:
+            splits.append(("test groups", self.test_x, self.test_groups))
         for split, x, y in splits:
             if len(x) != len(y):
                 raise ValueError(f"{split}: {len(x)} inputs but {len(y)} labels")
@@ -81,17 +107,18 @@ def to_tensor(x: np.ndarray, info: DataInfo) -> torch.Tensor:
     """Turn a batch of stored inputs into a normalised float32 tensor (NCHW for images)."""
     import torch
 
-    if info.kind == "tabular":
+    if info.stored_as_float:
         return torch.from_numpy(np.ascontiguousarray(x, dtype=np.float32))
     return normalise(torch.from_numpy(np.ascontiguousarray(x)), info)
 
 
 def normalise(batch: torch.Tensor, info: DataInfo) -> torch.Tensor:
     """Stored image inputs (uint8, NHW or NHWC, on any device) as a normalised float32 NCHW
-    tensor on the same device, volumes (NDHW) as NCDHW; tabular inputs as float32."""
+    tensor on the same device, volumes (NDHW) as NCDHW; tabular inputs and signals (stored
+    standardised) as float32."""
     import torch
 
-    if info.kind == "tabular":
+    if info.stored_as_float:
         return batch.to(torch.float32)
     grey = batch.ndim == len(info.input_shape)  # no channel axis stored: one channel
     # channels moved first while the values are still bytes: the strided copy moves a

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from raysim.configuration.schema import PartitionConfig
+from raysim.data.subject_partition import by_subjects, validation_subjects
 from raysim.errors import ConfigError
 from raysim.seeding import numpy_rng
 
@@ -42,11 +43,17 @@ class Partition:
         return Partition([self.train[c] for c in keep], [self.test[c] for c in keep],
                          self.test[client], validation)
 
-    def split_validation(self, fraction: float, seed: int) -> Partition:
+    def split_validation(self, fraction: float, seed: int,
+                         groups: np.ndarray | None = None) -> Partition:
         """Each client's training share split into training and validation: a random
         ``round(fraction * n)`` of its n samples (at least one where ``fraction`` > 0 and the
         client keeps at least one to train on) become its validation share, drawn from the
-        stream (seed, "validation", client), so the split does not depend on other clients."""
+        stream (seed, "validation", client), so the split does not depend on other clients.
+        With ``groups`` (each training sample's subject) whole subjects are held out instead
+        (:func:`raysim.data.subject_partition.validation_subjects`)."""
+        if groups is not None:
+            kept, held = validation_subjects(self.train, groups, fraction, seed)
+            return Partition(kept, self.test, self.unseen, held)
         train, validation = [], []
         for client, indices in enumerate(self.train):
             count = min(max(1, round(fraction * len(indices))), len(indices) - 1)
@@ -123,11 +130,15 @@ def make_partition(
     config: PartitionConfig,
     num_classes: int,
     seed: int,
+    train_groups: np.ndarray | None = None,
+    test_groups: np.ndarray | None = None,
 ) -> Partition:
     """Split the training set by ``config.scheme`` and give each client a test share drawn
     from its own label distribution (the test set split class by class in proportion to the
     clients' training counts of that class). Multi-label data is split by each sample's
-    dominant finding (:func:`label_keys`)."""
+    dominant finding (:func:`label_keys`). Scheme ``subjects`` deals whole groups
+    (``train_groups``, ``test_groups``: each sample's subject) to clients instead
+    (:mod:`raysim.data.subject_partition`)."""
     num_classes = key_count(train_labels, num_classes)
     train_labels, test_labels = (label_keys(train_labels, train_labels),
                                  label_keys(train_labels, test_labels))
@@ -139,6 +150,9 @@ def make_partition(
             f"only {num_samples} samples, so at most {num_samples} clients can hold one each. "
             "Lower partition.num_clients."
         )
+    if config.scheme == "subjects":
+        return Partition(*by_subjects(train_groups, test_groups, train_labels, test_labels,
+                                      config, num_classes, rng))
     if config.scheme == "replicate":
         every = np.arange(num_samples)
         return Partition([every] * num_clients, [np.arange(len(test_labels))] * num_clients)

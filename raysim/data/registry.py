@@ -25,6 +25,7 @@ import numpy as np
 
 from raysim.configuration.schema import DatasetConfig
 from raysim.data.dataset import ArrayDataset, DataInfo, Task
+from raysim.data.recordings import is_recording_folder, load_recordings
 from raysim.errors import ConfigError
 
 Loader = Callable[[DatasetConfig, "str | None"], ArrayDataset]
@@ -115,13 +116,16 @@ def _labels(raw: np.ndarray) -> np.ndarray:
 
 def load_path(config: DatasetConfig, data_root: str | None) -> ArrayDataset:
     """The dataset at ``dataset.path`` (relative paths: under ``--data-root`` when given, else
-    the current directory), named ``dataset.name``: a ``.npz`` file in MedMNIST's layout, or a
+    the current directory), named ``dataset.name``: a ``.npz`` file in MedMNIST's layout, a
     folder of images with ``train/``, ``test/`` and optionally ``val/``, each holding one
-    folder of image files per class (the class names sorted give the labels)."""
+    folder of image files per class (the class names sorted give the labels), or a folder of
+    recordings (:mod:`raysim.data.recordings`)."""
     assert config.path is not None
     path = Path(config.path).expanduser()
     if not path.is_absolute() and data_root is not None:
         path = Path(data_root) / path
+    if path.is_dir() and is_recording_folder(path):
+        return load_recordings(path, config)
     if path.is_dir():
         return arrays_dataset(config.name, *_image_folders(path))
     if not path.is_file():

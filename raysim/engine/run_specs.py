@@ -57,8 +57,8 @@ def run_spec(config: ExperimentConfig, dataset: ArrayDataset, partition: Partiti
     validation_index, validation_sources = partition.validation_sources()
     if algorithm_class.pooled:
         full = getattr(config.algorithm, "data", "clients") == "full"
-        partition = pooled(partition, len(dataset.test_y),
-                           len(dataset.train_y) if full else None)
+        whole = len(dataset.train_y) if dataset.public_from is None else dataset.public_from
+        partition = pooled(partition, len(dataset.test_y), whole if full else None)
     context = run_context(config, dataset, seed, partition.num_clients)
     setup = WorkerSetup(algorithm_class, config.algorithm, context, arrays, partition,
                         initial_weights(config, dataset, seed), config.evaluation.batch_size,

@@ -30,6 +30,10 @@ Attention is computed per sample over *feature tokens*, never across the batch:
 
 ``mode: add`` replaces attention by feature addition, the paper's ablation:
 ``pool(I_mes) + W_d(pool(I_loc))``.
+
+For signals (``dims=1``) every layer is its 1D counterpart (Conv1d, MaxPool1d, the same kernels
+and strides, the paper's Table 5 listing a messenger for Sleep-EDF without its layers); the
+tokens are the positions of the (B, C, L) maps.
 """
 
 from __future__ import annotations
@@ -49,24 +53,27 @@ class Messenger(nn.Module):
 
     def __init__(self, in_channels: int, num_classes: int,
                  widths: tuple[int, int, int] = (64, 64, 512), hidden: int = 256,
-                 input_size: int | None = None):
+                 input_size: int | None = None, dims: int = 2):
         super().__init__()
-        self.input_size = input_size
+        self.input_size, self.dims = input_size, dims
         first, second, out = widths
+        conv, max_pool = (nn.Conv1d, nn.MaxPool1d) if dims == 1 else (nn.Conv2d, nn.MaxPool2d)
         self.body = nn.Sequential(
-            nn.Conv2d(in_channels, first, 3, 2, 1), nn.ReLU(inplace=True),
-            nn.MaxPool2d(3, 2, 1),
-            nn.Conv2d(first, second, 5, 2, 2), nn.ReLU(inplace=True),
-            nn.MaxPool2d(3, 2, 1),
-            nn.Conv2d(second, out, 7, 2, 3), nn.ReLU(inplace=True))
+            conv(in_channels, first, 3, 2, 1), nn.ReLU(inplace=True),
+            max_pool(3, 2, 1),
+            conv(first, second, 5, 2, 2), nn.ReLU(inplace=True),
+            max_pool(3, 2, 1),
+            conv(second, out, 7, 2, 3), nn.ReLU(inplace=True))
         self.head = nn.Sequential(nn.Linear(out, hidden), nn.BatchNorm1d(hidden),
                                   nn.ReLU(inplace=True), nn.Linear(hidden, num_classes))
         self.feature_channels = out
 
     def feature_map(self, x: Tensor) -> Tensor:
-        """The body's (B, D_mes, h, w) map of ``x``, resized to ``input_size`` first if set."""
-        if self.input_size is not None and x.shape[-2:] != (self.input_size, self.input_size):
-            x = F.interpolate(x, size=(self.input_size, self.input_size), mode="bilinear",
+        """The body's (B, D_mes, h, w) map of ``x`` ((B, D_mes, l) for signals), resized to
+        ``input_size`` first if set."""
+        size = (self.input_size,) * self.dims if self.input_size is not None else None
+        if size is not None and tuple(x.shape[2:]) != size:
+            x = F.interpolate(x, size=size, mode="linear" if self.dims == 1 else "bilinear",
                               align_corners=False)
         return self.body(x)
 
@@ -75,8 +82,8 @@ class Messenger(nn.Module):
 
 
 def pool(feature_map: Tensor) -> Tensor:
-    """Global average pooling (B, C, H, W) -> (B, C)."""
-    return feature_map.mean(dim=(2, 3))
+    """Global average pooling (B, C, H, W) -> (B, C), or (B, C, L) -> (B, C) for signals."""
+    return feature_map.mean(dim=tuple(range(2, feature_map.ndim)))
 
 
 class InformationExchange(nn.Module):
@@ -114,8 +121,10 @@ class InformationExchange(nn.Module):
 
     def _tokens(self, local_map: Tensor, messenger_map: Tensor) -> tuple[Tensor, Tensor]:
         if self.tokens == "channel":  # (B, channels, grid^2)
-            local = F.adaptive_avg_pool2d(local_map, self.grid).flatten(2)
-            messenger = F.adaptive_avg_pool2d(messenger_map, self.grid).flatten(2)
+            local, messenger = (
+                (F.adaptive_avg_pool2d(m, self.grid) if m.ndim == 4
+                 else F.adaptive_avg_pool1d(m, self.grid * self.grid)).flatten(2)
+                for m in (local_map, messenger_map))
             local = self.project_local(local.transpose(1, 2)).transpose(1, 2)
             return local, messenger
         local = self.project_local(local_map.flatten(2).transpose(1, 2))  # (B, HW, D_mes)

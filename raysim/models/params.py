@@ -65,6 +65,46 @@ class ResNet18_3DParams(StrictModel):
     stem: Literal["auto", "small", "imagenet"] = "auto"
 
 
+class TCNParams(StrictModel):
+    """A temporal convolutional network (Bai, Kolter and Koltun 2018) for signals: a strided
+    stem, then ``levels`` residual blocks of two dilated causal convolutions (dilation 1, 2,
+    4, ...), ReLU and dropout; global average pooling and one linear classifier."""
+
+    name: Literal["tcn"] = "tcn"
+    channels: int = Field(32, ge=1)
+    levels: int = Field(4, ge=1)
+    kernel: int = Field(5, ge=2)
+    stem_stride: int = Field(4, ge=1, description="the stem's stride (and kernel 2x it): "
+                             "shortens the sequence the blocks run over")
+    dropout: float = Field(0.1, ge=0, lt=1)
+
+
+class SignalTransformerParams(StrictModel):
+    """A Transformer encoder for time series (Zerveas et al. 2021): the signal cut into patches
+    of ``patch`` samples, each projected to ``width`` features, plus learned positions;
+    ``layers`` of PyTorch's encoder layer (pre-norm, ``heads`` heads); mean over the tokens and
+    one linear classifier."""
+
+    name: Literal["signal_transformer"] = "signal_transformer"
+    width: int = Field(32, ge=1)
+    heads: int = Field(4, ge=1)
+    layers: int = Field(2, ge=1)
+    patch: int = Field(20, ge=1)
+    feedforward: int = Field(64, ge=1)
+    dropout: float = Field(0.1, ge=0, lt=1)
+
+
+class RNNParams(StrictModel):
+    """A recurrent classifier: a strided convolutional stem, then ``layers`` of a GRU or LSTM
+    over the shortened sequence; the mean of its outputs and one linear classifier."""
+
+    name: Literal["rnn"] = "rnn"
+    cell: Literal["gru", "lstm"] = "gru"
+    hidden: int = Field(32, ge=1)
+    layers: int = Field(1, ge=1)
+    stem_stride: int = Field(4, ge=1, description="the stem's stride (and kernel 2x it)")
+
+
 ZOO_MODELS: dict[str, str] = {
     "densenet": "DenseNet-BC, 3 blocks x 6 layers, growth 12.",
     "mobilenetv2": "MobileNetV2, 5 inverted-residual stages.",
@@ -94,7 +134,7 @@ ZOO_PARAMS: dict[str, type[StrictModel]] = {name: _zoo_params(name, doc)
 
 MODEL_PARAMS: tuple[type[StrictModel], ...] = (
     SimpleCNNParams, ConvNetParams, ConvNet3DParams, MLPParams, ResNet18Params,
-    ResNet18_3DParams, *ZOO_PARAMS.values())
+    ResNet18_3DParams, TCNParams, SignalTransformerParams, RNNParams, *ZOO_PARAMS.values())
 """The params class of every model raysim ships (a test checks it against the registry)."""
 
 PLUGIN_MODEL_PARAMS: list[type[StrictModel]] = []

@@ -81,13 +81,34 @@ def embedding_parts(model: nn.Module) -> tuple[Layer, Layer]:
     return model.embed, model.classifier
 
 
+SIGNAL_MODELS = "tcn, signal_transformer or rnn"
+"""The models for signals, as a refusal names them."""
+
+
 def require_images(model_name: str, info: DataInfo) -> None:
-    """Raise a config error when an image model is asked for on tabular data."""
+    """Raise a config error when an image model is asked for on tabular data or signals."""
+    if info.kind == "signal":
+        raise ConfigError(
+            f"Invalid config field `model.name` = {model_name!r}: it is an image model, and "
+            f"dataset {info.name!r} holds signals ({info.input_shape[0]} channel(s) x "
+            f"{info.input_shape[1]} samples). Use a model for signals: {SIGNAL_MODELS}.")
     if info.kind != "image":
         raise ConfigError(
             f"Invalid config field `model.name` = {model_name!r}: dataset {info.name!r} is "
             "tabular. Use model.name=mlp for tabular data."
         )
+
+
+def require_signals(model_name: str, info: DataInfo) -> None:
+    """Raise a config error unless the dataset holds signals (a sequence model on images or
+    tabular data)."""
+    if info.kind != "signal":
+        raise ConfigError(
+            f"Invalid config field `model.name` = {model_name!r}: it is a model for signals "
+            f"(channels x length), and dataset {info.name!r} holds {info.kind} data. Use "
+            + ("model.name=mlp." if info.kind == "tabular" else
+               "an image model (convnet, cnn, resnet18, ...).")
+            + " Signals come from a folder of recordings as dataset.path.")
 
 
 def require_planar(model_name: str, info: DataInfo) -> None:

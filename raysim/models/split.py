@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+import torch.nn.functional as F
 from torch import Tensor, nn
 
 from raysim.configuration.schema import StrictModel
@@ -14,15 +15,25 @@ from raysim.models.params import ZOO_PARAMS
 from raysim.models.registry import register_model, require_planar
 
 
+class GlobalAveragePool(nn.Module):
+    """The mean over every axis after the channels: (B, C, *spatial) -> (B, C), for feature
+    maps of images (B, C, H, W) and of signals (B, C, L) alike."""
+
+    def forward(self, x: Tensor) -> Tensor:
+        if x.ndim == 4:  # images: the adaptive pool image models have always used
+            return F.adaptive_avg_pool2d(x, 1).flatten(1)
+        return x.flatten(2).mean(dim=2)
+
+
 class SplitModel(nn.Module):
-    """``head(body(x))``: the body maps images to a (B, C, H, W) feature map, the head pools
-    it and classifies with one linear layer."""
+    """``head(body(x))``: the body maps inputs to a (B, C, H, W) feature map (images) or a
+    (B, C, L) one (signals), the head pools it and classifies with one linear layer."""
 
     def __init__(self, body: nn.Module, feature_channels: int, num_classes: int):
         super().__init__()
         self.body = body
         self.feature_channels = feature_channels
-        self.head = nn.Sequential(nn.AdaptiveAvgPool2d(1), nn.Flatten(),
+        self.head = nn.Sequential(GlobalAveragePool(), nn.Identity(),
                                   nn.Linear(feature_channels, num_classes))
 
     def forward(self, x: Tensor) -> Tensor:

@@ -38,6 +38,10 @@ class RunContext:
     ``server_optimizer``: the server's step; ...), made once before the run by each feature
     (:mod:`raysim.layers.assembly`) and read back by its feature on the driver and on every
     worker; a section without settings is absent."""
+    public_rows: tuple[int, int] | None = None
+    """The training-set rows [start, stop) that no client holds, the dataset's public set
+    (e.g. subjects kept out of every client), where it has one; the public-set methods draw
+    theirs from it instead of from the clients' data."""
 
     @property
     def privacy(self) -> DpSettings | None:

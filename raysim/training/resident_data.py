@@ -91,7 +91,7 @@ class ResidentData:
         """Every held row's normalised inputs, made once when the normalised cache's budget
         left holds them (else None: each gather normalises its rows): the vectorised path
         gathers all of a worker's sampled clients every round."""
-        if self._normalised_rows is None and self.info.kind != "tabular":
+        if self._normalised_rows is None and not self.info.stored_as_float:
             size = self.x.numel() * torch.finfo(torch.float32).bits // 8
             if size <= self._cache_left:
                 self._normalised_rows = normalise(self.x, self.info)
