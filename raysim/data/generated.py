@@ -131,3 +131,33 @@ def _save(root: Path, flag: str, size: int, arrays: dict[str, Any],
     path = root / (f"{flag}.npz" if size == 28 else f"{flag}_{size}.npz")
     (np.savez_compressed if compress else np.savez)(path, **arrays)
     return path
+
+
+def write_recordings(folder: Path, *, subjects: int = 6, nights: int = 2, epochs: int = 40,
+                     length: int = 100, num_classes: int = 5, channels: int = 1,
+                     seed: int = 0, header: bool = True) -> Path:
+    """Write a folder of generated recordings in DeepSleepNet's npz format, Sleep-EDF's names
+    (``SC4<subject><night>E0.npz``): ``x`` (epochs, length, channels) float32 at 100 Hz,
+    ``y`` int32, ``fs``, ``ch_label``, and (``header``) a pickled header entry as the real
+    files carry, which a loader must never unpickle. Class c is a sine of (c + 1) * 3 Hz on
+    noise, with a per-subject amplitude, so a sequence model can learn it."""
+    rng = np.random.default_rng(seed)
+    folder.mkdir(parents=True, exist_ok=True)
+    time = np.arange(length) / 100.0
+    for subject in range(subjects):
+        gain = rng.uniform(20, 40)
+        for night in range(1, nights + 1):
+            labels = np.concatenate([np.arange(num_classes),
+                                     rng.integers(0, num_classes, epochs - num_classes)])
+            phase = rng.uniform(0, 2 * np.pi, size=(epochs, 1, channels))
+            signal = np.sin(2 * np.pi * 3 * (labels[:, None, None] + 1) * time[None, :, None]
+                            + phase)
+            x = gain * signal + rng.normal(0, 10, size=(epochs, length, channels))
+            arrays: dict[str, Any] = {"x": x.astype(np.float32), "y": labels.astype(np.int32),
+                                      "fs": np.float64(100.0),
+                                      "ch_label": np.str_("EEG Fpz-Cz")}
+            if header:
+                arrays["header_raw"] = np.array({"local_subject_id": str(subject)},
+                                                dtype=object)
+            np.savez(folder / f"SC4{subject:02d}{night}E0.npz", **arrays)
+    return folder

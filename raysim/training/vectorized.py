@@ -44,6 +44,15 @@ def choose_path(model: nn.Module, optimizer: OptimizerConfig, device: torch.devi
         return LOOP, "engine.vectorize=never"
     if optimizer.name != "sgd":
         return LOOP, f"not vectorisable: optimizer {optimizer.name} (vectorised path implements SGD)"
+    recurrent = any(isinstance(m, nn.RNNBase) for m in model.modules())
+    if recurrent:
+        return LOOP, ("recurrent layers (GRU/LSTM): the per-client loop, which runs the fused "
+                      "RNN kernels (not batched over clients here)")
+    dropout = any(isinstance(m, nn.modules.dropout._DropoutNd) and m.p > 0
+                  for m in model.modules())
+    if dropout:
+        return LOOP, ("dropout: the batched step draws no per-client random masks, so models "
+                      "with dropout train per client")
     if setting == "always":
         return VECTORIZED, "engine.vectorize=always"
     batch_norm = any(isinstance(m, nn.modules.batchnorm._BatchNorm) for m in model.modules())
