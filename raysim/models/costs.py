@@ -23,10 +23,16 @@ def parameter_count(module: nn.Module) -> int:
 
 
 def forward_flops(module: nn.Module, input_shape: tuple[int, ...]) -> int:
-    """FLOPs of one forward pass of one sample in eval mode."""
+    """FLOPs of one forward pass of one sample in eval mode (with PyTorch's fused Transformer
+    encoder kernel off for the count: the counter does not see inside it)."""
     module.eval()
-    with torch.no_grad(), FlopCounterMode(display=False) as counter:
-        module(torch.zeros((1, *input_shape)))
+    fastpath = torch.backends.mha.get_fastpath_enabled()
+    torch.backends.mha.set_fastpath_enabled(False)
+    try:
+        with torch.no_grad(), FlopCounterMode(display=False) as counter:
+            module(torch.zeros((1, *input_shape)))
+    finally:
+        torch.backends.mha.set_fastpath_enabled(fastpath)
     return int(counter.get_total_flops())
 
 
