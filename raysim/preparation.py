@@ -22,6 +22,7 @@ from raysim.errors import ConfigError
 from raysim.layers.assembly import check_features, feature_settings
 from raysim.layers.feature import algorithms_with
 from raysim.models import build_model
+from raysim.models.registry import SEGMENTATION_MODELS
 from raysim.results.live import check_available
 from raysim.seeding import torch_generator
 from raysim.vectors.weights import get_weights
@@ -174,9 +175,23 @@ def check_method_data(config: ExperimentConfig) -> None:
 
 
 def check_data_kind(config: ExperimentConfig, dataset: ArrayDataset) -> None:
-    """One paragraph when a method that works on images only meets signals (known once the
-    data is read: a folder of recordings)."""
-    reason = ALGORITHMS[config.algorithm.name].supports.needs_images
+    """One paragraph when a method that works on images only meets signals, or one that takes
+    no masks meets a segmentation task, or a model or loss does not fit the task (known once
+    the data is read)."""
+    supports = ALGORITHMS[config.algorithm.name].supports
+    info = dataset.info
+    if info.segmentation:
+        _check_segmentation(config, supports.segmentation_refusal, info.name)
+    elif config.model.name in SEGMENTATION_MODELS or config.training.loss in ("dice",
+                                                                              "dice_ce"):
+        what = (f"`model.name` = {config.model.name!r}" if config.model.name in
+                SEGMENTATION_MODELS else f"`training.loss` = {config.training.loss!r}")
+        raise ConfigError(
+            f"Invalid config field {what}: it is for segmentation (a class per pixel), and "
+            f"dataset {info.name!r} gives one label per sample. Use a classification model "
+            "and training.loss cross_entropy or hinge, or a segmentation dataset "
+            "(dataset.sites).")
+    reason = supports.needs_images
     if reason is not None and dataset.info.kind == "signal":
         raise ConfigError(
             f"Invalid combination: algorithm `{config.algorithm.name}` works on images only "
@@ -184,6 +199,25 @@ def check_data_kind(config: ExperimentConfig, dataset: ArrayDataset) -> None:
             f"({dataset.info.input_shape[0]} channel(s) x {dataset.info.input_shape[1]} "
             f"samples). Use a method that takes signals: "
             f"{algorithms_with('needs_images', truthy=False)}.")
+
+
+def _check_segmentation(config: ExperimentConfig, refusal: str | None, name: str) -> None:
+    """A segmentation task needs a method that takes masks, a segmentation network and a
+    loss defined on masks."""
+    if refusal is not None:
+        raise ConfigError(
+            f"Invalid combination: algorithm `{config.algorithm.name}` does not take "
+            f"segmentation masks ({refusal}), and dataset `{name}` is a segmentation task. "
+            f"Use a method that does: {algorithms_with('segmentation_refusal', truthy=False)}.")
+    if config.model.name not in SEGMENTATION_MODELS:
+        raise ConfigError(
+            f"Invalid config field `model.name` = {config.model.name!r}: dataset `{name}` is a "
+            "segmentation task (a class per pixel) and this model gives one prediction per "
+            f"image. Use a segmentation network: {', '.join(SEGMENTATION_MODELS)}.")
+    if config.training.loss == "hinge":
+        raise ConfigError(
+            f"Invalid config field `training.loss` = 'hinge': dataset `{name}` is a "
+            "segmentation task. Use cross_entropy (per pixel), dice or dice_ce.")
 
 
 def check_client_settings(config: ExperimentConfig, dataset: ArrayDataset) -> None:

@@ -4,7 +4,9 @@ from raysim.data.generated import (
     write_medmnist_npz,
     write_multilabel_npz,
     write_recordings,
+    write_segmentation_sites,
     write_volume_npz,
 )
 
-__all__ = ["write_medmnist_npz", "write_multilabel_npz", "write_recordings", "write_volume_npz"]
+__all__ = ["write_medmnist_npz", "write_multilabel_npz", "write_recordings",
+           "write_segmentation_sites", "write_volume_npz"]

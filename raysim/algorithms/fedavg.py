@@ -25,7 +25,7 @@ class FedAvg(Algorithm[ParamsT, Weights]):
     params_class: ClassVar[type[StrictModel]] = FedAvgParams
     mean_uploads: ClassVar[tuple[str, ...]] = ("model",)
     supports: ClassVar[Supports] = Supports(
-        server_optimizers=True)
+        server_optimizers=True, segmentation_refusal=None)
 
     def broadcast(self, state: Weights, round_: int) -> dict[str, Any]:
         return {"model": state}

@@ -24,7 +24,7 @@ class LocalOnly(Algorithm[LocalOnlyParams | CentralizedParams, Weights]):
     params_class: ClassVar[type[StrictModel]] = LocalOnlyParams
     supports: ClassVar[Supports] = Supports(
         privacy_refusal="nothing leaves a client: its models are private by construction",
-        heterogeneous=True)
+        heterogeneous=True, segmentation_refusal=None)
     personalized = True
 
     def local_work_scale(self) -> int:

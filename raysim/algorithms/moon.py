@@ -26,6 +26,7 @@ docs/methods.md).
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import torch
@@ -34,6 +35,7 @@ import torch.nn.functional as F
 from raysim.algorithms.base import ClientResult, RunContext, register_algorithm
 from raysim.algorithms.fedavg import FedAvg
 from raysim.algorithms.params import MOONParams
+from raysim.algorithms.supports import Supports
 from raysim.configuration.schema import StrictModel
 from raysim.models import build_model
 from raysim.models.registry import embedding_parts, require_embedding
@@ -60,6 +62,9 @@ class MOON(FedAvg[MOONParams]):
     client keeps its last trained model as the next round's negative."""
 
     params_class: ClassVar[type[StrictModel]] = MOONParams
+    supports: ClassVar[Supports] = replace(
+        FedAvg.supports, segmentation_refusal=(
+            "its contrastive term compares one representation vector per image"))
     mean_uploads: ClassVar[tuple[str, ...]] = ("model",)
     per_client_loop: ClassVar[str | None] = (
         "its local objective runs two frozen models beside the trained one")
@@ -77,7 +82,8 @@ class MOON(FedAvg[MOONParams]):
         embed_global, _ = embedding_parts(frozen_global)
         embed_previous, _ = embedding_parts(frozen_previous)
         loss_fn = loss_function(training_loss(self.context.training.loss,
-                                              self.context.info.multi_label))
+                                              self.context.info.multi_label,
+                                              self.context.info.segmentation))
         mu, temperature = self.params.mu, self.params.temperature
 
         def objective(model: torch.nn.Module) -> BatchLoss:

@@ -57,7 +57,8 @@ class Scaffold(Algorithm[ScaffoldParams, ScaffoldState]):
         privacy_refusal=("its control-variate uploads depend on the client's data and client-level DP "
             "here clips and noises weight updates only, so an epsilon would not cover them"),
         asynchronous_refusal=("its control variates are defined relative to one synchronous round's "
-            "server model"))
+            "server model"),
+        segmentation_refusal=None)
 
     @classmethod
     def config_warnings(cls, params: Any, training: Any) -> list[str]:
@@ -149,7 +150,8 @@ class Scaffold(Algorithm[ScaffoldParams, ScaffoldState]):
         model.zero_grad(set_to_none=True)
         x, y = runtime.client_data(client)
         loss_fn = loss_function(training_loss(self.context.training.loss,
-                                              self.context.info.multi_label))
+                                              self.context.info.multi_label,
+                                              self.context.info.segmentation))
         size, step = len(y), self.context.training.batch_size
         for begin in range(0, size, step):
             chunk = slice(begin, min(begin + step, size))

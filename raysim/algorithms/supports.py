@@ -29,6 +29,11 @@ class Supports:
     cross_entropy_only: str | None = None
     """Why the method is defined with cross-entropy on class labels only (a run with another
     ``training.loss`` is refused with it); None: it trains with any loss."""
+    segmentation_refusal: str | None = (
+        "its updates, outputs or losses are defined for one class label per sample, and a "
+        "form of it on masks is not implemented")
+    """Why the method cannot train on a segmentation task (masks, ``dataset.sites``); None: it
+    can, with a segmentation network (its loss ``training.loss`` on masks, Dice metrics)."""
     volume_refusal: str | None = None
     """Why the method cannot train on 3D volumes (the MedMNIST 3D subsets); None: it can,
     with a 3D model."""

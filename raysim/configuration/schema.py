@@ -20,6 +20,27 @@ class StrictModel(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
 
 
+class SegmentationSiteConfig(StrictModel):
+    """One site (hospital) of a segmentation dataset: a folder of images and masks."""
+
+    name: str = Field(description="the site's name (its clients' label in the tables)")
+    path: str = Field(description="its folder (relative paths under --data-root when given): "
+                      "images/ + masks/, Original/ + 'Ground Truth'/ (CVC-ClinicDB), or "
+                      "train/ and test/ each with image/ + mask/ (kept as the split)")
+    mask: Literal["threshold", "indices"] = Field(
+        "threshold", description="threshold: a binary mask, foreground where the grey value > "
+        "threshold; indices: grey values are the class indices 0..num_classes-1")
+    threshold: int = Field(127, ge=0, le=254)
+    invert: bool = Field(False, description="threshold masks whose foreground is dark (the "
+                         "prostate slices: 0 = prostate)")
+    unpaired: Literal["error", "skip"] = Field(
+        "error", description="an image without a mask (or a mask without an image): refuse "
+        "the folder, or leave the file out")
+    split_blocks: int = Field(
+        1, ge=1, description="the test split takes whole blocks of this many consecutive "
+        "images (by file name): frames of one video stay in one split (CVC-ClinicDB)")
+
+
 class DatasetConfig(StrictModel):
     """Which dataset to load and from where."""
 
@@ -47,8 +68,17 @@ class DatasetConfig(StrictModel):
         0, ge=0, description="recordings only: how many further subjects no client holds, kept "
         "as the public set of the methods that distil on one (FedMD, FedDF, ...)")
     num_classes: int | None = Field(
-        None, ge=2, description="recordings only: the number of classes (a label outside "
-        "0..num_classes-1 is refused); default the largest label + 1")
+        None, ge=2, description="recordings and segmentation: the number of classes, the "
+        "background included (a label outside 0..num_classes-1 is refused); default the "
+        "largest label + 1")
+    sites: list[SegmentationSiteConfig] | None = Field(
+        None, description="segmentation: the sites (hospitals) whose images and masks form "
+        "the dataset, each sample's site its group (partition.scheme: sites)")
+    resize: int = Field(64, ge=8, description="segmentation: images (bilinear) and masks "
+                        "(nearest) resized to resize x resize")
+    test_fraction: float = Field(
+        0.2, gt=0, lt=1, description="segmentation: each site's share of images in the test "
+        "split (a fixed draw, the same for every seed), where its folder has no split")
     subject_pattern: str = Field(
         r"^(S[CT]\d\d\d)", description="recordings only: a regular expression whose first "
         "group, matched at the start of a file's name, names the subject (the default reads "
@@ -72,11 +102,14 @@ class SiteShiftConfig(StrictModel):
 class PartitionConfig(StrictModel):
     """How the training set is split across virtual clients."""
 
-    scheme: Literal["iid", "dirichlet", "shards", "quantity", "replicate", "subjects"] = "iid"
+    scheme: Literal["iid", "dirichlet", "shards", "quantity", "replicate", "subjects",
+                    "sites"] = "iid"
     """replicate: every client holds the whole training set and the whole test set (e.g.
     the same images at different resolutions, ``clients.downsample``). subjects: each client
     holds whole subjects (groups) of the training and of the test split, never one subject's
-    samples on two clients (datasets that know each sample's subject: recordings)."""
+    samples on two clients (datasets that know each sample's subject: recordings). sites:
+    each client is one site (hospital) of the dataset, or one of ``clients_per_site`` equal
+    random parts of it, with its test share from the same site (multi-site segmentation)."""
     num_clients: int = Field(10, ge=1)
     beta: float = Field(0.5, gt=0, description="Dirichlet concentration (label or quantity skew)")
     min_size: int = Field(1, ge=0, description="smallest number of samples per client")
@@ -84,6 +117,8 @@ class PartitionConfig(StrictModel):
         None, ge=1, description="iid only: draw exactly this many samples per client"
     )
     classes_per_client: int = Field(2, ge=1, description="shards only: classes per client")
+    clients_per_site: int = Field(1, ge=1, description="sites only: clients per site, each "
+                                  "an equal random part of its training and test images")
     label_skew: float | None = Field(
         None, gt=0, description="subjects only: on top of whole subjects, each client keeps the "
         "largest subset of its samples (training and test share alike) whose class mix is "
@@ -139,9 +174,10 @@ class TrainingConfig(StrictModel):
     local_steps: int | None = Field(None, ge=1, description="minibatch steps per round")
     batch_size: int = Field(32, ge=1)
     optimizer: OptimizerConfig = OptimizerConfig()
-    loss: Literal["cross_entropy", "hinge"] = Field(
+    loss: Literal["cross_entropy", "hinge", "dice", "dice_ce"] = Field(
         "cross_entropy", description="hinge: the multi-class hinge (with a binary-margin "
-        "linear model, the linear SVM's loss)")
+        "linear model, the linear SVM's loss); segmentation: cross_entropy per pixel, dice "
+        "(MONAI's Dice loss) or dice_ce (MONAI's Dice + cross-entropy)")
 
     @model_validator(mode="after")
     def _check_local_work(self) -> TrainingConfig:

@@ -12,6 +12,7 @@ from raysim.data.dataset import ArrayDataset, DataInfo, to_tensor
 from raysim.data.medmnist_io import load_medmnist
 from raysim.data.partition import Partition, label_keys, make_partition
 from raysim.data.registry import DATASETS, load_path
+from raysim.data.segmentation import load_sites
 from raysim.seeding import numpy_rng
 
 __all__ = ["ArrayDataset", "DataInfo", "Partition", "load_dataset", "make_partition", "to_tensor"]
@@ -22,7 +23,9 @@ def load_dataset(config: DatasetConfig, data_root: str | None = None) -> ArrayDa
     ``train_subset`` only that many training samples are kept (a fixed, seed-independent,
     class-stratified draw; by dominant finding for multi-label data)."""
     name = config.name.lower()
-    if config.path is not None:
+    if config.sites is not None:
+        dataset = load_sites(config, data_root)
+    elif config.path is not None:
         dataset = load_path(config, data_root)
     elif name in DATASETS:  # a plug-in's
         dataset = DATASETS[name](config, data_root)

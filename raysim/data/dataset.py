@@ -14,8 +14,10 @@ import numpy as np
 if TYPE_CHECKING:
     import torch
 
-Task = Literal["multi-class", "binary-class", "ordinal-regression", "multi-label"]
-"""MedMNIST's task types (``multi-label`` is INFO's "multi-label, binary-class")."""
+Task = Literal["multi-class", "binary-class", "ordinal-regression", "multi-label",
+               "segmentation"]
+"""MedMNIST's task types (``multi-label`` is INFO's "multi-label, binary-class"), and
+``segmentation``: a class index per pixel (masks (N, H, W) uint8, class 0 the background)."""
 
 
 @dataclass(frozen=True)
@@ -44,6 +46,12 @@ class DataInfo:
     def multi_label(self) -> bool:
         """True for a multi-label task (labels are (N, num_classes) 0/1 arrays)."""
         return self.task == "multi-label"
+
+    @property
+    def segmentation(self) -> bool:
+        """True for a segmentation task (labels are (N, H, W) uint8 masks of class indices,
+        ``num_classes`` counting the background, class 0)."""
+        return self.task == "segmentation"
 
     @property
     def stored_as_float(self) -> bool:

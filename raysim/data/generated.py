@@ -161,3 +161,32 @@ def write_recordings(folder: Path, *, subjects: int = 6, nights: int = 2, epochs
                                                 dtype=object)
             np.savez(folder / f"SC4{subject:02d}{night}E0.npz", **arrays)
     return folder
+
+
+def write_segmentation_sites(root: Path, *, sites: int = 2, images: int = 12, size: int = 40,
+                             seed: int = 0) -> list[Path]:
+    """Write ``sites`` generated site folders under ``root`` (``site<k>/images/*.png`` and
+    ``site<k>/masks/*.png``, masks 0/255): a bright disc of random centre and radius on noise,
+    its mask the disc, each site with its own brightness and image size (``size`` + 8 k), so
+    that a U-Net can learn them and sites differ in appearance and resolution."""
+    from PIL import Image
+
+    rng = np.random.default_rng(seed)
+    folders = []
+    for site in range(sites):
+        folder = root / f"site{site}"
+        (folder / "images").mkdir(parents=True, exist_ok=True)
+        (folder / "masks").mkdir(parents=True, exist_ok=True)
+        side = size + 8 * site
+        rows, cols = np.mgrid[0:side, 0:side]
+        for index in range(images):
+            centre = rng.uniform(0.3 * side, 0.7 * side, size=2)
+            radius = rng.uniform(0.12 * side, 0.25 * side)
+            disc = (rows - centre[0]) ** 2 + (cols - centre[1]) ** 2 < radius ** 2
+            picture = rng.normal(70 + 20 * site, 20, size=(side, side, 3)) + 100 * disc[..., None]
+            Image.fromarray(np.clip(picture, 0, 255).astype(np.uint8)).save(
+                folder / "images" / f"{index:03d}.png")
+            Image.fromarray((disc * 255).astype(np.uint8)).save(
+                folder / "masks" / f"{index:03d}.png")
+        folders.append(folder)
+    return folders

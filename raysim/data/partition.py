@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from raysim.configuration.schema import PartitionConfig
-from raysim.data.subject_partition import by_subjects, validation_subjects
+from raysim.data.subject_partition import by_sites, by_subjects, validation_subjects
 from raysim.errors import ConfigError
 from raysim.seeding import numpy_rng
 
@@ -119,6 +119,12 @@ def label_keys(train_labels: np.ndarray, labels: np.ndarray) -> np.ndarray:
     return np.where(labels.any(axis=1), best + 1, 0).astype(np.int64)
 
 
+def mask_keys(masks: np.ndarray) -> np.ndarray:
+    """One key per segmentation mask for label-aware splits: 1 where it holds any
+    foreground, else 0."""
+    return np.asarray((masks.reshape(len(masks), -1) > 0).any(axis=1), dtype=np.int64)
+
+
 def key_count(labels: np.ndarray, num_classes: int) -> int:
     """How many keys :func:`label_keys` gives (``num_classes``, or L + 1 for multi-label)."""
     return num_classes + 1 if labels.ndim == 2 else num_classes
@@ -139,9 +145,13 @@ def make_partition(
     dominant finding (:func:`label_keys`). Scheme ``subjects`` deals whole groups
     (``train_groups``, ``test_groups``: each sample's subject) to clients instead
     (:mod:`raysim.data.subject_partition`)."""
-    num_classes = key_count(train_labels, num_classes)
-    train_labels, test_labels = (label_keys(train_labels, train_labels),
-                                 label_keys(train_labels, test_labels))
+    if train_labels.ndim == 3:  # masks: split by whether an image holds any foreground
+        train_labels, test_labels = (mask_keys(train_labels), mask_keys(test_labels))
+        num_classes = 2
+    else:
+        num_classes = key_count(train_labels, num_classes)
+        train_labels, test_labels = (label_keys(train_labels, train_labels),
+                                     label_keys(train_labels, test_labels))
     rng = numpy_rng(seed, "partition")
     num_samples, num_clients = len(train_labels), config.num_clients
     if num_clients > num_samples:
@@ -150,6 +160,8 @@ def make_partition(
             f"only {num_samples} samples, so at most {num_samples} clients can hold one each. "
             "Lower partition.num_clients."
         )
+    if config.scheme == "sites":
+        return Partition(*by_sites(train_groups, test_groups, config, rng))
     if config.scheme == "subjects":
         return Partition(*by_subjects(train_groups, test_groups, train_labels, test_labels,
                                       config, num_classes, rng))

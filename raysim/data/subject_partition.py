@@ -104,3 +104,40 @@ def validation_subjects(train: list[np.ndarray], groups: np.ndarray, fraction: f
         held.append(indices[out])
         kept.append(indices[~out])
     return kept, held
+
+
+def by_sites(train_groups: np.ndarray | None, test_groups: np.ndarray | None,
+             config: PartitionConfig, rng: np.random.Generator
+             ) -> tuple[list[np.ndarray], list[np.ndarray]]:
+    """The training and test shares of ``partition.scheme: sites``: client ``s * k + j`` holds
+    part j of site s's training images and part j of its test images (k =
+    ``clients_per_site``; parts are equal splits of a seeded permutation)."""
+    if train_groups is None or test_groups is None:
+        raise ConfigError(
+            "Invalid config field `partition.scheme` = 'sites': the dataset does not say which "
+            "site each sample comes from. Scheme 'sites' needs a multi-site dataset "
+            "(dataset.sites); use another scheme (iid, dirichlet, ...) for this one.")
+    sites = int(max(train_groups.max(initial=-1), test_groups.max(initial=-1))) + 1
+    per_site = config.clients_per_site
+    if config.num_clients != sites * per_site:
+        raise ConfigError(
+            f"Invalid config field `partition.num_clients` = {config.num_clients}: scheme "
+            f"'sites' makes {per_site} client(s) of each of the dataset's {sites} sites "
+            f"(partition.clients_per_site), {sites * per_site} in all. Set "
+            f"partition.num_clients: {sites * per_site}, or change clients_per_site.")
+
+    def parts(groups: np.ndarray) -> list[np.ndarray]:
+        shares: list[np.ndarray] = []
+        for site in range(sites):
+            members = rng.permutation(np.flatnonzero(groups == site))
+            shares.extend(np.sort(part) for part in np.array_split(members, per_site))
+        return shares
+
+    train, test = parts(train_groups), parts(test_groups)
+    empty = [c for c, share in enumerate(train) if len(share) == 0]
+    if empty:
+        raise ConfigError(
+            f"Invalid config field `partition.clients_per_site` = {per_site}: client "
+            f"{empty[0]} is left without training images (its site has fewer than "
+            f"{per_site}). Lower clients_per_site.")
+    return train, test

@@ -14,7 +14,7 @@ from raysim.lazy import lazy_exports
 if TYPE_CHECKING:
     from raysim.models.registry import MODELS, build_model, register_model
 
-MODULES = ("cnn", "convnet", "convnet3d", "mlp", "resnet", "resnet3d", "sequence", "zoo")
+MODULES = ("cnn", "convnet", "convnet3d", "mlp", "resnet", "resnet3d", "segmentation", "sequence", "zoo")
 """The modules (and the zoo package) that register a model."""
 
 __all__ = ["MODELS", "build_model", "register_model"]

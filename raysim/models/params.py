@@ -105,6 +105,27 @@ class RNNParams(StrictModel):
     stem_stride: int = Field(4, ge=1, description="the stem's stride (and kernel 2x it)")
 
 
+class UNetParams(StrictModel):
+    """MONAI's U-Net (``monai.networks.nets.UNet``, 2D) for segmentation: ``channels`` per
+    level, stride-2 downsampling between levels; ``residual_units`` > 0 makes it the residual
+    U-Net (Res-UNet: that many residual units per level, MONAI's ``num_res_units``)."""
+
+    name: Literal["unet"] = "unet"
+    channels: tuple[Annotated[int, Field(ge=1)], ...] = Field((16, 32, 64, 128), min_length=2)
+    residual_units: int = Field(0, ge=0)
+    norm: Literal["instance", "batch"] = "instance"
+    dropout: float = Field(0.0, ge=0, lt=1)
+
+
+class UNetPlusPlusParams(StrictModel):
+    """MONAI's UNet++ (``monai.networks.nets.BasicUNetPlusPlus``, 2D, Zhou et al. 2019):
+    ``features`` are its six widths (five levels and the last up-sampling block)."""
+
+    name: Literal["unetpp"] = "unetpp"
+    features: tuple[int, int, int, int, int, int] = (16, 16, 32, 64, 128, 16)
+    norm: Literal["instance", "batch"] = "instance"
+
+
 ZOO_MODELS: dict[str, str] = {
     "densenet": "DenseNet-BC, 3 blocks x 6 layers, growth 12.",
     "mobilenetv2": "MobileNetV2, 5 inverted-residual stages.",
@@ -134,7 +155,8 @@ ZOO_PARAMS: dict[str, type[StrictModel]] = {name: _zoo_params(name, doc)
 
 MODEL_PARAMS: tuple[type[StrictModel], ...] = (
     SimpleCNNParams, ConvNetParams, ConvNet3DParams, MLPParams, ResNet18Params,
-    ResNet18_3DParams, TCNParams, SignalTransformerParams, RNNParams, *ZOO_PARAMS.values())
+    ResNet18_3DParams, TCNParams, SignalTransformerParams, RNNParams, UNetParams,
+    UNetPlusPlusParams, *ZOO_PARAMS.values())
 """The params class of every model raysim ships (a test checks it against the registry)."""
 
 PLUGIN_MODEL_PARAMS: list[type[StrictModel]] = []

@@ -83,6 +83,18 @@ def embedding_parts(model: nn.Module) -> tuple[Layer, Layer]:
 
 SIGNAL_MODELS = "tcn, signal_transformer or rnn"
 """The models for signals, as a refusal names them."""
+SEGMENTATION_MODELS = ("unet", "unetpp")
+"""The segmentation networks (per-pixel logits), by config name."""
+
+
+def require_segmentation(model_name: str, info: DataInfo) -> None:
+    """Raise a config error unless the dataset is a 2D segmentation task."""
+    if not info.segmentation or info.kind != "image" or info.volumetric:
+        raise ConfigError(
+            f"Invalid config field `model.name` = {model_name!r}: it is a segmentation network "
+            f"(a class per pixel), and dataset {info.name!r} is a {info.task} task of "
+            f"{info.kind} data. Use it on a segmentation dataset (dataset.sites), or a "
+            "classification model here (convnet, cnn, resnet18, mlp, ...).")
 
 
 def require_images(model_name: str, info: DataInfo) -> None:

@@ -14,8 +14,10 @@ from raysim.results.atomic import write_atomically
 from raysim.results.load import load
 from raysim.results.manifest import read_manifest
 
-SUMMARY_METRICS = ("accuracy", "macro_f1", "auc", "loss", "own_accuracy", "personal_accuracy",
-                   "unseen_accuracy")
+SUMMARY_METRICS = ("dice", "accuracy", "macro_f1", "auc", "loss", "own_accuracy",
+                   "personal_accuracy", "unseen_accuracy", "own_dice", "personal_dice",
+                   "unseen_dice")
+"""The summary's columns, those the runs recorded (``dice``: segmentation tasks)."""
 _KEYS = ["experiment", "algorithm"]
 
 

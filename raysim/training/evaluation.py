@@ -14,6 +14,14 @@ from raysim.data.dataset import DataInfo, to_tensor
 from raysim.data.medmnist_io import medmnist_evaluator
 
 METRICS = ("accuracy", "macro_f1", "auc", "loss")
+SEGMENTATION_METRICS = ("dice", "iou", "hd95", "accuracy")
+"""A segmentation task's metrics: mean over images of the foreground classes' Dice, IoU and
+95th-percentile Hausdorff distance (pixels), and pixel accuracy."""
+
+
+def metric_names(info: DataInfo) -> tuple[str, ...]:
+    """The metric columns of a task (:data:`METRICS`, or :data:`SEGMENTATION_METRICS`)."""
+    return SEGMENTATION_METRICS if info.segmentation else METRICS
 
 
 @torch.no_grad()
@@ -21,8 +29,9 @@ def predict_proba(model: nn.Module, x: np.ndarray, info: DataInfo, batch_size: i
                   device: torch.device,
                   transform: Callable[[torch.Tensor], torch.Tensor] | None = None) -> np.ndarray:
     """Class probabilities (float64) of ``model`` in eval mode for stored inputs ``x``; for a
-    multi-label task, each label's sigmoid probability (``transform``: applied to each
-    normalised batch, e.g. a client's downsampling)."""
+    multi-label task, each label's sigmoid probability; for a segmentation task the predicted
+    masks instead ((N, H, W) uint8 class indices: probabilities per pixel would be too large to
+    gather). ``transform``: applied to each normalised batch, e.g. a client's downsampling."""
     model.eval()
     outputs = []
     for start in range(0, len(x), batch_size):
@@ -30,11 +39,62 @@ def predict_proba(model: nn.Module, x: np.ndarray, info: DataInfo, batch_size: i
         if transform is not None:
             batch = transform(batch)
         logits = model(batch).double()
+        if info.segmentation:
+            outputs.append(logits.argmax(dim=1).to(torch.uint8).cpu().numpy())
+            continue
         scores = torch.sigmoid(logits) if info.multi_label else torch.softmax(logits, dim=1)
         outputs.append(scores.cpu().numpy())
     if not outputs:
-        return np.zeros((0, info.num_classes))
+        return (np.zeros((0, *info.input_shape[1:]), np.uint8) if info.segmentation
+                else np.zeros((0, info.num_classes)))
     return np.concatenate(outputs)
+
+
+def prediction_metrics(labels: np.ndarray, predictions: np.ndarray) -> dict[str, float]:
+    """The metrics of a task's predictions: :func:`segmentation_metrics` for masks (labels
+    (N, H, W)), else :func:`classification_metrics`."""
+    if labels.ndim == 3:
+        return segmentation_metrics(labels, predictions)
+    return classification_metrics(labels, predictions)
+
+
+def segmentation_scores(masks: np.ndarray, predicted: np.ndarray, num_classes: int | None = None
+                        ) -> dict[str, np.ndarray]:
+    """Each image's Dice, IoU and HD95 (MONAI's ``compute_dice``, ``compute_iou`` and
+    ``compute_hausdorff_distance`` at the 95th percentile, in pixels), averaged over the
+    foreground classes, and its pixel accuracy. An image whose truth and prediction both lack a
+    class scores Dice and IoU 1 for it (MONAI's ``ignore_empty=False``); HD95 is NaN where
+    either is empty."""
+    import warnings
+
+    from monai.metrics import compute_dice, compute_hausdorff_distance, compute_iou
+
+    classes = num_classes or int(max(masks.max(initial=0), predicted.max(initial=0))) + 1
+    classes = max(classes, 2)
+    truth = torch.nn.functional.one_hot(torch.from_numpy(masks.astype(np.int64)), classes)
+    guess = torch.nn.functional.one_hot(torch.from_numpy(predicted.astype(np.int64)), classes)
+    truth, guess = truth.permute(0, 3, 1, 2).float(), guess.permute(0, 3, 1, 2).float()
+    dice = compute_dice(guess, truth, include_background=False, ignore_empty=False)
+    iou = compute_iou(guess, truth, include_background=False, ignore_empty=False)
+    with warnings.catch_warnings():  # an empty prediction or truth: MONAI warns, gives inf/nan
+        warnings.simplefilter("ignore")
+        hd95 = compute_hausdorff_distance(guess, truth, include_background=False,
+                                          percentile=95)
+    hd95 = torch.where(torch.isfinite(hd95), hd95, torch.nan)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        return {"dice": np.nanmean(dice.numpy(), axis=1), "iou": np.nanmean(iou.numpy(), axis=1),
+                "hd95": np.nanmean(hd95.numpy(), axis=1),
+                "accuracy": (masks == predicted).reshape(len(masks), -1).mean(axis=1)}
+
+
+def segmentation_metrics(masks: np.ndarray, predicted: np.ndarray) -> dict[str, float]:
+    """:func:`segmentation_scores` averaged over the images (NaN-aware; NaN when empty)."""
+    if len(masks) == 0:
+        return dict.fromkeys(SEGMENTATION_METRICS, math.nan)
+    scores = segmentation_scores(masks, predicted)
+    return {name: float(np.nanmean(values)) if np.isfinite(values).any() else math.nan
+            for name, values in scores.items()}
 
 
 def medmnist_task(labels: np.ndarray, probs: np.ndarray) -> str:
@@ -123,6 +183,15 @@ def share_metrics(probabilities: np.ndarray, labels: np.ndarray, shares: list[np
     (vectorised; NaN for an empty share)."""
     if labels.ndim == 2:
         return _multi_label_share_metrics(probabilities, labels, shares)
+    if labels.ndim == 3:  # segmentation: the mean of each share's images' scores
+        scores = segmentation_scores(labels, probabilities)
+        with np.errstate(invalid="ignore"):
+            import warnings
+
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", RuntimeWarning)
+                return {name: np.array([np.nanmean(values[share]) if len(share) else math.nan
+                                        for share in shares]) for name, values in scores.items()}
     sizes = np.array([len(s) for s in shares])
     order = np.concatenate(shares) if shares else np.zeros(0, dtype=np.int64)
     predicted, truth = probabilities[order].argmax(axis=1), labels[order]

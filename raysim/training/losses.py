@@ -30,22 +30,57 @@ class MultiLabelBCE(nn.Module):
         return F.binary_cross_entropy_with_logits(logits, targets.to(logits.dtype))
 
 
+class SegmentationLoss(nn.Module):
+    """A segmentation loss on logits (B, C, H, W) and masks (B, H, W) of class indices (any
+    integer dtype): per-pixel cross-entropy (``mask_cross_entropy``), MONAI's Dice loss on the
+    softmax (``dice``) or MONAI's Dice + cross-entropy (``dice_ce``, equal weights), the
+    background included in the Dice terms as MONAI's defaults have it."""
+
+    def __init__(self, kind: str):
+        super().__init__()
+        self.kind = kind
+        if kind == "dice":
+            from monai.losses import DiceLoss
+
+            self.dice: nn.Module | None = DiceLoss(to_onehot_y=True, softmax=True)
+        elif kind == "dice_ce":
+            from monai.losses import DiceCELoss
+
+            self.dice = DiceCELoss(to_onehot_y=True, softmax=True)
+        else:
+            self.dice = None
+
+    def forward(self, logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        masks = targets.long()
+        if self.dice is None:
+            return F.cross_entropy(logits, masks)
+        return self.dice(logits, masks[:, None])
+
+
 MULTI_LABEL_LOSS = "multi_label_bce"
 """The loss every multi-label run trains with (``training.loss`` cross_entropy on such data)."""
+SEGMENTATION_LOSSES = {"cross_entropy": "mask_cross_entropy", "dice": "dice",
+                       "dice_ce": "dice_ce"}
+"""``training.loss`` -> the segmentation loss it names (on masks)."""
 
 
-def training_loss(configured: str, multi_label: bool) -> str:
-    """The loss a run trains with: ``training.loss``, or for a multi-label task its per-label
-    binary cross-entropy."""
+def training_loss(configured: str, multi_label: bool, segmentation: bool = False) -> str:
+    """The loss a run trains with: ``training.loss``, for a multi-label task its per-label
+    binary cross-entropy, for a segmentation task its form on masks."""
+    if segmentation:
+        return SEGMENTATION_LOSSES[configured]
     return MULTI_LABEL_LOSS if multi_label else configured
 
 
 @functools.cache
 def loss_function(name: str) -> nn.Module:
-    """``cross_entropy``, ``hinge`` (:class:`MultiClassHinge`) or ``multi_label_bce``
-    (:class:`MultiLabelBCE`); one stateless module per name, shared."""
+    """``cross_entropy``, ``hinge`` (:class:`MultiClassHinge`), ``multi_label_bce``
+    (:class:`MultiLabelBCE`) or a segmentation loss (:class:`SegmentationLoss`); one
+    stateless module per name, shared."""
     if name == MULTI_LABEL_LOSS:
         return MultiLabelBCE()
+    if name in SEGMENTATION_LOSSES.values():
+        return SegmentationLoss(name)
     return MultiClassHinge() if name == "hinge" else nn.CrossEntropyLoss()
 
 
@@ -56,4 +91,6 @@ def sample_losses(logits: torch.Tensor, targets: torch.Tensor, multi_label: bool
     if multi_label:
         return F.binary_cross_entropy_with_logits(
             logits, targets.to(logits.dtype), reduction="none").sum(dim=1)
+    if logits.ndim > 2:  # segmentation: each image's mean pixel cross-entropy
+        return F.cross_entropy(logits, targets.long(), reduction="none").flatten(1).mean(1)
     return F.cross_entropy(logits, targets, reduction="none")

@@ -16,9 +16,9 @@ from raysim.engine.run import driver_turns as turns
 from raysim.results.sink import ParquetSink
 from raysim.rounds.round_loop import Evaluation
 from raysim.training.evaluation import (
-    METRICS,
-    classification_metrics,
     label_aucs,
+    metric_names,
+    prediction_metrics,
     route_counts,
     share_metrics,
 )
@@ -47,7 +47,8 @@ class Evaluator:
         client's share), then personal models on the workers; writes client_eval and
         selection rows and returns the round's metric columns (stopping at the first server
         model whose predictions are not finite: the run diverged)."""
-        row = dict.fromkeys(METRICS, math.nan)
+        metrics = metric_names(self.algorithm.context.info)
+        row = dict.fromkeys(metrics, math.nan)
         models = self.algorithm.evaluation_models(state)
         shares, unseen = self.shares, self.unseen
         per_client: dict[str, np.ndarray] = {}
@@ -55,17 +56,17 @@ class Evaluator:
             for name, (probabilities, _) in self._predict(workers, models, "validation",
                                                           len(self.validation_y)).items():
                 if np.isfinite(probabilities).all():
-                    row.update(_prefixed(classification_metrics(self.validation_y,
+                    row.update(_prefixed(prediction_metrics(self.validation_y,
                                                                 probabilities), f"{name}val_"))
         for name, (probabilities, routes) in self._predict(workers, models, "test",
                                                            len(self.test_y)).items():
             if not np.isfinite(probabilities).all():
                 return Evaluation(row, model_diverged=True)
-            row.update(_prefixed(classification_metrics(self.test_y, probabilities), name))
+            row.update(_prefixed(prediction_metrics(self.test_y, probabilities), name))
             if self.test_y.ndim == 2:  # multi-label: every label's AUC beside their mean
                 row.update(_prefixed(self._label_aucs(probabilities), name))
             if unseen is not None and len(unseen):
-                row.update(_prefixed(classification_metrics(self.test_y[unseen],
+                row.update(_prefixed(prediction_metrics(self.test_y[unseen],
                                                             probabilities[unseen]),
                                      f"{name}unseen_"))
             if self.settings.clients and shares:
@@ -83,16 +84,16 @@ class Evaluator:
                 (r for rows in turns.get([workers[w].evaluate_clients.remote(round_, clients)
                                         for w, clients in sorted(clients_by_worker.items())])
                  for r in rows), key=lambda r: r["client"])
-            row.update(_mean_client_metrics(personal_rows, "own_", "personal_"))
+            row.update(_mean_client_metrics(personal_rows, metrics, "own_", "personal_"))
             if not models:  # no global model: the clients' models on the global test set
-                row.update(_mean_client_metrics(personal_rows, "global_", ""))
+                row.update(_mean_client_metrics(personal_rows, metrics, "global_", ""))
             if any("val_accuracy" in r for r in personal_rows):  # and on their validation shares
-                row.update(_mean_client_metrics(personal_rows, "val_", "personal_val_"))
+                row.update(_mean_client_metrics(personal_rows, metrics, "val_", "personal_val_"))
                 if not models:
-                    row.update(_mean_client_metrics(personal_rows, "val_", "val_"))
+                    row.update(_mean_client_metrics(personal_rows, metrics, "val_", "val_"))
             if any("pooled_val_accuracy" in r for r in personal_rows):  # the global test set's
                 # counterpart for selection: each personal model on the pooled validation set
-                row.update(_mean_client_metrics(personal_rows, "pooled_val_", "pooled_val_"))
+                row.update(_mean_client_metrics(personal_rows, metrics, "pooled_val_", "pooled_val_"))
         if per_client:  # server models' per-client columns join the personal models' rows
             by_client = {r["client"]: r for r in personal_rows}
             for client in range(len(shares)):
@@ -138,11 +139,11 @@ def _prefixed(metrics: dict[str, float], prefix: str) -> dict[str, float]:
     return {f"{prefix}{key}": value for key, value in metrics.items()}
 
 
-def _mean_client_metrics(rows: list[dict[str, Any]], source: str, target: str
-                         ) -> dict[str, float]:
+def _mean_client_metrics(rows: list[dict[str, Any]], metrics: tuple[str, ...], source: str,
+                         target: str) -> dict[str, float]:
     """Mean over clients of each metric (NaN-aware; NaN when no client has one)."""
     means = {}
-    for metric in METRICS:
+    for metric in metrics:
         values = np.array([r.get(source + metric, math.nan) for r in rows], dtype=float)
         means[target + metric] = float(np.nanmean(values)) if np.isfinite(values).any() else math.nan
     return means

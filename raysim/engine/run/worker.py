@@ -25,7 +25,7 @@ from raysim.rounds.client_work import ClientWork
 from raysim.rounds.process_memory import freeze_imported_objects, keep_freed_memory
 from raysim.rounds.round_loop import RoundReply
 from raysim.training.context import ClientData
-from raysim.training.evaluation import classification_metrics, predict_proba
+from raysim.training.evaluation import predict_proba, prediction_metrics
 from raysim.training.membership import audit_sets, membership_auc
 from raysim.training.resident_data import data_cap_bytes
 from raysim.training.resident_states import state_cap_bytes
@@ -304,4 +304,4 @@ class ClientWorker:
         probabilities = predict_proba(
             model, x, self.run_setup.context.info, self.run_setup.eval_batch_size, self.device,
             lambda inputs: self.runtime.client_inputs(client, inputs))
-        return {f"{prefix}{k}": v for k, v in classification_metrics(y, probabilities).items()}
+        return {f"{prefix}{k}": v for k, v in prediction_metrics(y, probabilities).items()}
