@@ -213,7 +213,7 @@ def busy_notice(cpus: int) -> str | None:
             "machine takes.")
 
 
-def sliced(config: ExperimentConfig, clients: int | None
+def sliced(config: ExperimentConfig, clients: int | None, data_root: str | None = None
            ) -> tuple[ExperimentConfig, float, float]:
     """``config`` with ``clients`` clients per round (where fewer than its own), and the scales
     of a round and of an evaluation back to the config's (module docstring)."""
@@ -228,7 +228,7 @@ def sliced(config: ExperimentConfig, clients: int | None
         config = config.model_copy(update={"partition": partition.model_copy(
             update={"num_clients": clients})})
         if partition.samples_per_client is None and partition.scheme != "replicate":
-            kept = max(2, math.ceil(train_size(config) * clients / own))
+            kept = max(2, math.ceil(train_size(config, data_root) * clients / own))
             config = config.model_copy(update={"dataset": config.dataset.model_copy(
                 update={"train_subset": kept})})
     workers = config.engine.num_workers
@@ -236,9 +236,9 @@ def sliced(config: ExperimentConfig, clients: int | None
     return config, scale, scale if config.evaluation.clients else 1.0
 
 
-def train_size(config: ExperimentConfig) -> int:
+def train_size(config: ExperimentConfig, data_root: str | None = None) -> int:
     """Training samples the config's clients split among them (its ``train_subset``, else the
-    dataset's training split)."""
+    dataset's training split; a user's dataset read under ``data_root``)."""
     from raysim.data.builtin import BUILTIN_DATASETS, load_builtin
     from raysim.data.medmnist_io import medmnist_info
 
@@ -250,7 +250,7 @@ def train_size(config: ExperimentConfig) -> int:
     if _users_dataset(dataset):
         from raysim.data import load_dataset
 
-        return len(load_dataset(dataset).train_y)
+        return len(load_dataset(dataset, data_root).train_y)
     return int(medmnist_info()[dataset.name]["n_samples"]["train"])
 
 
@@ -326,7 +326,7 @@ def measure(configs: Mapping[str, ExperimentConfig], rounds: int, data_root: str
     with tempfile.TemporaryDirectory(prefix="raysim-estimate-") as scratch:
         for label, config in configs.items():
             started = time.time()
-            own = None if extrapolation is None else own_value(extrapolation, config)
+            own = None if extrapolation is None else own_value(extrapolation, config, data_root)
             tail = tail_phase(config)
             try:
                 if tail is not None:  # (probed by kind of round; not extrapolated)
@@ -384,13 +384,14 @@ def phased(config: ExperimentConfig, key: str, rounds: int) -> ExperimentConfig:
     return with_overrides(config, [f"training.rounds={2 * rounds}", f"{key}={rounds}"])
 
 
-def own_value(extrapolation: Extrapolation, config: ExperimentConfig) -> float | None:
+def own_value(extrapolation: Extrapolation, config: ExperimentConfig,
+              data_root: str | None = None) -> float | None:
     """The config's value of the extrapolation's key; the data slice left unset is the whole
     training split (None: the variant has no such key and is probed as it is)."""
     value = extrapolation.value_in(config)
     if value is None and extrapolation.key == DATA_SLICE \
             and config.dataset.train_subset is None:
-        return float(train_size(config))
+        return float(train_size(config, data_root))
     return value
 
 
@@ -416,7 +417,7 @@ def _probe(label: str, config: ExperimentConfig, rounds: int, data_root: str | N
     from raysim.results import load
 
     measured = min(rounds, config.training.rounds)
-    probe_config, round_scale, evaluation_scale = sliced(config, clients)
+    probe_config, round_scale, evaluation_scale = sliced(config, clients, data_root)
     generated = stand_in_data(probe_config, data_root, Path(scratch)) if stand_in else None
     probe_config = (generated or probe_config).model_copy(update={
         "seeds": config.seeds[:1],

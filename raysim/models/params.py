@@ -155,8 +155,8 @@ ZOO_PARAMS: dict[str, type[StrictModel]] = {name: _zoo_params(name, doc)
 
 MODEL_PARAMS: tuple[type[StrictModel], ...] = (
     SimpleCNNParams, ConvNetParams, ConvNet3DParams, MLPParams, ResNet18Params,
-    ResNet18_3DParams, TCNParams, SignalTransformerParams, RNNParams, UNetParams,
-    UNetPlusPlusParams, *ZOO_PARAMS.values())
+    ResNet18_3DParams, UNetParams, UNetPlusPlusParams, TCNParams, SignalTransformerParams,
+    RNNParams, *ZOO_PARAMS.values())
 """The params class of every model raysim ships (a test checks it against the registry)."""
 
 PLUGIN_MODEL_PARAMS: list[type[StrictModel]] = []
