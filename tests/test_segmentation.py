@@ -9,12 +9,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-import yaml
 from fixtures import write_segmentation_sites
 from inprocess import simulate
 from PIL import Image
+from test_bad_input import run_cli
 
-from raysim.cli import main
 from raysim.configuration.experiment import parse_config
 from raysim.configuration.schema import DatasetConfig, PartitionConfig, SegmentationSiteConfig
 from raysim.data import load_dataset, make_partition
@@ -158,18 +157,12 @@ def test_monai_networks_give_per_pixel_logits(sites, params):
 
 
 def test_wrong_methods_models_and_losses_are_refused(capsys, tmp_path, sites):
-    def exit_and_message(raw: dict) -> tuple[int, str]:
-        config = tmp_path / "config.yaml"
-        config.write_text(yaml.safe_dump(raw))
-        code = main(["validate", str(config)])
-        return code, capsys.readouterr().err
-
     for raw, needle in [
             (segmentation_raw(sites, algorithm={"name": "feddf"}), "does not take segmentation"),
             (segmentation_raw(sites, model={"name": "convnet"}), "segmentation network"),
             ({**segmentation_raw(sites), "dataset": {"name": "breast-cancer"},
               "partition": {"num_clients": 2}}, "it is for segmentation")]:
-        code, err = exit_and_message(raw)
+        code, err = run_cli(capsys, tmp_path, raw)
         assert code == 2 and needle in err and err.count("\n") == 1, err
 
 

@@ -9,12 +9,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-import yaml
 from fixtures import write_recordings
 from inprocess import simulate
+from test_bad_input import run_cli
 
 from raysim.algorithms.public_set import public_indices
-from raysim.cli import main
 from raysim.configuration.experiment import parse_config
 from raysim.configuration.schema import DatasetConfig, PartitionConfig
 from raysim.data import load_dataset, make_partition
@@ -105,20 +104,15 @@ def test_sequence_models_split_into_a_body_map_and_a_head(params):
 
 
 def test_models_and_methods_refuse_the_wrong_kind_of_data(capsys, tmp_path, recordings):
-    def exit_and_message(raw: dict) -> tuple[int, str]:
-        config = tmp_path / "config.yaml"
-        config.write_text(yaml.safe_dump(raw))
-        code = main(["validate", str(config)])
-        return code, capsys.readouterr().err
-
-    code, err = exit_and_message(signal_raw(recordings, model={"name": "convnet"}))
-    assert code == 2 and "holds signals" in err and "tcn" in err and err.count("\n") == 1
-    code, err = exit_and_message(signal_raw(recordings, algorithm={"name": "fedvck"},
-                                            model={"name": "tcn"}))
-    assert code == 2 and "works on images only" in err and "Traceback" not in err
-    code, err = exit_and_message({**signal_raw(recordings), "dataset": {"name": "breast-cancer"},
-                                  "partition": {"num_clients": 3}})
-    assert code == 2 and "model for signals" in err
+    tabular = {**signal_raw(recordings), "dataset": {"name": "breast-cancer"},
+               "partition": {"num_clients": 3}}
+    for raw, needles in [
+            (signal_raw(recordings, model={"name": "convnet"}), ("holds signals", "tcn")),
+            (signal_raw(recordings, algorithm={"name": "fedvck"}, model={"name": "tcn"}),
+             ("works on images only",)),
+            (tabular, ("model for signals",))]:
+        code, err = run_cli(capsys, tmp_path, raw)
+        assert code == 2 and all(n in err for n in needles) and err.count("\n") == 1, err
 
 
 def _write_bad(folder: Path, name: str, **arrays) -> None:
