@@ -145,8 +145,9 @@ def check_method_data(config: ExperimentConfig) -> None:
     reason = algorithm_class.supports.needs_images
     tabular = sorted(name for name, cls in ALGORITHMS.items() if cls.supports.needs_images is None)
     if reason is not None and config.dataset.name in TABULAR_DATASETS:
+        kinds = "images and signals" if algorithm_class.supports.takes_signals else "images"
         raise ConfigError(
-            f"Invalid combination: algorithm `{config.algorithm.name}` works on images only "
+            f"Invalid combination: algorithm `{config.algorithm.name}` works on {kinds} only "
             f"({reason}), and dataset `{config.dataset.name}` holds tabular feature vectors. "
             f"It accepts digits and the MedMNIST subsets (pneumoniamnist, bloodmnist, ...). "
             f"Pick one with `--set dataset.name=digits` (and an image model such as convnet), "
@@ -192,13 +193,18 @@ def check_data_kind(config: ExperimentConfig, dataset: ArrayDataset) -> None:
             "and training.loss cross_entropy or hinge, or a segmentation dataset "
             "(dataset.sites).")
     reason = supports.needs_images
-    if reason is not None and dataset.info.kind == "signal":
+    if reason is not None and dataset.info.kind == "signal" and not supports.takes_signals:
         raise ConfigError(
             f"Invalid combination: algorithm `{config.algorithm.name}` works on images only "
             f"({reason}), and dataset `{dataset.info.name}` holds signals "
             f"({dataset.info.input_shape[0]} channel(s) x {dataset.info.input_shape[1]} "
-            f"samples). Use a method that takes signals: "
-            f"{algorithms_with('needs_images', truthy=False)}.")
+            f"samples). Use a method that takes signals: {_signal_methods()}.")
+
+
+def _signal_methods() -> str:
+    """The registered methods that take signals, listed."""
+    return ", ".join(sorted(name for name, cls in ALGORITHMS.items()
+                            if cls.supports.needs_images is None or cls.supports.takes_signals))
 
 
 def _check_segmentation(config: ExperimentConfig, refusal: str | None, name: str) -> None:

@@ -67,7 +67,9 @@ class MHpFLID(Algorithm[MHpFLIDParams, Weights]):
             "distributions), which has no per-label counterpart here"),
         volume_refusal=("its messenger (cross-attention receiver/transmitter over 2D feature maps) and "
             "its heterogeneous zoo are 2D models"),
-        )
+        needs_images=("its local models and its messenger are convolutional or sequence networks "
+            "split into a body and a head"),
+        takes_signals=True)
     personalized = True
     headline_metric = "personal_accuracy"  # the paper's tables: each client's own test share
 

@@ -23,6 +23,9 @@ class Supports:
     needs_images: str | None = None
     """Why the method works on images only (None: it takes tabular data too); checked against
     the dataset before anything is loaded."""
+    takes_signals: bool = False
+    """With ``needs_images`` set: the method takes signals too (recordings), only tabular data
+    is refused."""
     multi_label_refusal: str | None = None
     """Why the method cannot train on multi-label data (ChestMNIST); None: it can (its losses
     and predictions follow the task: per-label BCE, sigmoid scores)."""
