@@ -10,6 +10,7 @@ from types import SimpleNamespace
 import pandas as pd
 import pytest
 from conftest import quickstart_raw
+from fixtures import write_recordings
 
 from raysim.configuration.experiment import parse_config
 from raysim.estimator.estimate import Probe, evaluations, makespan, measure, project
@@ -270,6 +271,19 @@ def test_an_extrapolation_extends_the_line_through_two_probes_to_the_configs_val
     data = Extrapolation.parse("dataset.train_subset=40,80")
     assert own_value(data, fedavg) == train_size(fedavg) > 40  # unset: the whole split
     assert data.at(fedavg, 40).dataset.train_subset == 40
+
+
+def test_the_whole_split_of_a_users_dataset_is_read_under_the_data_root(tmp_path):
+    from raysim.estimator.estimate import own_value, train_size
+    from raysim.estimator.extrapolation import Extrapolation
+
+    write_recordings(tmp_path / "sleep", subjects=4, nights=1, epochs=10)
+    raw = quickstart_raw(dataset={"name": "gen-sleep", "path": "sleep", "test_subjects": 1},
+                         model={"name": "tcn", "channels": 4, "levels": 1})
+    config = parse_config(raw)
+    assert train_size(config, str(tmp_path)) == 30  # three subjects of 10 epochs train
+    data = Extrapolation.parse("dataset.train_subset=4,8")
+    assert own_value(data, config, str(tmp_path)) == 30
 
 
 @pytest.mark.parametrize("text", ["iterations=10,20", "algorithm.iterations=20,10",

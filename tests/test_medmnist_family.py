@@ -148,9 +148,11 @@ def test_multilabel_label_skew_splits_by_each_images_dominant_finding():
 
 
 def test_multilabel_runs_train_with_per_label_binary_cross_entropy(root):
+    from raysim.data.dataset import DataInfo
     from raysim.training.losses import loss_function, training_loss
 
-    loss = loss_function(training_loss("cross_entropy", True))
+    chest = DataInfo("chestmnist", "image", 14, (1, 28, 28), task="multi-label")
+    loss = loss_function(training_loss("cross_entropy", chest))
     logits, targets = torch.randn(6, 14), (torch.rand(6, 14) < 0.3).long()
     expected = torch.nn.functional.binary_cross_entropy_with_logits(logits, targets.float())
     assert torch.allclose(loss(logits, targets), expected)

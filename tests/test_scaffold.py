@@ -89,7 +89,8 @@ def test_option_one_refreshes_c_i_to_the_gradient_at_the_server_model(data_root)
     set_weights(model, initial_weights(config, trace.dataset, 0))
     model.train()
     x, y = runtime.client_data(1)
-    loss = loss_function(training_loss(trace.algorithm.context.training.loss, False))
+    loss = loss_function(training_loss(trace.algorithm.context.training.loss,
+                                       trace.algorithm.context.info))
     loss(model(x), y).backward()
     for name, parameter in model.named_parameters():
         np.testing.assert_allclose(trace.client_states[1][name], parameter.grad.numpy(),

@@ -141,6 +141,29 @@ def test_dice_iou_and_hd95_follow_their_definitions():
     assert np.allclose(scores["iou"], [1.0, 0.0, 16 / 24])
     assert scores["hd95"][0] == 0 and np.isnan(scores["hd95"][1]) and scores["hd95"][2] == 2
     assert np.allclose(scores["accuracy"], [1.0, 1 - 16 / 64, 1 - 8 / 64])
+    # a class absent from an image's truth and prediction does not count for it: the same
+    # scores when a third class appears elsewhere in the batch
+    extra_truth, extra_guess = np.concatenate([truth, np.full((1, 8, 8), 2, np.uint8)]), \
+        np.concatenate([predicted, np.full((1, 8, 8), 2, np.uint8)])
+    with_third = segmentation_scores(extra_truth, extra_guess)
+    assert np.allclose(with_third["dice"], [1.0, 0.0, 2 * 16 / (16 + 24), 1.0])
+    empty = np.zeros((1, 8, 8), np.uint8)
+    assert segmentation_scores(empty, empty)["dice"][0] == 1.0  # nothing there, nothing found
+
+
+def test_dice_losses_score_the_overlap_not_the_pixel_likelihood(sites):
+    info = load_dataset(sites_config(sites)).info
+    masks = torch.zeros(2, 8, 8, dtype=torch.uint8)
+    masks[:, 2:6, 2:6] = 1
+    right = torch.nn.functional.one_hot(masks.long(), 2).permute(0, 3, 1, 2).float() * 40 - 20
+    dice = loss_function(training_loss("dice", info))
+    assert float(dice(right, masks)) < 0.01  # perfect overlap
+    assert 0.95 < float(dice(-right, masks)) <= 1.0  # none: 1 - Dice, not a cross-entropy of 40
+    cross_entropy = loss_function(training_loss("cross_entropy", info))
+    assert float(cross_entropy(-right, masks)) > 30
+    both = loss_function(training_loss("dice_ce", info))
+    assert abs(float(both(-right, masks)) - float(dice(-right, masks))
+               - float(cross_entropy(-right, masks))) < 1e-3
 
 
 @pytest.mark.parametrize("params", [UNetParams(channels=(4, 8), residual_units=1),
@@ -152,7 +175,7 @@ def test_monai_networks_give_per_pixel_logits(sites, params):
     assert logits.shape == (2, 2, 32, 32)
     masks = torch.randint(0, 2, (2, 32, 32), dtype=torch.uint8)
     for loss in ("cross_entropy", "dice", "dice_ce"):
-        value = loss_function(training_loss(loss, False, True))(logits, masks)
+        value = loss_function(training_loss(loss, info))(logits, masks)
         assert value.ndim == 0 and torch.isfinite(value)
 
 

@@ -103,6 +103,19 @@ def test_sequence_models_split_into_a_body_map_and_a_head(params):
     assert path == LOOP and reason  # dropout, recurrence or convolutions: said why
 
 
+def test_the_transformer_is_counted_through_its_encoder_layers():
+    from raysim.data.dataset import DataInfo
+    from raysim.models.costs import forward_flops
+
+    info = DataInfo("s", "signal", 5, (1, 100), sampling_rate=100.0)
+    params = SignalTransformerParams(width=16, heads=2, layers=2, patch=10, feedforward=32)
+    model = build_model(params, info)
+    # each of the 10 tokens passes each layer's four 16x16 projections and its 16-32-16 MLP
+    per_token_layer = 2 * (4 * 16 * 16 + 2 * 16 * 32)
+    assert forward_flops(model, (1, 100)) >= 10 * 2 * per_token_layer
+    assert torch.backends.mha.get_fastpath_enabled()  # restored after the count
+
+
 def test_models_and_methods_refuse_the_wrong_kind_of_data(capsys, tmp_path, recordings):
     tabular = {**signal_raw(recordings), "dataset": {"name": "breast-cancer"},
                "partition": {"num_clients": 3}}
@@ -122,6 +135,7 @@ def _write_bad(folder: Path, name: str, **arrays) -> None:
 
 @pytest.mark.parametrize("case, needle", [
     ("no_y", "has no `y`"), ("length", "the recordings differ"),
+    ("channel", "the recordings differ"),
     ("label", "outside the 5 classes"), ("too_few_subjects", "at least one must be left")])
 def test_bad_recordings_are_one_paragraph(tmp_path, case, needle):
     folder = tmp_path / "bad"
@@ -132,6 +146,9 @@ def test_bad_recordings_are_one_paragraph(tmp_path, case, needle):
     elif case == "length":
         _write_bad(folder, "SC4091E0.npz", x=np.zeros((10, 50, 1), np.float32),
                    y=np.zeros(10, np.int32), fs=np.float64(100.0))
+    elif case == "channel":
+        _write_bad(folder, "SC4091E0.npz", x=x, y=np.zeros(10, np.int32), fs=np.float64(100.0),
+                   ch_label=np.str_("EEG Pz-Oz"))
     elif case == "label":
         _write_bad(folder, "SC4091E0.npz", x=x, y=np.full(10, 7, np.int32), fs=np.float64(100.0))
     config = DatasetConfig(name="bad", path=str(folder),

@@ -82,8 +82,7 @@ class MOON(FedAvg[MOONParams]):
         embed_global, _ = embedding_parts(frozen_global)
         embed_previous, _ = embedding_parts(frozen_previous)
         loss_fn = loss_function(training_loss(self.context.training.loss,
-                                              self.context.info.multi_label,
-                                              self.context.info.segmentation))
+                                              self.context.info))
         mu, temperature = self.params.mu, self.params.temperature
 
         def objective(model: torch.nn.Module) -> BatchLoss:

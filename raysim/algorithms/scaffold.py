@@ -150,8 +150,7 @@ class Scaffold(Algorithm[ScaffoldParams, ScaffoldState]):
         model.zero_grad(set_to_none=True)
         x, y = runtime.client_data(client)
         loss_fn = loss_function(training_loss(self.context.training.loss,
-                                              self.context.info.multi_label,
-                                              self.context.info.segmentation))
+                                              self.context.info))
         size, step = len(y), self.context.training.batch_size
         for begin in range(0, size, step):
             chunk = slice(begin, min(begin + step, size))

@@ -150,17 +150,20 @@ def load_recordings(folder: Path, config: DatasetConfig) -> ArrayDataset:
 
 
 def _check_alike(folder: Path, recordings: list[Recording]) -> None:
-    """Every recording has the same epoch shape and sampling rate."""
+    """Every recording has the same epoch shape, sampling rate and (where both name them)
+    channels."""
     first = recordings[0]
     for other in recordings[1:]:
-        if other.x.shape[1:] != first.x.shape[1:] or other.sampling_rate != first.sampling_rate:
+        if (other.x.shape[1:], other.sampling_rate) != (first.x.shape[1:], first.sampling_rate) \
+                or (other.channels and first.channels and other.channels != first.channels):
             raise ConfigError(
                 f"Invalid config field `dataset.path` = {str(folder)!r}: the recordings differ: "
                 f"{first.file} has epochs of {first.x.shape[2]} samples x {first.x.shape[1]} "
-                f"channel(s) at {first.sampling_rate} Hz, {other.file} of {other.x.shape[2]} x "
-                f"{other.x.shape[1]} at {other.sampling_rate} Hz. A dataset's recordings share "
-                "one epoch length, channel count and sampling rate; keep them in separate "
-                "folders or resample them first.")
+                f"channel(s) {list(first.channels)} at {first.sampling_rate} Hz, {other.file} of "
+                f"{other.x.shape[2]} x {other.x.shape[1]} {list(other.channels)} at "
+                f"{other.sampling_rate} Hz. A dataset's recordings share one epoch length, "
+                "channel count, channel names and sampling rate; keep them in separate folders "
+                "or resample them first.")
 
 
 def _subject_split(folder: Path, subjects: list[str], config: DatasetConfig

@@ -119,7 +119,7 @@ def _read_pair(site: SegmentationSiteConfig, image_path: Path, mask_path: Path, 
     return rgb, labels
 
 
-CACHE_FORMAT = 1
+CACHE_FORMAT = 2
 """Bumped when the cached arrays of a site change meaning."""
 
 
@@ -199,11 +199,11 @@ def _read_site(site: SegmentationSiteConfig, config: DatasetConfig, folder: Path
 def _block_split(count: int, block: int, fraction: float, name: str) -> np.ndarray:
     """Which of ``count`` images (in name order) are test images: whole blocks of ``block``
     consecutive images, round(fraction x blocks) of them (at least one), a fixed draw from the
-    stream (0, "segmentation-split") per site name."""
+    stream (0, "segmentation-split <site name>")."""
     blocks = np.arange(count) // block
     total = int(blocks.max()) + 1
     chosen = max(1, round(fraction * total))
-    order = numpy_rng(0, "segmentation-split", client=sum(map(ord, name))).permutation(total)
+    order = numpy_rng(0, f"segmentation-split {name}").permutation(total)
     return np.isin(blocks, order[:chosen])
 
 

@@ -15,6 +15,7 @@ import numpy as np
 
 from raysim.configuration.schema import PartitionConfig
 from raysim.errors import ConfigError
+from raysim.seeding import numpy_rng
 
 
 def deal_subjects(groups: np.ndarray, num_clients: int, rng: np.random.Generator, split: str
@@ -93,8 +94,6 @@ def validation_subjects(train: list[np.ndarray], groups: np.ndarray, fraction: f
     """Each client's training share split by whole subjects: ``round(fraction * s)`` of its s
     subjects (at least one where ``fraction`` > 0, and at least one left to train on) become
     its validation share, drawn from the stream (seed, "validation", client)."""
-    from raysim.seeding import numpy_rng
-
     kept, held = [], []
     for client, indices in enumerate(train):
         subjects = np.unique(groups[indices])

@@ -33,6 +33,7 @@ class SplitModel(nn.Module):
         super().__init__()
         self.body = body
         self.feature_channels = feature_channels
+        # (the Identity keeps the linear layer at ``head.2``, where saved weights have it)
         self.head = nn.Sequential(GlobalAveragePool(), nn.Identity(),
                                   nn.Linear(feature_channels, num_classes))
 

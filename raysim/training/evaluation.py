@@ -58,33 +58,58 @@ def prediction_metrics(labels: np.ndarray, predictions: np.ndarray) -> dict[str,
     return classification_metrics(labels, predictions)
 
 
-def segmentation_scores(masks: np.ndarray, predicted: np.ndarray, num_classes: int | None = None
-                        ) -> dict[str, np.ndarray]:
+_SCORE_CHUNK = 256
+"""Images scored at a time (bounds the one-hot tensors' memory at large sizes)."""
+_last_scored: list[tuple[np.ndarray, np.ndarray, dict[str, np.ndarray]]] = []
+"""The last (masks, predictions, scores): a round's pooled metrics and its per-client shares
+score the same predictions, and HD95 takes seconds per few hundred images."""
+
+
+def segmentation_scores(masks: np.ndarray, predicted: np.ndarray) -> dict[str, np.ndarray]:
     """Each image's Dice, IoU and HD95 (MONAI's ``compute_dice``, ``compute_iou`` and
     ``compute_hausdorff_distance`` at the 95th percentile, in pixels), averaged over the
-    foreground classes, and its pixel accuracy. An image whose truth and prediction both lack a
-    class scores Dice and IoU 1 for it (MONAI's ``ignore_empty=False``); HD95 is NaN where
-    either is empty."""
+    foreground classes present in its truth or its prediction, and its pixel accuracy. An image
+    with no foreground in either scores Dice and IoU 1; HD95 is NaN where the truth or the
+    prediction of every present class is empty. Scores of the same two arrays as the last call
+    are returned without being computed again."""
+    if _last_scored and _last_scored[0][0] is masks and _last_scored[0][1] is predicted:
+        return _last_scored[0][2]
+    parts = [_score_chunk(masks[start:start + _SCORE_CHUNK],
+                          predicted[start:start + _SCORE_CHUNK])
+             for start in range(0, len(masks), _SCORE_CHUNK)]
+    scores = {name: np.concatenate([part[name] for part in parts]) for name in parts[0]} \
+        if parts else {name: np.zeros(0) for name in SEGMENTATION_METRICS}
+    _last_scored[:] = [(masks, predicted, scores)]
+    return scores
+
+
+def _score_chunk(masks: np.ndarray, predicted: np.ndarray) -> dict[str, np.ndarray]:
     import warnings
 
     from monai.metrics import compute_dice, compute_hausdorff_distance, compute_iou
 
-    classes = num_classes or int(max(masks.max(initial=0), predicted.max(initial=0))) + 1
-    classes = max(classes, 2)
+    classes = max(2, int(max(masks.max(initial=0), predicted.max(initial=0))) + 1)
     truth = torch.nn.functional.one_hot(torch.from_numpy(masks.astype(np.int64)), classes)
     guess = torch.nn.functional.one_hot(torch.from_numpy(predicted.astype(np.int64)), classes)
     truth, guess = truth.permute(0, 3, 1, 2).float(), guess.permute(0, 3, 1, 2).float()
-    dice = compute_dice(guess, truth, include_background=False, ignore_empty=False)
-    iou = compute_iou(guess, truth, include_background=False, ignore_empty=False)
+    present = ((truth.sum((2, 3)) > 0) | (guess.sum((2, 3)) > 0))[:, 1:].numpy()
+    dice = compute_dice(guess, truth, include_background=False, ignore_empty=False).numpy()
+    iou = compute_iou(guess, truth, include_background=False, ignore_empty=False).numpy()
     with warnings.catch_warnings():  # an empty prediction or truth: MONAI warns, gives inf/nan
         warnings.simplefilter("ignore")
         hd95 = compute_hausdorff_distance(guess, truth, include_background=False,
-                                          percentile=95)
-    hd95 = torch.where(torch.isfinite(hd95), hd95, torch.nan)
+                                          percentile=95).numpy()
+    hd95 = np.where(np.isfinite(hd95) & present, hd95, np.nan)
+    none = ~present.any(axis=1)  # no foreground anywhere: a perfect empty prediction
+
+    def per_image(values: np.ndarray) -> np.ndarray:
+        kept = np.where(present, values, 0.0).sum(axis=1) / np.maximum(present.sum(axis=1), 1)
+        return np.where(none, 1.0, kept)
+
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)
-        return {"dice": np.nanmean(dice.numpy(), axis=1), "iou": np.nanmean(iou.numpy(), axis=1),
-                "hd95": np.nanmean(hd95.numpy(), axis=1),
+        return {"dice": per_image(dice), "iou": per_image(iou),
+                "hd95": np.nanmean(hd95, axis=1),
                 "accuracy": (masks == predicted).reshape(len(masks), -1).mean(axis=1)}
 
 
@@ -93,8 +118,13 @@ def segmentation_metrics(masks: np.ndarray, predicted: np.ndarray) -> dict[str, 
     if len(masks) == 0:
         return dict.fromkeys(SEGMENTATION_METRICS, math.nan)
     scores = segmentation_scores(masks, predicted)
-    return {name: float(np.nanmean(values)) if np.isfinite(values).any() else math.nan
-            for name, values in scores.items()}
+    return {name: _finite_mean(values) for name, values in scores.items()}
+
+
+def _finite_mean(values: np.ndarray) -> float:
+    """The mean of the finite values (NaN when there is none)."""
+    finite = values[np.isfinite(values)]
+    return float(finite.mean()) if len(finite) else math.nan
 
 
 def medmnist_task(labels: np.ndarray, probs: np.ndarray) -> str:
@@ -185,13 +215,8 @@ def share_metrics(probabilities: np.ndarray, labels: np.ndarray, shares: list[np
         return _multi_label_share_metrics(probabilities, labels, shares)
     if labels.ndim == 3:  # segmentation: the mean of each share's images' scores
         scores = segmentation_scores(labels, probabilities)
-        with np.errstate(invalid="ignore"):
-            import warnings
-
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore", RuntimeWarning)
-                return {name: np.array([np.nanmean(values[share]) if len(share) else math.nan
-                                        for share in shares]) for name, values in scores.items()}
+        return {name: np.array([_finite_mean(values[share]) for share in shares])
+                for name, values in scores.items()}
     sizes = np.array([len(s) for s in shares])
     order = np.concatenate(shares) if shares else np.zeros(0, dtype=np.int64)
     predicted, truth = probabilities[order].argmax(axis=1), labels[order]

@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import functools
+from typing import TYPE_CHECKING
 
 import torch
 import torch.nn.functional as F
 from torch import nn
+
+if TYPE_CHECKING:
+    from raysim.data.dataset import DataInfo
 
 
 class MultiClassHinge(nn.Module):
@@ -64,12 +68,12 @@ SEGMENTATION_LOSSES = {"cross_entropy": "mask_cross_entropy", "dice": "dice",
 """``training.loss`` -> the segmentation loss it names (on masks)."""
 
 
-def training_loss(configured: str, multi_label: bool, segmentation: bool = False) -> str:
+def training_loss(configured: str, info: DataInfo) -> str:
     """The loss a run trains with: ``training.loss``, for a multi-label task its per-label
     binary cross-entropy, for a segmentation task its form on masks."""
-    if segmentation:
+    if info.segmentation:
         return SEGMENTATION_LOSSES[configured]
-    return MULTI_LABEL_LOSS if multi_label else configured
+    return MULTI_LABEL_LOSS if info.multi_label else configured
 
 
 @functools.cache

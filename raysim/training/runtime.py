@@ -375,8 +375,7 @@ class ClientRuntime(ClientRows, ClientModels):
             jobs.append(VectorizedJob(self.model, [weights[i] for i in members.tolist()],
                                       momentum, inputs, targets, plan, self.training.optimizer,
                                       prox,
-                                      training_loss(self.training.loss, self.info.multi_label,
-                                      self.info.segmentation),
+                                      training_loss(self.training.loss, self.info),
                                       self.compile_step))
         return groups, jobs
 
@@ -407,8 +406,7 @@ class ClientRuntime(ClientRows, ClientModels):
         optimizer = make_optimizer(model.parameters(), self.training.optimizer)
         if optimizer_state is not None:
             optimizer.load_state_dict(optimizer_state)
-        loss_fn = loss_function(training_loss(self.training.loss, self.info.multi_label,
-                                      self.info.segmentation))
+        loss_fn = loss_function(training_loss(self.training.loss, self.info))
         model.train()
         losses, samples, taken = self._fit_on_device(
             client, round_, optimizer, lambda inputs, targets: loss_fn(model(inputs), targets),
