@@ -71,7 +71,8 @@ def prepare(config: ExperimentConfig, data_root: str | None,
     for seed in config.seeds:
         partition = make_partition(dataset.train_y, dataset.test_y, settings,
                                    dataset.info.num_classes, seed, dataset.train_groups,
-                                   dataset.test_groups)
+                                   dataset.test_groups, dataset.train_blocks,
+                                   dataset.test_blocks)
         if official:
             assert dataset.val_y is not None
             partition = replace(partition, validation=share_like_training(
@@ -83,7 +84,7 @@ def prepare(config: ExperimentConfig, data_root: str | None,
         if not isinstance(validation, str) and validation > 0:
             partition = _split_validation(partition, validation, seed,
                                           dataset.train_groups if settings.scheme == "subjects"
-                                          else None)
+                                          else dataset.train_blocks)
         if settings.holdout_client is not None:
             partition = partition.hold_out(settings.holdout_client)
         prepared[seed] = (shifted, partition)
@@ -215,11 +216,15 @@ def _check_segmentation(config: ExperimentConfig, refusal: str | None, name: str
             f"Invalid combination: algorithm `{config.algorithm.name}` does not take "
             f"segmentation masks ({refusal}), and dataset `{name}` is a segmentation task. "
             f"Use a method that does: {algorithms_with('segmentation_refusal', truthy=False)}.")
-    if config.model.name not in SEGMENTATION_MODELS:
-        raise ConfigError(
-            f"Invalid config field `model.name` = {config.model.name!r}: dataset `{name}` is a "
-            "segmentation task (a class per pixel) and this model gives one prediction per "
-            f"image. Use a segmentation network: {', '.join(SEGMENTATION_MODELS)}.")
+    architectures = config.clients.architectures or []
+    for field, model in [("model.name", config.model),
+                         *(("clients.architectures", a) for a in architectures)]:
+        model_name = model.name  # type: ignore[attr-defined]
+        if model_name not in SEGMENTATION_MODELS:
+            raise ConfigError(
+                f"Invalid config field `{field}` = {model_name!r}: dataset `{name}` is a "
+                "segmentation task (a class per pixel) and this model gives one prediction "
+                f"per image. Use a segmentation network: {', '.join(SEGMENTATION_MODELS)}.")
     if config.training.loss == "hinge":
         raise ConfigError(
             f"Invalid config field `training.loss` = 'hinge': dataset `{name}` is a "

@@ -57,6 +57,9 @@ if TYPE_CHECKING:
     from raysim.training.runtime import ClientRuntime
 
 GLOBAL = -1  # route of a sample answered by the global model
+SEGMENTATION_SELECTOR = "vgg"
+"""The selector of a segmentation run without ``algorithm.selector_model``: VGG-11, as in the
+paper (its global and personalized models are the run's segmentation network)."""
 
 
 def soft_pull(own: Weights, total: dict[str, np.ndarray], lam: float, clients: int) -> Weights:
@@ -86,7 +89,8 @@ class FedSM(Algorithm[FedSMParams, dict[str, Any]]):
         private_releases=("its clients release their global-model and selector updates and keep their "
             "personalized models as released, each clipped and noised"),
         central_privacy_refusal=("its super model routes each sample to an individual client's "
-            "personalized model, and central noise protects only sums of models"))
+            "personalized model, and central noise protects only sums of models"),
+        segmentation_refusal=None)
 
     @property
     def weights_by_samples(self) -> bool:
@@ -116,6 +120,10 @@ class FedSM(Algorithm[FedSMParams, dict[str, Any]]):
                               f"{context.training.rounds}")
         self.outputs = k + 1 if params.variant == "extra" else k
         self.selector_params = context.model
+        if params.selector_model is None and context.info.segmentation:
+            # the paper's selector for its segmentation tasks: VGG-11 (the zoo's, BatchNorm)
+            self.selector_params = MODELS[SEGMENTATION_SELECTOR].params.model_validate(
+                {"name": SEGMENTATION_SELECTOR})
         if params.selector_model is not None:
             name = params.selector_model.get("name")
             if name not in MODELS:
@@ -257,11 +265,15 @@ class FedSM(Algorithm[FedSMParams, dict[str, Any]]):
         candidates = [message["model"], *message["personal_models"]]
         losses = []
         module = runtime.model
+        batch = runtime.training.batch_size
         for weights in candidates:
             set_weights(module, weights)
             with torch.no_grad():
                 module.eval()
-                losses.append(sample_losses(module(x), y, runtime.info.multi_label))
+                losses.append(torch.cat([
+                    sample_losses(module(x[start:start + batch]), y[start:start + batch],
+                                  runtime.info.multi_label)
+                    for start in range(0, len(y), batch)]))
         labels = torch.stack(losses).argmin(dim=0).cpu().numpy()
         selector, moments, loss = self._train_selector(runtime, x, message, labels)
         return ClientResult({"selector": selector, **self._moments_upload(moments)}, None,
@@ -357,14 +369,19 @@ class FedSM(Algorithm[FedSMParams, dict[str, Any]]):
             routes = scores.argmax(axis=1) - 1
         else:
             routes = np.where(scores.max(axis=1) > model["gamma"], scores.argmax(axis=1), GLOBAL)
-        probabilities = np.zeros((len(x), runtime.info.num_classes))
+        # class probabilities per sample, or predicted masks for a segmentation task
+        predictions: np.ndarray | None = None
         module = runtime.model
         for route in np.unique(routes):
             rows = np.flatnonzero(routes == route)
             set_weights(module, model["global"] if route == GLOBAL else model["personal"][route])
-            probabilities[rows] = predict_proba(module, x[rows], runtime.info, batch_size,
-                                                runtime.device)
-        return probabilities, routes
+            predicted = predict_proba(module, x[rows], runtime.info, batch_size, runtime.device)
+            if predictions is None:
+                predictions = np.zeros((len(x), *predicted.shape[1:]), predicted.dtype)
+            predictions[rows] = predicted
+        if predictions is None:  # no sample: the empty predictions of the task
+            predictions = predict_proba(module, x, runtime.info, batch_size, runtime.device)
+        return predictions, routes
 
 
 def _adam_moments(optimizer: torch.optim.Adam) -> Weights:

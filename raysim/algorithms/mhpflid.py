@@ -37,10 +37,11 @@ from raysim.algorithms.params import MHpFLIDParams
 from raysim.algorithms.supports import Supports
 from raysim.errors import field_error
 from raysim.models import build_model
-from raysim.models.messenger import InformationExchange, Messenger
-from raysim.models.registry import SIGNAL_MODELS
+from raysim.models.messenger import InformationExchange, Messenger, SegmentationMessenger, fit_to, grid_of
+from raysim.models.registry import SEGMENTATION_MODELS, SIGNAL_MODELS
 from raysim.models.split import ZOO, SplitModel
 from raysim.seeding import torch_generator
+from raysim.training.losses import loss_function, training_loss
 from raysim.vectors.weighted_sum import WeightedSum, mean_partial, weighted_mean
 from raysim.vectors.weights import Weights, get_weights, release_state, set_weights
 
@@ -69,7 +70,7 @@ class MHpFLID(Algorithm[MHpFLIDParams, Weights]):
             "its heterogeneous zoo are 2D models"),
         needs_images=("its local models and its messenger are convolutional or sequence networks "
             "split into a body and a head"),
-        takes_signals=True)
+        takes_signals=True, segmentation_refusal=None)
     personalized = True
     headline_metric = "personal_accuracy"  # the paper's tables: each client's own test share
 
@@ -81,20 +82,32 @@ class MHpFLID(Algorithm[MHpFLIDParams, Weights]):
                 where = "clients.architectures" if context.architectures else "model.name"
                 raise field_error(where, architecture.name,  # type: ignore[attr-defined]
                                   "MH-pFLID needs local models split into body and head; "
-                                  f"use one of {', '.join(ZOO)} for images, or "
-                                  f"{SIGNAL_MODELS} for signals")
+                                  f"use one of {', '.join(ZOO)} for images, "
+                                  f"{SIGNAL_MODELS} for signals, or "
+                                  f"{', '.join(SEGMENTATION_MODELS)} for masks")
         if not params.share_messenger_body and not params.share_messenger_head:
             raise field_error("algorithm.share_messenger_body", False,
                               "with neither the messenger body nor its head shared nothing is "
                               "averaged and clients never communicate; use algorithm `local` "
                               "for that baseline")
-        self._messenger: Messenger | None = None
+        if context.info.segmentation and params.tokens == "channel":
+            raise field_error("algorithm.tokens", "channel", "a segmentation messenger decodes "
+                              "a map of spatial tokens; use tokens: spatial")
+        self.segmentation = context.info.segmentation
+        # the stages' supervised loss: cross-entropy on labels, the run's loss on masks
+        self.task_loss: Any = (loss_function(training_loss(context.training.loss, context.info))
+                               if self.segmentation else F.cross_entropy)
+        self._messenger: Messenger | SegmentationMessenger | None = None
         self._exchanges: dict[tuple[str, int], InformationExchange] = {}
 
     # ----- shared pieces -----
-    def build_messenger(self) -> Messenger:
-        """A fresh messenger for this run's data."""
+    def build_messenger(self) -> Messenger | SegmentationMessenger:
+        """A fresh messenger for this run's data (Table 10's for a segmentation task)."""
         info = self.context.info
+        if self.segmentation:
+            return SegmentationMessenger(info.input_shape[0], info.num_classes,
+                                         self.params.segmentation_messenger_widths,
+                                         self.params.segmentation_messenger_decoder)
         return Messenger(info.input_shape[0], info.num_classes, self.params.messenger_widths,
                          self.params.messenger_hidden, self.params.messenger_input_size,
                          dims=1 if info.kind == "signal" else 2)
@@ -108,11 +121,12 @@ class MHpFLID(Algorithm[MHpFLIDParams, Weights]):
 
     def _build_exchange(self, role: str, local_channels: int) -> InformationExchange:
         p = self.params
+        width = p.segmentation_messenger_widths[-1] if self.segmentation else p.messenger_widths[2]
         return InformationExchange(
-            local_channels, p.messenger_widths[2],
+            local_channels, width,
             query_from="messenger" if role == "receiver" else "local",
             mode=p.receiver if role == "receiver" else p.transmitter,
-            tokens=p.tokens, grid=p.token_grid)
+            tokens=p.tokens, grid=p.token_grid, dense=self.segmentation)
 
     # ----- server -----
     def init_server_state(self, initial_weights: Weights) -> Weights:
@@ -149,7 +163,8 @@ class MHpFLID(Algorithm[MHpFLIDParams, Weights]):
         }
 
     def _modules(self, runtime: ClientRuntime, client: int
-                 ) -> tuple[SplitModel, Messenger, InformationExchange, InformationExchange]:
+                 ) -> tuple[SplitModel, Messenger | SegmentationMessenger, InformationExchange,
+                            InformationExchange]:
         local = _split_model(runtime, client)
         if self._messenger is None:
             self._messenger = runtime.place(self.build_messenger())
@@ -184,7 +199,8 @@ class MHpFLID(Algorithm[MHpFLIDParams, Weights]):
         return ClientResult(upload, state, metrics, samples, injection_loss)
 
     def _inject(self, runtime: ClientRuntime, client: int, round_: int, local: SplitModel,
-                messenger: Messenger, receiver: InformationExchange, state: dict[str, Any]
+                messenger: Messenger | SegmentationMessenger, receiver: InformationExchange,
+                state: dict[str, Any]
                 ) -> tuple[float, int, int]:
         """Knowledge injection: train the local model and the receiver, messenger frozen."""
         p = self.params
@@ -203,8 +219,10 @@ class MHpFLID(Algorithm[MHpFLIDParams, Weights]):
         def loss(index: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
             features = local.body(x[index])
             messenger_logits = messenger.head(receiver(features, messenger_maps[index]))
-            return (p.injection_local_weight * F.cross_entropy(local.head(features), y)
-                    + p.injection_messenger_weight * F.cross_entropy(messenger_logits, y))
+            if self.segmentation:
+                messenger_logits = fit_to(messenger_logits, y)
+            return (p.injection_local_weight * self.task_loss(local.head(features), y)
+                    + p.injection_messenger_weight * self.task_loss(messenger_logits, y))
 
         with _frozen(messenger):
             outcome = _stage(runtime, client, round_, optimizer, loss, p.injection_epochs,
@@ -213,8 +231,8 @@ class MHpFLID(Algorithm[MHpFLIDParams, Weights]):
         return outcome
 
     def _distill(self, runtime: ClientRuntime, client: int, round_: int, local: SplitModel,
-                 messenger: Messenger, transmitter: InformationExchange, state: dict[str, Any]
-                 ) -> tuple[float, int, int]:
+                 messenger: Messenger | SegmentationMessenger, transmitter: InformationExchange,
+                 state: dict[str, Any]) -> tuple[float, int, int]:
         """Knowledge distillation: train the messenger and the transmitter, local model frozen."""
         p = self.params
         optimizer = torch.optim.Adam([*messenger.parameters(), *transmitter.parameters()],
@@ -226,16 +244,20 @@ class MHpFLID(Algorithm[MHpFLIDParams, Weights]):
         transmitter.train()
         x, y = runtime.client_data(client)
         # the frozen local model (eval mode): its features and predictions once per stage
-        features = _frozen_outputs(local.body, x, runtime.training.batch_size)
-        local_log_probs = F.log_softmax(
-            _frozen_outputs(local.head, features, runtime.training.batch_size), dim=1)
+        features, local_log_probs = self._frozen_local(local, messenger, x,
+                                                       runtime.training.batch_size)
 
         def loss(index: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
             messenger_logits = messenger.head(transmitter(features[index],
                                                           messenger.feature_map(x[index])))
-            kl = F.kl_div(F.log_softmax(messenger_logits, dim=1), local_log_probs[index],
-                          reduction="batchmean", log_target=True)
-            return (p.distillation_messenger_weight * F.cross_entropy(messenger_logits, y)
+            if self.segmentation:  # per-pixel KL, averaged over the pixels
+                messenger_logits = fit_to(messenger_logits, y)
+                kl = F.kl_div(F.log_softmax(messenger_logits, dim=1), local_log_probs[index],
+                              reduction="none", log_target=True).sum(dim=1).mean()
+            else:
+                kl = F.kl_div(F.log_softmax(messenger_logits, dim=1), local_log_probs[index],
+                              reduction="batchmean", log_target=True)
+            return (p.distillation_messenger_weight * self.task_loss(messenger_logits, y)
                     + p.distillation_kl_weight * kl)
 
         with _frozen(local):
@@ -243,6 +265,24 @@ class MHpFLID(Algorithm[MHpFLIDParams, Weights]):
                              "mhpflid-distillation", y)
         state["distillation_adam"] = optimizer.state_dict()
         return outcome
+
+    def _frozen_local(self, local: SplitModel, messenger: Messenger | SegmentationMessenger,
+                      x: torch.Tensor, batch_size: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """The frozen local model's body features and log-probabilities for every sample; for
+        a segmentation task the features pooled to the messenger's grid (all the dense
+        transmitter reads), so full-resolution maps are never held for the whole share."""
+        if not self.segmentation:
+            features = _frozen_outputs(local.body, x, batch_size)
+            return features, F.log_softmax(_frozen_outputs(local.head, features, batch_size),
+                                           dim=1)
+        with torch.no_grad():
+            grid = grid_of(messenger.feature_map(x[:1]))
+            pooled, log_probs = [], []
+            for start in range(0, len(x), batch_size):
+                body = local.body(x[start:start + batch_size])
+                pooled.append(F.adaptive_avg_pool2d(body, grid))
+                log_probs.append(F.log_softmax(local.head(body), dim=1))
+        return torch.cat(pooled), torch.cat(log_probs)
 
     def personal_weights(self, state: Any) -> Weights | None:
         return None if state is None else state["local"]

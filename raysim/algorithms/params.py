@@ -322,10 +322,16 @@ class MHpFLIDParams(StrictModel):
     token_grid: int = Field(4, ge=1, le=16)
     messenger_input_size: int | None = Field(112, ge=32)
     """Images are resized (bilinear) to this size before the messenger, so that its map keeps
-    spatial tokens: 112 px gives 4x4 (28 px gives 1x1). None: the client's own resolution."""
+    spatial tokens: 112 px gives 4x4 (28 px gives 1x1). None: the client's own resolution.
+    A segmentation messenger always works at the images' own resolution."""
     messenger_widths: tuple[int, int, int] = (64, 64, 512)
     """Output channels of the messenger body's three convolutions (Appendix E: 64, 64, 512)."""
     messenger_hidden: int = Field(256, ge=1)
+    segmentation_messenger_widths: tuple[int, int, int, int] = (64, 64, 64, 512)
+    """Segmentation (Table 10): output channels of the messenger body's four convolutions."""
+    segmentation_messenger_decoder: int = Field(64, ge=1)
+    """Segmentation (Table 10): channels of the head's first three 2x2 transposed
+    convolutions (the fourth gives the classes)."""
     weighted: bool = True
     """Average messengers by the clients' sample counts (False: plain mean)."""
 

@@ -37,8 +37,9 @@ class SegmentationSiteConfig(StrictModel):
         "error", description="an image without a mask (or a mask without an image): refuse "
         "the folder, or leave the file out")
     split_blocks: int = Field(
-        1, ge=1, description="the test split takes whole blocks of this many consecutive "
-        "images (by file name): frames of one video stay in one split (CVC-ClinicDB)")
+        1, ge=1, description="the test split, the validation split and a site split into "
+        "several clients take whole blocks of this many consecutive images (by file name): "
+        "frames of one video stay on one side (CVC-ClinicDB)")
 
 
 class DatasetConfig(StrictModel):
@@ -117,8 +118,12 @@ class PartitionConfig(StrictModel):
         None, ge=1, description="iid only: draw exactly this many samples per client"
     )
     classes_per_client: int = Field(2, ge=1, description="shards only: classes per client")
-    clients_per_site: int = Field(1, ge=1, description="sites only: clients per site, each "
-                                  "an equal random part of its training and test images")
+    clients_per_site: Annotated[int, Field(ge=1)] | list[Annotated[int, Field(ge=1)]] = Field(
+        1, description="sites only: clients per site, each an equal random part of its "
+        "training and test images (of its runs of consecutive images where the site has "
+        "`split_blocks`); one number for every site, or a list with one per site, e.g. "
+        "[2, 1] with holdout_client 2 trains on the first site's halves and tests on the "
+        "unseen second site")
     label_skew: float | None = Field(
         None, gt=0, description="subjects only: on top of whole subjects, each client keeps the "
         "largest subset of its samples (training and test share alike) whose class mix is "

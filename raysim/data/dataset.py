@@ -95,6 +95,11 @@ class ArrayDataset:
     """The group (subject, patient, site) of each training sample, int64, where the dataset
     knows it: ``partition.scheme: subjects`` deals whole groups to clients."""
     test_groups: np.ndarray | None = None
+    train_blocks: np.ndarray | None = None
+    """Runs of near-duplicate training samples (a video's consecutive frames), int64 ids, where
+    the dataset knows them: a validation split or a site split into several clients keeps each
+    run on one side. None: every sample stands alone."""
+    test_blocks: np.ndarray | None = None
 
     def __post_init__(self) -> None:
         splits = [("train", self.train_x, self.train_y), ("test", self.test_x, self.test_y)]
@@ -106,6 +111,10 @@ class ArrayDataset:
             splits.append(("train groups", self.train_x, self.train_groups))
         if self.test_groups is not None:
             splits.append(("test groups", self.test_x, self.test_groups))
+        if self.train_blocks is not None:
+            splits.append(("train blocks", self.train_x, self.train_blocks))
+        if self.test_blocks is not None:
+            splits.append(("test blocks", self.test_x, self.test_blocks))
         for split, x, y in splits:
             if len(x) != len(y):
                 raise ValueError(f"{split}: {len(x)} inputs but {len(y)} labels")

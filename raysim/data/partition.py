@@ -138,13 +138,16 @@ def make_partition(
     seed: int,
     train_groups: np.ndarray | None = None,
     test_groups: np.ndarray | None = None,
+    train_blocks: np.ndarray | None = None,
+    test_blocks: np.ndarray | None = None,
 ) -> Partition:
     """Split the training set by ``config.scheme`` and give each client a test share drawn
     from its own label distribution (the test set split class by class in proportion to the
     clients' training counts of that class). Multi-label data is split by each sample's
     dominant finding (:func:`label_keys`). Scheme ``subjects`` deals whole groups
     (``train_groups``, ``test_groups``: each sample's subject) to clients instead
-    (:mod:`raysim.data.subject_partition`)."""
+    (:mod:`raysim.data.subject_partition`); scheme ``sites`` makes clients of sites, splitting
+    a site by whole ``train_blocks`` / ``test_blocks`` where given."""
     if train_labels.ndim == 3:  # masks: split by whether an image holds any foreground
         train_labels, test_labels = (mask_keys(train_labels), mask_keys(test_labels))
         num_classes = 2
@@ -161,7 +164,8 @@ def make_partition(
             "Lower partition.num_clients."
         )
     if config.scheme == "sites":
-        return Partition(*by_sites(train_groups, test_groups, config, rng))
+        return Partition(*by_sites(train_groups, test_groups, config, rng, train_blocks,
+                                   test_blocks))
     if config.scheme == "subjects":
         return Partition(*by_subjects(train_groups, test_groups, train_labels, test_labels,
                                       config, num_classes, rng))

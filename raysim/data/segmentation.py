@@ -209,7 +209,8 @@ def _block_split(count: int, block: int, fraction: float, name: str) -> np.ndarr
 
 def load_sites(config: DatasetConfig, data_root: str | None) -> ArrayDataset:
     """The sites of ``dataset.sites`` as one segmentation :class:`ArrayDataset`; each sample's
-    site in ``train_groups`` / ``test_groups`` (the sites' order)."""
+    site in ``train_groups`` / ``test_groups`` (the sites' order), its run of ``split_blocks``
+    consecutive images in ``train_blocks`` / ``test_blocks``."""
     assert config.sites is not None
     names = [site.name for site in config.sites]
     if len(set(names)) != len(names):
@@ -219,17 +220,25 @@ def load_sites(config: DatasetConfig, data_root: str | None) -> ArrayDataset:
     masks = np.concatenate([s.masks for s in sites])
     num_classes = config.num_classes or max(2, int(masks.max()) + 1)
 
-    def stack(test: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    # each site's runs of split_blocks consecutive images, numbered across the sites
+    blocks, offset = [], 0
+    for site, images in zip(config.sites, sites, strict=True):
+        blocks.append(offset + np.arange(len(images.test), dtype=np.int64) // site.split_blocks)
+        offset = int(blocks[-1].max()) + 1
+
+    def stack(test: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         return (np.concatenate([s.images[s.test == test] for s in sites]),
                 np.concatenate([s.masks[s.test == test] for s in sites]),
                 np.concatenate([np.full(int((s.test == test).sum()), k, np.int64)
-                                for k, s in enumerate(sites)]))
+                                for k, s in enumerate(sites)]),
+                np.concatenate([b[s.test == test] for b, s in zip(blocks, sites, strict=True)]))
 
-    train_x, train_y, train_groups = stack(False)
-    test_x, test_y, test_groups = stack(True)
+    train_x, train_y, train_groups, train_blocks = stack(False)
+    test_x, test_y, test_groups, test_blocks = stack(True)
     info = DataInfo(name=config.name, kind="image", num_classes=num_classes,
                     input_shape=(3, config.resize, config.resize), mean=(0.5,) * 3,
                     std=(0.5,) * 3, task="segmentation",
                     label_names=("background", "foreground") if num_classes == 2 else ())
     return ArrayDataset(info, train_x, train_y, test_x, test_y, train_groups=train_groups,
-                        test_groups=test_groups)
+                        test_groups=test_groups, train_blocks=train_blocks,
+                        test_blocks=test_blocks)

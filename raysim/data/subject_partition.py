@@ -106,37 +106,51 @@ def validation_subjects(train: list[np.ndarray], groups: np.ndarray, fraction: f
 
 
 def by_sites(train_groups: np.ndarray | None, test_groups: np.ndarray | None,
-             config: PartitionConfig, rng: np.random.Generator
+             config: PartitionConfig, rng: np.random.Generator,
+             train_blocks: np.ndarray | None = None, test_blocks: np.ndarray | None = None
              ) -> tuple[list[np.ndarray], list[np.ndarray]]:
-    """The training and test shares of ``partition.scheme: sites``: client ``s * k + j`` holds
-    part j of site s's training images and part j of its test images (k =
-    ``clients_per_site``; parts are equal splits of a seeded permutation)."""
+    """The training and test shares of ``partition.scheme: sites``: site s's k_s clients
+    (``clients_per_site``, in site order) each hold one part of its training images and the
+    same part of its test images (parts are equal splits of a seeded permutation of the site's
+    images, or of its blocks of consecutive images where ``*_blocks`` are given)."""
     if train_groups is None or test_groups is None:
         raise ConfigError(
             "Invalid config field `partition.scheme` = 'sites': the dataset does not say which "
             "site each sample comes from. Scheme 'sites' needs a multi-site dataset "
             "(dataset.sites); use another scheme (iid, dirichlet, ...) for this one.")
     sites = int(max(train_groups.max(initial=-1), test_groups.max(initial=-1))) + 1
-    per_site = config.clients_per_site
-    if config.num_clients != sites * per_site:
+    configured = config.clients_per_site
+    counts = [configured] * sites if isinstance(configured, int) else list(configured)
+    if len(counts) != sites:
+        raise ConfigError(
+            f"Invalid config field `partition.clients_per_site` = {configured}: the dataset "
+            f"has {sites} sites and the list names {len(counts)}. Give one number per site, "
+            "in the order of dataset.sites, or one number for all.")
+    if config.num_clients != sum(counts):
         raise ConfigError(
             f"Invalid config field `partition.num_clients` = {config.num_clients}: scheme "
-            f"'sites' makes {per_site} client(s) of each of the dataset's {sites} sites "
-            f"(partition.clients_per_site), {sites * per_site} in all. Set "
-            f"partition.num_clients: {sites * per_site}, or change clients_per_site.")
+            f"'sites' makes {configured} client(s) of each of the dataset's {sites} sites "
+            f"(partition.clients_per_site), {sum(counts)} in all. Set "
+            f"partition.num_clients: {sum(counts)}, or change clients_per_site.")
 
-    def parts(groups: np.ndarray) -> list[np.ndarray]:
+    def parts(groups: np.ndarray, blocks: np.ndarray | None) -> list[np.ndarray]:
         shares: list[np.ndarray] = []
-        for site in range(sites):
-            members = rng.permutation(np.flatnonzero(groups == site))
-            shares.extend(np.sort(part) for part in np.array_split(members, per_site))
+        for site, per_site in enumerate(counts):
+            members = np.flatnonzero(groups == site)
+            if blocks is None or per_site == 1:
+                members = rng.permutation(members)
+                shares.extend(np.sort(part) for part in np.array_split(members, per_site))
+                continue
+            runs = rng.permutation(np.unique(blocks[members]))
+            shares.extend(members[np.isin(blocks[members], part)]
+                          for part in np.array_split(runs, per_site))
         return shares
 
-    train, test = parts(train_groups), parts(test_groups)
+    train, test = parts(train_groups, train_blocks), parts(test_groups, test_blocks)
     empty = [c for c, share in enumerate(train) if len(share) == 0]
     if empty:
         raise ConfigError(
-            f"Invalid config field `partition.clients_per_site` = {per_site}: client "
-            f"{empty[0]} is left without training images (its site has fewer than "
-            f"{per_site}). Lower clients_per_site.")
+            f"Invalid config field `partition.clients_per_site` = {configured}: client "
+            f"{empty[0]} is left without training images (its site has fewer images or runs "
+            "of images than clients). Lower clients_per_site.")
     return train, test

@@ -31,6 +31,13 @@ Attention is computed per sample over *feature tokens*, never across the batch:
 ``mode: add`` replaces attention by feature addition, the paper's ablation:
 ``pool(I_mes) + W_d(pool(I_loc))``.
 
+For segmentation (:class:`SegmentationMessenger`, Table 10) the body is four stride-1
+convolutions (3x3-64, 5x5-64, 7x7-64, 7x7-512), each followed by a 3x3 max-pool of stride 2 (the
+input divided by 16), and the head four 2x2 transposed convolutions of stride 2 back to the
+input's size (64, 64, 64, classes), giving per-pixel logits. Its receiver and transmitter are
+``dense``: the local map is average-pooled to the messenger map's grid, every position is a
+token, and the output is the (B, D_mes, h, w) map the head decodes.
+
 For signals (``dims=1``) every layer is its 1D counterpart (Conv1d, MaxPool1d, the same kernels
 and strides, the paper's Table 5 listing a messenger for Sleep-EDF without its layers); the
 tokens are the positions of the (B, C, L) maps.
@@ -38,6 +45,7 @@ tokens are the positions of the (B, C, L) maps.
 
 from __future__ import annotations
 
+import itertools
 import math
 from typing import Literal
 
@@ -86,14 +94,57 @@ def pool(feature_map: Tensor) -> Tensor:
     return feature_map.mean(dim=tuple(range(2, feature_map.ndim)))
 
 
+class SegmentationMessenger(nn.Module):
+    """The messenger of a segmentation task (Table 10): a body dividing the input by 16 and a
+    head of transposed convolutions back to per-pixel logits at the input's size."""
+
+    def __init__(self, in_channels: int, num_classes: int,
+                 widths: tuple[int, int, int, int] = (64, 64, 64, 512), decoder: int = 64):
+        super().__init__()
+        layers: list[nn.Module] = []
+        steps = itertools.pairwise((in_channels, *widths))
+        for kernel, (before, after) in zip((3, 5, 7, 7), steps, strict=True):
+            layers += [nn.Conv2d(before, after, kernel, 1, kernel // 2), nn.ReLU(inplace=True),
+                       nn.MaxPool2d(3, 2, 1)]
+        self.body = nn.Sequential(*layers)
+        up: list[nn.Module] = []
+        for before, after in zip((widths[-1], decoder, decoder), (decoder,) * 3, strict=True):
+            up += [nn.ConvTranspose2d(before, after, 2, 2), nn.ReLU(inplace=True)]
+        self.head = nn.Sequential(*up, nn.ConvTranspose2d(decoder, num_classes, 2, 2))
+        self.feature_channels = widths[-1]
+
+    def feature_map(self, x: Tensor) -> Tensor:
+        """The body's (B, D_mes, H/16, W/16) map of ``x``."""
+        return self.body(x)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return fit_to(self.head(self.feature_map(x)), x)
+
+
+def grid_of(feature_map: Tensor) -> tuple[int, int]:
+    """The (h, w) of a (B, C, h, w) map."""
+    return int(feature_map.shape[2]), int(feature_map.shape[3])
+
+
+def fit_to(logits: Tensor, like: Tensor) -> Tensor:
+    """Per-pixel ``logits`` resized (bilinear) to ``like``'s spatial size where they differ
+    (inputs not divisible by 16)."""
+    if logits.shape[2:] == like.shape[-2:]:
+        return logits
+    return F.interpolate(logits, size=like.shape[-2:], mode="bilinear", align_corners=False)
+
+
 class InformationExchange(nn.Module):
-    """The receiver (``query_from="messenger"``) or transmitter (``query_from="local"``)."""
+    """The receiver (``query_from="messenger"``) or transmitter (``query_from="local"``);
+    ``dense``: it returns a map at the messenger's grid (segmentation), not a pooled vector."""
 
     def __init__(self, local_channels: int, messenger_channels: int, *,
                  query_from: Literal["messenger", "local"], mode: Literal["attention", "add"],
-                 tokens: TokenKind = "spatial", grid: int = 4, normalize: bool = True):
+                 tokens: TokenKind = "spatial", grid: int = 4, normalize: bool = True,
+                 dense: bool = False):
         super().__init__()
         self.query_from, self.mode, self.tokens, self.grid = query_from, mode, tokens, grid
+        self.dense = dense
         self.project_local = nn.Linear(local_channels, messenger_channels)  # W_d
         if mode == "attention":
             width = grid * grid if tokens == "channel" else messenger_channels
@@ -105,7 +156,11 @@ class InformationExchange(nn.Module):
             self.scale = 1.0 / math.sqrt(width)
 
     def forward(self, local_map: Tensor, messenger_map: Tensor) -> Tensor:
-        """(B, C_loc, H, W) and (B, D_mes, h, w) -> (B, D_mes)."""
+        """(B, C_loc, H, W) and (B, D_mes, h, w) -> (B, D_mes), or (B, D_mes, h, w) when
+        ``dense``."""
+        if self.dense:
+            return self._dense(F.adaptive_avg_pool2d(local_map, grid_of(messenger_map)),
+                               messenger_map)
         if self.mode == "add":
             return pool(messenger_map) + self.project_local(pool(local_map))
         local_tokens, messenger_tokens = self._tokens(local_map, messenger_map)
@@ -118,6 +173,21 @@ class InformationExchange(nn.Module):
         weights = torch.softmax(q @ k.transpose(1, 2) * self.scale, dim=-1)  # (B, Nq, Nk)
         out = weights @ v  # (B, Nq, width)
         return out.mean(dim=2) if self.tokens == "channel" else out.mean(dim=1)
+
+    def _dense(self, local_map: Tensor, messenger_map: Tensor) -> Tensor:
+        """Both maps on the messenger's grid: every position a token; the output a map."""
+        batch, channels, height, width = messenger_map.shape
+        local = self.project_local(local_map.flatten(2).transpose(1, 2))  # (B, hw, D_mes)
+        messenger = messenger_map.flatten(2).transpose(1, 2)
+        if self.mode == "add":
+            out = messenger + local
+        else:
+            queries, sources = ((messenger, local) if self.query_from == "messenger"
+                                else (local, messenger))
+            queries, sources = self.norm_queries(queries), self.norm_sources(sources)
+            q, k, v = self.query(queries), self.key(sources), self.value(sources)
+            out = torch.softmax(q @ k.transpose(1, 2) * self.scale, dim=-1) @ v
+        return out.transpose(1, 2).reshape(batch, channels, height, width)
 
     def _tokens(self, local_map: Tensor, messenger_map: Tensor) -> tuple[Tensor, Tensor]:
         if self.tokens == "channel":  # (B, channels, grid^2)

@@ -115,6 +115,9 @@ class UNetParams(StrictModel):
     residual_units: int = Field(0, ge=0)
     norm: Literal["instance", "batch"] = "instance"
     dropout: float = Field(0.0, ge=0, lt=1)
+    head_features: int | None = Field(
+        None, ge=1, description="channels of the full-resolution feature map the body hands "
+        "the 1x1-convolution head (None: the first level's)")
 
 
 class UNetPlusPlusParams(StrictModel):
@@ -124,6 +127,20 @@ class UNetPlusPlusParams(StrictModel):
     name: Literal["unetpp"] = "unetpp"
     features: tuple[int, int, int, int, int, int] = (16, 16, 32, 64, 128, 16)
     norm: Literal["instance", "batch"] = "instance"
+    head_features: int | None = Field(
+        None, ge=1, description="channels of the full-resolution feature map the body hands "
+        "the 1x1-convolution head (None: the first width)")
+
+
+class FCNParams(StrictModel):
+    """A fully convolutional network (Long et al. 2015, FCN-8s): a VGG-style encoder of five
+    stages (``channels``, two 3x3 conv-BatchNorm-ReLU and a 2x2 max-pool each), the
+    stride-8, -16 and -32 maps each projected to ``head_features`` channels, upsampled
+    (bilinear) and summed, then upsampled to the input's size for the 1x1-convolution head."""
+
+    name: Literal["fcn"] = "fcn"
+    channels: tuple[int, int, int, int, int] = (16, 32, 64, 128, 128)
+    head_features: int = Field(16, ge=1)
 
 
 ZOO_MODELS: dict[str, str] = {
@@ -155,8 +172,8 @@ ZOO_PARAMS: dict[str, type[StrictModel]] = {name: _zoo_params(name, doc)
 
 MODEL_PARAMS: tuple[type[StrictModel], ...] = (
     SimpleCNNParams, ConvNetParams, ConvNet3DParams, MLPParams, ResNet18Params,
-    ResNet18_3DParams, UNetParams, UNetPlusPlusParams, TCNParams, SignalTransformerParams,
-    RNNParams, *ZOO_PARAMS.values())
+    ResNet18_3DParams, UNetParams, UNetPlusPlusParams, FCNParams, TCNParams,
+    SignalTransformerParams, RNNParams, *ZOO_PARAMS.values())
 """The params class of every model raysim ships (a test checks it against the registry)."""
 
 PLUGIN_MODEL_PARAMS: list[type[StrictModel]] = []

@@ -83,7 +83,7 @@ def embedding_parts(model: nn.Module) -> tuple[Layer, Layer]:
 
 SIGNAL_MODELS = "tcn, signal_transformer or rnn"
 """The models for signals, as a refusal names them."""
-SEGMENTATION_MODELS = ("unet", "unetpp")
+SEGMENTATION_MODELS = ("unet", "unetpp", "fcn")
 """The segmentation networks (per-pixel logits), by config name."""
 
 

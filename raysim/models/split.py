@@ -27,15 +27,17 @@ class GlobalAveragePool(nn.Module):
 
 class SplitModel(nn.Module):
     """``head(body(x))``: the body maps inputs to a (B, C, H, W) feature map (images) or a
-    (B, C, L) one (signals), the head pools it and classifies with one linear layer."""
+    (B, C, L) one (signals), the head pools it and classifies with one linear layer; a
+    segmentation network passes its own ``head`` (a 1x1 convolution to per-pixel logits)."""
 
-    def __init__(self, body: nn.Module, feature_channels: int, num_classes: int):
+    def __init__(self, body: nn.Module, feature_channels: int, num_classes: int,
+                 head: nn.Module | None = None):
         super().__init__()
         self.body = body
         self.feature_channels = feature_channels
         # (the Identity keeps the linear layer at ``head.2``, where saved weights have it)
-        self.head = nn.Sequential(GlobalAveragePool(), nn.Identity(),
-                                  nn.Linear(feature_channels, num_classes))
+        self.head = head if head is not None else nn.Sequential(
+            GlobalAveragePool(), nn.Identity(), nn.Linear(feature_channels, num_classes))
 
     def forward(self, x: Tensor) -> Tensor:
         return self.head(self.body(x))
