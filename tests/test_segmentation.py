@@ -22,8 +22,10 @@ from raysim.errors import ConfigError
 from raysim.models import build_model
 from raysim.models.params import UNetParams, UNetPlusPlusParams
 from raysim.results import load
-from raysim.training.evaluation import segmentation_scores
+from raysim.rounds.final_models import read_final_models
+from raysim.training.evaluation import predict_proba, segmentation_metrics, segmentation_scores
 from raysim.training.losses import loss_function, training_loss
+from raysim.vectors.weights import set_weights
 
 TINY_UNET = {"name": "unet", "channels": [4, 8]}
 
@@ -206,9 +208,10 @@ def test_a_run_scores_dice_per_round_and_per_client_and_real_masks_beat_chance(
         ray_session, tmp_path, sites):
     training = {"rounds": 3, "batch_size": 4, "loss": "dice_ce",
                 "optimizer": {"name": "adam", "lr": 0.01}}
+    evaluation = {"clients": True, "keep_models": True}
     outcomes = [run_experiment(parse_config(segmentation_raw(
-        sites, algorithm={"name": name}, training=training)), output=str(tmp_path / name),
-        progress=False)[0] for name in ("fedavg", "local")]
+        sites, algorithm={"name": name}, training=training, evaluation=evaluation)),
+        output=str(tmp_path / name), progress=False)[0] for name in ("fedavg", "local")]
     for outcome in outcomes:
         assert outcome.error is None, outcome.error
         rounds = load(outcome.run_dir, "rounds")
@@ -222,3 +225,14 @@ def test_a_run_scores_dice_per_round_and_per_client_and_real_masks_beat_chance(
     # the discs are learnable: the global model beats predicting background everywhere (Dice 0)
     fedavg = load(outcomes[0].run_dir, "rounds").dropna(subset=["dice"])
     assert fedavg["dice"].iloc[-1] > 0.3
+    # the kept final models give the last round's scores again
+    final = read_final_models(outcomes[0].run_dir)
+    assert final.rounds == 3
+    dataset = load_dataset(sites_config(sites))
+    model = build_model(parse_config(segmentation_raw(sites)).model, dataset.info)
+    set_weights(model, final.server_state)
+    masks = predict_proba(model, dataset.test_x, dataset.info, 8, torch.device("cpu"))
+    assert abs(segmentation_metrics(dataset.test_y, masks)["dice"] - fedavg["dice"].iloc[-1]) \
+        < 1e-9
+    local = read_final_models(outcomes[1].run_dir)
+    assert sorted(local.client_states) == [0, 1]  # every client's own model

@@ -217,6 +217,11 @@ class EvaluationConfig(StrictModel):
         description="also evaluate personal models when there is a global model (algorithms "
         "without one, e.g. local-only, always evaluate their clients' models)",
     )
+    keep_models: bool = Field(
+        False, description="write the final server state and every client's state (the "
+        "trained global, personalized and local models) to final_models.npz in each run's "
+        "directory, read back with raysim.rounds.final_models.read_final_models (e.g. to draw "
+        "predicted masks)")
     membership_audit: int = Field(
         0, ge=0,
         description="membership-inference audit of every client's upload in the last round: "

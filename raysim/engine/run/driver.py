@@ -37,6 +37,7 @@ from raysim.results.live import MetricStreams
 from raysim.results.manifest import update_manifest
 from raysim.results.sink import ParquetSink
 from raysim.rounds.checkpoint import Checkpoint, load_checkpoint, remove_checkpoint, truncate_results
+from raysim.rounds.final_models import KeepFinalModels
 from raysim.rounds.placement import (
     assign_groups,
     client_groups,
@@ -399,6 +400,8 @@ class Driver:
                        StopAtRoundBoundary(self._stop.is_set, spec.rounds, self.run_dir,
                                            context.seed),
                        *([LiveMetrics(self._streams)] if self._streams else []),
+                       *([KeepFinalModels(rounds, self.run_dir, context.seed)]
+                         if spec.evaluation.keep_models else []),
                        TransferRecords(ray_workers)],
             manifest=lambda entries: update_manifest(self.run_dir, **entries),
             report=self._set_progress)
