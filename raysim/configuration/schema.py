@@ -75,6 +75,12 @@ class DatasetConfig(StrictModel):
     sites: list[SegmentationSiteConfig] | None = Field(
         None, description="segmentation: the sites (hospitals) whose images and masks form "
         "the dataset, each sample's site its group (partition.scheme: sites)")
+    medsegbench: str | None = Field(
+        None, description="segmentation: a MedSegBench dataset (polypgen, promise12, kvasir, "
+        "...), read from its npz <name>_<128|256|512>.npz under --data-root (or `root`): the "
+        "smallest release at least `resize` px, resized to it; downloaded when missing where "
+        "the medsegbench package (its metadata) is installed; its official train/val/test "
+        "splits kept; PolypGen's six centres are its sites")
     resize: int = Field(64, ge=8, description="segmentation: images (bilinear) and masks "
                         "(nearest) resized to resize x resize")
     test_fraction: float = Field(

@@ -10,6 +10,7 @@ from raysim.configuration.schema import DatasetConfig
 from raysim.data.builtin import BUILTIN_DATASETS, load_builtin
 from raysim.data.dataset import ArrayDataset, DataInfo, to_tensor
 from raysim.data.medmnist_io import load_medmnist
+from raysim.data.medsegbench_io import load_medsegbench
 from raysim.data.partition import Partition, label_keys, make_partition
 from raysim.data.registry import DATASETS, load_path
 from raysim.data.segmentation import load_sites
@@ -25,6 +26,8 @@ def load_dataset(config: DatasetConfig, data_root: str | None = None) -> ArrayDa
     name = config.name.lower()
     if config.sites is not None:
         dataset = load_sites(config, data_root)
+    elif config.medsegbench is not None:
+        dataset = load_medsegbench(config, data_root or config.root)
     elif config.path is not None:
         dataset = load_path(config, data_root)
     elif name in DATASETS:  # a plug-in's

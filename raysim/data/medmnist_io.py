@@ -169,13 +169,13 @@ def load_medmnist(
     )
 
 
-def _fetch(path: Path, url: str, download: bool) -> None:
+def _fetch(path: Path, url: str, download: bool, label: str = "MedMNIST") -> None:
     hint = (
         f"Put the file there, point `--data-root DIR` (or `dataset.root`) at a directory that "
         f"holds it, or download it from {url}"
     )
     if not download:
-        raise MissingDataError(f"MedMNIST file {path.name} is missing at {path} and downloading is off "
+        raise MissingDataError(f"{label} file {path.name} is missing at {path} and downloading is off "
                         f"(dataset.download=false). {hint}.")
     created = [d for d in (path.parent, *path.parent.parents) if not d.exists()]
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -190,7 +190,7 @@ def _fetch(path: Path, url: str, download: bool) -> None:
             with contextlib.suppress(OSError):
                 directory.rmdir()
         raise MissingDataError(
-            f"MedMNIST file {path.name} is missing at {path} and could not be downloaded from "
+            f"{label} file {path.name} is missing at {path} and could not be downloaded from "
             f"{url} ({exc}). If this machine is offline, {hint[0].lower() + hint[1:]} on a "
             "machine with internet access."
         ) from None
@@ -226,11 +226,11 @@ def _file_md5(path: Path) -> str:
     return digest.hexdigest()
 
 
-def _check_md5(path: Path, expected: str) -> None:
+def _check_md5(path: Path, expected: str, label: str = "MedMNIST") -> None:
     actual = _file_md5(path)
     if actual != expected:
         raise DataError(
-            f"MedMNIST file {path} has MD5 {actual}, but the medmnist metadata says "
+            f"{label} file {path} has MD5 {actual}, but the {label.lower()} metadata says "
             f"{expected}: the file is corrupt, truncated or not the official release. Delete it "
             "to download it again, or set dataset.verify_checksum=false for a file you made."
         )
