@@ -185,3 +185,22 @@ def test_clients_per_site_may_differ_by_site_for_an_unseen_hospital(sites):
     with pytest.raises(ConfigError, match="one number per site"):
         make_partition(dataset.train_y, dataset.test_y, PartitionConfig(
             scheme="sites", num_clients=3, clients_per_site=[1, 1, 1]), 2, 0, *args)
+
+
+@pytest.mark.parametrize("model", [{"name": "unet", "channels": [4, 8], "residual_units": 1},
+                                   {"name": "fcn", "channels": [4, 4, 8, 8, 8],
+                                    "head_features": 4}])
+def test_the_vectorised_client_path_trains_segmentation_networks_as_the_loop_does(sites, model):
+    """InstanceNorm (the U-Nets) and BatchNorm (the FCN) under torch.func, the Dice + CE loss
+    included: one batched step over the clients gives the per-client loop's models."""
+    states = []
+    for vectorize in ("never", "always"):
+        raw = segmentation_raw(sites, model=model, engine={"vectorize": vectorize})
+        raw["dataset"]["resize"] = 32
+        trace = simulate(parse_config(raw))
+        assert trace.runtime.path == ("loop" if vectorize == "never" else "vectorized")
+        states.append(trace.server_state)
+    loop, batched = states
+    for name, array in loop.items():
+        if array.dtype.kind == "f":
+            assert np.allclose(array, batched[name], atol=1e-5), name

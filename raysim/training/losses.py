@@ -37,28 +37,31 @@ class MultiLabelBCE(nn.Module):
 class SegmentationLoss(nn.Module):
     """A segmentation loss on logits (B, C, H, W) and masks (B, H, W) of class indices (any
     integer dtype): per-pixel cross-entropy (``mask_cross_entropy``), MONAI's Dice loss on the
-    softmax (``dice``) or MONAI's Dice + cross-entropy (``dice_ce``, equal weights), the
-    background included in the Dice terms as MONAI's defaults have it."""
+    softmax (``dice``) or Dice + cross-entropy (``dice_ce``, equal weights, as MONAI's
+    ``DiceCELoss``), the background included in the Dice terms as MONAI's defaults have it.
+    The masks are one-hot encoded here by comparison (MONAI's ``one_hot`` scatters in place,
+    which ``torch.func.vmap`` cannot batch), so the vectorised client path takes these losses;
+    the numbers are MONAI's own."""
 
     def __init__(self, kind: str):
         super().__init__()
         self.kind = kind
-        if kind == "dice":
+        if kind in ("dice", "dice_ce"):
             from monai.losses import DiceLoss
 
-            self.dice: nn.Module | None = DiceLoss(to_onehot_y=True, softmax=True)
-        elif kind == "dice_ce":
-            from monai.losses import DiceCELoss
-
-            self.dice = DiceCELoss(to_onehot_y=True, softmax=True)
+            self.dice: nn.Module | None = DiceLoss(softmax=True)
         else:
             self.dice = None
 
     def forward(self, logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
         masks = targets.long()
+        cross_entropy = F.cross_entropy(logits, masks)
         if self.dice is None:
-            return F.cross_entropy(logits, masks)
-        return self.dice(logits, masks[:, None])
+            return cross_entropy
+        classes = torch.arange(logits.shape[1], device=masks.device).view(1, -1, 1, 1)
+        one_hot = (masks[:, None] == classes).to(torch.float32)
+        dice = self.dice(logits, one_hot)
+        return dice + cross_entropy if self.kind == "dice_ce" else dice
 
 
 MULTI_LABEL_LOSS = "multi_label_bce"
