@@ -441,7 +441,8 @@ def report(paths: str | Path | list[str | Path], metric: str = "accuracy",
                  + clock.round(4).to_string(index=False))
     if per_client:
         client_eval = pd.concat([load(path, "client_eval") for path in paths], ignore_index=True)
-        for name in ("accuracy", "macro_f1"):
+        segmentation = any(column.endswith("dice") for column in client_eval.columns)
+        for name in ("dice", "iou") if segmentation else ("accuracy", "macro_f1"):
             clients = tables[f"per_client_{name}"] = client_table(client_eval, name)
             text += (f"\n\n{name} on each client's own test share (last evaluated round, mean "
                      "over seeds; model: the client's personal model, or the server's where "
