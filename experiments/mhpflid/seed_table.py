@@ -10,6 +10,7 @@ tables re-derive without the runs' Parquet. For example (the PneumoniaMNIST task
         --metrics personal_accuracy,personal_macro_f1,own_accuracy,own_macro_f1,accuracy \\
         --csv docs/results/mhpflid/pneumonia
     python experiments/mhpflid/seed_table.py docs/results/mhpflid/pneumonia
+    python experiments/mhpflid/seed_table.py docs/results/segmentation/table4 --metrics dice,iou
 
 writes ``own_share_per_seed.csv`` and ``own_share_summary.csv`` beside the report's CSVs.
 Columns: ``own_accuracy`` / ``own_macro_f1``, each client's evaluated model on its own test
@@ -25,18 +26,32 @@ from pathlib import Path
 
 import pandas as pd
 
-METRICS = ["own_accuracy", "own_macro_f1", "accuracy"]
-REPORT_COLUMNS = ["experiment", "seed", "accuracy", "personal_accuracy", "personal_macro_f1",
-                  "own_accuracy", "own_macro_f1"]
+CLASSIFICATION = ("accuracy", "macro_f1")
+SEGMENTATION = ("dice", "iou")
+"""``--metrics dice,iou``: a segmentation study's own-share Dice and IoU (pooled: ``dice``)."""
 
 
-def own_share_rows(per_seed: pd.DataFrame) -> pd.DataFrame:
+def metric_columns(metrics: tuple[str, ...]) -> list[str]:
+    """The table's columns: each metric on the clients' own shares, then the pooled first."""
+    return [*(f"own_{m}" for m in metrics), metrics[0]]
+
+
+def report_columns(metrics: tuple[str, ...]) -> list[str]:
+    """The per_seed.csv columns the table needs."""
+    return ["experiment", "seed", metrics[0], *(f"personal_{m}" for m in metrics),
+            *(f"own_{m}" for m in metrics)]
+
+
+def own_share_rows(per_seed: pd.DataFrame, metrics: tuple[str, ...] = CLASSIFICATION
+                   ) -> pd.DataFrame:
     """One row per experiment and seed with the own-share metrics in one column each
-    (``personal_*`` where the run has personal models, else ``own_*``) and ``accuracy``."""
-    rows = per_seed[["experiment", "seed", "accuracy"]].copy()
-    for metric in ("accuracy", "macro_f1"):
+    (``personal_*`` where the run has personal models, else ``own_*``) and the pooled first
+    metric (``accuracy``)."""
+    rows = per_seed[["experiment", "seed", metrics[0]]].copy()
+    for metric in metrics:
         rows[f"own_{metric}"] = per_seed[f"personal_{metric}"].fillna(per_seed[f"own_{metric}"])
-    return rows[["experiment", "seed", *METRICS]].sort_values(["experiment", "seed"])
+    return rows[["experiment", "seed", *metric_columns(metrics)]].sort_values(
+        ["experiment", "seed"])
 
 
 def main() -> None:
@@ -44,17 +59,22 @@ def main() -> None:
     parser.add_argument("report_dir", help="a `raysim report --csv` directory (its per_seed.csv "
                                            "has the metrics of REPORT_COLUMNS); the tables are "
                                            "written there")
+    parser.add_argument("--metrics", default=",".join(CLASSIFICATION),
+                        help="the metrics, pooled first (default accuracy,macro_f1; a "
+                        "segmentation study: dice,iou)")
     args = parser.parse_args()
+    metrics = tuple(args.metrics.split(","))
     directory = Path(args.report_dir)
     per_seed = pd.read_csv(directory / "per_seed.csv")
-    missing = [column for column in REPORT_COLUMNS if column not in per_seed.columns]
+    needed = report_columns(metrics)
+    missing = [column for column in needed if column not in per_seed.columns]
     if missing:
         print(f"{directory / 'per_seed.csv'} has no column {', '.join(missing)}: make it with "
-              "`raysim report ... --metrics personal_accuracy,personal_macro_f1,own_accuracy,"
-              f"own_macro_f1,accuracy --csv {directory}`.", file=sys.stderr)
+              f"`raysim report ... --metrics {','.join(needed[2:])} --csv {directory}`.",
+              file=sys.stderr)
         sys.exit(2)
-    rows = own_share_rows(per_seed).reset_index(drop=True)
-    summary = rows.groupby("experiment")[METRICS].agg(["mean", "std", "count"])
+    rows = own_share_rows(per_seed, metrics).reset_index(drop=True)
+    summary = rows.groupby("experiment")[metric_columns(metrics)].agg(["mean", "std", "count"])
     summary.columns = [f"{metric}_{stat}" for metric, stat in summary.columns]
     pd.set_option("display.width", 200)
     print(rows.to_string(index=False, float_format="%.4f"))
