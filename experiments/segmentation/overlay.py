@@ -6,7 +6,7 @@ Each client's image is the first of its test share whose mask holds foreground. 
 personal models (local training, Ditto, MH-pFLID) predicts with the client's own model; the
 others with their evaluated model (FedSM: its super model, routed by the selector).
 
-    python experiments/segmentation/overlay.py RUN_ROOT --data-root DIR \
+    python experiments/segmentation/overlay.py RUN_ROOT [RUN_ROOT ...] --data-root DIR \
         --out docs/figures/polyp_overlay.png --csv docs/results/segmentation/overlay.csv
 """
 
@@ -71,13 +71,16 @@ def predicted_masks(run_dir: Path, data_root: str | None
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("run_root", type=Path)
+    parser.add_argument("run_roots", type=Path, nargs="+",
+                        help="invocation roots (or variant folders) whose runs kept their models")
     parser.add_argument("--data-root")
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--csv", type=Path, required=True)
     parser.add_argument("--variants", nargs="*", help="variants in drawing order (default: all)")
     args = parser.parse_args()
-    runs = sorted(p.parent for p in args.run_root.glob("*/seed_0/final_models.npz"))
+    runs = sorted({p.parent for root in args.run_roots
+                   for pattern in ("*/seed_0/final_models.npz", "seed_0/final_models.npz")
+                   for p in root.glob(pattern)})
     if args.variants:
         order = {name: i for i, name in enumerate(args.variants)}
         runs = sorted((r for r in runs if r.parent.name in order),
@@ -92,7 +95,7 @@ def main() -> None:
         rows += [{"variant": variant, "client": c, "test_index": picks[c],
                   "dice": float(scores["dice"][c])} for c in range(len(picks))]
     if images is None or truths is None:
-        raise SystemExit(f"no run under {args.run_root} kept its final models "
+        raise SystemExit(f"no run under {', '.join(map(str, args.run_roots))} kept its final models "
                          "(evaluation.keep_models: true)")
     args.csv.parent.mkdir(parents=True, exist_ok=True)
     with args.csv.open("w", newline="") as out:
