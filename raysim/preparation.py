@@ -22,7 +22,7 @@ from raysim.errors import ConfigError
 from raysim.layers.assembly import check_features, feature_settings
 from raysim.layers.feature import algorithms_with
 from raysim.models import build_model
-from raysim.models.registry import SEGMENTATION_MODELS
+from raysim.models.registry import segmentation_models
 from raysim.results.live import check_available
 from raysim.seeding import torch_generator
 from raysim.vectors.weights import get_weights
@@ -184,10 +184,10 @@ def check_data_kind(config: ExperimentConfig, dataset: ArrayDataset) -> None:
     info = dataset.info
     if info.segmentation:
         _check_segmentation(config, supports.segmentation_refusal, info.name)
-    elif config.model.name in SEGMENTATION_MODELS or config.training.loss in ("dice",
-                                                                              "dice_ce"):
+    elif config.model.name in segmentation_models() or config.training.loss in ("dice",
+                                                                                "dice_ce"):
         what = (f"`model.name` = {config.model.name!r}" if config.model.name in
-                SEGMENTATION_MODELS else f"`training.loss` = {config.training.loss!r}")
+                segmentation_models() else f"`training.loss` = {config.training.loss!r}")
         raise ConfigError(
             f"Invalid config field {what}: it is for segmentation (a class per pixel), and "
             f"dataset {info.name!r} gives one label per sample. Use a classification model "
@@ -220,11 +220,11 @@ def _check_segmentation(config: ExperimentConfig, refusal: str | None, name: str
     for field, model in [("model.name", config.model),
                          *(("clients.architectures", a) for a in architectures)]:
         model_name = model.name  # type: ignore[attr-defined]
-        if model_name not in SEGMENTATION_MODELS:
+        if model_name not in segmentation_models():
             raise ConfigError(
                 f"Invalid config field `{field}` = {model_name!r}: dataset `{name}` is a "
                 "segmentation task (a class per pixel) and this model gives one prediction "
-                f"per image. Use a segmentation network: {', '.join(SEGMENTATION_MODELS)}.")
+                f"per image. Use a segmentation network: {', '.join(segmentation_models())}.")
     if config.training.loss == "hinge":
         raise ConfigError(
             f"Invalid config field `training.loss` = 'hinge': dataset `{name}` is a "

@@ -204,3 +204,10 @@ def test_the_vectorised_client_path_trains_segmentation_networks_as_the_loop_doe
     for name, array in loop.items():
         if array.dtype.kind == "f":
             assert np.allclose(array, batched[name], atol=1e-5), name
+
+
+def test_segmentation_networks_are_known_by_their_registration():
+    from raysim.models.registry import segmentation_models
+
+    assert {"unet", "unetpp", "fcn"} <= set(segmentation_models())
+    assert not {"convnet", "vgg", "tcn"} & set(segmentation_models())

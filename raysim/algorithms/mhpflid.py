@@ -38,7 +38,7 @@ from raysim.algorithms.supports import Supports
 from raysim.errors import field_error
 from raysim.models import build_model
 from raysim.models.messenger import InformationExchange, Messenger, SegmentationMessenger, fit_to, grid_of
-from raysim.models.registry import SEGMENTATION_MODELS, SIGNAL_MODELS
+from raysim.models.registry import SIGNAL_MODELS, segmentation_models
 from raysim.models.split import ZOO, SplitModel
 from raysim.seeding import torch_generator
 from raysim.training.losses import loss_function, training_loss
@@ -84,7 +84,7 @@ class MHpFLID(Algorithm[MHpFLIDParams, Weights]):
                                   "MH-pFLID needs local models split into body and head; "
                                   f"use one of {', '.join(ZOO)} for images, "
                                   f"{SIGNAL_MODELS} for signals, or "
-                                  f"{', '.join(SEGMENTATION_MODELS)} for masks")
+                                  f"{', '.join(segmentation_models())} for masks")
         if not params.share_messenger_body and not params.share_messenger_head:
             raise field_error("algorithm.share_messenger_body", False,
                               "with neither the messenger body nor its head shared nothing is "

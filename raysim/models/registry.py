@@ -18,13 +18,17 @@ from raysim.models.params import MODEL_PARAMS, PLUGIN_MODEL_PARAMS
 class ModelEntry:
     params: type[StrictModel]
     build: Callable[[StrictModel, DataInfo], nn.Module]
+    segmentation: bool = False
+    """True for a segmentation network (per-pixel logits), the models a mask task takes."""
 
 
 MODELS: dict[str, ModelEntry] = {}
 
 
-def register_model(params: type[StrictModel]) -> Callable:
-    """Register ``build(params, info) -> nn.Module`` under the params' ``name`` literal."""
+def register_model(params: type[StrictModel], *, segmentation: bool = False) -> Callable:
+    """Register ``build(params, info) -> nn.Module`` under the params' ``name`` literal;
+    ``segmentation``: it is a segmentation network (logits (B, classes, H, W)), the kind of
+    model a segmentation dataset takes."""
 
     def decorator(build: Callable[[StrictModel, DataInfo], nn.Module]) -> Callable:
         name = params.model_fields["name"].default
@@ -33,7 +37,7 @@ def register_model(params: type[StrictModel]) -> Callable:
             raise ValueError(
                 f"the model name {name!r} of {_qualified(build)} is taken by "
                 f"{_qualified(taken.build)}; give the params class another `name` literal")
-        MODELS[name] = ModelEntry(params, build)
+        MODELS[name] = ModelEntry(params, build, segmentation)
         if params not in MODEL_PARAMS:  # a plug-in's: the config schema takes it from here
             PLUGIN_MODEL_PARAMS[:] = [p for p in PLUGIN_MODEL_PARAMS
                                       if p.model_fields["name"].default != name] + [params]
@@ -83,8 +87,11 @@ def embedding_parts(model: nn.Module) -> tuple[Layer, Layer]:
 
 SIGNAL_MODELS = "tcn, signal_transformer or rnn"
 """The models for signals, as a refusal names them."""
-SEGMENTATION_MODELS = ("unet", "unetpp", "fcn")
-"""The segmentation networks (per-pixel logits), by config name."""
+def segmentation_models() -> list[str]:
+    """The registered segmentation networks (raysim's and the plug-ins'), by config name."""
+    from raysim.models import MODELS as LOADED  # every model module registered
+
+    return [name for name, entry in LOADED.items() if entry.segmentation]
 
 
 def require_segmentation(model_name: str, info: DataInfo) -> None:

@@ -112,6 +112,6 @@ def build_fcn(params: StrictModel, info: DataInfo) -> nn.Module:
     return segmentation_split(body, params.head_features, info.num_classes)
 
 
-register_model(UNetParams)(build_unet)
-register_model(UNetPlusPlusParams)(build_unetpp)
-register_model(FCNParams)(build_fcn)
+register_model(UNetParams, segmentation=True)(build_unet)
+register_model(UNetPlusPlusParams, segmentation=True)(build_unetpp)
+register_model(FCNParams, segmentation=True)(build_fcn)
