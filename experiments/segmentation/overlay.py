@@ -133,7 +133,7 @@ def draw(images: np.ndarray, truths: np.ndarray, columns: list[tuple[str, np.nda
                 axis.set_ylabel(f"client {row}", fontsize=8)
     figure.tight_layout()
     out.parent.mkdir(parents=True, exist_ok=True)
-    figure.savefig(out, dpi=110)
+    figure.savefig(out, dpi=80)
 
 
 if __name__ == "__main__":
