@@ -17,6 +17,7 @@ over the repeats (with its t against 1).
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import tempfile
 from collections.abc import Callable
@@ -129,6 +130,7 @@ def main() -> None:
     records = Records("segmentation_speed", args.records or record_path(
         "segmentation_speed", device, at), {
             "device": device, "commit": at, "threads": 1,
+            "load_at_start": round(os.getloadavg()[0], 2),
             "date": datetime.now(UTC).date().isoformat()})
     with tempfile.TemporaryDirectory() as scratch:
         config = workload(Path(scratch))
@@ -148,7 +150,8 @@ def main() -> None:
     for name in ("raysim_loop", "raysim_vectorized"):
         ratio = paired_ratios(rates["plain_pytorch_loop"], rates[name])
         summary |= {f"{name}_over_plain_{key}": value for key, value in ratio.items()}
-    records.add(workload="unet8-4x32-discs64", side="summary", **summary)
+        summary[f"{name}_over_plain_n"] = args.repeats
+    records.add(workload="unet8-4x32-discs64", side="summary", rounds=args.rounds, **summary)
 
 
 if __name__ == "__main__":
