@@ -21,8 +21,7 @@ from raysim.data.site_shift import apply_site_shift
 from raysim.errors import ConfigError
 from raysim.layers.assembly import check_features, feature_settings
 from raysim.layers.feature import algorithms_with
-from raysim.models import build_model
-from raysim.models.registry import segmentation_models
+from raysim.models import build_model, segmentation_models
 from raysim.results.live import check_available
 from raysim.seeding import torch_generator
 from raysim.vectors.weights import get_weights

@@ -109,6 +109,7 @@ def test_mhpflid_trains_heterogeneous_unets_through_the_segmentation_messenger(s
                                        **TINY_MESSENGER},
                  clients={"architectures": HETEROGENEOUS})
     trace = simulate(parse_config(raw))
+    assert trace.algorithm.task_loss.kind == "dice_ce"  # both stages on the run's mask loss
     metrics = trace.metrics[-1]
     assert all(m["messenger_change"] > 0 and np.isfinite(m["distillation_loss"])
                for m in metrics.values())
@@ -207,7 +208,21 @@ def test_the_vectorised_client_path_trains_segmentation_networks_as_the_loop_doe
 
 
 def test_segmentation_networks_are_known_by_their_registration():
-    from raysim.models.registry import segmentation_models
+    from raysim.models import segmentation_models
 
     assert {"unet", "unetpp", "fcn"} <= set(segmentation_models())
     assert not {"convnet", "vgg", "tcn"} & set(segmentation_models())
+
+
+def test_a_runs_validation_split_holds_out_whole_runs_of_frames(sites):
+    """Through the run's preparation (not the partition alone): evaluation.validation takes
+    whole blocks of split_blocks frames."""
+    from raysim.preparation import prepare
+
+    raw = segmentation_raw(sites, evaluation={"clients": True, "validation": 0.3})
+    raw["dataset"] = blocked_sites(sites).model_dump(mode="json")
+    dataset, partition = prepare(parse_config(raw), None)[0]
+    assert dataset.train_blocks is not None and partition.validation is not None
+    for kept, held in zip(partition.train, partition.validation, strict=True):
+        assert len(held) and not set(dataset.train_blocks[kept]) & set(
+            dataset.train_blocks[held])

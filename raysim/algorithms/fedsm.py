@@ -124,7 +124,7 @@ class FedSM(Algorithm[FedSMParams, dict[str, Any]]):
             # the paper's selector for its segmentation tasks: VGG-11 (the zoo's, BatchNorm)
             self.selector_params = MODELS[SEGMENTATION_SELECTOR].params.model_validate(
                 {"name": SEGMENTATION_SELECTOR})
-        if params.selector_model is not None:
+        elif params.selector_model is not None:
             name = params.selector_model.get("name")
             if name not in MODELS:
                 raise field_error("algorithm.selector_model.name", name,

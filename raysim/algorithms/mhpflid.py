@@ -36,9 +36,9 @@ from raysim.algorithms.base import Algorithm, ClientResult, RunContext, register
 from raysim.algorithms.params import MHpFLIDParams
 from raysim.algorithms.supports import Supports
 from raysim.errors import field_error
-from raysim.models import build_model
+from raysim.models import build_model, segmentation_models
 from raysim.models.messenger import InformationExchange, Messenger, SegmentationMessenger, fit_to, grid_of
-from raysim.models.registry import SIGNAL_MODELS, segmentation_models
+from raysim.models.registry import SIGNAL_MODELS
 from raysim.models.split import ZOO, SplitModel
 from raysim.seeding import torch_generator
 from raysim.training.losses import loss_function, training_loss

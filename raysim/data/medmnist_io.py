@@ -140,9 +140,9 @@ def load_medmnist(
     url, md5 = meta[f"url{suffix}"], meta[f"MD5{suffix}"]
     path = Path(root or default_root()).expanduser() / file_name(flag, size)
     if not path.exists():
-        _fetch(path, url, download)
+        fetch_file(path, url, download)
     if verify_checksum:
-        _check_md5(path, md5)
+        check_md5(path, md5)
     arrays = _read_npz(path)
     channels = int(meta["n_channels"])
     task = _TASKS[meta["task"]]
@@ -169,7 +169,9 @@ def load_medmnist(
     )
 
 
-def _fetch(path: Path, url: str, download: bool, label: str = "MedMNIST") -> None:
+def fetch_file(path: Path, url: str, download: bool, label: str = "MedMNIST") -> None:
+    """Download ``url`` to ``path`` (atomically) when ``download``; else, or when it fails,
+    one paragraph naming the ``label`` file, where it is missing and ``--data-root``."""
     hint = (
         f"Put the file there, point `--data-root DIR` (or `dataset.root`) at a directory that "
         f"holds it, or download it from {url}"
@@ -226,7 +228,8 @@ def _file_md5(path: Path) -> str:
     return digest.hexdigest()
 
 
-def _check_md5(path: Path, expected: str, label: str = "MedMNIST") -> None:
+def check_md5(path: Path, expected: str, label: str = "MedMNIST") -> None:
+    """Refuse a ``label`` file whose MD5 is not the release's ``expected`` one."""
     actual = _file_md5(path)
     if actual != expected:
         raise DataError(

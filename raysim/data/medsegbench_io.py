@@ -22,7 +22,7 @@ import numpy as np
 
 from raysim.configuration.schema import DatasetConfig
 from raysim.data.dataset import ArrayDataset, DataInfo
-from raysim.data.medmnist_io import _check_md5, _fetch
+from raysim.data.medmnist_io import check_md5, fetch_file
 from raysim.errors import ConfigError, DataError, MissingDataError
 
 RELEASED_SIZES = (128, 256, 512)
@@ -66,9 +66,9 @@ def load_medsegbench(config: DatasetConfig, root: str | None) -> ArrayDataset:
                 "`--data-root DIR` at a directory that holds it; to download it, install the "
                 "medsegbench package's metadata (`pip install --no-deps medsegbench`) on a "
                 "machine with internet access and run again.")
-        _fetch(path, meta[f"url_{size}"], config.download, "MedSegBench")
+        fetch_file(path, meta[f"url_{size}"], config.download, "MedSegBench")
     if meta is not None and config.verify_checksum:
-        _check_md5(path, meta[f"MD5_{size}"], "MedSegBench")
+        check_md5(path, meta[f"MD5_{size}"], "MedSegBench")
     arrays = _read(path)
     centres = sorted({key.rsplit("_C", 1)[1] for key in arrays if "_images_C" in key},
                      key=int)

@@ -168,11 +168,15 @@ class InformationExchange(nn.Module):
             queries, sources = messenger_tokens, local_tokens
         else:
             queries, sources = local_tokens, messenger_tokens
+        out = self._attend(queries, sources)  # (B, Nq, width)
+        return out.mean(dim=2) if self.tokens == "channel" else out.mean(dim=1)
+
+    def _attend(self, queries: Tensor, sources: Tensor) -> Tensor:
+        """softmax(Q K^T / sqrt(d)) V of the normalised tokens: (B, Nq, width)."""
         queries, sources = self.norm_queries(queries), self.norm_sources(sources)
         q, k, v = self.query(queries), self.key(sources), self.value(sources)
         weights = torch.softmax(q @ k.transpose(1, 2) * self.scale, dim=-1)  # (B, Nq, Nk)
-        out = weights @ v  # (B, Nq, width)
-        return out.mean(dim=2) if self.tokens == "channel" else out.mean(dim=1)
+        return weights @ v
 
     def _dense(self, local_map: Tensor, messenger_map: Tensor) -> Tensor:
         """Both maps on the messenger's grid: every position a token; the output a map."""
@@ -182,11 +186,8 @@ class InformationExchange(nn.Module):
         if self.mode == "add":
             out = messenger + local
         else:
-            queries, sources = ((messenger, local) if self.query_from == "messenger"
-                                else (local, messenger))
-            queries, sources = self.norm_queries(queries), self.norm_sources(sources)
-            q, k, v = self.query(queries), self.key(sources), self.value(sources)
-            out = torch.softmax(q @ k.transpose(1, 2) * self.scale, dim=-1) @ v
+            out = self._attend(*((messenger, local) if self.query_from == "messenger"
+                                 else (local, messenger)))
         return out.transpose(1, 2).reshape(batch, channels, height, width)
 
     def _tokens(self, local_map: Tensor, messenger_map: Tensor) -> tuple[Tensor, Tensor]:

@@ -88,10 +88,9 @@ def embedding_parts(model: nn.Module) -> tuple[Layer, Layer]:
 SIGNAL_MODELS = "tcn, signal_transformer or rnn"
 """The models for signals, as a refusal names them."""
 def segmentation_models() -> list[str]:
-    """The registered segmentation networks (raysim's and the plug-ins'), by config name."""
-    from raysim.models import MODELS as LOADED  # every model module registered
-
-    return [name for name, entry in LOADED.items() if entry.segmentation]
+    """The registered segmentation networks (raysim's and the plug-ins'), by config name;
+    imported from :mod:`raysim.models`, which registers every model module first."""
+    return [name for name, entry in MODELS.items() if entry.segmentation]
 
 
 def require_segmentation(model_name: str, info: DataInfo) -> None:
