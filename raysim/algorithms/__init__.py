@@ -14,8 +14,8 @@ from raysim.lazy import lazy_exports
 if TYPE_CHECKING:
     from raysim.algorithms.base import ALGORITHMS, Algorithm, ClientResult, RunContext
 
-MODULES = ("centralized", "desa", "dfrd", "ditto", "dspfl", "fedavg", "feddc", "feddf", "feddm",
-           "fedgan", "fedgen", "fedmd", "fedmix", "fedprox", "fedsm", "fedvck", "ktpfl",
+MODULES = ("apfl", "centralized", "desa", "dfrd", "ditto", "dspfl", "fedavg", "fedbn", "feddc", "feddf", "feddm",
+           "fedgan", "fedgen", "fedmd", "fedmix", "fedprox", "fedrep", "fedsm", "fedvck", "ktpfl", "lg_fedavg",
            "local_only", "mhpflid", "moon", "scaffold")
 """The modules that register an algorithm."""
 

@@ -303,6 +303,18 @@ class Algorithm(ABC, Generic[ParamsT, StateT]):
         """A client's own model, evaluated on its test share and the global test set."""
         return None
 
+    def personal_base(self, state: StateT) -> Weights | None:
+        """The part of the server state that every client's personal model is built on (the
+        layers FedBN, FedRep and LG-FedAvg share, APFL's global model), sent to the workers
+        that evaluate personal models; None (the default): a personal model is its client's
+        state alone (:meth:`personal_weights`)."""
+        return None
+
+    def compose_personal(self, state: Any, base: Weights | None) -> Weights | None:
+        """A client's personal model from its state and the round's :meth:`personal_base`
+        (default: :meth:`personal_weights` of the state alone)."""
+        return self.personal_weights(state)
+
 
 ROUND_HOOKS = ("broadcast", "local_updates", "reduce", "aggregate")
 """The hooks whose override may change what an upload is or how it is combined."""

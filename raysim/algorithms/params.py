@@ -58,6 +58,48 @@ class DittoParams(StrictModel):
     """Weight the clients' global-model updates by their sample counts (False: plain mean)."""
 
 
+class FedBNParams(StrictModel):
+    name: Literal["fedbn"] = "fedbn"
+    weighted: bool = True
+    """Weight the clients' shared layers by their sample counts (False: plain mean)."""
+
+
+class LGFedAvgParams(StrictModel):
+    name: Literal["lg_fedavg"] = "lg_fedavg"
+    global_layers: int = Field(1, ge=1)
+    """How many of the model's last layers with parameters are global (averaged by the
+    server); the layers before them are each client's local representation."""
+    weighted: bool = True
+    """Weight the clients' global layers by their sample counts (False: plain mean)."""
+
+
+class FedRepParams(StrictModel):
+    name: Literal["fedrep"] = "fedrep"
+    head_layers: int = Field(1, ge=1)
+    """How many of the model's last layers with parameters are each client's personal head;
+    the layers before them are the shared representation."""
+    head_epochs: int = Field(10, ge=1)
+    """Epochs of head training (the representation frozen) before each round's
+    representation update (the run's local epochs or steps, the head frozen); the paper's
+    default is 10."""
+    weighted: bool = True
+    """Weight the clients' representations by their sample counts (False: plain mean)."""
+
+
+class APFLParams(StrictModel):
+    name: Literal["apfl"] = "apfl"
+    alpha: float = Field(0.5, ge=0, le=1)
+    """The mixing weight's starting value: a client's personal model is alpha v + (1 - alpha)
+    w of its own model v and the global model w."""
+    adaptive: bool = True
+    """Learn each client's alpha by gradient descent on the mixed model's loss (the paper's
+    adaptive APFL); False keeps alpha fixed."""
+    alpha_lr: float | None = Field(None, gt=0)
+    """Step size of alpha's updates (None: the run's learning rate)."""
+    weighted: bool = True
+    """Weight the clients' global-model updates by their sample counts (False: plain mean)."""
+
+
 class MOONParams(StrictModel):
     name: Literal["moon"] = "moon"
     mu: float = Field(1.0, ge=0)
@@ -440,6 +482,10 @@ ALGORITHM_PARAMS: tuple[type[StrictModel], ...] = (
     LocalOnlyParams,
     ScaffoldParams,
     DittoParams,
+    FedBNParams,
+    LGFedAvgParams,
+    FedRepParams,
+    APFLParams,
     MOONParams,
     FedMixParams,
     FedGenParams,

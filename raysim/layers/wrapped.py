@@ -113,6 +113,12 @@ class Wrapped:
     def personal_weights(self, state: Any) -> Weights | None:
         return self.inner.personal_weights(self.inner_client_state(state))
 
+    def personal_base(self, state: Any) -> Weights | None:
+        return self.inner.personal_base(self.inner_state(state))
+
+    def compose_personal(self, state: Any, base: Weights | None) -> Weights | None:
+        return self.inner.compose_personal(self.inner_client_state(state), base)
+
     # ----- clients -----
     def local_updates(self, runtime: ClientRuntime, clients: Sequence[int], round_: int,
                       message: dict[str, Any], states: Sequence[Any]) -> list[ClientResult]:

@@ -6,8 +6,9 @@ client and round) and the trained weights are the same for all of them."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import torch
@@ -36,18 +37,39 @@ class FitOutcome:
 
 def fit_client(runtime: ClientRuntime, client: int, round_: int, start: Weights,
                objective: Callable[[nn.Module], BatchLoss], *,
-               data: tuple[torch.Tensor, torch.Tensor] | None = None) -> FitOutcome:
+               data: tuple[torch.Tensor, torch.Tensor] | None = None,
+               trainable: Callable[[str], bool] | None = None,
+               epochs: int | None = None, stream: str = "batches",
+               extra_groups: Sequence[dict[str, Any]] = ()) -> FitOutcome:
     """Train ``client``'s model from ``start`` for the run's local epochs or steps on the loss
     ``objective(model)`` returns for that model (a closure over the method's extra terms),
     with a fresh optimizer of the run's config; ``data``: train on these (inputs, targets)
-    instead of the client's own data."""
+    instead of the client's own data. ``trainable``: which parameters (by state name) the
+    optimizer steps, the others frozen for this fit (FedRep's head and body phases);
+    ``epochs``: this many epochs instead of the run's local work, its batches drawn from
+    ``stream``; ``extra_groups``: optimizer parameter groups outside the model that the
+    objective trains too (APFL's personal model and mixing weight, each group's own options
+    beside ``params`` overriding the run's optimizer config)."""
     training = runtime.training
     model = runtime.client_model(client)
     set_weights(model, start)
-    optimizer = make_optimizer(model.parameters(), training.optimizer)
-    batch_loss = objective(model)
-    model.train()
-    loss, samples, steps = runtime.fit(client, round_, optimizer, batch_loss,
-                                       epochs=training.epochs, steps=training.local_steps,
-                                       data=data)
+    frozen = [] if trainable is None else [
+        parameter for name, parameter in model.named_parameters()
+        if parameter.requires_grad and not trainable(name)]
+    for parameter in frozen:
+        parameter.requires_grad_(False)
+    try:
+        trained = [p for p in model.parameters() if p.requires_grad]
+        optimizer = make_optimizer(
+            [{"params": trained}, *extra_groups] if extra_groups else trained,
+            training.optimizer)
+        batch_loss = objective(model)
+        model.train()
+        loss, samples, steps = runtime.fit(
+            client, round_, optimizer, batch_loss,
+            epochs=training.epochs if epochs is None else epochs,
+            steps=training.local_steps if epochs is None else None, data=data, stream=stream)
+    finally:
+        for parameter in frozen:
+            parameter.requires_grad_(True)
     return FitOutcome(model, get_weights(model), loss, samples, steps)

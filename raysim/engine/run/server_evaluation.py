@@ -80,8 +80,11 @@ class Evaluator:
         personal_rows = []
         # personal models: always when they are the only models, else when asked for
         if self.algorithm.personalized and (self.settings.clients or not models):
+            base = self.algorithm.personal_base(state)
+            base_ref = None if base is None else ray.put(dict(base))
             personal_rows = sorted(
-                (r for rows in turns.get([workers[w].evaluate_clients.remote(round_, clients)
+                (r for rows in turns.get([workers[w].evaluate_clients.remote(round_, clients,
+                                                                             base_ref)
                                         for w, clients in sorted(clients_by_worker.items())])
                  for r in rows), key=lambda r: r["client"])
             row.update(_mean_client_metrics(personal_rows, metrics, "own_", "personal_"))

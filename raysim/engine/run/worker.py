@@ -264,16 +264,17 @@ class ClientWorker:
                 outputs[name].append(output)
         return outputs
 
-    def evaluate_clients(self, round_: int, clients: list[int]) -> list[dict[str, Any]]:
+    def evaluate_clients(self, round_: int, clients: list[int],
+                         base: Weights | None = None) -> list[dict[str, Any]]:
         """Evaluate each client's personal model (its own architecture, at its own input
-        resolution) on its own test share and the global test set, and with a validation split
-        on its own validation share (``val_``) and the pooled validation set
-        (``pooled_val_``)."""
+        resolution; built on ``base``, the algorithm's ``personal_base`` of the round) on its
+        own test share and the global test set, and with a validation split on its own
+        validation share (``val_``) and the pooled validation set (``pooled_val_``)."""
         rows: list[dict[str, Any]] = []
         test_x, test_y = self.arrays["test_x"], self.arrays["test_y"]
         train_x, train_y = self.arrays["train_x"], self.arrays["train_y"]
         for client in clients:
-            weights = self.algorithm.personal_weights(self.client_states.get(client))
+            weights = self.algorithm.compose_personal(self.client_states.get(client), base)
             if weights is None:
                 continue
             model = self.runtime.client_model(client)
