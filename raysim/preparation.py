@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import replace
+from typing import Any
 
 import numpy as np
 import torch
@@ -90,9 +91,30 @@ def prepare(config: ExperimentConfig, data_root: str | None,
     algorithm_class = ALGORITHMS[config.algorithm.name]
     first_dataset, first_partition = prepared[config.seeds[0]]
     num_clients = 1 if algorithm_class.pooled else first_partition.num_clients
-    algorithm_class(config.algorithm, run_context(config, first_dataset, config.seeds[0],
-                                                  num_clients))
+    algorithm = algorithm_class(config.algorithm, run_context(config, first_dataset,
+                                                              config.seeds[0], num_clients))
+    if config.evaluation.fine_tune_epochs:
+        _check_fine_tuning(config, algorithm, initial_weights(config, first_dataset,
+                                                              config.seeds[0]))
     return prepared
+
+
+def _check_fine_tuning(config: ExperimentConfig, algorithm: Any, start: dict) -> None:
+    """"+FT" fine-tunes one global model on every client: refused (one paragraph) for a
+    method without one, or one trained on the pooled data."""
+    name = config.algorithm.name
+    if ALGORITHMS[name].pooled:
+        why = "it trains one model on the pooled data, so there is no client to fine-tune on"
+    elif algorithm.global_weights(algorithm.init_server_state(start)) is None:
+        why = ("it has no one global model to fine-tune (its clients keep their own models "
+               "or layers, which are evaluated as they are)")
+    else:
+        return
+    raise ConfigError(
+        f"Invalid config field `evaluation.fine_tune_epochs` = "
+        f"{config.evaluation.fine_tune_epochs}: algorithm {name!r} cannot be fine-tuned "
+        f"after training: {why}. Set evaluation.fine_tune_epochs: 0 for {name}, or use a "
+        "method with a global model (fedavg, fedprox, scaffold, ditto, apfl, fedsm, ...).")
 
 
 def with_official_validation(dataset: ArrayDataset) -> ArrayDataset:

@@ -60,7 +60,7 @@ def test_clients_keep_their_private_layers_and_upload_only_the_shared_ones(data_
 def test_fedbn_refuses_a_model_without_normalisation_layers(data_root):
     raw = contract_raw(data_root, "fedbn")
     raw["model"] = {"name": "mlp", "hidden": [8]}
-    with pytest.raises(ConfigError, match="model.norm: batch"):
+    with pytest.raises(ConfigError, match=r"model\.norm: batch"):
         simulate(parse_config(raw))
 
 

@@ -185,6 +185,8 @@ def test_wrong_methods_models_and_losses_are_refused(capsys, tmp_path, sites):
     for raw, needle in [
             (segmentation_raw(sites, algorithm={"name": "feddf"}), "does not take segmentation"),
             (segmentation_raw(sites, model={"name": "convnet"}), "segmentation network"),
+            (segmentation_raw(sites, algorithm={"name": "local"},
+                              evaluation={"fine_tune_epochs": 1}), "cannot be fine-tuned"),
             ({**segmentation_raw(sites), "dataset": {"name": "breast-cancer"},
               "partition": {"num_clients": 2}}, "it is for segmentation")]:
         code, err = run_cli(capsys, tmp_path, raw)
@@ -194,6 +196,9 @@ def test_wrong_methods_models_and_losses_are_refused(capsys, tmp_path, sites):
 @pytest.mark.parametrize("algorithm, extra", [
     ({"name": "fedavg"}, {}), ({"name": "fedprox", "mu": 0.01}, {}), ({"name": "scaffold"}, {}),
     ({"name": "ditto", "lam": 0.1}, {}), ({"name": "local"}, {}), ({"name": "centralized"}, {}),
+    ({"name": "apfl"}, {}), ({"name": "fedrep", "head_epochs": 1}, {}),
+    ({"name": "lg_fedavg"}, {}),
+    ({"name": "fedbn"}, {"model": {"name": "unet", "channels": [4, 8], "norm": "batch"}}),
     ({"name": "fedavg"}, {"privacy": {"noise_multiplier": 0.5, "clip": 1.0}}),
     ({"name": "fedavg"}, {"server_optimizer": {"name": "adam", "lr": 0.01}}),
     ({"name": "fedavg"}, {"system": {"tiers": {"cpu_server": 0.5, "constrained_site": 0.5},
@@ -210,8 +215,10 @@ def test_a_run_scores_dice_per_round_and_per_client_and_real_masks_beat_chance(
                 "optimizer": {"name": "adam", "lr": 0.01}}
     evaluation = {"clients": True, "keep_models": True}
     outcomes = [run_experiment(parse_config(segmentation_raw(
-        sites, algorithm={"name": name}, training=training, evaluation=evaluation)),
-        output=str(tmp_path / name), progress=False)[0] for name in ("fedavg", "local")]
+        sites, algorithm={"name": name}, training=training,
+        evaluation={**evaluation, "fine_tune_epochs": tune})),
+        output=str(tmp_path / name), progress=False)[0]
+        for name, tune in (("fedavg", 1), ("local", 0))]
     for outcome in outcomes:
         assert outcome.error is None, outcome.error
         rounds = load(outcome.run_dir, "rounds")
@@ -224,6 +231,13 @@ def test_a_run_scores_dice_per_round_and_per_client_and_real_masks_beat_chance(
             {"main_own_dice"} <= set(clients.columns)
     # the discs are learnable: the global model beats predicting background everywhere (Dice 0)
     fedavg = load(outcomes[0].run_dir, "rounds").dropna(subset=["dice"])
+    # +FT: after the last round every client's fine-tuned model, beside the global model's
+    tuned = load(outcomes[0].run_dir, "client_eval")
+    last = tuned[tuned["round"] == 2].set_index("client")
+    assert sorted(last.index) == [0, 1] and last["ft_own_dice"].between(0, 1).all()
+    assert (last["ft_own_dice"] != last["main_own_dice"]).any()
+    assert "ft_own_dice" not in tuned[tuned["round"] < 2].dropna(axis=1, how="all")
+    assert fedavg["ft_own_dice"].iloc[-1] == pytest.approx(last["ft_own_dice"].mean())
     assert fedavg["dice"].iloc[-1] > 0.3
     # the kept final models give the last round's scores again
     final = read_final_models(outcomes[0].run_dir)

@@ -14,9 +14,9 @@ from raysim.lazy import lazy_exports
 if TYPE_CHECKING:
     from raysim.algorithms.base import ALGORITHMS, Algorithm, ClientResult, RunContext
 
-MODULES = ("apfl", "centralized", "desa", "dfrd", "ditto", "dspfl", "fedavg", "fedbn", "feddc", "feddf", "feddm",
-           "fedgan", "fedgen", "fedmd", "fedmix", "fedprox", "fedrep", "fedsm", "fedvck", "ktpfl", "lg_fedavg",
-           "local_only", "mhpflid", "moon", "scaffold")
+MODULES = ("apfl", "centralized", "desa", "dfrd", "ditto", "dspfl", "fedavg", "fedbn", "feddc",
+           "feddf", "feddm", "fedgan", "fedgen", "fedmd", "fedmix", "fedprox", "fedrep", "fedsm",
+           "fedvck", "ktpfl", "lg_fedavg", "local_only", "mhpflid", "moon", "scaffold")
 """The modules that register an algorithm."""
 
 __all__ = ["ALGORITHMS", "Algorithm", "ClientResult", "RunContext"]

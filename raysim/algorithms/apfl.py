@@ -86,6 +86,8 @@ class APFL(FedAvg[APFLParams]):
         loss_fn = loss_function(training_loss(self.context.training.loss, self.context.info))
         personal = self._personal_module(runtime)
         optimizer = self.context.training.optimizer
+        names = [name for name, _ in personal.named_parameters()]
+        own_parameters = list(personal.parameters())  # (set_weights copies into them)
         results = []
         for client, state in zip(clients, states, strict=True):
             own, alpha_start = ((runtime.client_initial_weights(client), self.params.alpha)
@@ -93,8 +95,6 @@ class APFL(FedAvg[APFLParams]):
             set_weights(personal, own)
             personal.train()
             alpha = nn.Parameter(torch.tensor(float(alpha_start), device=runtime.device))
-            names = [name for name, _ in personal.named_parameters()]
-            own_parameters = list(personal.parameters())
 
             def objective(model: nn.Module, alpha: nn.Parameter = alpha) -> BatchLoss:
                 global_parameters = dict(model.named_parameters())

@@ -51,5 +51,5 @@ class FedAvg(Algorithm[ParamsT, Weights]):
     def aggregate(self, state: Weights, partials: Sequence[Any], round_: int) -> Weights:
         return weighted_mean(partials) if partials else state
 
-    def global_weights(self, state: Weights) -> Weights:
+    def global_weights(self, state: Weights) -> Weights | None:
         return state

@@ -26,7 +26,7 @@ from raysim.training.losses import loss_function, training_loss
 from raysim.vectors.weights import Weights
 
 if TYPE_CHECKING:
-    from raysim.training.runtime import ClientRuntime
+    from raysim.training.runtime import ClientRuntime, TrainOutcome
 
 
 @register_algorithm
@@ -41,14 +41,15 @@ class FedRep(PartialSharing[FedRepParams]):
         return head_entries(model, self.params.head_layers)
 
     def train_clients(self, runtime: ClientRuntime, clients: Sequence[int], round_: int,
-                      starts: Sequence[Weights]) -> list[tuple[Weights, FitOutcome]]:
+                      starts: Sequence[Weights]
+                      ) -> list[tuple[Weights, TrainOutcome | FitOutcome]]:
         loss_fn = loss_function(training_loss(self.context.training.loss, self.context.info))
 
         def objective(model: nn.Module) -> BatchLoss:
             return lambda inputs, targets: loss_fn(model(inputs), targets)
 
         private = self._private()
-        trained: list[tuple[Weights, FitOutcome]] = []
+        trained: list[tuple[Weights, TrainOutcome | FitOutcome]] = []
         for client, start in zip(clients, starts, strict=True):
             head = fit_client(runtime, client, round_, start, objective,
                               trainable=lambda name: name in private,

@@ -24,9 +24,9 @@ from raysim.vectors.weighted_sum import weighted_mean
 from raysim.vectors.weights import Weights
 
 if TYPE_CHECKING:
+    from raysim.training.client_fit import FitOutcome
     from raysim.training.context import RunContext
     from raysim.training.runtime import ClientRuntime, TrainOutcome
-    from raysim.training.client_fit import FitOutcome
 
 
 class PartialSharing(FedAvg[ParamsT]):

@@ -228,6 +228,13 @@ class EvaluationConfig(StrictModel):
         "trained global, personalized and local models) to final_models.npz in each run's "
         "directory, read back with raysim.rounds.final_models.read_final_models (e.g. to draw "
         "predicted masks)")
+    fine_tune_epochs: int = Field(
+        0, ge=0,
+        description="\"+FT\": after the last round every client fine-tunes the final global "
+        "model for this many local epochs on its own training share (a fresh optimizer of "
+        "the run's config) and is scored with it, as `ft_` columns beside the global model's "
+        "in the last round's rounds and client_eval rows (0: off; methods with one global "
+        "model only)")
     membership_audit: int = Field(
         0, ge=0,
         description="membership-inference audit of every client's upload in the last round: "

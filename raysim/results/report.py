@@ -282,7 +282,8 @@ def client_table(client_eval: pd.DataFrame, metric: str = "accuracy") -> pd.Data
     seeds: one row per experiment and algorithm, one column per client, plus their average.
     Uses the client's personal model (``own_*``: Ditto's personal models, local-only training,
     MH-pFLID's clients) where it has one, else the main server model (``main_own_*``); the
-    ``model`` column says which."""
+    ``model`` column says which. Runs that fine-tuned the final global model
+    (``evaluation.fine_tune_epochs``, ``ft_own_*``) add a ``fine-tuned`` row beside it."""
     if client_eval.empty:
         return pd.DataFrame()
     frame = client_eval.copy()
@@ -291,6 +292,11 @@ def client_table(client_eval: pd.DataFrame, metric: str = "accuracy") -> pd.Data
     frame["value"] = personal.fillna(frame[main]) if main in frame else personal
     frame["model"] = personal.notna().map({True: "personal", False: "server"})
     frame = frame[frame["round"] == frame.groupby("run")["round"].transform("max")]
+    tuned = f"ft_own_{metric}"
+    if tuned in frame and frame[tuned].notna().any():
+        fine_tuned = frame.dropna(subset=[tuned]).assign(value=lambda f: f[tuned],
+                                                         model="fine-tuned")
+        frame = pd.concat([frame, fine_tuned], ignore_index=True)
     keys = [*_KEYS, "model"]
     table = frame.pivot_table(index=keys, columns="client", values="value", aggfunc="mean")
     names = (frame.dropna(subset=["architecture"]).groupby("client")["architecture"]

@@ -383,7 +383,8 @@ class Driver:
         evaluation = EvaluationSchedule(
             spec.evaluation.every, rounds,
             lambda state, round_: self._evaluator.evaluate(workers, state, round_,
-                                                           layout.clients_by_worker, sink),
+                                                           layout.clients_by_worker, sink,
+                                                           last=round_ + 1 >= rounds),
             final=spec.evaluation.final_rounds)
         ray_workers = RayWorkers(workers, Placement(self._worker_nodes, self._node,
                                                     worker_spans(layout.owner_of_group),

@@ -42,11 +42,13 @@ class Evaluator:
         self.settings = settings
 
     def evaluate(self, workers: list[Any], state: Any, round_: int,
-                 clients_by_worker: dict[int, list[int]], sink: ParquetSink) -> Evaluation:
+                 clients_by_worker: dict[int, list[int]], sink: ParquetSink,
+                 last: bool = False) -> Evaluation:
         """Server-side models on the pooled test set (and on each client's share and the unseen
-        client's share), then personal models on the workers; writes client_eval and
-        selection rows and returns the round's metric columns (stopping at the first server
-        model whose predictions are not finite: the run diverged)."""
+        client's share), then personal models on the workers, and after the ``last`` round
+        the fine-tuned global model of every client (``evaluation.fine_tune_epochs``); writes
+        client_eval and selection rows and returns the round's metric columns (stopping at
+        the first server model whose predictions are not finite: the run diverged)."""
         metrics = metric_names(self.algorithm.context.info)
         row = dict.fromkeys(metrics, math.nan)
         models = self.algorithm.evaluation_models(state)
@@ -103,8 +105,34 @@ class Evaluator:
                 entry = by_client.setdefault(client, {"round": round_, "client": client})
                 entry.update({key: float(values[client]) for key, values in per_client.items()})
             personal_rows = [by_client[c] for c in sorted(by_client)]
+        if last and self.settings.fine_tune_epochs:
+            personal_rows = self._fine_tuned(workers, state, round_, clients_by_worker,
+                                             personal_rows, row, metrics)
         sink.add("client_eval", personal_rows)
         return Evaluation(row)
+
+    def _fine_tuned(self, workers: list[Any], state: Any, round_: int,
+                    clients_by_worker: dict[int, list[int]],
+                    personal_rows: list[dict[str, Any]], row: dict[str, Any],
+                    metrics: tuple[str, ...]) -> list[dict[str, Any]]:
+        """"+FT": every client fine-tunes the final global model on its own training share
+        (on the worker that holds it); its ``ft_`` columns join the client's row, their means
+        the round's (``ft_own_*``: each client on its own test share, ``ft_val_*`` on its
+        validation share, ``ft_global_*`` on the pooled test set)."""
+        start = self.algorithm.global_weights(state)
+        assert start is not None, "the run's checks refuse +FT without a global model"
+        start_ref = ray.put(dict(start))
+        epochs = self.settings.fine_tune_epochs
+        tuned = [r for rows in turns.get([
+            workers[w].fine_tune_clients.remote(round_, clients, start_ref, epochs)
+            for w, clients in sorted(clients_by_worker.items())]) for r in rows]
+        for source in ("ft_own_", "ft_val_", "ft_global_"):
+            if any(source + metrics[0] in r for r in tuned):
+                row.update(_mean_client_metrics(tuned, metrics, source, source))
+        by_client = {r["client"]: r for r in personal_rows}
+        for entry in tuned:
+            by_client.setdefault(entry["client"], {"round": round_}).update(entry)
+        return [by_client[c] for c in sorted(by_client)]
 
     def _label_aucs(self, probabilities: np.ndarray) -> dict[str, float]:
         """``auc_<label name>`` (``auc_label_<k>`` without names) on the pooled test set."""

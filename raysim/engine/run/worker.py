@@ -271,32 +271,55 @@ class ClientWorker:
         own test share and the global test set, and with a validation split on its own
         validation share (``val_``) and the pooled validation set (``pooled_val_``)."""
         rows: list[dict[str, Any]] = []
-        test_x, test_y = self.arrays["test_x"], self.arrays["test_y"]
-        train_x, train_y = self.arrays["train_x"], self.arrays["train_y"]
         for client in clients:
             weights = self.algorithm.compose_personal(self.client_states.get(client), base)
             if weights is None:
                 continue
             model = self.runtime.client_model(client)
             set_weights(model, weights)
-            share = self.run_setup.partition.test[client]
             described = ({"architecture": self.runtime.architecture(client).name}  # type: ignore[attr-defined]
                          if self.run_setup.context.architectures else {})
-            validation = self.run_setup.partition.validation
-            if validation is not None and len(validation[client]):
-                held = validation[client]
-                described.update(self._client_model_scores(model, client, "val_", train_x[held],
-                                                            train_y[held]))
-            pooled_validation = self.run_setup.validation_index
-            if pooled_validation is not None and len(pooled_validation):
-                described.update(self._client_model_scores(
-                    model, client, "pooled_val_", train_x[pooled_validation],
-                    train_y[pooled_validation]))
             rows.append({"round": round_, "client": client, **described,
-                         **self._client_model_scores(model, client, "own_", test_x[share],
-                                                     test_y[share]),
-                         **self._client_model_scores(model, client, "global_", test_x, test_y)})
+                         **self._client_rows(model, client, "")})
         return rows
+
+    def fine_tune_clients(self, round_: int, clients: list[int], start: Weights,
+                          epochs: int) -> list[dict[str, Any]]:
+        """"+FT": each client fine-tunes ``start`` (the final global model) for ``epochs``
+        local epochs on its own training share and is scored as :meth:`evaluate_clients`
+        scores a personal model, its columns prefixed ``ft_``."""
+        from raysim.training.fine_tune import fine_tuned
+
+        rows = []
+        for client in clients:
+            with gpu_memory_errors(self.gpu_share, self.index, "while fine-tuning"):
+                model = fine_tuned(self.runtime, client, round_, start, epochs)
+            rows.append({"client": client, **self._client_rows(model, client, "ft_")})
+        return rows
+
+    def _client_rows(self, model: nn.Module, client: int, prefix: str) -> dict[str, float]:
+        """A client's model's metrics on its own test share (``own_``), the global test set
+        (``global_``) and, with a validation split, its validation share (``val_``) and the
+        pooled validation set (``pooled_val_``), each key after ``prefix``."""
+        test_x, test_y = self.arrays["test_x"], self.arrays["test_y"]
+        train_x, train_y = self.arrays["train_x"], self.arrays["train_y"]
+        share = self.run_setup.partition.test[client]
+        scores: dict[str, float] = {}
+        validation = self.run_setup.partition.validation
+        if validation is not None and len(validation[client]):
+            held = validation[client]
+            scores.update(self._client_model_scores(model, client, f"{prefix}val_",
+                                                    train_x[held], train_y[held]))
+        pooled_validation = self.run_setup.validation_index
+        if pooled_validation is not None and len(pooled_validation):
+            scores.update(self._client_model_scores(
+                model, client, f"{prefix}pooled_val_", train_x[pooled_validation],
+                train_y[pooled_validation]))
+        scores.update(self._client_model_scores(model, client, f"{prefix}own_", test_x[share],
+                                                test_y[share]))
+        scores.update(self._client_model_scores(model, client, f"{prefix}global_", test_x,
+                                                test_y))
+        return scores
 
     def _client_model_scores(self, model: nn.Module, client: int, prefix: str, x: np.ndarray,
                              y: np.ndarray) -> dict[str, float]:
