@@ -2,7 +2,7 @@
 that the methods sharing part of a model use (FedRep shares the body and keeps the head,
 LG-FedAvg the reverse, FedBN keeps the normalisation layers).
 
-The head is the last ``layers`` modules that hold parameters, counted inside the model's
+The head is the last ``layers`` linear or convolutional layers, counted inside the model's
 declared output part: a :class:`~raysim.models.split.SplitModel`'s ``head`` (the zoo's
 classifiers and every segmentation network: their 1x1 convolution to per-pixel logits), else
 a model's ``classifier`` (the :class:`~raysim.models.registry.EmbeddingClassifier`\\ s, the CNN),
@@ -31,19 +31,27 @@ def output_part(model: nn.Module) -> tuple[str, nn.Module]:
 
 
 def head_entries(model: nn.Module, layers: int = 1) -> frozenset[str]:
-    """The state entries (parameters and buffers) of the model's last ``layers`` layers with
-    parameters (normalisation layers not counted, but kept with the layers around them) inside
-    its output part (see the module docstring); counted over the whole model when the output
-    part holds fewer."""
+    """The state entries (parameters and buffers) of the model's last ``layers`` layers
+    (linear or convolutional; the normalisation layers and activations with parameters after
+    the first of them go with them) inside its output part (see the module docstring); counted
+    over the whole model when the output part holds fewer."""
     prefix, part = output_part(model)
     leaves = _parametrised_leaves(part)
-    if sum(not isinstance(m, NORM_LAYERS) for _, m in leaves) < layers:
+    if sum(_is_layer(m) for _, m in leaves) < layers:
         prefix, part = "", model
         leaves = _parametrised_leaves(model)
-    counted = [i for i, (_, module) in enumerate(leaves) if not isinstance(module, NORM_LAYERS)]
+    counted = [i for i, (_, module) in enumerate(leaves) if _is_layer(module)]
     chosen = leaves[counted[-layers]:] if 0 < layers <= len(counted) else []
     return frozenset(prefix + ".".join(filter(None, (name, entry)))
                      for name, module in chosen for entry in module.state_dict())
+
+
+def _is_layer(module: nn.Module) -> bool:
+    """Whether a module counts as a layer: a weight matrix or kernel (linear, convolution,
+    transposed convolution); normalisation layers and parametrised activations (PReLU) go
+    with the layers they follow."""
+    weight = getattr(module, "weight", None)
+    return isinstance(weight, nn.Parameter) and weight.ndim >= 2
 
 
 def _parametrised_leaves(model: nn.Module) -> list[tuple[str, nn.Module]]:
