@@ -16,7 +16,7 @@ if TYPE_CHECKING:
 
 MODULES = ("apfl", "centralized", "desa", "dfrd", "ditto", "dspfl", "fedavg", "fedbn", "feddc",
            "feddf", "feddm", "fedgan", "fedgen", "fedmd", "fedmix", "fedprox", "fedrep", "fedsm",
-           "fedvck", "ktpfl", "lg_fedavg", "local_only", "mhpflid", "moon", "scaffold")
+           "fedvck", "ktpfl", "lcfed", "lg_fedavg", "local_only", "mhpflid", "moon", "scaffold")
 """The modules that register an algorithm."""
 
 __all__ = ["ALGORITHMS", "Algorithm", "ClientResult", "RunContext"]

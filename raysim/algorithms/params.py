@@ -100,6 +100,24 @@ class APFLParams(StrictModel):
     """Weight the clients' global-model updates by their sample counts (False: plain mean)."""
 
 
+class LCFedParams(StrictModel):
+    name: Literal["lcfed"] = "lcfed"
+    head_steps: int = Field(10, ge=0)
+    """Steps of head training (the rest of the network frozen) at the start of each round,
+    before the round's local work trains the shared layers with the head frozen (the
+    authors' code: ``head_iter`` = 10)."""
+    contrast_weight: float = Field(0.0, ge=0)
+    """Weight of the contrastive site-embedding term, which pushes the channel gates of the
+    client's own site away from those the other sites' embeddings give (the authors' code:
+    ``alpha``, 0 by default)."""
+    calibration_rounds: int = Field(0, ge=0)
+    """The run's last rounds that train the head calibration alone (LC-Fed's second stage:
+    the U-Net frozen, the sites' heads from the round's start); 0: none."""
+    weighted: bool = False
+    """Weight the clients' shared layers by their sample counts (False: a plain mean, the
+    authors' code)."""
+
+
 class MOONParams(StrictModel):
     name: Literal["moon"] = "moon"
     mu: float = Field(1.0, ge=0)
@@ -486,6 +504,7 @@ ALGORITHM_PARAMS: tuple[type[StrictModel], ...] = (
     LGFedAvgParams,
     FedRepParams,
     APFLParams,
+    LCFedParams,
     MOONParams,
     FedMixParams,
     FedGenParams,

@@ -120,6 +120,30 @@ class UNetParams(StrictModel):
         "the 1x1-convolution head (None: the first level's)")
 
 
+class LCFedUNetParams(StrictModel):
+    """LC-Fed's network (:mod:`raysim.models.local_calibration`): the U-Net of
+    :class:`UNetParams` with the personalised channel selection at its bottleneck and the head
+    calibration after its head, for ``sites`` sites (the run's clients)."""
+
+    name: Literal["lcfed_unet"] = "lcfed_unet"
+    channels: tuple[Annotated[int, Field(ge=1)], ...] = Field((16, 32, 64, 128), min_length=2)
+    residual_units: int = Field(0, ge=0)
+    norm: Literal["instance", "batch"] = "instance"
+    dropout: float = Field(0.0, ge=0, lt=1)
+    head_features: int | None = Field(None, ge=1)
+    sites: int = Field(4, ge=2, description="the sites the channel selection and the head "
+                       "calibration know (the run's clients)")
+    calibration_kernel: int | None = Field(
+        None, ge=3, description="the head calibration's local-maximum window and Gaussian "
+        "width in pixels (odd; None: the paper's 31 px at 384 px, scaled to the input)")
+
+    def unet(self) -> UNetParams:
+        """The U-Net underneath."""
+        return UNetParams(channels=self.channels, residual_units=self.residual_units,
+                          norm=self.norm, dropout=self.dropout,
+                          head_features=self.head_features)
+
+
 class UNetPlusPlusParams(StrictModel):
     """MONAI's UNet++ (``monai.networks.nets.BasicUNetPlusPlus``, 2D, Zhou et al. 2019):
     ``features`` are its six widths (five levels and the last up-sampling block)."""
@@ -172,7 +196,7 @@ ZOO_PARAMS: dict[str, type[StrictModel]] = {name: _zoo_params(name, doc)
 
 MODEL_PARAMS: tuple[type[StrictModel], ...] = (
     SimpleCNNParams, ConvNetParams, ConvNet3DParams, MLPParams, ResNet18Params,
-    ResNet18_3DParams, UNetParams, UNetPlusPlusParams, FCNParams, TCNParams,
+    ResNet18_3DParams, UNetParams, LCFedUNetParams, UNetPlusPlusParams, FCNParams, TCNParams,
     SignalTransformerParams, RNNParams, *ZOO_PARAMS.values())
 """The params class of every model raysim ships (a test checks it against the registry)."""
 

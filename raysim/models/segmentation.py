@@ -18,7 +18,7 @@ from torch import Tensor, nn
 
 from raysim.configuration.schema import StrictModel
 from raysim.data.dataset import DataInfo
-from raysim.models.params import FCNParams, UNetParams, UNetPlusPlusParams
+from raysim.models.params import FCNParams, LCFedUNetParams, UNetParams, UNetPlusPlusParams
 from raysim.models.registry import register_model, require_segmentation
 from raysim.models.split import SplitModel
 
@@ -112,6 +112,22 @@ def build_fcn(params: StrictModel, info: DataInfo) -> nn.Module:
     return segmentation_split(body, params.head_features, info.num_classes)
 
 
+def build_lcfed_unet(params: StrictModel, info: DataInfo) -> nn.Module:
+    """LC-Fed's network (:class:`~raysim.models.local_calibration.LocalCalibrationNet`) on
+    the U-Net of :class:`~raysim.models.params.LCFedUNetParams`."""
+    from raysim.models.local_calibration import LocalCalibrationNet, scaled_kernel
+
+    assert isinstance(params, LCFedUNetParams)
+    split = build_unet(params.unet(), info)
+    assert isinstance(split, SplitModel)
+    size = int(info.input_shape[-1])
+    kernel, sigma = scaled_kernel(size)
+    if params.calibration_kernel is not None:
+        kernel, sigma = params.calibration_kernel | 1, params.calibration_kernel * 6.0 / 31
+    return LocalCalibrationNet(split, info.num_classes, params.sites, kernel, sigma)
+
+
 register_model(UNetParams, segmentation=True)(build_unet)
+register_model(LCFedUNetParams, segmentation=True)(build_lcfed_unet)
 register_model(UNetPlusPlusParams, segmentation=True)(build_unetpp)
 register_model(FCNParams, segmentation=True)(build_fcn)

@@ -39,15 +39,16 @@ def fit_client(runtime: ClientRuntime, client: int, round_: int, start: Weights,
                objective: Callable[[nn.Module], BatchLoss], *,
                data: tuple[torch.Tensor, torch.Tensor] | None = None,
                trainable: Callable[[str], bool] | None = None,
-               epochs: int | None = None, stream: str = "batches",
+               epochs: int | None = None, steps: int | None = None,
+               stream: str = "batches",
                extra_groups: Sequence[dict[str, Any]] = ()) -> FitOutcome:
     """Train ``client``'s model from ``start`` for the run's local epochs or steps on the loss
     ``objective(model)`` returns for that model (a closure over the method's extra terms),
     with a fresh optimizer of the run's config; ``data``: train on these (inputs, targets)
     instead of the client's own data. ``trainable``: which parameters (by state name) the
     optimizer steps, the others frozen for this fit (FedRep's head and body phases);
-    ``epochs``: this many epochs instead of the run's local work, its batches drawn from
-    ``stream``; ``extra_groups``: optimizer parameter groups outside the model that the
+    ``epochs`` or ``steps``: this many epochs or steps instead of the run's local work, its
+    batches drawn from ``stream``; ``extra_groups``: optimizer parameter groups outside the model that the
     objective trains too (APFL's personal model and mixing weight, each group's own options
     beside ``params`` overriding the run's optimizer config)."""
     training = runtime.training
@@ -67,8 +68,9 @@ def fit_client(runtime: ClientRuntime, client: int, round_: int, start: Weights,
         model.train()
         loss, samples, steps = runtime.fit(
             client, round_, optimizer, batch_loss,
-            epochs=training.epochs if epochs is None else epochs,
-            steps=training.local_steps if epochs is None else None, data=data, stream=stream)
+            epochs=training.epochs if epochs is None and steps is None else epochs,
+            steps=training.local_steps if epochs is None and steps is None else steps,
+            data=data, stream=stream)
     finally:
         for parameter in frozen:
             parameter.requires_grad_(True)
