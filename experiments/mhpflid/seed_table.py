@@ -15,7 +15,9 @@ tables re-derive without the runs' Parquet. For example (the PneumoniaMNIST task
 writes ``own_share_per_seed.csv`` and ``own_share_summary.csv`` beside the report's CSVs.
 Columns: ``own_accuracy`` / ``own_macro_f1``, each client's evaluated model on its own test
 share, mean over clients (the personal model for personalised methods: ``personal_*``; the
-global model for FedAvg/FedProx: ``own_*``), and ``accuracy``, the pooled test set.
+global model for FedAvg/FedProx: ``own_*``), and ``accuracy``, the pooled test set. Runs
+that fine-tuned their global model after training (``evaluation.fine_tune_epochs``: the
+report's ``ft_own_*`` and ``ft_global_*`` columns) add rows ``<experiment>+ft``.
 """
 
 from __future__ import annotations
@@ -50,8 +52,26 @@ def own_share_rows(per_seed: pd.DataFrame, metrics: tuple[str, ...] = CLASSIFICA
     rows = per_seed[["experiment", "seed", metrics[0]]].copy()
     for metric in metrics:
         rows[f"own_{metric}"] = per_seed[f"personal_{metric}"].fillna(per_seed[f"own_{metric}"])
-    return rows[["experiment", "seed", *metric_columns(metrics)]].sort_values(
+    tuned = fine_tuned_rows(per_seed, metrics)
+    return pd.concat([rows, tuned])[["experiment", "seed", *metric_columns(metrics)]].sort_values(
         ["experiment", "seed"])
+
+
+def fine_tuned_rows(per_seed: pd.DataFrame, metrics: tuple[str, ...]) -> pd.DataFrame:
+    """The runs that fine-tuned their global model after training (``ft_own_*``, +FT) as
+    experiments of their own, ``<experiment>+ft``: each client's fine-tuned model on its own
+    share, and (the pooled column) on the pooled test set, mean over clients."""
+    columns = [f"ft_own_{m}" for m in metrics]
+    if not set(columns) <= set(per_seed.columns):
+        return pd.DataFrame(columns=["experiment", "seed"])
+    tuned = per_seed.dropna(subset=columns[:1])
+    rows = tuned[["experiment", "seed"]].copy()
+    rows["experiment"] = rows["experiment"] + "+ft"
+    pooled = f"ft_global_{metrics[0]}"
+    rows[metrics[0]] = tuned[pooled] if pooled in tuned else float("nan")
+    for metric in metrics:
+        rows[f"own_{metric}"] = tuned[f"ft_own_{metric}"]
+    return rows
 
 
 def main() -> None:

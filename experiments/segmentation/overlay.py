@@ -3,8 +3,10 @@ client, its ground truth, and each method's predicted mask, drawn from the final
 kept (``evaluation.keep_models: true``), seed 0 of every variant.
 
 Each client's image is the first of its test share whose mask holds foreground. A method with
-personal models (local training, Ditto, MH-pFLID) predicts with the client's own model; the
-others with their evaluated model (FedSM: its super model, routed by the selector).
+personal models (local training, Ditto, MH-pFLID, ...) predicts with the client's own model; the
+others with their evaluated model (FedSM: its super model, routed by the selector). A
+personal model built on the server's (FedBN, LG-FedAvg, FedRep, LC-Fed, APFL) is composed from
+the final server state as the run evaluated it.
 
     python experiments/segmentation/overlay.py RUN_ROOT [RUN_ROOT ...] --data-root DIR \
         --out docs/figures/polyp_overlay.png --csv docs/results/segmentation/overlay.csv
@@ -53,7 +55,8 @@ def predicted_masks(run_dir: Path, data_root: str | None
     x = dataset.test_x[picks]
     masks = []
     for client in range(len(picks)):
-        own = (algorithm.personal_weights(final.client_states.get(client))
+        own = (algorithm.compose_personal(final.client_states.get(client),
+                                          algorithm.personal_base(final.server_state))
                if algorithm_class.personalized else None)
         if own is not None:
             model = runtime.client_model(client)
