@@ -12,7 +12,9 @@ tables re-derive without the runs' Parquet. For example (the PneumoniaMNIST task
     python experiments/mhpflid/seed_table.py docs/results/mhpflid/pneumonia
     python experiments/mhpflid/seed_table.py docs/results/segmentation/table4 --metrics dice,iou
 
-writes ``own_share_per_seed.csv`` and ``own_share_summary.csv`` beside the report's CSVs.
+writes ``own_share_per_seed.csv`` and ``own_share_summary.csv`` beside the report's CSVs (and,
+from each ``per_client_<metric>.csv``, ``own_share_per_client_<metric>.csv``, where a
+fine-tuned model's row is the experiment ``<experiment>+ft``).
 Columns: ``own_accuracy`` / ``own_macro_f1``, each client's evaluated model on its own test
 share, mean over clients (the personal model for personalised methods: ``personal_*``; the
 global model for FedAvg/FedProx: ``own_*``), and ``accuracy``, the pooled test set. Runs
@@ -102,6 +104,14 @@ def main() -> None:
     print(summary.to_string(float_format="%.4f"))
     rows.to_csv(directory / "own_share_per_seed.csv", index=False)
     summary.to_csv(directory / "own_share_summary.csv")
+    for metric in metrics:  # the per-client tables, a fine-tuned model's row as <exp>+ft
+        per_client = directory / f"per_client_{metric}.csv"
+        if per_client.is_file():
+            table = pd.read_csv(per_client)
+            if "model" in table:
+                tuned = table["model"] == "fine-tuned"
+                table.loc[tuned, "experiment"] = table.loc[tuned, "experiment"] + "+ft"
+            table.to_csv(directory / f"own_share_per_client_{metric}.csv", index=False)
 
 
 if __name__ == "__main__":
