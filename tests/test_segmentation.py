@@ -7,6 +7,7 @@ import shutil
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pytest
 import torch
 from fixtures import write_segmentation_sites
@@ -14,6 +15,7 @@ from inprocess import simulate
 from PIL import Image
 from test_bad_input import run_cli
 
+from raysim.algorithms import ALGORITHMS
 from raysim.configuration.experiment import parse_config
 from raysim.configuration.schema import DatasetConfig, PartitionConfig, SegmentationSiteConfig
 from raysim.data import load_dataset, make_partition
@@ -21,6 +23,7 @@ from raysim.engine.runner import run_experiment
 from raysim.errors import ConfigError
 from raysim.models import build_model
 from raysim.models.params import UNetParams, UNetPlusPlusParams
+from raysim.preparation import run_context
 from raysim.results import load
 from raysim.rounds.final_models import read_final_models
 from raysim.training.evaluation import predict_proba, segmentation_metrics, segmentation_scores
@@ -218,7 +221,7 @@ def test_a_run_scores_dice_per_round_and_per_client_and_real_masks_beat_chance(
         sites, algorithm={"name": name}, training=training,
         evaluation={**evaluation, "fine_tune_epochs": tune})),
         output=str(tmp_path / name), progress=False)[0]
-        for name, tune in (("fedavg", 1), ("local", 0))]
+        for name, tune in (("fedavg", 1), ("local", 0), ("lg_fedavg", 0))]
     for outcome in outcomes:
         assert outcome.error is None, outcome.error
         rounds = load(outcome.run_dir, "rounds")
@@ -250,3 +253,17 @@ def test_a_run_scores_dice_per_round_and_per_client_and_real_masks_beat_chance(
         < 1e-9
     local = read_final_models(outcomes[1].run_dir)
     assert sorted(local.client_states) == [0, 1]  # every client's own model
+    # a personal model built on the server's (LG-FedAvg: the round's global head with the
+    # client's own layers) scores as the run's workers composed it
+    kept = read_final_models(outcomes[2].run_dir)
+    config = parse_config(segmentation_raw(sites, algorithm={"name": "lg_fedavg"}))
+    algorithm = ALGORITHMS["lg_fedavg"](config.algorithm, run_context(config, dataset, 0, 2))
+    personal = algorithm.compose_personal(kept.client_states[0],
+                                          algorithm.personal_base(kept.server_state))
+    set_weights(model, personal)
+    share = pd.read_parquet(Path(outcomes[2].run_dir) / "partition.parquet")
+    rows = load(outcomes[2].run_dir, "client_eval")
+    scored = rows[(rows["round"] == 2) & (rows["client"] == 0)]["own_dice"].iloc[0]
+    test_share = share[(share["split"] == "test") & (share["client"] == 0)]["index"].to_numpy()
+    masks = predict_proba(model, dataset.test_x[test_share], dataset.info, 8, torch.device("cpu"))
+    assert abs(segmentation_metrics(dataset.test_y[test_share], masks)["dice"] - scored) < 1e-6
