@@ -92,3 +92,12 @@ def test_lg_fedavgs_global_layers_are_the_only_averaged_ones(data_root):
              if not np.array_equal(trace.server_state[k], initial[k])}
     assert moved and moved <= head_entries(model, 2)
     assert moved - head_entries(model, 1)  # the second-to-last layer is averaged too
+
+
+def test_the_membership_audit_finds_no_whole_model_in_a_partial_upload(data_root):
+    """An upload of the shared layers alone is not a model the loss attack can run: the
+    audit skips it (the private layers never leave the client)."""
+    trace = _trace(data_root, "fedbn")
+    upload = {"model": trace.algorithm.broadcast(trace.server_state, 0)["model"]}
+    x, y = trace.dataset.test_x[:4], trace.dataset.test_y[:4]
+    assert trace.algorithm.membership_scores(trace.runtime, 0, upload, x, y) is None

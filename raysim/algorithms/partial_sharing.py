@@ -88,6 +88,12 @@ class PartialSharing(FedAvg[ParamsT]):
     def compose_personal(self, state: Any, base: Weights | None) -> Weights | None:
         return None if state is None or base is None else {**base, **state}
 
+    def membership_scores(self, runtime: ClientRuntime, client: int, upload: dict[str, Any],
+                          x: np.ndarray, y: np.ndarray) -> np.ndarray | None:
+        """None: an upload holds the shared layers only, not a model the loss attack can run
+        (the client's private layers never leave it)."""
+        return None
+
     # ----- clients -----
     def local_updates(self, runtime: ClientRuntime, clients: Sequence[int], round_: int,
                       message: dict[str, Any], states: Sequence[Any]) -> list[ClientResult]:
