@@ -7,10 +7,11 @@ clients are grouped."""
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import tempfile
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -48,8 +49,32 @@ class Trace:
     """The features' entries of the run's manifest (``privacy``, ``compression``, ...)."""
 
 
+_SIMULATED: dict[tuple[str, int, bool, int, int], Trace] = {}
+"""Every simulation this test process ran, by its config, its algorithm class and the
+arguments: a run is deterministic, so a test that simulates a config another test simulated
+gets a copy of that trace (its states, rows and metrics copied; the algorithm, runtime and
+dataset shared, which tests only read or re-set before use)."""
+
+
 def simulate(config: ExperimentConfig, *, fresh_objects: bool = False,
-             group_size: int = 1, workers: int = 1) -> Trace:
+             group_size: int = 1, workers: int = 1, cached: bool = True) -> Trace:
+    """Run ``config``'s first seed on the production round loop in this process (see
+    :func:`simulated`), or return a copy of the trace of an identical earlier call;
+    ``cached=False``: run it again (a test that records what happens during the run)."""
+    key = (config.model_dump_json(), id(ALGORITHMS.get(config.algorithm.name)),
+           fresh_objects, group_size, workers)
+    if not cached or key not in _SIMULATED:
+        _SIMULATED[key] = simulated(config, fresh_objects=fresh_objects,
+                                    group_size=group_size, workers=workers)
+    trace = _SIMULATED[key]
+    return replace(trace, metrics=copy.deepcopy(trace.metrics),
+                   server_state=copy.deepcopy(trace.server_state),
+                   client_states=copy.deepcopy(trace.client_states),
+                   rows=copy.deepcopy(trace.rows), manifest=copy.deepcopy(trace.manifest))
+
+
+def simulated(config: ExperimentConfig, *, fresh_objects: bool = False,
+              group_size: int = 1, workers: int = 1) -> Trace:
     """Run ``config``'s first seed on the production round loop in this process
     (:class:`~raysim.rounds.round_loop.RoundLoop` over :class:`~raysim.rounds.in_process.
     InProcessWorkers`), its algorithm in the layers its features add and their sampler (the

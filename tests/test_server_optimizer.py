@@ -117,7 +117,7 @@ def test_under_dp_the_optimizer_steps_on_the_private_mean_only(data_root, monkey
         return original(settings, current, mean, moments, stepped)
 
     monkeypatch.setattr(server_optimizer, "server_step", recording)
-    trace = simulate(parse_config(raw))
+    trace = simulate(parse_config(raw), cached=False)
     layer = trace.algorithm
     assert type(layer).__name__ == "ServerOptimizer"
     assert type(layer.inner).__name__ == "PrivateMean"  # the mean it reads is the private one
@@ -211,7 +211,7 @@ def test_a_batchnorm_models_statistics_are_the_rounds_mean_under_each_optimizer(
         return result
 
     monkeypatch.setattr(server_optimizer, "server_step", recording)
-    trace = simulate(parse_config(raw))
+    trace = simulate(parse_config(raw), cached=False)
     assert len(steps) == 3
     for mean, model in steps:
         statistics = [name for name in mean if "running_" in name]
