@@ -157,3 +157,14 @@ def run_tables(raw: dict[str, Any], output: Path, *tables: str) -> tuple[Any, ..
     outcome = run_experiment(parse_config(raw), output=str(output), progress=False)[0]
     assert outcome.error is None, outcome.error
     return tuple(load(outcome.run_dir, table) for table in tables)
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _simulations_of_this_module():
+    """In-process simulations are shared within a test module only (``inprocess.simulate``):
+    a module's tests see traces made in the same process state as their own."""
+    import inprocess
+
+    inprocess.forget_simulations()
+    yield
+    inprocess.forget_simulations()

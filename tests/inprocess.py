@@ -49,11 +49,16 @@ class Trace:
     """The features' entries of the run's manifest (``privacy``, ``compression``, ...)."""
 
 
-_SIMULATED: dict[tuple[str, int, bool, int, int], Trace] = {}
-"""Every simulation this test process ran, by its config, its algorithm class and the
-arguments: a run is deterministic, so a test that simulates a config another test simulated
+_SIMULATED: dict[tuple[str, int, int, bool, int, int], Trace] = {}
+"""The simulations the running test module made, by config, algorithm class, torch's thread
+count and the arguments: a run is deterministic, so a test that simulates a config another test simulated
 gets a copy of that trace (its states, rows and metrics copied; the algorithm, runtime and
 dataset shared, which tests only read or re-set before use)."""
+
+
+def forget_simulations() -> None:
+    """Drop every remembered trace (conftest does, at each test module's start and end)."""
+    _SIMULATED.clear()
 
 
 def simulate(config: ExperimentConfig, *, fresh_objects: bool = False,
@@ -61,8 +66,9 @@ def simulate(config: ExperimentConfig, *, fresh_objects: bool = False,
     """Run ``config``'s first seed on the production round loop in this process (see
     :func:`simulated`), or return a copy of the trace of an identical earlier call;
     ``cached=False``: run it again (a test that records what happens during the run)."""
+    # (torch's thread count is part of the key: a test that sets it changes the float sums)
     key = (config.model_dump_json(), id(ALGORITHMS.get(config.algorithm.name)),
-           fresh_objects, group_size, workers)
+           torch.get_num_threads(), fresh_objects, group_size, workers)
     if not cached or key not in _SIMULATED:
         _SIMULATED[key] = simulated(config, fresh_objects=fresh_objects,
                                     group_size=group_size, workers=workers)

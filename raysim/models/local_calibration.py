@@ -24,8 +24,6 @@ from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
-from monai.networks.blocks import Convolution
-from monai.networks.layers.simplelayers import SkipConnection
 from torch import Tensor, nn
 
 from raysim.models.split import SplitModel
@@ -131,9 +129,10 @@ class LocalCalibrationNet(SplitModel):
                  sigma: float):
         super().__init__(split.body, split.feature_channels, classes, head=split.head)
         bottleneck = _bottleneck(split.body)
-        channels = _out_channels(bottleneck.submodule)
-        bottleneck.submodule = nn.Sequential(bottleneck.submodule,
-                                             SiteChannelSelection(channels, sites))
+        bottom = bottleneck.submodule
+        assert isinstance(bottom, nn.Module)
+        bottleneck.submodule = nn.Sequential(bottom,
+                                             SiteChannelSelection(_out_channels(bottom), sites))
         self.calibration = HeadCalibration(split.feature_channels, classes, sites, kernel,
                                            sigma)
         self.register_buffer("calibrating", torch.zeros(()))
@@ -151,8 +150,10 @@ class LocalCalibrationNet(SplitModel):
         return self.calibration(features, logits)
 
 
-def _bottleneck(body: nn.Module) -> SkipConnection:
+def _bottleneck(body: nn.Module) -> nn.Module:
     """The innermost skip connection of a MONAI U-Net (its submodule: the bottom layer)."""
+    from monai.networks.layers.simplelayers import SkipConnection
+
     found = [m for m in body.modules() if isinstance(m, SkipConnection)]
     if not found:
         raise ValueError("LC-Fed's channel selection needs a MONAI U-Net body")
@@ -162,7 +163,7 @@ def _bottleneck(body: nn.Module) -> SkipConnection:
 def _out_channels(layer: nn.Module) -> int:
     """The output channels of a U-Net's bottom layer (a MONAI Convolution or residual unit)."""
     convolutions = [m for m in layer.modules() if isinstance(m, nn.Conv2d)]
-    if isinstance(layer, Convolution) or convolutions:
+    if convolutions:
         return int(convolutions[-1].out_channels)
     raise ValueError("the U-Net's bottom layer has no convolution")
 
