@@ -24,7 +24,7 @@ from torch.func import functional_call
 from raysim.algorithms.base import ClientResult, register_algorithm
 from raysim.algorithms.fedavg import FedAvg
 from raysim.algorithms.params import APFLParams
-from raysim.algorithms.supports import Supports
+from raysim.algorithms.supports import PERSONAL_MODELS_PRIVACY_REFUSAL, Supports
 from raysim.configuration.schema import StrictModel
 from raysim.models import build_model
 from raysim.training.client_fit import BatchLoss, fit_client
@@ -55,10 +55,7 @@ class APFL(FedAvg[APFLParams]):
     mean_uploads: ClassVar[tuple[str, ...]] = ()
     supports: ClassVar[Supports] = replace(
         FedAvg.supports,
-        privacy_refusal=("its personal models are trained on the client's data without "
-                         "clipping or noise and are evaluated and recorded per client, so "
-                         "client-level DP on the global-model upload would not cover what the "
-                         "run releases"),
+        privacy_refusal=PERSONAL_MODELS_PRIVACY_REFUSAL,
         asynchronous_refusal=("its personal models are mixed with the round's global model, "
                               "which clients starting from different versions do not share"))
     per_client_loop: ClassVar[str | None] = (

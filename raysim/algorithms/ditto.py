@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from raysim.algorithms.base import ClientResult, register_algorithm
 from raysim.algorithms.fedavg import FedAvg
 from raysim.algorithms.params import DittoParams
-from raysim.algorithms.supports import Supports
+from raysim.algorithms.supports import PERSONAL_MODELS_PRIVACY_REFUSAL, Supports
 from raysim.configuration.schema import StrictModel
 from raysim.vectors.weights import Weights
 
@@ -34,9 +34,7 @@ class Ditto(FedAvg[DittoParams]):
     mean_uploads: ClassVar[tuple[str, ...]] = ()
     supports: ClassVar[Supports] = replace(
         FedAvg.supports,
-        privacy_refusal=("its personal models are trained on the client's data without clipping or noise "
-            "and are evaluated and recorded per client, so client-level DP on the global-model upload "
-            "would not cover what the run releases"),
+        privacy_refusal=PERSONAL_MODELS_PRIVACY_REFUSAL,
         asynchronous_refusal=("its personal models are pulled towards the round's global model, which "
             "clients starting from different versions do not share"))
 

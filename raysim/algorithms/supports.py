@@ -57,3 +57,11 @@ class Supports:
         "update) could protect")
     """Why ``privacy:`` is refused when the method declares neither ``mean_uploads`` nor
     :attr:`private_releases`."""
+
+
+PERSONAL_MODELS_PRIVACY_REFUSAL = (
+    "its personal models are trained on the client's data without clipping or noise and are "
+    "evaluated and recorded per client, so client-level DP on the global-model upload would "
+    "not cover what the run releases")
+"""The privacy refusal of a method that keeps personal models beside a global one (Ditto,
+APFL)."""
