@@ -81,11 +81,20 @@ class LCFed(PartialSharing[LCFedParams]):
                 if params.calibration_rounds else None)
 
     def private_entries(self, model: nn.Module) -> frozenset[str]:
-        assert isinstance(model, LocalCalibrationNet)
-        site = next(f"{name}.site" for name, module in model.named_modules()
-                    if isinstance(module, SiteChannelSelection))
-        return head_entries(model) | {site, "calibrating"} | {
+        head, site = _head_and_site(model)
+        return head | {site, "calibrating"} | {
             name for name in model.state_dict() if name.startswith("calibration.")}
+
+    def _layout(self) -> tuple[frozenset[str], str]:
+        """The run's head entries and its channel selection's site entry (cached: the
+        architecture is the run's constant)."""
+        cached = self.__dict__.get("_head_and_site")
+        if cached is None:
+            from raysim.models import build_model
+
+            cached = _head_and_site(build_model(self.context.model, self.context.info))
+            self.__dict__["_head_and_site"] = cached
+        return cached
 
     def _calibrating(self, round_: int) -> bool:
         return round_ >= self.context.training.rounds - self.params.calibration_rounds
@@ -143,8 +152,7 @@ class LCFed(PartialSharing[LCFedParams]):
     def _site_entries(self, client: int, own: Weights, round_: int,
                       message: dict[str, Any]) -> dict[str, np.ndarray]:
         """The client's site vector, the stage flag and (second stage) the sites' heads."""
-        site_name = next(name for name in own if name.endswith(".site")
-                         and not name.startswith("calibration."))
+        site_name = self._layout()[1]
         site = np.zeros(self.context.num_clients, np.float32)
         site[client] = 1
         entries = {site_name: site, "calibration.site": site,
@@ -178,7 +186,7 @@ class LCFed(PartialSharing[LCFedParams]):
             tuned = fit_client(runtime, client, round_, start, objective,
                                trainable=lambda name: name.startswith("calibration."))
             return tuned.weights, tuned
-        head = head_entries(runtime.client_model(client))
+        head = self._layout()[0]
         if self.params.head_steps:
             start = fit_client(runtime, client, round_, start, objective,
                                trainable=lambda name: name in head, steps=self.params.head_steps,
@@ -186,6 +194,14 @@ class LCFed(PartialSharing[LCFedParams]):
         shared = fit_client(runtime, client, round_, start, objective,
                             trainable=lambda name: name not in private)
         return shared.weights, shared
+
+
+def _head_and_site(model: nn.Module) -> tuple[frozenset[str], str]:
+    """LC-Fed's network's head entries and the state entry of its channel selection's site."""
+    assert isinstance(model, LocalCalibrationNet)
+    site = next(f"{name}.site" for name, module in model.named_modules()
+                if isinstance(module, SiteChannelSelection))
+    return head_entries(model), site
 
 
 def contrastive_site_term(selection: SiteChannelSelection, site: int) -> torch.Tensor:
