@@ -336,3 +336,12 @@ def test_the_raylets_store_connect_settings_keep_a_value_the_user_set(monkeypatc
     settings = cluster.raylet_environment()
     assert settings["RAY_raylet_client_connect_timeout_milliseconds"] == "50"
     assert settings["RAY_raylet_client_num_connect_attempts"] == "7"
+
+
+def test_a_raysim_ray_runs_its_workers_at_the_users_priority_unless_told_otherwise(monkeypatch):
+    from raysim.engine.launch import warm_cluster as cluster
+
+    monkeypatch.delenv("RAY_worker_niceness", raising=False)
+    assert cluster.raylet_environment()["RAY_worker_niceness"] == "0"  # Ray's own default: 15
+    monkeypatch.setenv("RAY_worker_niceness", "15")
+    assert cluster.raylet_environment()["RAY_worker_niceness"] == "15"

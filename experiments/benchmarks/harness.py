@@ -18,11 +18,14 @@ import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
+import torch
 import yaml
-from workloads import WORKLOADS, dataset_section, raysim_config
+from workloads import EQUAL_THREADS, WORKLOADS, dataset_section, raysim_config
 
 from raysim.configuration.experiment import parse_config
 from raysim.data.dataset import to_tensor
@@ -126,8 +129,39 @@ GPU_ENGINES = {
                                   "vectorize": "always", "compile_step": "always"},
 }
 """raysim's configurations on a GPU machine, by the label its records carry."""
-CPU_ENGINES = {"raysim_2x1cpu": {"num_workers": 2, "cpus_per_worker": 1}}
-"""raysim's configuration on a CPU machine (two workers of one CPU)."""
+CPU_ENGINES = {"raysim_2x1cpu": {"num_workers": 2, "cpus_per_worker": 1},
+               "raysim_1x2cpu": {"num_workers": 1, "cpus_per_worker": 2}}
+"""raysim's configurations on a CPU machine: two workers of one CPU (one thread each: the
+thread budget every side gets in the equal-budget rows) and one worker of two."""
+
+
+
+def thread_counts(device: torch.device) -> list[int]:
+    """The torch thread counts an in-process baseline is measured at: on CPUs the equal budget
+    first, then every count up to the machine's CPUs (its own best is the fastest of them); on
+    a GPU the equal budget only (the device does the arithmetic)."""
+    if device.type == "cuda":
+        return [EQUAL_THREADS]
+    return [EQUAL_THREADS, *[n for n in range(1, (os.cpu_count() or 1) + 1)
+                             if n != EQUAL_THREADS]]
+
+
+def threads_side(side: str, threads: int) -> str:
+    """An in-process baseline's side name at ``threads`` threads: the plain name at the equal
+    budget (so a new measurement replaces the earlier figures of that side), else with its
+    thread count."""
+    return side if threads == EQUAL_THREADS else f"{side}_{threads}threads"
+
+
+@contextmanager
+def torch_threads(count: int) -> Iterator[None]:
+    """torch's intra-op threads set to ``count`` for the block, then restored."""
+    previous = torch.get_num_threads()
+    torch.set_num_threads(count)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(previous)
 FIRST_ROUND = re.compile(r"first round dispatched ([0-9.]+) s after the command")
 
 

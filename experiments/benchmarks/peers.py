@@ -22,15 +22,23 @@ the machine's drift falls on all of them. Each measurement records the whole-pro
 
 - raysim: on a GPU, vectorised clients with one worker on the whole card, four at 0.25 and
   eight at 0.125 of it, and the per-client loop with one worker; on a CPU-only machine two
-  workers of one CPU each;
+  workers of one CPU each (one torch thread each) and one worker of two;
 - Flower: ``run_simulation`` with one client actor of 1 CPU (and 0.1 GPU on a GPU machine,
   pfl-research's setup for Flower in its paper) per simultaneous client
   (``flower_workload.py``);
 - pfl-research: ``torchrun`` with ``--pfl-processes`` processes (its recommended multi-process
-  mode; default one per CPU on a CPU machine, 1, 2 and 4 sharing the card on a GPU;
+  mode; default one per CPU and one process on a CPU machine, the machine's threads shared
+  out among them (``OMP_NUM_THREADS``), 1, 2 and 4 sharing the card on a GPU;
   ``pfl_workload.py``); the best is the one to beat;
 - the plain PyTorch loop and the on-device reference (``torch.func`` vmap over the round's
-  clients; the median of three measurements), rounds per second only, once per round count.
+  clients; the median of three measurements), rounds per second only, once per round count;
+  on CPUs at one torch thread (what each of raysim's two workers uses) and at every other
+  thread count up to the machine's CPUs (``plain_pytorch_loop_<n>threads``).
+
+Every record says how many threads each of its side's processes ran (``threads``): the CPU
+rows of BENCHMARKS.md compare the sides at one thread per process (raysim's two workers,
+pfl-research's two ranks, Flower's client actors of 1 CPU, the in-process loops) and, in a
+second row, each side at its own best of the thread counts measured.
 
 Both peers read the clients' samples, normalised as raysim normalises them, from one npz file
 written before any clock starts (they do not pay for loading, checking or partitioning the
@@ -88,6 +96,9 @@ from harness import (  # noqa: E402
     last_json,
     raysim_process,
     run_process,
+    thread_counts,
+    threads_side,
+    torch_threads,
     workload_dataset,
 )
 from profiling import profile_raysim  # noqa: E402
@@ -123,7 +134,8 @@ def main() -> None:
         engines = {k: v for k, v in engines.items() if k in args.engines}
     workloads = args.workloads if args.workloads is not None else \
         [PFL_SHAPE, CONVNET] if cuda else [CONVNET, TABULAR]
-    processes = args.pfl_processes or ([1, 2, 4] if cuda else [os.cpu_count() or 1])
+    processes = args.pfl_processes or ([1, 2, 4] if cuda else
+                                       sorted({os.cpu_count() or 1, 1}, reverse=True))
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(
         [str(HERE), *[p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]])}
     with tempfile.TemporaryDirectory() as scratch_dir:
@@ -154,6 +166,7 @@ def main() -> None:
                             raw["name"] = f"{workload}-{side}-{rounds}"
                             raw["evaluation"] = {"every": rounds, "clients": False}
                             measured = raysim_process(raw, scratch, env, args.timeout)
+                            measured["threads"] = engines[side].get("cpus_per_worker", 1)
                             profiled[side] = measured
                             rate = measured.get("rounds_per_s")
                             if limit and isinstance(rate, float):
@@ -223,16 +236,22 @@ def measure_baselines(workload: str, dataset: dict, rounds: int, device: torch.d
     returns the reference's (None when skipped)."""
     spec, raw = WORKLOADS[workload], {"dataset": dataset}
     common = {"workload": workload, "rounds": rounds}
-    if "plain_pytorch_loop" not in skip:
-        plain = fedavg_plain_loop(spec, raw, rounds, device)
-        records.add(**common, side="plain_pytorch_loop", rounds_per_s=round(plain, 3))
-    if "on_device_vmap_reference" in skip:
-        return None
-    # the median of three: one measurement of a few rounds varies by tens of %
-    repeats = [fedavg_reference(spec, raw, rounds, device) for _ in range(3)]
-    limit = statistics.median(repeats)
-    records.add(**common, side="on_device_vmap_reference", rounds_per_s=round(limit, 3),
-                repeats=[round(rate, 3) for rate in repeats])
+    limit = None
+    for threads in thread_counts(device):  # the equal budget first (its rate is returned)
+        with torch_threads(threads):
+            if "plain_pytorch_loop" not in skip:
+                plain = fedavg_plain_loop(spec, raw, rounds, device)
+                records.add(**common, side=threads_side("plain_pytorch_loop", threads),
+                            threads=threads, rounds_per_s=round(plain, 3))
+            if "on_device_vmap_reference" in skip:
+                continue
+            # the median of three: one measurement of a few rounds varies by tens of %
+            repeats = [fedavg_reference(spec, raw, rounds, device) for _ in range(3)]
+            rate = statistics.median(repeats)
+            limit = rate if limit is None else limit
+            records.add(**common, side=threads_side("on_device_vmap_reference", threads),
+                        threads=threads, rounds_per_s=round(rate, 3),
+                        repeats=[round(r, 3) for r in repeats])
     return limit
 
 
@@ -244,16 +263,18 @@ def run_peer(side: str, args: argparse.Namespace, spec: dict, data: Path,
         command = [args.flower_python, str(HERE / "flower_workload.py"), "--data", str(data),
                    "--spec", json.dumps(spec)]
         key = "flower_rounds_per_s"
-    else:  # its idiomatic multi-process mode, one thread per process as torchrun sets
-        processes = side.removeprefix("pfl_research_").removesuffix("proc")
+        threads = 1  # a client actor of 1 CPU: Ray sets its OMP_NUM_THREADS to 1
+    else:  # its idiomatic multi-process mode; on CPUs the machine's threads shared out
+        processes = int(side.removeprefix("pfl_research_").removesuffix("proc"))
         command = [args.pfl_python, "-m", "torch.distributed.run", "--standalone",
                    "--nnodes=1", f"--nproc_per_node={processes}", str(HERE / "pfl_workload.py"),
                    "--data", str(data), "--spec", json.dumps(spec)]
-        env = {**env, "OMP_NUM_THREADS": "1"}
+        threads = 1 if spec["device"] == "cuda" else max(1, (os.cpu_count() or 1) // processes)
+        env = {**env, "OMP_NUM_THREADS": str(threads)}
         key = "pfl_rounds_per_s"
     seconds, out, error = run_process(command, env, args.timeout)
     return {"wall_s": round(seconds, 2), "rounds_per_s": last_json(out).get(key),
-            **({"error": error} if error else {})}
+            "threads": threads, **({"error": error} if error else {})}
 
 
 def profile(workload: str, dataset: dict, args: argparse.Namespace, cuda: bool,

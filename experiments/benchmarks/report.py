@@ -15,6 +15,7 @@ commit, the date and the command that measured it.
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import re
 import statistics
@@ -24,12 +25,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from workloads import EQUAL_THREADS
 from workloads import WORKLOADS as ALL_WORKLOADS
 
 ROOT = Path(__file__).resolve().parents[2]
 RECORDS = Path(__file__).resolve().parent / "records"
 PAGES = {"BENCHMARKS.md": ["benchmarks", "gpu-profile", "speed-mechanisms", "cluster-bytes",
-                          "segmentation-speed"],
+                          "segmentation-speed", "worker-priority"],
          "README.md": ["benchmarks-headline"]}
 
 WORKLOADS = {name: spec.description for name, spec in ALL_WORKLOADS.items()}
@@ -125,11 +127,34 @@ class Side:
             digits = 1 if measure == "wall" else 2
             cell += f" ({min(spread):.{digits}f}-{max(spread):.{digits}f}, n={len(spread)})"
         if label:
-            cell += f" ({self.name.removeprefix('raysim_').removeprefix('pfl_research_')})"
+            cell += f" ({self.label()})"
         wall = self.runs[0].get("wall_s")
         if whole and len(found) == 1 and wall:
             cell += f", {wall:.1f} s whole"
         return cell
+
+
+    def label(self) -> str:
+        """The side's configuration: raysim's engine, pfl-research's processes, and the
+        threads per process where its records say."""
+        threads = self.runs[0].get("threads")
+        name = self.name.removeprefix("raysim_")
+        if name.startswith("pfl_research_"):
+            name = name.removeprefix("pfl_research_")
+            return name + (f" x {threads} thread{'s' * (threads != 1)}" if threads else "")
+        if name.startswith(("plain_pytorch_loop", "on_device_vmap_reference")):
+            return f"{threads} thread{'s' * (threads != 1)}" if threads else name
+        return name
+
+
+def _thread_budgets(found: list[dict]) -> list[tuple[str, list[dict]]]:
+    """A row's records per thread budget: where they record threads (CPU rows), the sides at
+    one thread per process, then every side (each at its best); else all of them as one."""
+    if not any("threads" in r for r in found):
+        return [("", found)]
+    equal = [r for r in found if r.get("threads") == EQUAL_THREADS]
+    return [(", every side 1 thread per process", equal),
+            (", each side at its best thread count", found)]
 
 
 def _best(found: list[dict], prefix: str, measure: str) -> Side | None:
@@ -174,23 +199,27 @@ def _rows(records: list[dict]) -> list[dict]:
                    f"--pfl-python PFL_PY --workloads {workload} --rounds {rounds}"
                    + (f" --repeats {repeats}" if repeated else "") + " --records FILE`" + suffix)
         measures = (["wall"] if repeated and peers_repeated else []) + ["rate"]
-        for measure in measures:
-            raysim = _best(found, "raysim_", measure)
+        for (budget, sides), measure in itertools.product(_thread_budgets(found), measures):
+            raysim = _best(sides, "raysim_", measure)
             if raysim is None:
                 continue
-            flower, pfl = _best(found, "flower", measure), _best(found, "pfl_research", measure)
-            plain = _best(found, "plain_pytorch_loop", measure)
-            reference = _best(found, "on_device_vmap_reference", measure)
+            flower, pfl = _best(sides, "flower", measure), _best(sides, "pfl_research", measure)
+            plain = _best(sides, "plain_pytorch_loop", measure)
+            reference = _best(sides, "on_device_vmap_reference", measure)
             whole = "wall" not in measures  # (a side run once shows its whole process)
+            label = device != "CPU" or budget.startswith(", each")
             rows.append({
                 "workload": workload, "device": on, "on_gpu": device != "CPU",
-                "measure": f"whole process of {rounds} rounds (s), lower is better"
-                if measure == "wall" else f"rounds/s over {rounds} rounds, higher is better",
-                "raysim": raysim.cell(measure, device != "CPU", whole),
+                "equal_threads": not budget.startswith(", each"),
+                "measure": (f"whole process of {rounds} rounds (s), lower is better"
+                            if measure == "wall" else
+                            f"rounds/s over {rounds} rounds, higher is better") + budget,
+                "raysim": raysim.cell(measure, label, whole),
                 "flower": flower.cell(measure, False, whole) if flower else "-",
-                "pfl": pfl.cell(measure, device != "CPU", whole) if pfl else "-",
-                "plain": plain.cell(measure, False, False) if plain else "-",
-                "reference": reference.cell(measure, False, False) if reference else "-",
+                "pfl": pfl.cell(measure, label, whole) if pfl else "-",
+                "plain": plain.cell(measure, label and device == "CPU", False) if plain else "-",
+                "reference": reference.cell(measure, label and device == "CPU", False)
+                if reference else "-",
                 "vs_flower": _ratio(raysim, flower, measure, 1 if measure == "rate" else 2),
                 "vs_pfl": _ratio(raysim, pfl, measure, 2),
                 "vs_reference": _fmt((raysim.median(measure) or 0.0)
@@ -412,12 +441,51 @@ def render_cluster_bytes(records: list[dict]) -> str:
     return head + "\n".join(lines)
 
 
+def load_suite_records(suite: str) -> list[dict]:
+    """Every record of the records files ``<suite>_*.jsonl``, in file order."""
+    return [json.loads(line) for path in sorted(RECORDS.glob(f"{suite}_*.jsonl"))
+            for line in path.read_text().splitlines() if line.strip()]
+
+
+def render_priority(records: list[dict]) -> str:
+    """BENCHMARKS.md's worker-priority table: a run's workers at niceness 0 against Ray's
+    default 15, quiet and beside busy processes (the newest summary per condition)."""
+    head = ("| workload | condition | load at start | workers seen at | whole process at 0 "
+            "(s) | at 15 (s) | 15 / 0 (mean of pairs, t) | device | commit, date | command |\n"
+            "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n")
+    newest = {(r["condition"], r["device"]): r for r in records if r.get("side") == "summary"}
+    lines = []
+    for (condition, device), summary in newest.items():
+        runs = [r for r in records if r.get("condition") == condition
+                and r["commit"] == summary["commit"] and r.get("side") != "summary"
+                and r.get("measured_at") == summary.get("measured_at")]
+        loads = [r["load_at_start"] for r in runs]
+        seen = {n: sorted({v for r in runs if r["worker_niceness"] == n
+                           for v in r["seen_niceness"]}) for n in ("0", "15")}
+        walls = summary["wall_s"]
+        what = (f"beside {summary['busy_processes']} busy processes at niceness 0"
+                if summary["busy_processes"] else "quiet")
+        lines.append(
+            f"| {WORKLOADS[summary['workload']]}, {summary['rounds']} rounds, 2 workers x 1 CPU "
+            f"| {what} | {min(loads):.1f}-{max(loads):.1f} | "
+            f"{'/'.join(map(str, seen['0']))} and {'/'.join(map(str, seen['15']))} | "
+            f"{statistics.median(walls['0']):.1f} ({min(walls['0']):.1f}-{max(walls['0']):.1f}) | "
+            f"{statistics.median(walls['15']):.1f} ({min(walls['15']):.1f}-"
+            f"{max(walls['15']):.1f}) | {summary['wall_15_over_0_ratio_mean']:.2f} (t = "
+            f"{summary['wall_15_over_0_ratio_t']:.2f}, {summary['pairs']} pairs) | {device} | "
+            f"{summary['commit']}, {summary['date']} | `python experiments/benchmarks/"
+            f"worker_priority.py --workload {summary['workload']} --repeats "
+            f"{summary['pairs']} --load {summary['busy_processes'] or 4}` |")
+    return head + "\n".join(lines)
+
+
 def render_headline(records: list[dict]) -> str:
     """The README's short table: the CPU rows and the GPU rows of 20 rounds."""
     head = ("| workload | device | raysim | Flower 1.41 | pfl-research 0.6 | raysim vs Flower | "
             "raysim vs pfl-research |\n| --- | --- | --- | --- | --- | --- | --- |\n")
-    rows = [row for row in _rows(records) if row["measure"].startswith("whole process")
-            or (row["on_gpu"] and row["measure"].startswith("rounds/s over 20 "))]
+    rows = [row for row in _rows(records) if row["equal_threads"] and (
+        row["measure"].startswith("whole process")
+        or (row["on_gpu"] and row["measure"].startswith("rounds/s over 20 ")))]
     lines = [f"| {SHORT[row['workload']]} ({row['measure'].split(',')[0]}) | {row['device']} | "
              f"{_short(row['raysim'])} | {_short(row['flower'])} | "
              f"{_short(row['pfl'])} | {row['vs_flower']} | "
@@ -444,7 +512,8 @@ def rendered_blocks() -> dict[str, str]:
             "gpu-profile": render_profile(records),
             "speed-mechanisms": render_mechanisms(load_mechanism_records()),
             "cluster-bytes": render_cluster_bytes(load_cluster_records()),
-            "segmentation-speed": render_segmentation(load_segmentation_records())}
+            "segmentation-speed": render_segmentation(load_segmentation_records()),
+            "worker-priority": render_priority(load_suite_records("worker_priority"))}
 
 
 def main() -> None:

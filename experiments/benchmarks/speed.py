@@ -12,7 +12,9 @@ every side:
   /tmp/base main``): the same config run from that tree, to measure a change;
 - ``plain_pytorch_loop`` and ``on_device_vmap_reference``: the method's plain loop and
   reference (``baselines.py``) in this process on the same device (FedVCK and MH-pFLID have no
-  reference; their loops run on the CPU).
+  reference; their loops run on the CPU), on CPUs at one torch thread (what each of raysim's
+  ``raysim_2x1cpu`` workers uses) and, as ``<side>_<n>threads``, at every other count up to the
+  machine's CPUs, so that each side is compared at an equal thread budget and at its best.
 
 raysim's rate is one over its median round (the rounds after the first, from its results);
 the others' the rounds after a warm-up round over their time. Each measurement is one JSON
@@ -44,6 +46,7 @@ sys.path.insert(0, str(HERE))
 from baselines import BASELINES  # noqa: E402
 from harness import (  # noqa: E402
     CPU_ENGINES,
+    EQUAL_THREADS,
     GPU_ENGINES,
     Records,
     bench_config,
@@ -52,6 +55,9 @@ from harness import (  # noqa: E402
     paired_ratios,
     raysim_process,
     record_path,
+    thread_counts,
+    threads_side,
+    torch_threads,
     workload_dataset,
 )
 from workloads import WORKLOADS  # noqa: E402
@@ -87,9 +93,16 @@ def measure_workload(name: str, args: argparse.Namespace, device: torch.device,
                 raw, scratch, env, args.timeout, tree=Path(args.baseline_tree))
     raw = bench_config(name, dataset, rounds, next(iter(engines.values())))
     plain_rounds = min(rounds, PLAIN_ROUNDS.get(spec.algorithm["name"], 60))
-    sides["plain_pytorch_loop"] = lambda: plain(spec, raw, plain_rounds, device)
-    if reference is not None:
-        sides["on_device_vmap_reference"] = lambda: reference(spec, raw, plain_rounds, device)
+    for threads in thread_counts(device):
+        def at(baseline: Callable[..., float], threads: int = threads) -> Callable[[], float]:
+            def measured() -> float:
+                with torch_threads(threads):
+                    return baseline(spec, raw, plain_rounds, device)
+            return measured
+
+        sides[threads_side("plain_pytorch_loop", threads)] = at(plain)
+        if reference is not None:
+            sides[threads_side("on_device_vmap_reference", threads)] = at(reference)
     rates: dict[str, list[float]] = {side: [] for side in sides}
     order = list(sides)
     for repeat in range(args.repeats):
@@ -103,7 +116,9 @@ def measure_workload(name: str, args: argparse.Namespace, device: torch.device,
             else:
                 rate = float(result)
                 records.add(workload=name, side=side, repeat=repeat, rounds=plain_rounds,
-                            real_data=real, rounds_per_s=round(rate, 3))
+                            real_data=real, rounds_per_s=round(rate, 3),
+                            threads=int(side.removesuffix("threads").rsplit("_", 1)[1])
+                            if side.endswith("threads") else EQUAL_THREADS)
             if rate:
                 rates[side].append(rate)
     summary: dict[str, object] = {side: round(statistics.median(r), 3)

@@ -36,6 +36,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+EQUAL_THREADS = 1
+"""The threads per process of every side in a CPU benchmark's equal-budget rows: what each of
+raysim's ``raysim_2x1cpu`` workers uses (a worker runs one torch thread per CPU it holds)."""
+
 
 @dataclass(frozen=True)
 class Workload:

@@ -69,14 +69,26 @@ against 1.71-1.87 s), and in none of 15 with these settings, where 6 starts retr
 about 50 ms. A value the user set is kept."""
 
 
+NICENESS_VARIABLE = "RAY_worker_niceness"
+"""The raylet's niceness for the worker processes it starts. Ray's default is 15, below every
+other program a user runs, so on a machine that is not idle a run's training yields its CPU
+to anything else (BENCHMARKS.md, "Worker priority"). A raysim Ray starts its workers at 0,
+the priority of the command that launched them; a value the user set is kept (15 to let a run
+yield), and a cluster the user started keeps its own (raysim only joins it)."""
+
+WORKER_NICENESS = "0"
+
+
 def raylet_environment() -> dict[str, str]:
     """The settings a raysim Ray's raylet reads from its environment when it starts (a local
     Ray and the warm cluster alike): the preload list and the early prestart of its worker
     processes, the short wait between its attempts to connect to its object store
-    (:data:`STORE_CONNECT_SETTINGS`; a Ray without a setting ignores it), and, for an
+    (:data:`STORE_CONNECT_SETTINGS`; a Ray without a setting ignores it), the worker processes'
+    niceness (:data:`NICENESS_VARIABLE`: the user's own priority unless they set one), and, for an
     environment that keeps no compiled bytecode, raysim's bytecode cache, which its worker
     processes inherit (:mod:`raysim.engine.launch.bytecode`)."""
     return {PRELOAD_VARIABLE: ",".join(WORKER_MODULES), PRESTART_VARIABLE: "1",
+            NICENESS_VARIABLE: os.environ.get(NICENESS_VARIABLE, WORKER_NICENESS),
             **{name: os.environ.get(name, value) for name, value in STORE_CONNECT_SETTINGS.items()},
             **bytecode_settings()}
 
