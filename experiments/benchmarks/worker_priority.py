@@ -1,5 +1,6 @@
 """Worker priority: a raysim run whose Ray workers run at niceness 0 (what a raysim Ray sets)
-against Ray's default 15, on a quiet machine and beside other work.
+against Ray's default 15, on a quiet machine and beside other work, under the machine's scheduler setting and with
+Linux's session autogroups off.
 
 For each condition (``quiet``; ``loaded``: ``--load`` busy processes at niceness 0, a user's
 other programs, started before and stopped after the condition's runs), ``--repeats``
@@ -9,8 +10,14 @@ second, the load average when it started and the niceness its Ray worker process
 at (sampled from /proc while it ran); each condition closes with a summary record: the mean
 over pairs of the wall time at 15 over the time at 0, and its t.
 
+Under autogroups (on in many desktop kernels) the CPUs are shared between sessions before
+niceness counts, and Ray's raylet runs in a session of its own, so a user's programs in
+another session meet the run's workers as one group whatever their niceness; with autogroups
+off (``--autogroup off``: the loaded condition with ``/proc/sys/kernel/sched_autogroup_enabled``
+set to 0, restored after; needs root) niceness orders every process on the machine.
+
     python experiments/benchmarks/worker_priority.py [--workload NAME] [--repeats 3]
-        [--load 4] [--records FILE]
+        [--load 4] [--autogroup machine|off] [--conditions quiet loaded] [--records FILE]
 """
 
 from __future__ import annotations
@@ -22,6 +29,8 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import UTC, date, datetime
 from pathlib import Path
 
@@ -74,6 +83,35 @@ class NicenessSampler:
                     self.seen.add(int(fields[16]))  # stat's 19th field, after pid and comm
 
 
+AUTOGROUP = Path("/proc/sys/kernel/sched_autogroup_enabled")
+"""Linux's session autogroups: where on (1), the scheduler shares the CPUs fairly between
+sessions first and niceness only orders the processes within one session; Ray's raylet starts
+a session of its own, so its workers' niceness then matters only among Ray's processes."""
+
+
+def autogroup() -> str:
+    """The machine's autogroup setting ("1", "0", or "absent")."""
+    try:
+        return AUTOGROUP.read_text().strip()
+    except OSError:
+        return "absent"
+
+
+@contextmanager
+def autogroup_set(value: str | None) -> Iterator[str]:
+    """The autogroup setting ``value`` for the block (None: as the machine has it), restored
+    after; yields the setting in force."""
+    before = autogroup()
+    if value is None or value == before:
+        yield before
+        return
+    AUTOGROUP.write_text(value)  # needs root; a PermissionError says so
+    try:
+        yield value
+    finally:
+        AUTOGROUP.write_text(before)
+
+
 def busy_processes(count: int) -> list[subprocess.Popen]:
     """``count`` processes that spin on a CPU at niceness 0 until killed."""
     return [subprocess.Popen([sys.executable, "-c", "while True: pass"])
@@ -89,6 +127,10 @@ def main() -> None:
                         help="busy processes beside the runs in the loaded condition")
     parser.add_argument("--conditions", nargs="+", default=["quiet", "loaded"],
                         choices=["quiet", "loaded"])
+    parser.add_argument("--autogroup", choices=["machine", "off"], default="machine",
+                        help="the loaded condition under the machine's scheduler setting, or "
+                             "with Linux's session autogroups off (as on many servers; needs "
+                             "root, restored after)")
     parser.add_argument("--data-root", default=str(Path("~/.medmnist").expanduser()))
     parser.add_argument("--timeout", type=float, default=600)
     parser.add_argument("--records", help="append the records (JSON lines) to this file")
@@ -104,38 +146,48 @@ def main() -> None:
         scratch = Path(scratch_dir)
         dataset = workload_dataset(args.workload, args.data_root, scratch)[0]
         for condition in args.conditions:
-            load = busy_processes(args.load) if condition == "loaded" else []
-            try:
-                time.sleep(5 if load else 0)  # let the load average see them
-                walls: dict[str, list[float]] = {n: [] for n in NICENESS}
-                for repeat in range(args.repeats):
-                    for niceness in NICENESS if repeat % 2 == 0 else NICENESS[::-1]:
-                        raw = bench_config(args.workload, dataset, rounds,
-                                           CPU_ENGINES["raysim_2x1cpu"])
-                        raw.update(name=f"priority-{condition}-{niceness}",
-                                   evaluation={"every": rounds, "clients": False})
-                        load_at_start = round(os.getloadavg()[0], 2)
-                        with NicenessSampler() as sampler:
-                            measured = raysim_process(
-                                raw, scratch, {**env, "RAY_worker_niceness": niceness},
-                                args.timeout)
-                        walls[niceness].append(measured["wall_s"])
-                        records.add(condition=condition, busy_processes=len(load),
-                                    repeat=repeat, worker_niceness=niceness,
-                                    seen_niceness=sorted(sampler.seen),
-                                    load_at_start=load_at_start,
-                                    **{k: measured.get(k) for k in
-                                       ("wall_s", "rounds_per_s", "first_round_s", "error")
-                                       if measured.get(k) is not None})
-                records.add(condition=condition, busy_processes=len(load), side="summary",
-                            pairs=args.repeats,
-                            wall_s={n: walls[n] for n in NICENESS},
-                            **{f"wall_15_over_0_{k}": v for k, v in
-                               paired_ratios(walls["0"], walls["15"]).items()})
-            finally:
-                for process in load:
-                    process.kill()
-                    process.wait()
+            loaded = condition == "loaded"
+            with autogroup_set("0" if loaded and args.autogroup == "off" else None) as group:
+                measure_condition(condition, busy_processes(args.load) if loaded else [],
+                                  group, args, rounds, dataset, scratch, env, records)
+
+
+def measure_condition(condition: str, load: list[subprocess.Popen], group: str,
+                      args: argparse.Namespace, rounds: int, dataset: dict, scratch: Path,
+                      env: dict[str, str], records: Records) -> None:
+    """The alternated pairs of one condition and its summary; ``load`` killed after."""
+    try:
+        time.sleep(5 if load else 0)  # let the load average see them
+        walls: dict[str, list[float]] = {n: [] for n in NICENESS}
+        for repeat in range(args.repeats):
+            for niceness in NICENESS if repeat % 2 == 0 else NICENESS[::-1]:
+                raw = bench_config(args.workload, dataset, rounds,
+                                   CPU_ENGINES["raysim_2x1cpu"])
+                raw.update(name=f"priority-{condition}-{niceness}",
+                           evaluation={"every": rounds, "clients": False})
+                load_at_start = round(os.getloadavg()[0], 2)
+                with NicenessSampler() as sampler:
+                    measured = raysim_process(
+                        raw, scratch, {**env, "RAY_worker_niceness": niceness},
+                        args.timeout)
+                walls[niceness].append(measured["wall_s"])
+                records.add(condition=condition, busy_processes=len(load),
+                            autogroup=group, repeat=repeat, worker_niceness=niceness,
+                            seen_niceness=sorted(sampler.seen),
+                            load_at_start=load_at_start,
+                            **{k: measured.get(k) for k in
+                               ("wall_s", "rounds_per_s", "first_round_s", "error")
+                               if measured.get(k) is not None})
+        records.add(condition=condition, busy_processes=len(load), side="summary",
+                    autogroup=group,
+                    pairs=args.repeats,
+                    wall_s={n: walls[n] for n in NICENESS},
+                    **{f"wall_15_over_0_{k}": v for k, v in
+                       paired_ratios(walls["0"], walls["15"]).items()})
+    finally:
+        for process in load:
+            process.kill()
+            process.wait()
 
 
 if __name__ == "__main__":
