@@ -447,27 +447,35 @@ def load_suite_records(suite: str) -> list[dict]:
             for line in path.read_text().splitlines() if line.strip()]
 
 
+AUTOGROUPS = {"1": "on (the machine's setting)", "0": "off (set for the runs)",
+              "absent": "none (kernel without them)"}
+
+
 def render_priority(records: list[dict]) -> str:
     """BENCHMARKS.md's worker-priority table: a run's workers at niceness 0 against Ray's
     default 15, quiet and beside busy processes (the newest summary per condition)."""
-    head = ("| workload | condition | load at start | workers seen at | whole process at 0 "
-            "(s) | at 15 (s) | 15 / 0 (mean of pairs, t) | device | commit, date | command |\n"
-            "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n")
-    newest = {(r["condition"], r["device"]): r for r in records if r.get("side") == "summary"}
+    head = ("| workload | condition | session autogroups | load at start | workers seen at | "
+            "whole process at 0 (s) | at 15 (s) | 15 / 0 (mean of pairs, t) | device | commit, "
+            "date | command |\n| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- "
+            "|\n")
+    newest = {(r["condition"], r["autogroup"], r["busy_processes"], r["device"]): r
+              for r in records if r.get("side") == "summary"}
     lines = []
-    for (condition, device), summary in newest.items():
+    for (condition, group, _, device), summary in newest.items():
         runs = [r for r in records if r.get("condition") == condition
+                and r.get("autogroup") == group
                 and r["commit"] == summary["commit"] and r.get("side") != "summary"
                 and r.get("measured_at") == summary.get("measured_at")]
         loads = [r["load_at_start"] for r in runs]
         seen = {n: sorted({v for r in runs if r["worker_niceness"] == n
                            for v in r["seen_niceness"]}) for n in ("0", "15")}
         walls = summary["wall_s"]
-        what = (f"beside {summary['busy_processes']} busy processes at niceness 0"
+        busy = summary["busy_processes"]
+        what = (f"beside {busy} busy process{'es' * (busy != 1)} at niceness 0"
                 if summary["busy_processes"] else "quiet")
         lines.append(
             f"| {WORKLOADS[summary['workload']]}, {summary['rounds']} rounds, 2 workers x 1 CPU "
-            f"| {what} | {min(loads):.1f}-{max(loads):.1f} | "
+            f"| {what} | {AUTOGROUPS.get(group, group)} | {min(loads):.1f}-{max(loads):.1f} | "
             f"{'/'.join(map(str, seen['0']))} and {'/'.join(map(str, seen['15']))} | "
             f"{statistics.median(walls['0']):.1f} ({min(walls['0']):.1f}-{max(walls['0']):.1f}) | "
             f"{statistics.median(walls['15']):.1f} ({min(walls['15']):.1f}-"
@@ -475,7 +483,9 @@ def render_priority(records: list[dict]) -> str:
             f"{summary['wall_15_over_0_ratio_t']:.2f}, {summary['pairs']} pairs) | {device} | "
             f"{summary['commit']}, {summary['date']} | `python experiments/benchmarks/"
             f"worker_priority.py --workload {summary['workload']} --repeats "
-            f"{summary['pairs']} --load {summary['busy_processes'] or 4}` |")
+            f"{summary['pairs']} --conditions {condition}"
+            + (f" --load {summary['busy_processes']}" if summary["busy_processes"] else "")
+            + (" --autogroup off" if group == "0" else "") + "` |")
     return head + "\n".join(lines)
 
 
