@@ -20,6 +20,7 @@ below it (raysim's driver and workers, Ray's own processes; pfl-research's ranks
 
     python experiments/benchmarks/client_scale.py --pfl-python ../pfl-venv/bin/python \\
         [--clients 1000 10000 100000 1000000] [--rounds 20 200] [--repeats 1] [--records FILE]
+    python experiments/benchmarks/client_scale.py --plot RECORDS PNG   # the figure
 """
 
 from __future__ import annotations
@@ -128,7 +129,8 @@ def measure(side: str, clients: int, rounds: int, data: Path, peer_data: Path, s
     with TreeMemory() as memory:
         if side == "raysim":
             measured = raysim_process(raysim_config(data, clients, rounds), scratch, env,
-                                      args.timeout)
+                                      args.timeout,
+                                      tree=Path(args.tree) if args.tree else None)
             rate = measured.get("rounds_per_s")
         else:
             cpus = os.cpu_count() or 1
@@ -149,6 +151,44 @@ def measure(side: str, clients: int, rounds: int, data: Path, peer_data: Path, s
             **({"error": measured["error"]} if measured.get("error") else {})}
 
 
+def plot(records_path: Path, out: Path) -> None:
+    """Whole-process time (each round count) and peak memory against clients for both sides,
+    from the newest commit's records in ``records_path``, as a PNG."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    records = [json.loads(line) for line in records_path.read_text().splitlines()
+               if line.strip()]
+    newest = max((r["date"], r["measured_at"], r["commit"]) for r in records)[2]
+    records = [r for r in records if r["commit"] == newest and not r.get("error")]
+    figure, (time_axis, memory_axis) = plt.subplots(1, 2, figsize=(10, 4))
+    names = {"raysim": "raysim", "pfl_research": "pfl-research 0.6"}
+    for side, colour in (("raysim", "tab:blue"), ("pfl_research", "tab:orange")):
+        mine = [r for r in records if r["side"] == side]
+        for rounds, style in zip(sorted({r["rounds"] for r in mine}), ("-", "--", ":"),
+                                 strict=False):
+            points = sorted((r["clients"], r["wall_s"]) for r in mine if r["rounds"] == rounds)
+            time_axis.plot(*zip(*points, strict=True), style, marker="o", color=colour,
+                           label=f"{names[side]}, {rounds} rounds")
+        peaks: dict[int, float] = {}
+        for r in mine:
+            peaks[r["clients"]] = max(peaks.get(r["clients"], 0.0), r["peak_memory_mb"])
+        memory_axis.plot(*zip(*sorted(peaks.items()), strict=True), marker="o", color=colour,
+                         label=names[side])
+    for axis, label in ((time_axis, "whole process (s)"), (memory_axis,
+                                                           "peak memory, process tree (MB)")):
+        axis.set_xscale("log")
+        axis.set_xlabel("virtual clients (100 per round)")
+        axis.set_ylabel(label)
+        axis.grid(alpha=0.3)
+        axis.legend(fontsize=8)
+    figure.suptitle(f"MLP, 4 rows per client, 2 CPUs ({newest})", fontsize=10)
+    figure.tight_layout()
+    figure.savefig(out, dpi=110)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--clients", nargs="+", type=int,
@@ -158,12 +198,21 @@ def main() -> None:
     parser.add_argument("--pfl-python", default=os.environ.get("PFL_PYTHON"),
                         help="a Python with pfl==0.6.0 and torch (without it: raysim only)")
     parser.add_argument("--timeout", type=float, default=900, help="seconds per process")
+    parser.add_argument("--tree", help="run raysim from this checkout (e.g. the commit before a "
+                                       "change; its commit is recorded as raysim_commit)")
     parser.add_argument("--records", help="append the records (JSON lines) to this file")
+    parser.add_argument("--plot", nargs=2, metavar=("RECORDS", "PNG"),
+                        help="draw time and memory against clients from a records file, and "
+                             "measure nothing")
     args = parser.parse_args()
+    if args.plot:
+        plot(Path(args.plot[0]), Path(args.plot[1]))
+        return
     records = Records("client_scale", args.records, {
         "device": cpu_device(), "commit": commit(), "date": date.today().isoformat(),
         "measured_at": datetime.now(UTC).strftime("%Y-%m-%dT%H:%MZ"),
-        "load_at_start": round(os.getloadavg()[0], 2), "per_round": PER_ROUND})
+        "load_at_start": round(os.getloadavg()[0], 2), "per_round": PER_ROUND,
+        **({"raysim_commit": commit(Path(args.tree))} if args.tree else {})})
     sides = ["raysim", *(["pfl_research"] if args.pfl_python else [])]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(
         [str(HERE), *[p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]])}

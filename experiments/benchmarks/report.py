@@ -31,7 +31,7 @@ from workloads import WORKLOADS as ALL_WORKLOADS
 ROOT = Path(__file__).resolve().parents[2]
 RECORDS = Path(__file__).resolve().parent / "records"
 PAGES = {"BENCHMARKS.md": ["benchmarks", "gpu-profile", "speed-mechanisms", "cluster-bytes",
-                          "segmentation-speed", "worker-priority"],
+                          "segmentation-speed", "worker-priority", "client-scale"],
          "README.md": ["benchmarks-headline"]}
 
 WORKLOADS = {name: spec.description for name, spec in ALL_WORKLOADS.items()}
@@ -489,6 +489,43 @@ def render_priority(records: list[dict]) -> str:
     return head + "\n".join(lines)
 
 
+def render_client_scale(records: list[dict]) -> str:
+    """BENCHMARKS.md's cost growth with clients: raysim and pfl-research per client count and
+    round count (medians over repeats; the newest commit's records)."""
+    head = ("| clients | rounds | whole process (s): raysim / pfl-research | steady s per round: "
+            "raysim / pfl-research | start-up, first round and exit (s): raysim / pfl-research "
+            "| peak memory of the process tree (MB, PSS): raysim / pfl-research | device, load "
+            "| commit, date |\n| --- | --- | --- | --- | --- | --- | --- | --- |\n")
+    if not records:
+        return head.rstrip("\n")
+    newest = max((r["date"], r["measured_at"], r["commit"]) for r in records)[2]
+    found = [r for r in records if r["commit"] == newest]
+    cells: dict[tuple[int, int, str], dict[str, list[dict]]] = defaultdict(
+        lambda: defaultdict(list))
+    for r in found:  # a run of raysim from another checkout (before a change) gets its own row
+        cells[(r["clients"], r["rounds"], r.get("raysim_commit", ""))][r["side"]].append(r)
+
+    def median(runs: list[dict], key: str, digits: int) -> str:
+        values = [r[key] for r in runs if r.get(key) is not None and not r.get("error")]
+        if not values:
+            error = next((r["error"] for r in runs if r.get("error")), "")
+            return "did not finish: " + error.split(":")[0] if error else "-"
+        return f"{statistics.median(values):.{digits}f}"
+
+    lines = []
+    for (clients, rounds, other), sides in sorted(cells.items()):
+        ours, theirs = sides.get("raysim", []), sides.get("pfl_research", [])
+        pairs = [f"{median(ours, key, digits)} / {median(theirs, key, digits)}"
+                 for key, digits in (("wall_s", 1), ("steady_s_per_round", 4),
+                                     ("startup_s", 1), ("peak_memory_mb", 0))]
+        sample = (ours or theirs)[0]
+        label = f"{clients:,}" + (f" (raysim at {other})" if other else "")
+        lines.append(f"| {label} | {rounds} | {' | '.join(pairs)} | {sample['device']}, "
+                     f"load {sample['load_at_start']:.1f} | {sample['commit']}, "
+                     f"{sample['date']} |")
+    return head + "\n".join(lines)
+
+
 def render_headline(records: list[dict]) -> str:
     """The README's short table: the CPU rows and the GPU rows of 20 rounds."""
     head = ("| workload | device | raysim | Flower 1.41 | pfl-research 0.6 | raysim vs Flower | "
@@ -523,7 +560,8 @@ def rendered_blocks() -> dict[str, str]:
             "speed-mechanisms": render_mechanisms(load_mechanism_records()),
             "cluster-bytes": render_cluster_bytes(load_cluster_records()),
             "segmentation-speed": render_segmentation(load_segmentation_records()),
-            "worker-priority": render_priority(load_suite_records("worker_priority"))}
+            "worker-priority": render_priority(load_suite_records("worker_priority")),
+            "client-scale": render_client_scale(load_suite_records("client_scale"))}
 
 
 def main() -> None:

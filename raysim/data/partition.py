@@ -7,6 +7,7 @@ samples once instead of redrawing until it happens to hold.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -14,6 +15,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from raysim.configuration.schema import PartitionConfig
+from raysim.data.client_indices import ClientIndices, client_indices
 from raysim.data.subject_partition import by_sites, by_subjects, validation_subjects
 from raysim.errors import ConfigError
 from raysim.seeding import numpy_rng
@@ -24,16 +26,23 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class Partition:
-    """Client -> sample indices, for the training set and the client's share of the test set."""
+    """Client -> sample indices, for the training set and the client's share of the test set
+    (each held as :class:`~raysim.data.client_indices.ClientIndices`: one flat array, whatever
+    the number of clients)."""
 
-    train: list[np.ndarray]
-    test: list[np.ndarray]
+    train: Sequence[np.ndarray]
+    test: Sequence[np.ndarray]
     unseen: np.ndarray | None = None
     """Test indices of a held-out client that takes no part in training (unseen-client
     experiments), else None."""
-    validation: list[np.ndarray] | None = None
+    validation: Sequence[np.ndarray] | None = None
     """Training-set indices each client holds out as its validation share (never trained on),
     or None without a validation split."""
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "train", ClientIndices.of(self.train))
+        object.__setattr__(self, "test", ClientIndices.of(self.test))
+        object.__setattr__(self, "validation", client_indices(self.validation))
 
     def hold_out(self, client: int) -> Partition:
         """The partition without ``client`` (the others renumbered in order); its test share
@@ -78,7 +87,8 @@ class Partition:
 
     def sizes(self) -> np.ndarray:
         """Training samples per client."""
-        return np.array([len(indices) for indices in self.train], dtype=np.int64)
+        assert isinstance(self.train, ClientIndices)
+        return self.train.sizes()
 
     def to_frame(self) -> pd.DataFrame:
         """Long table with columns client, split (train, test, validation, unseen), index."""
@@ -303,7 +313,7 @@ def _group_by_owner(owners: np.ndarray, num_clients: int) -> list[np.ndarray]:
     return [np.sort(part) for part in np.split(order, bounds)]
 
 
-def _test_shares(train: list[np.ndarray], train_labels: np.ndarray, test_labels: np.ndarray,
+def _test_shares(train: Sequence[np.ndarray], train_labels: np.ndarray, test_labels: np.ndarray,
                  num_classes: int, rng: np.random.Generator) -> list[np.ndarray]:
     num_clients = len(train)
     counts = np.zeros((num_clients, num_classes), dtype=np.int64)

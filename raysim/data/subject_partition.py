@@ -11,6 +11,8 @@ by no client.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
 
 from raysim.configuration.schema import PartitionConfig
@@ -89,7 +91,7 @@ def by_subjects(train_groups: np.ndarray | None, test_groups: np.ndarray | None,
     return train, test
 
 
-def validation_subjects(train: list[np.ndarray], groups: np.ndarray, fraction: float,
+def validation_subjects(train: Sequence[np.ndarray], groups: np.ndarray, fraction: float,
                         seed: int) -> tuple[list[np.ndarray], list[np.ndarray]]:
     """Each client's training share split by whole subjects: ``round(fraction * s)`` of its s
     subjects (at least one where ``fraction`` > 0, and at least one left to train on) become

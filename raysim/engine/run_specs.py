@@ -52,7 +52,7 @@ def run_spec(config: ExperimentConfig, dataset: ArrayDataset, partition: Partiti
             "git_commit": git_commit(), "notices": notices, "dataset": dataset.info.name,
             **extra,
         })
-    client_test_shares = tuple(partition.test)
+    client_test_shares = partition.test
     sources = test_sources(len(dataset.test_y), partition.test, partition.unseen)
     validation_index, validation_sources = partition.validation_sources()
     if algorithm_class.pooled:

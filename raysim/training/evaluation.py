@@ -4,7 +4,7 @@ computes them for every task type (its own ``getACC``/``getAUC``), macro-F1 and 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import numpy as np
 import torch
@@ -274,7 +274,7 @@ def route_counts(routes: np.ndarray, sources: np.ndarray) -> list[dict[str, int]
             for (s, c), n in zip(pairs.T, counts, strict=True)]
 
 
-def test_sources(num_test: int, shares: list[np.ndarray] | tuple[np.ndarray, ...],
+def test_sources(num_test: int, shares: Sequence[np.ndarray],
                  unseen: np.ndarray | None) -> np.ndarray:
     """The client whose test share holds each test sample (-1: the unseen client, -2: none)."""
     sources = np.full(num_test, -2, dtype=np.int64)

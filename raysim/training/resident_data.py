@@ -15,6 +15,7 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
+from raysim.data.client_indices import ClientIndices
 from raysim.data.dataset import DataInfo, normalise
 
 CAP_ENV = "RAYSIM_RESIDENT_DATA_CAP_BYTES"
@@ -61,7 +62,13 @@ class ResidentData:
             "host and is copied to the device per client and round (slower, same numbers)")
         self._position = np.full(len(train_y), -1, dtype=np.int64)
         self._position[rows] = np.arange(len(rows))
-        self._client_rows: dict[int, torch.Tensor] = {}
+        self._clients = ClientIndices.of(client_indices)
+        self._held = np.zeros(len(self._clients), dtype=bool)
+        self._held[np.asarray(clients, dtype=np.int64)] = True
+        self._client_rows: torch.Tensor | None = None
+        """Every client's row positions on the device, in the partition's flat order (-1 for
+        rows not held): a held client's rows are a slice of it (one tensor, not one per
+        client)."""
         self._normalised: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
         self._normalised_rows: torch.Tensor | None = None
         """Every held row's normalised inputs, made at the first :meth:`gather` that the
@@ -71,8 +78,7 @@ class ResidentData:
         if self.resident:
             self.x = torch.from_numpy(np.ascontiguousarray(train_x[rows])).to(device)
             self.y = torch.from_numpy(np.ascontiguousarray(train_y[rows])).to(device)
-            self._client_rows = {int(c): torch.from_numpy(self._position[client_indices[c]]).to(
-                device) for c in clients}
+            self._client_rows = torch.from_numpy(self._position[self._clients.flat]).to(device)
 
     def holds(self, indices: np.ndarray) -> bool:
         """Whether every row of ``indices`` is on the device."""
@@ -106,9 +112,10 @@ class ResidentData:
         cached = self._normalised.get(client)
         if cached is not None:
             return cached
-        local = self._client_rows.get(client)
-        if local is None:
+        if self._client_rows is None or not self._held[client]:
             return None
+        offsets = self._clients.offsets
+        local = self._client_rows[offsets[client]:offsets[client + 1]]
         data = normalise(self.x[local], self.info), self.y[local]
         size = data[0].numel() * data[0].element_size()
         if size <= self._cache_left:

@@ -9,7 +9,7 @@ import threading
 import time
 import traceback
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -100,7 +100,7 @@ class RunSpec:
     use_gpus: bool
     resume: bool = False
     """Continue from the run directory's checkpoint (or from round 0 without one)."""
-    client_test_shares: tuple[np.ndarray, ...] = ()
+    client_test_shares: Sequence[np.ndarray] = ()
     """Each client's test share (also for pooled runs, whose one client holds all data)."""
     logging: LoggingConfig = field(default_factory=LoggingConfig)
     """Live metrics beside the Parquet files (TensorBoard, MLflow)."""

@@ -5,6 +5,7 @@ spread over the workers), and personal models on their workers."""
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -30,7 +31,7 @@ class Evaluator:
     """Evaluates one run's models; writes ``client_eval`` and ``selection`` rows."""
 
     def __init__(self, algorithm: RunAlgorithm, test_y: np.ndarray,
-                 shares: tuple[np.ndarray, ...], unseen: np.ndarray | None,
+                 shares: Sequence[np.ndarray], unseen: np.ndarray | None,
                  sources: np.ndarray, settings: EvaluationConfig,
                  validation_y: np.ndarray | None = None):
         self.algorithm = algorithm
