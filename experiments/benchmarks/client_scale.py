@@ -30,7 +30,6 @@ import json
 import os
 import sys
 import tempfile
-import threading
 from datetime import UTC, date, datetime
 from pathlib import Path
 
@@ -41,10 +40,12 @@ sys.path.insert(0, str(HERE))
 from harness import (  # noqa: E402
     CPU_ENGINES,
     Records,
+    Sampler,
     commit,
     cpu_device,
     export_for_peers,
     last_json,
+    process_stats,
     raysim_process,
     run_process,
 )
@@ -78,49 +79,33 @@ def raysim_config(data: Path, clients: int, rounds: int) -> dict:
             "engine": {**CPU_ENGINES["raysim_2x1cpu"], "flush_seconds": 5.0}}
 
 
-class TreeMemory:
+class TreeMemory(Sampler):
     """The peak, over samples every 0.2 s, of the summed PSS of this process's descendants
     (the measured command and everything it started), in MB."""
 
+    interval = 0.2
+
     def __init__(self) -> None:
+        super().__init__()
         self.peak_mb = 0.0
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._sample, daemon=True)
 
-    def __enter__(self) -> TreeMemory:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join(timeout=5)
-
-    def _sample(self) -> None:
-        me = os.getpid()
-        while not self._stop.wait(0.2):
-            parents: dict[int, int] = {}
-            for entry in Path("/proc").iterdir():
-                if entry.name.isdigit():
-                    try:
-                        fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
-                    except OSError:
-                        continue
-                    parents[int(entry.name)] = int(fields[1])
-            below = {me}
-            changed = True
-            while changed:
-                grown = {pid for pid, parent in parents.items() if parent in below}
-                changed = not grown <= below
-                below |= grown
-            total_kb = 0
-            for pid in below - {me}:
-                try:
-                    rollup = Path(f"/proc/{pid}/smaps_rollup").read_text()
-                except OSError:
-                    continue
-                total_kb += next((int(line.split()[1]) for line in rollup.splitlines()
-                                  if line.startswith("Pss:")), 0)
-            self.peak_mb = max(self.peak_mb, total_kb / 1024)
+    def sample(self) -> None:
+        parents = {pid: int(fields[1]) for pid, fields in process_stats()}
+        below = {os.getpid()}
+        grown = True
+        while grown:
+            more = {pid for pid, parent in parents.items() if parent in below} - below
+            below |= more
+            grown = bool(more)
+        total_kb = 0
+        for pid in below - {os.getpid()}:
+            try:
+                rollup = Path(f"/proc/{pid}/smaps_rollup").read_text()
+            except OSError:
+                continue
+            total_kb += next((int(line.split()[1]) for line in rollup.splitlines()
+                              if line.startswith("Pss:")), 0)
+        self.peak_mb = max(self.peak_mb, total_kb / 1024)
 
 
 def measure(side: str, clients: int, rounds: int, data: Path, peer_data: Path, spec: dict,

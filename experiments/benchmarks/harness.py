@@ -17,10 +17,12 @@ import re
 import statistics
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import TypeVar
 
 import numpy as np
 import torch
@@ -243,3 +245,43 @@ def round_split(root: Path, workers: int) -> dict[str, float]:
             "worker_local_updates": round(float(local.iloc[1:].median()) * 1e3, 2),
             "aggregate": round(float(rounds["seconds_aggregate"].median()) * 1e3, 2),
             "evaluate": round(float(rounds["seconds_evaluate"].median()) * 1e3, 2)}
+
+
+SamplerT = TypeVar("SamplerT", bound="Sampler")
+
+
+class Sampler:
+    """Calls :meth:`sample` every ``interval`` seconds in a thread while its block runs (what a
+    benchmark watches in the processes it starts)."""
+
+    interval = 0.5
+
+    def __init__(self) -> None:
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def __enter__(self: SamplerT) -> SamplerT:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(timeout=5)
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval):
+            self.sample()
+
+    def sample(self) -> None:
+        """One sample (override)."""
+
+
+def process_stats() -> Iterator[tuple[int, list[str]]]:
+    """Every process's pid and the fields of its /proc stat after the command's name (field 3
+    onwards: state, parent, ...; niceness is index 16)."""
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                yield int(entry.name), (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue

@@ -1,6 +1,6 @@
 """Worker priority: a raysim run whose Ray workers run at niceness 0 (what a raysim Ray sets)
-against Ray's default 15, on a quiet machine and beside other work, under the machine's scheduler setting and with
-Linux's session autogroups off.
+against Ray's default 15, on a quiet machine and beside other work, under the machine's scheduler setting and
+with Linux's session autogroups off.
 
 For each condition (``quiet``; ``loaded``: ``--load`` busy processes at niceness 0, a user's
 other programs, started before and stopped after the condition's runs), ``--repeats``
@@ -27,7 +27,6 @@ import os
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -39,10 +38,12 @@ sys.path.insert(0, str(HERE))
 from harness import (  # noqa: E402
     CPU_ENGINES,
     Records,
+    Sampler,
     bench_config,
     commit,
     cpu_device,
     paired_ratios,
+    process_stats,
     raysim_process,
     workload_dataset,
 )
@@ -52,35 +53,22 @@ NICENESS = ("0", "15")
 """raysim's setting, then Ray's default."""
 
 
-class NicenessSampler:
+class NicenessSampler(Sampler):
     """The niceness values of Ray worker processes (``ray::`` in their command line) seen
     while it runs, sampled from /proc every half second."""
 
     def __init__(self) -> None:
+        super().__init__()
         self.seen: set[int] = set()
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._sample, daemon=True)
 
-    def __enter__(self) -> NicenessSampler:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join(timeout=5)
-
-    def _sample(self) -> None:
-        while not self._stop.wait(0.5):
-            for entry in Path("/proc").iterdir():
-                if not entry.name.isdigit():
-                    continue
-                try:
-                    command = (entry / "cmdline").read_bytes()
-                    fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
-                except OSError:
-                    continue
-                if command.startswith(b"ray::"):
-                    self.seen.add(int(fields[16]))  # stat's 19th field, after pid and comm
+    def sample(self) -> None:
+        for pid, fields in process_stats():
+            try:
+                command = Path(f"/proc/{pid}/cmdline").read_bytes()
+            except OSError:
+                continue
+            if command.startswith(b"ray::"):
+                self.seen.add(int(fields[16]))  # stat's 19th field
 
 
 AUTOGROUP = Path("/proc/sys/kernel/sched_autogroup_enabled")
