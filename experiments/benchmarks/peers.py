@@ -101,7 +101,7 @@ from harness import (  # noqa: E402
     torch_threads,
     workload_dataset,
 )
-from profiling import profile_raysim  # noqa: E402
+from profiling import profile_side  # noqa: E402
 from workloads import WORKLOADS  # noqa: E402
 
 PFL_SHAPE = "cnn-1000x50-cifar-shape"
@@ -176,7 +176,11 @@ def main() -> None:
                                                 scratch / f"{workload}.npz", env)
                         records.add(**common, side=side, repeat=repeat, **measured)
             if args.profile:
-                profile(workload, dataset, args, cuda, profiled, scratch, env, records)
+                label = "raysim_vectorized_4x0.25gpu" if cuda else "raysim_2x1cpu"
+                records.add(workload=workload, **profile_side(
+                    workload, dataset, label, profiled.get(label, {}),
+                    (args.rounds or [WORKLOADS[workload].rounds])[-1], scratch, env,
+                    args.py_spy, Path(args.profile)))
         if args.seeds_check:
             dataset = workload_dataset(PFL_SHAPE, args.data_root, scratch)[0]
             engine = GPU_ENGINES["raysim_vectorized_4x0.25gpu"] if cuda else CPU_ENGINES[
@@ -275,24 +279,6 @@ def run_peer(side: str, args: argparse.Namespace, spec: dict, data: Path,
     seconds, out, error = run_process(command, env, args.timeout)
     return {"wall_s": round(seconds, 2), "rounds_per_s": last_json(out).get(key),
             "threads": threads, **({"error": error} if error else {})}
-
-
-def profile(workload: str, dataset: dict, args: argparse.Namespace, cuda: bool,
-            profiled: dict[str, dict], scratch: Path, env: dict[str, str],
-            records: Records) -> None:
-    """An untimed run of raysim (4 x 0.25 GPU; 2 x 1 CPU without one) as long as its first
-    round's start-up and 1.5x the sampling, its driver and workers sampled by py-spy."""
-    label = "raysim_vectorized_4x0.25gpu" if cuda else "raysim_2x1cpu"
-    timed = profiled.get(label, {})
-    after = (timed.get("first_round_s") or 15.0) + 2.0
-    rate = timed.get("rounds_per_s")
-    last = (args.rounds or [WORKLOADS[workload].rounds])[-1]
-    rounds = max(last, int(15 * rate) if isinstance(rate, float) else 300)
-    raw = bench_config(workload, dataset, rounds, {**GPU_ENGINES, **CPU_ENGINES}[label])
-    raw.update(name=f"{workload}-profile", evaluation={"every": 0})
-    records.add(workload=workload, rounds=rounds, side=f"{label}_profile",
-                profile=profile_raysim(raw, scratch, env, args.py_spy, Path(args.profile),
-                                       after))
 
 
 if __name__ == "__main__":

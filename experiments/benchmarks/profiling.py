@@ -1,5 +1,5 @@
 """Where a raysim run's time goes: its driver and worker processes sampled by py-spy while it
-runs (``peers.py --profile``)."""
+runs (``peers.py --profile``, ``speed.py --profile``)."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 
 import yaml
+from harness import CPU_ENGINES, GPU_ENGINES, bench_config
 
 RAY_ROLES = {"ray::DriverHost": "driver", "ray::WorkerHost": "worker",
              "ray::ClientWorker": "worker"}
@@ -79,3 +80,19 @@ def profile_raysim(raw: dict, scratch: Path, env: dict[str, str], py_spy: str, s
             "top_under_raysim": [[name, round(n / total, 3)] for name, n in
                                  sorted(under.items(), key=lambda item: -item[1])[:10]]}
     return summary
+
+
+def profile_side(workload: str, dataset: dict, label: str, timed: dict, rounds: int,
+                 scratch: Path, env: dict[str, str], py_spy: str, stacks: Path) -> dict:
+    """An untimed run of raysim side ``label`` (a key of ``GPU_ENGINES`` or ``CPU_ENGINES``)
+    on ``workload``, as long as its first round's start-up and 1.5x the sampling (from
+    ``timed``, that side's last measurement: its first-round seconds and rate; at least
+    ``rounds`` rounds), its driver and workers sampled by py-spy (:func:`profile_raysim`).
+    Returns the fields of its record (``side`` is ``<label>_profile``)."""
+    after = (timed.get("first_round_s") or 15.0) + 2.0
+    rate = timed.get("rounds_per_s")
+    rounds = max(rounds, int(15 * rate) if isinstance(rate, float) else 300)
+    raw = bench_config(workload, dataset, rounds, {**GPU_ENGINES, **CPU_ENGINES}[label])
+    raw.update(name=f"{workload}-profile", evaluation={"every": 0})
+    return {"rounds": rounds, "side": f"{label}_profile",
+            "profile": profile_raysim(raw, scratch, env, py_spy, stacks, after)}

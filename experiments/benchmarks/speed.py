@@ -26,6 +26,7 @@ freedom). Records go to ``--records`` (default
 
     python experiments/benchmarks/speed.py --workloads mlp1024-1000x4-synthetic \\
         [--rounds 40] [--repeats 3] [--baseline-tree /tmp/base] [--data-root DIR]
+        [--profile STACKS --py-spy PATH]
 """
 
 from __future__ import annotations
@@ -46,7 +47,6 @@ sys.path.insert(0, str(HERE))
 from baselines import BASELINES  # noqa: E402
 from harness import (  # noqa: E402
     CPU_ENGINES,
-    EQUAL_THREADS,
     GPU_ENGINES,
     Records,
     bench_config,
@@ -60,6 +60,7 @@ from harness import (  # noqa: E402
     torch_threads,
     workload_dataset,
 )
+from profiling import profile_side  # noqa: E402
 from workloads import WORKLOADS  # noqa: E402
 
 PLAIN_ROUNDS = {"fedvck": 3, "mhpflid": 3}
@@ -85,6 +86,7 @@ def measure_workload(name: str, args: argparse.Namespace, device: torch.device,
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(
         [str(HERE), *[p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]])}
     sides: dict[str, Callable[[], dict | float]] = {}
+    threads_of: dict[str, int] = {}  # a baseline side's torch threads
     for label, engine in engines.items():
         raw = bench_config(name, dataset, rounds, engine)
         sides[label] = lambda raw=raw: raysim_process(raw, scratch, env, args.timeout)
@@ -101,14 +103,18 @@ def measure_workload(name: str, args: argparse.Namespace, device: torch.device,
             return measured
 
         sides[threads_side("plain_pytorch_loop", threads)] = at(plain)
+        threads_of[threads_side("plain_pytorch_loop", threads)] = threads
         if reference is not None:
             sides[threads_side("on_device_vmap_reference", threads)] = at(reference)
+            threads_of[threads_side("on_device_vmap_reference", threads)] = threads
     rates: dict[str, list[float]] = {side: [] for side in sides}
+    measured: dict[str, dict] = {}  # each raysim side's last measurement
     order = list(sides)
     for repeat in range(args.repeats):
         for side in order if repeat % 2 == 0 else reversed(order):
             result = sides[side]()
             if isinstance(result, dict):
+                measured[side] = result
                 rate = raysim_rate(result)
                 records.add(workload=name, side=side, repeat=repeat, rounds=rounds,
                             real_data=real, **{**result, "rounds_per_s": round(rate, 3)
@@ -117,8 +123,7 @@ def measure_workload(name: str, args: argparse.Namespace, device: torch.device,
                 rate = float(result)
                 records.add(workload=name, side=side, repeat=repeat, rounds=plain_rounds,
                             real_data=real, rounds_per_s=round(rate, 3),
-                            threads=int(side.removesuffix("threads").rsplit("_", 1)[1])
-                            if side.endswith("threads") else EQUAL_THREADS)
+                            threads=threads_of[side])
             if rate:
                 rates[side].append(rate)
     summary: dict[str, object] = {side: round(statistics.median(r), 3)
@@ -129,6 +134,11 @@ def measure_workload(name: str, args: argparse.Namespace, device: torch.device,
             if len(rates[label]) == len(rates[other]) > 0:
                 summary[f"{label}_over_{other}"] = paired_ratios(rates[other], rates[label])
     records.add(workload=name, side="summary", repeats=args.repeats, medians=summary)
+    if args.profile:
+        label = next(iter(engines))
+        records.add(workload=name, **profile_side(
+            name, dataset, label, measured.get(label, {}), rounds, scratch, env, args.py_spy,
+            Path(args.profile)))
 
 
 def main() -> None:
@@ -147,6 +157,12 @@ def main() -> None:
                         help="append the records here (default: records/speed_<device>_<commit>"
                              ".jsonl)")
     parser.add_argument("--timeout", type=float, default=900, help="seconds per raysim run")
+    parser.add_argument("--profile", metavar="STACKS",
+                        help="also, per workload, one untimed run of raysim's first "
+                             "configuration, its driver and workers sampled by py-spy: a "
+                             "record (side <configuration>_profile), and the sampled stacks "
+                             "appended to this file")
+    parser.add_argument("--py-spy", default="py-spy", help="the py-spy executable")
     args = parser.parse_args()
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     device_name = torch.cuda.get_device_name() if device.type == "cuda" else cpu_device()
