@@ -1,7 +1,8 @@
 """BENCHMARKS.md's tables and the README's headline table, rendered from the committed records
 (``experiments/benchmarks/records/peers_*.jsonl``, written by ``peers.py --records``;
 ``speed_mechanisms_*.jsonl``, written by ``speed_mechanisms.py --records``;
-``cluster_bytes_*.jsonl``, written by ``cluster_bytes.py --records``): one row per workload,
+``cluster_bytes_*.jsonl``, written by ``cluster_bytes.py --records``; ``speed_*.jsonl``,
+``worker_priority_*.jsonl`` and ``client_scale_*.jsonl``, written by those scripts): one row per workload,
 device and round count, with raysim's best
 configuration, each peer's best, the plain loop and the on-device reference, the ratios, the
 commit, the date and the command that measured it.
@@ -31,7 +32,8 @@ from workloads import WORKLOADS as ALL_WORKLOADS
 ROOT = Path(__file__).resolve().parents[2]
 RECORDS = Path(__file__).resolve().parent / "records"
 PAGES = {"BENCHMARKS.md": ["benchmarks", "gpu-profile", "speed-mechanisms", "cluster-bytes",
-                          "segmentation-speed", "worker-priority", "client-scale"],
+                          "segmentation-speed", "worker-priority", "client-scale",
+                          "speed-cpu"],
          "README.md": ["benchmarks-headline"]}
 
 WORKLOADS = {name: spec.description for name, spec in ALL_WORKLOADS.items()}
@@ -526,6 +528,75 @@ def render_client_scale(records: list[dict]) -> str:
     return head + "\n".join(lines)
 
 
+def _best_side(medians: dict, side: str) -> str:
+    """The fastest of ``side``'s thread counts in a speed summary's medians."""
+    options = [k for k, v in medians.items() if not isinstance(v, dict)
+               and (k == side or (k.startswith(f"{side}_") and k.endswith("threads")))]
+    return max(options, key=lambda k: medians[k]) if options else side
+
+
+def _threads_of(side: str) -> str:
+    """``<side>_<n>threads`` as "n threads" (a side without the suffix: one thread)."""
+    match = re.search(r"_(\d+)threads$", side)
+    return f"{match.group(1)} threads" if match else f"{EQUAL_THREADS} thread"
+
+
+def _over(medians: dict, label: str, other: str) -> str:
+    """A speed summary's ratio of ``label`` over ``other`` with its t, or "-"."""
+    found = medians.get(f"{label}_over_{other}")
+    return "-" if not found else f"{found['ratio_mean']:.2f} (t = {found['ratio_t']:.2f})"
+
+
+def render_speed(records: list[dict]) -> str:
+    """BENCHMARKS.md's table of ``speed.py`` on CPUs: per workload (its newest summary), each
+    raysim configuration's rate against the plain loop and the on-device reference at one
+    thread and at their best thread count (mean of the per-repeat ratios and its t), where a
+    round's time goes, and the workers' py-spy samples."""
+    head = ("| workload | device | raysim configuration | rounds/s (median) | plain loop at 1 "
+            "thread / at its best | raysim / plain loop at 1 thread (t) | at its best (t) | "
+            "raysim / reference at 1 thread (t) | at its best (t) | a round (ms): whole, "
+            "dispatch to last reply, a worker's local updates, aggregation | workers (py-spy: "
+            "busy share; most samples under) | commit, date | command |\n"
+            "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n")
+    found = [r for r in records if r.get("suite") == "speed" and not str(
+        r.get("device", "")).startswith("NVIDIA")]
+    newest = {(r["workload"], r["device"]): r for r in found if r["side"] == "summary"}
+    lines = []
+    for (workload, device), summary in sorted(newest.items()):
+        medians = summary["medians"]
+        runs = [r for r in found if r["workload"] == workload and r["device"] == device
+                and r["commit"] == summary["commit"] and "repeat" in r]
+        profile = next((r["profile"] for r in found if r["workload"] == workload
+                        and r["commit"] == summary["commit"]
+                        and r["side"].endswith("_profile")), {})
+
+        plain = _best_side(medians, "plain_pytorch_loop")
+        reference = _best_side(medians, "on_device_vmap_reference")
+        for label in [k for k in medians if k.startswith("raysim_") and "_over_" not in k
+                      and not isinstance(medians[k], dict)]:
+            splits = [r["round_split_ms"] for r in runs if r["side"] == label
+                      and r.get("round_split_ms")]
+            split = ", ".join(f"{statistics.median(s[part] for s in splits):.0f}" for part in
+                              ("round", "dispatch_to_replies", "worker_local_updates",
+                               "aggregate")) if splits else "-"
+            sampled = profile.get("worker") if label == "raysim_2x1cpu" else None
+            workers = "-" if sampled is None else f"{sampled['busy_share']:.0%} busy; " + \
+                "; ".join(f"{_function(name)} {share:.0%}"
+                          for name, share in sampled["top_under_raysim"][:5])
+            lines.append(
+                f"| {WORKLOADS[workload]} | {device} | {label.removeprefix('raysim_')} | "
+                f"{medians[label]:.2f} | {medians['plain_pytorch_loop']:.2f} / "
+                f"{medians[plain]:.2f} ({_threads_of(plain)}) | "
+                f"{_over(medians, label, 'plain_pytorch_loop')} | "
+                f"{_over(medians, label, plain)} | "
+                f"{_over(medians, label, 'on_device_vmap_reference')} | "
+                f"{_over(medians, label, reference)} | "
+                f"{split} | {workers} | {summary['commit']}, {summary['date']} | `python "
+                f"experiments/benchmarks/speed.py --workloads {workload} --repeats "
+                f"{summary['repeats']} --profile STACKS` |")
+    return head + "\n".join(lines)
+
+
 def render_headline(records: list[dict]) -> str:
     """The README's short table: the CPU rows and the GPU rows of 20 rounds."""
     head = ("| workload | device | raysim | Flower 1.41 | pfl-research 0.6 | raysim vs Flower | "
@@ -561,7 +632,8 @@ def rendered_blocks() -> dict[str, str]:
             "cluster-bytes": render_cluster_bytes(load_cluster_records()),
             "segmentation-speed": render_segmentation(load_segmentation_records()),
             "worker-priority": render_priority(load_suite_records("worker_priority")),
-            "client-scale": render_client_scale(load_suite_records("client_scale"))}
+            "client-scale": render_client_scale(load_suite_records("client_scale")),
+            "speed-cpu": render_speed(load_suite_records("speed"))}
 
 
 def main() -> None:
