@@ -53,26 +53,34 @@ def _configs() -> dict[str, dict]:
     }
 
 
+DEAD_NODE = "dead_node"
+"""The config run last, in an invocation of its own, whose first worker's node is killed."""
+
+
 @pytest.fixture(scope="module")
 def cluster_runs(tmp_path_factory):
-    """Every config run on the three-node cluster in one invocation: {name: (raw config, the
-    script's line)}."""
+    """Every config run on the three-node cluster in one invocation, then the dead-node run
+    (:data:`DEAD_NODE`) in another on the same cluster: {name: (raw config, the script's
+    line)}."""
     folder = tmp_path_factory.mktemp("cluster")
     plugin_dir = folder / "lab"  # beside its config, on no node's import path
     plugin_dir.mkdir()
     shutil.copy(PLUGINS / "fedtrim.py", plugin_dir / "fedtrim.py")
-    configs = _configs()
+    configs = {**_configs(), DEAD_NODE: quickstart_raw(
+        training={"rounds": 2000}, engine={**FOUR, "checkpoint_every": 5})}
     paths = []
     for name, raw in configs.items():
         path = (plugin_dir if name == "moons" else folder) / f"{name}.yaml"
         path.write_text(yaml.safe_dump(raw))
         paths.append(str(path))
-    completed = subprocess.run([sys.executable, str(SCRIPT), "--nodes", "2", *paths,
-                                str(folder / "runs")], capture_output=True, text=True,
-                               timeout=900)
+    environment = {**os.environ, "RAYSIM_NODE_GRACE_SECONDS": "10"}  # (only a death waits)
+    completed = subprocess.run([sys.executable, str(SCRIPT), "--nodes", "2",
+                                "--remove-a-worker-node", *paths, str(folder / "runs")],
+                               capture_output=True, text=True, timeout=900, env=environment)
     assert completed.returncode == 0, completed.stderr[-2000:]
-    lines = {line["label"]: line for line in map(json.loads, (
-        text for text in completed.stdout.strip().splitlines() if text.startswith("{")))}
+    lines = {DEAD_NODE if "node-removed" in line["run_dir"] else line["label"]: line
+             for line in map(json.loads, (text for text in completed.stdout.strip()
+                                          .splitlines() if text.startswith("{")))}
     assert sorted(lines) == sorted(configs)
     return {name: (configs[name], lines[name]) for name in configs}
 
@@ -150,22 +158,13 @@ def test_partials_merge_on_their_node_with_every_metric_unchanged(ray_session, c
                                                      abs=1)
 
 
-def test_a_dead_worker_node_stops_the_run_in_bounded_time_with_a_paragraph(tmp_path):
+def test_a_dead_worker_node_stops_the_run_in_bounded_time_with_a_paragraph(cluster_runs):
     """A machine of the cluster dies mid-run (its raylet and processes killed) and the nodes
     left cannot host the run's four workers: the run stops within the grace period with one
     paragraph saying so and how to resume, its manifest says failed, and the invocation ends
     without a traceback (with CPUs to spare, the worker is restarted there instead: the
     recovery tests of test_resilience.py)."""
-    raw = quickstart_raw(training={"rounds": 2000}, engine={**FOUR, "checkpoint_every": 5})
-    path = tmp_path / "quickstart.yaml"
-    path.write_text(yaml.safe_dump(raw))
-    environment = {**os.environ, "RAYSIM_NODE_GRACE_SECONDS": "10"}
-    completed = subprocess.run(
-        [sys.executable, str(SCRIPT), "--nodes", "2", "--remove-a-worker-node", str(path),
-         str(tmp_path / "runs")], capture_output=True, text=True, timeout=600, env=environment)
-    assert completed.returncode == 0, completed.stderr[-2000:]
-    line = next(json.loads(text) for text in completed.stdout.splitlines()
-                if text.startswith("{"))
+    _, line = cluster_runs[DEAD_NODE]
     assert line["status"] == "failed" and "a node died" in line["error"], line
     assert "--resume" in line["error"] and "Traceback" not in line["error"]
     assert line["seconds_after_removal"] < 180
