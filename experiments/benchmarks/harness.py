@@ -182,6 +182,30 @@ class Records:
                 handle.write(line + "\n")
 
 
+def machine_busy_seconds() -> float | None:
+    """CPU seconds the whole machine has been busy since boot (Linux's /proc/stat: user, nice,
+    system, irq, softirq and steal time of every CPU), None where there is no /proc/stat. The
+    difference over a command on a quiet machine is what the command cost, every process it
+    started included (Ray's own, the workers, a peer's ranks)."""
+    try:
+        fields = Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]
+    except OSError:
+        return None
+    user, nice, system, _idle, _iowait, irq, softirq, steal = (int(v) for v in fields[:8])
+    return (user + nice + system + irq + softirq + steal) / os.sysconf("SC_CLK_TCK")
+
+
+@contextmanager
+def machine_cpu(into: dict) -> Iterator[None]:
+    """Set ``into["machine_cpu_s"]`` to the machine's busy CPU seconds over the block (where
+    /proc/stat exists)."""
+    before = machine_busy_seconds()
+    yield
+    after = machine_busy_seconds()
+    if before is not None and after is not None:
+        into["machine_cpu_s"] = round(after - before, 2)
+
+
 def run_process(command: list[str], env: dict[str, str], timeout: float,
                 cwd: Path | None = None) -> tuple[float, str, str]:
     """Whole-process seconds, stdout and an error text ("" when it succeeded)."""

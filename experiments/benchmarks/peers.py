@@ -94,6 +94,7 @@ from harness import (  # noqa: E402
     commit,
     export_for_peers,
     last_json,
+    machine_cpu,
     raysim_process,
     run_process,
     thread_counts,
@@ -161,20 +162,16 @@ def main() -> None:
                 for repeat in range(args.repeats):
                     # interleaved: no side always goes first
                     for side in sides if repeat % 2 == 0 else sides[::-1]:
+                        used: dict[str, float] = {}  # the machine's CPU seconds meanwhile
+                        with machine_cpu(used):
+                            measured = measure_side(side, workload, dataset, rounds, engines,
+                                                    args, peer_spec, scratch, env)
                         if side in engines:
-                            raw = bench_config(workload, dataset, rounds, engines[side])
-                            raw["name"] = f"{workload}-{side}-{rounds}"
-                            raw["evaluation"] = {"every": rounds, "clients": False}
-                            measured = raysim_process(raw, scratch, env, args.timeout)
-                            measured["threads"] = engines[side].get("cpus_per_worker", 1)
                             profiled[side] = measured
                             rate = measured.get("rounds_per_s")
                             if limit and isinstance(rate, float):
                                 measured["over_reference"] = round(rate / limit, 3)
-                        else:
-                            measured = run_peer(side, args, peer_spec,
-                                                scratch / f"{workload}.npz", env)
-                        records.add(**common, side=side, repeat=repeat, **measured)
+                        records.add(**common, side=side, repeat=repeat, **measured, **used)
             if args.profile:
                 label = "raysim_vectorized_4x0.25gpu" if cuda else "raysim_2x1cpu"
                 records.add(workload=workload, **profile_side(
@@ -257,6 +254,20 @@ def measure_baselines(workload: str, dataset: dict, rounds: int, device: torch.d
                         threads=threads, rounds_per_s=round(rate, 3),
                         repeats=[round(r, 3) for r in repeats])
     return limit
+
+
+def measure_side(side: str, workload: str, dataset: dict, rounds: int,
+                 engines: dict[str, dict], args: argparse.Namespace, peer_spec: dict,
+                 scratch: Path, env: dict[str, str]) -> dict:
+    """One whole-process run of ``side``: a raysim configuration of ``engines`` or a peer."""
+    if side not in engines:
+        return run_peer(side, args, peer_spec, scratch / f"{workload}.npz", env)
+    raw = bench_config(workload, dataset, rounds, engines[side])
+    raw["name"] = f"{workload}-{side}-{rounds}"
+    raw["evaluation"] = {"every": rounds, "clients": False}
+    measured = raysim_process(raw, scratch, env, args.timeout)
+    measured["threads"] = engines[side].get("cpus_per_worker", 1)
+    return measured
 
 
 def run_peer(side: str, args: argparse.Namespace, spec: dict, data: Path,
