@@ -36,8 +36,8 @@ def test_a_changed_record_changes_the_rendering():
     report = _report()
     records = report.load_records()
     changed = json.loads(json.dumps(records))
-    target = next(r for r in reversed(changed) if r["side"].startswith("raysim_")  # the newest
-                  and r.get("wall_s") and r["device"] == "CPU")
+    target = next(r for r in reversed(changed)  # the newest of the side the headline shows
+                  if r["side"] == "raysim_2x1cpu" and r.get("wall_s") and r["device"] == "CPU")
     target["wall_s"] = target["wall_s"] * 30 + 100.0
     assert report.render_full(changed) != report.render_full(records)
     assert report.render_headline(changed) != report.render_headline(records)
