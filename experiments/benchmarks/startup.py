@@ -98,7 +98,7 @@ def configs_to_run(args: argparse.Namespace, scratch: Path, gpu: bool) -> dict[s
 def timed_command(config: Path, output: Path, cwd: Path, env: dict[str, str]) -> dict:
     """One ``raysim run`` of ``config``: its seconds, phases and the machine's busy CPU
     seconds meanwhile."""
-    used: dict[str, float] = {}
+    used: dict[str, float] = {"load_at_start": round(os.getloadavg()[0], 2)}
     started = time.perf_counter()
     with machine_cpu(used):
         subprocess.run([sys.executable, "-m", "raysim.cli", "run", str(config), "--output",
@@ -133,8 +133,7 @@ def main() -> None:
     gpu = torch.cuda.is_available()
     common = {"device": "cuda" if gpu else cpu_device(), "commit": commit(),
               "date": date.today().isoformat(),
-              "measured_at": datetime.now(UTC).strftime("%Y-%m-%dT%H:%MZ"),
-              "load_at_start": round(os.getloadavg()[0], 2)}
+              "measured_at": datetime.now(UTC).strftime("%Y-%m-%dT%H:%MZ")}
     records = Records("startup", args.records, common)
     with tempfile.TemporaryDirectory() as scratch_dir:
         scratch = Path(scratch_dir)
@@ -157,7 +156,8 @@ def main() -> None:
         for label in configs:
             for tree in trees:
                 mine = [r for r in rows if r["tree"] == tree and r["label"] == label]
-                keys = [k for k in mine[0] if k not in ("label", "tree", "repeat")]
+                keys = [k for k in mine[0] if k not in ("label", "tree", "repeat")
+                        and isinstance(mine[0][k], int | float)]
                 medians = {k: round(statistics.median(r[k] for r in mine), 3) for k in keys}
                 print(json.dumps({"label": label, "tree": tree, "median": medians}),
                       flush=True)
