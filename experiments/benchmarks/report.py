@@ -33,7 +33,7 @@ ROOT = Path(__file__).resolve().parents[2]
 RECORDS = Path(__file__).resolve().parent / "records"
 PAGES = {"BENCHMARKS.md": ["benchmarks", "gpu-profile", "speed-mechanisms", "cluster-bytes",
                           "segmentation-speed", "worker-priority", "client-scale",
-                          "speed-cpu"],
+                          "speed-cpu", "startup"],
          "README.md": ["benchmarks-headline"]}
 
 WORKLOADS = {name: spec.description for name, spec in ALL_WORKLOADS.items()}
@@ -597,6 +597,76 @@ def render_speed(records: list[dict]) -> str:
     return head + "\n".join(lines)
 
 
+def _spread(values: list[float], digits: int = 1) -> str:
+    """``median (min-max)`` of ``values``, or "-" when there are none."""
+    if not values:
+        return "-"
+    return (f"{statistics.median(values):.{digits}f} ({min(values):.{digits}f}-"
+            f"{max(values):.{digits}f})")
+
+
+STARTUP_PHASES = ("imports", "data", "ray", "workers", "first_round")
+"""The start-up phases of ``startup.py``'s records, in the order a command passes them."""
+
+
+def render_startup(peer_records: list[dict], startup_records: list[dict]) -> str:
+    """BENCHMARKS.md's start-up tables: per workload on CPUs, each whole-process side of the
+    newest peers run that recorded the machine's busy CPU seconds (median and range of wall
+    and CPU seconds, and the cores they kept busy); then per ``startup.py`` label (its newest
+    run of this checkout), the command's seconds, its phases and the machine's CPU seconds."""
+    head = ("| workload | side | whole process (s, median and range) | machine busy CPU-s "
+            "(median and range) | cores kept busy | device | commit, date | command |\n"
+            "| --- | --- | --- | --- | --- | --- | --- | --- |\n")
+    with_cpu = [r for r in peer_records if r.get("machine_cpu_s") is not None
+                and r.get("device") == "CPU"]
+    lines = []
+    for workload in sorted({r["workload"] for r in with_cpu}):
+        mine = [r for r in with_cpu if r["workload"] == workload]
+        newest = max((r["date"], r["measured_at"], r["commit"]) for r in mine)
+        found = [r for r in mine if (r["date"], r["measured_at"], r["commit"]) == newest]
+        sides: dict[str, list[dict]] = defaultdict(list)
+        for r in found:
+            sides[r["side"]].append(r)
+        sample = found[0]
+        command = (f"`python experiments/benchmarks/peers.py --flower-python FLOWER_PY "
+                   f"--pfl-python PFL_PY --workloads {workload} --rounds {sample['rounds']} "
+                   f"--repeats {max(len(v) for v in sides.values())}`")
+        for side, runs in sorted(sides.items(), key=lambda kv: statistics.median(
+                r["wall_s"] for r in kv[1])):
+            walls = [r["wall_s"] for r in runs if not r.get("error")]
+            cpus = [r["machine_cpu_s"] for r in runs if not r.get("error")]
+            busy = (f"{statistics.median(c / w for c, w in zip(cpus, walls, strict=True)):.2f}"
+                    if walls else "-")
+            lines.append(f"| {WORKLOADS.get(workload, workload)}, {sample['rounds']} rounds | "
+                         f"{side} | {_spread(walls)} | {_spread(cpus)} | {busy} | "
+                         f"{sample['cpus']} CPUs | {sample['commit']}, {sample['date']} | "
+                         f"{command} |")
+    phases_head = ("| configuration | command (s) | imports | data | Ray | workers | first "
+                   "round dispatched | machine busy CPU-s | load at start | device | commit, "
+                   "date | command |\n| --- | --- | --- | --- | --- | --- | --- | --- | --- | "
+                   "--- | --- | --- |\n")
+    mine = [r for r in startup_records if r.get("tree", "this") == "this"]
+    phase_lines = []
+    for label in sorted({r["label"] for r in mine}):
+        runs = [r for r in mine if r["label"] == label]
+        newest = max((r["date"], r["measured_at"], r["commit"]) for r in runs)
+        runs = [r for r in runs if (r["date"], r["measured_at"], r["commit"]) == newest]
+        sample = runs[0]
+        workload, _, engine = label.partition(" ")
+        chosen = (f"--workload {workload} --engines {engine}" if engine
+                  else f"--config experiments/{label}.yaml")
+        cells = [_spread([r[key] for r in runs]) for key in ("command_s", *STARTUP_PHASES,
+                                                              "machine_cpu_s")]
+        loads = [r["load_at_start"] for r in runs]
+        cores = re.fullmatch(r"cpu-(\d+)cores", sample["device"])
+        device = f"{cores.group(1)} CPUs" if cores else sample["device"]
+        phase_lines.append(
+            f"| {label} | {' | '.join(cells)} | {min(loads):.1f}-{max(loads):.1f} | "
+            f"{device} | {sample['commit']}, {sample['date']} | `python experiments/"
+            f"benchmarks/startup.py {chosen} --repeats {len(runs)}` |")
+    return (head + "\n".join(lines) + "\n\n" + phases_head + "\n".join(phase_lines)).rstrip("\n")
+
+
 def render_headline(records: list[dict]) -> str:
     """The README's short table: the CPU rows and the GPU rows of 20 rounds."""
     head = ("| workload | device | raysim | Flower 1.41 | pfl-research 0.6 | raysim vs Flower | "
@@ -633,7 +703,8 @@ def rendered_blocks() -> dict[str, str]:
             "segmentation-speed": render_segmentation(load_segmentation_records()),
             "worker-priority": render_priority(load_suite_records("worker_priority")),
             "client-scale": render_client_scale(load_suite_records("client_scale")),
-            "speed-cpu": render_speed(load_suite_records("speed"))}
+            "speed-cpu": render_speed(load_suite_records("speed")),
+            "startup": render_startup(load_records(), load_suite_records("startup"))}
 
 
 def main() -> None:
