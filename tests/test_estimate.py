@@ -286,6 +286,23 @@ def test_the_whole_split_of_a_users_dataset_is_read_under_the_data_root(tmp_path
     assert own_value(data, config, str(tmp_path)) == 30
 
 
+def test_the_training_split_of_sites_folders_is_counted_for_an_extrapolation(tmp_path):
+    from fixtures import write_segmentation_sites
+
+    from raysim.data import load_dataset
+    from raysim.estimator.estimate import train_size
+
+    write_segmentation_sites(tmp_path / "sites", sites=2, images=10, size=24)
+    raw = quickstart_raw(
+        dataset={"name": "discs", "resize": 16, "sites": [
+            {"name": "site0", "path": "sites/site0"}, {"name": "site1", "path": "sites/site1"}]},
+        partition={"scheme": "sites", "num_clients": 2},
+        model={"name": "unet", "channels": [4, 8]}, training={"loss": "dice_ce"})
+    config = parse_config(raw)
+    expected = len(load_dataset(config.dataset, str(tmp_path)).train_y)
+    assert 0 < expected < 20 and train_size(config, str(tmp_path)) == expected
+
+
 @pytest.mark.parametrize("text", ["iterations=10,20", "algorithm.iterations=20,10",
                                   "algorithm.iterations=10", "algorithm.iterations",
                                   "algorithm.iterations=0,5", "algorithm.iterations=a,b"])

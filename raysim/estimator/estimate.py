@@ -238,7 +238,8 @@ def sliced(config: ExperimentConfig, clients: int | None, data_root: str | None 
 
 def train_size(config: ExperimentConfig, data_root: str | None = None) -> int:
     """Training samples the config's clients split among them (its ``train_subset``, else the
-    dataset's training split; a user's dataset read under ``data_root``)."""
+    dataset's training split; a user's dataset, sites' folders or a MedSegBench file read under
+    ``data_root``)."""
     from raysim.data.builtin import BUILTIN_DATASETS, load_builtin
     from raysim.data.medmnist_io import medmnist_info
 
@@ -247,7 +248,7 @@ def train_size(config: ExperimentConfig, data_root: str | None = None) -> int:
         return dataset.train_subset
     if dataset.name in BUILTIN_DATASETS:
         return len(load_builtin(dataset.name).train_y)
-    if _users_dataset(dataset):
+    if _users_dataset(dataset) or dataset.sites is not None or dataset.medsegbench is not None:
         from raysim.data import load_dataset
 
         return len(load_dataset(dataset, data_root).train_y)
