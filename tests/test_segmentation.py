@@ -267,3 +267,14 @@ def test_a_run_scores_dice_per_round_and_per_client_and_real_masks_beat_chance(
     test_share = share[(share["split"] == "test") & (share["client"] == 0)]["index"].to_numpy()
     masks = predict_proba(model, dataset.test_x[test_share], dataset.info, 8, torch.device("cpu"))
     assert abs(segmentation_metrics(dataset.test_y[test_share], masks)["dice"] - scored) < 1e-6
+
+
+def test_a_training_subset_of_sites_keeps_each_sites_share_and_its_blocks(sites):
+    whole = load_dataset(sites_config(sites))
+    subset = load_dataset(sites_config(sites, train_subset=6))
+    assert len(subset.train_x) == len(subset.train_y) == len(subset.train_blocks) == 6
+    share = np.bincount(whole.train_groups) * 6 / len(whole.train_groups)
+    assert np.abs(np.bincount(subset.train_groups, minlength=2) - share).max() <= 1  # each site
+    kept = [int(np.flatnonzero((whole.train_x == x).all(axis=(1, 2, 3)))[0])
+            for x in subset.train_x]
+    assert whole.train_blocks[kept].tolist() == subset.train_blocks.tolist()
