@@ -55,6 +55,9 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     """Fail the suite when a test left a Ray process of its own or `ray start`'s cluster record
     behind (that record makes other programs' ``ray.init`` join a dead cluster); then remove
     the suite's temporary directories."""
+    import background_mypy
+
+    background_mypy.stop()
     deadline = time.monotonic() + 20  # Ray's processes exit a few seconds after shutdown
     left = _suite_ray_processes()
     while left and time.monotonic() < deadline:
@@ -78,10 +81,14 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Mark the tests that run on the session's Ray (the ``ray_session`` fixture, directly or
     through another fixture) ``engine``, so that ``-m "not engine"`` selects the in-process
-    part of the suite."""
+    part of the suite; start the type check in the background when it was collected."""
     for item in items:
         if "ray_session" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.engine)
+    if any(item.path.name == "test_typing.py" for item in items):
+        import background_mypy
+
+        background_mypy.start()  # the type check's CPU minute beside the tests that wait
 
 
 REAL_MEDMNIST = Path(os.environ.get("RAYSIM_TEST_MEDMNIST") or Path.home() / ".medmnist")
