@@ -18,7 +18,7 @@ from test_bad_input import run_cli
 from raysim.algorithms import ALGORITHMS
 from raysim.configuration.experiment import parse_config
 from raysim.configuration.schema import DatasetConfig, PartitionConfig, SegmentationSiteConfig
-from raysim.data import load_dataset, make_partition
+from raysim.data import load_dataset, make_partition, subset_keys
 from raysim.engine.runner import run_experiment
 from raysim.errors import ConfigError
 from raysim.models import build_model
@@ -278,3 +278,6 @@ def test_a_training_subset_of_sites_keeps_each_sites_share_and_its_blocks(sites)
     kept = [int(np.flatnonzero((whole.train_x == x).all(axis=(1, 2, 3)))[0])
             for x in subset.train_x]
     assert whole.train_blocks[kept].tolist() == subset.train_blocks.tolist()
+    strata = subset_keys(whole)  # the draw's strata: foreground or not, within each site
+    per_site = [set(strata[whole.train_groups == site].tolist()) for site in (0, 1)]
+    assert len(per_site[0]) == len(per_site[1]) == 1 and per_site[0] != per_site[1]
