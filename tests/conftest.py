@@ -27,6 +27,8 @@ _MACHINE_RAY_RECORD = Path(os.environ.get("RAY_TMPDIR") or os.environ.get("TMPDI
     / "ray" / "ray_current_cluster"
 _RECORD_BEFORE = _MACHINE_RAY_RECORD.exists()
 os.environ.update(_SUITE_DIRS)
+if "PYTEST_XDIST_WORKER" in os.environ:  # two test processes share the CPUs: one thread each
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 
 def _suite_ray_processes() -> list[str]:
@@ -78,6 +80,22 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
             reporter.write_line(message, red=True)
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """pytest-xdist's units of work (``-n 2`` in pyproject.toml): each ``xdist_group`` whole
+    (the tests that start clusters, those that signal or kill a run) and every other test
+    module whole, so that its module fixtures and shared simulations are made once; handed
+    out in collection order, the groups first."""
+    from xdist.scheduler import LoadScopeScheduling
+
+    class GroupsAndModules(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            if nodeid.rfind("@") > nodeid.rfind("]"):  # (xdist's suffix for a group)
+                return nodeid.rsplit("@", 1)[-1]
+            return nodeid.split("::", 1)[0]
+
+    return GroupsAndModules(config, log)
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Mark the tests that run on the session's Ray (the ``ray_session`` fixture, directly or
     through another fixture) ``engine``, so that ``-m "not engine"`` selects the in-process
@@ -85,7 +103,10 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if "ray_session" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.engine)
-    if any(item.path.name == "test_typing.py" for item in items):
+    # the longest units of work first: the tests that share one test process under xdist
+    items.sort(key=lambda item: item.get_closest_marker("xdist_group") is None)
+    under_xdist = "PYTEST_XDIST_WORKER" in os.environ  # (the test runs mypy on its process)
+    if not under_xdist and any(item.path.name == "test_typing.py" for item in items):
         import background_mypy
 
         background_mypy.start()  # the type check's CPU minute beside the tests that wait

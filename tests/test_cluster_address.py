@@ -23,9 +23,12 @@ from conftest import answer_ctrl_c
 from raysim.engine.launch import cluster_probe
 from raysim.engine.launch import local_ray as startup
 from raysim.engine.launch.cluster_probe import accepts_connections
+from raysim.engine.launch.watchdog import descendants
 from raysim.errors import ConfigError
 
-pytestmark = pytest.mark.cluster
+# under pytest-xdist, every test that starts a cluster runs in one test process, one after
+# another (a port one of them found free is not taken by another's Ray meanwhile)
+pytestmark = [pytest.mark.cluster, pytest.mark.xdist_group("clusters")]
 
 TINY = {"name": "tiny", "dataset": {"name": "breast-cancer"},
         "partition": {"scheme": "iid", "num_clients": 4}, "model": {"name": "mlp", "hidden": [8]},
@@ -130,6 +133,13 @@ def test_a_stale_record_on_a_port_another_program_holds_is_ignored(tmp_path, sta
         assert "RAYSIM_PROBE_SECONDS" in joined.stderr
 
 
+def _command_line(pid: int) -> bytes:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:  # (it ended meanwhile)
+        return b""
+
+
 def test_ctrl_c_during_start_up_says_no_run_had_started(tmp_path, stale_record):
     with socket.socket() as other:  # start-up probes the record for up to PROBE_SECONDS
         other.bind(("127.0.0.1", 0))
@@ -140,9 +150,7 @@ def test_ctrl_c_during_start_up_says_no_run_had_started(tmp_path, stale_record):
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
             preexec_fn=answer_ctrl_c)
         deadline = time.monotonic() + 60
-        while not any(b"raysim-probe" in (p / "cmdline").read_bytes()
-                      for p in Path("/proc").iterdir() if p.name.isdigit()
-                      and (p / "cmdline").exists()):
+        while not any(b"raysim-probe" in _command_line(pid) for pid in descendants(command.pid)):
             assert time.monotonic() < deadline and command.poll() is None, "no probe seen"
             time.sleep(0.1)
         command.send_signal(signal.SIGINT)

@@ -23,7 +23,9 @@ from raysim.results import atomic, manifest, sink
 from raysim.results.manifest import read_manifest, update_manifest, write_manifest
 from raysim.results.sink import ParquetSink
 
-pytestmark = pytest.mark.signals
+# under pytest-xdist, every test that signals, kills or starves a run runs in one test process,
+# one after another
+pytestmark = [pytest.mark.signals, pytest.mark.xdist_group("signals")]
 
 
 def _disk_error(code: int):

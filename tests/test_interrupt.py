@@ -26,7 +26,9 @@ from raysim.results import load
 from raysim.rounds.checkpoint import CHECKPOINT_FILE, load_checkpoint
 from raysim.training.evaluation import METRICS
 
-pytestmark = pytest.mark.signals
+# under pytest-xdist, every test that signals, kills or starves a run runs in one test process,
+# one after another
+pytestmark = [pytest.mark.signals, pytest.mark.xdist_group("signals")]
 
 ROUNDS = 60
 

@@ -25,7 +25,9 @@ from raysim.training.merged_training import Rendezvous, VectorizedJob, train_mer
 from raysim.training.runtime import batch_plans
 from raysim.vectors.weights import get_weights
 
-pytestmark = pytest.mark.signals
+# under pytest-xdist, every test that signals, kills or starves a run runs in one test process,
+# one after another
+pytestmark = [pytest.mark.signals, pytest.mark.xdist_group("signals")]
 
 OPTIMIZER = OptimizerConfig(name="sgd", lr=0.05, momentum=0.9)
 

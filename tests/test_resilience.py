@@ -25,7 +25,9 @@ from raysim.engine.runner import run_experiment
 from raysim.results import load
 from raysim.rounds.checkpoint import CHECKPOINT_FILE, load_checkpoint
 
-pytestmark = pytest.mark.signals
+# under pytest-xdist, every test that signals, kills or starves a run runs in one test process,
+# one after another
+pytestmark = [pytest.mark.signals, pytest.mark.xdist_group("signals")]
 
 METRICS = ["round", "accuracy", "macro_f1", "auc", "loss", "train_loss", "bytes_up"]
 

@@ -14,7 +14,9 @@ from raysim.engine.launch import cpu_slots, private_state, warm_cluster
 from raysim.engine.launch.cpu_slots import CpuSlots
 from raysim.errors import RaysimError
 
-pytestmark = pytest.mark.cluster
+# under pytest-xdist, every test that starts a cluster runs in one test process, one after
+# another (a port one of them found free is not taken by another's Ray meanwhile)
+pytestmark = [pytest.mark.cluster, pytest.mark.xdist_group("clusters")]
 
 
 def test_a_lock_file_planted_as_a_link_is_refused_and_its_target_left_intact(tmp_path):

@@ -22,7 +22,9 @@ from raysim.engine.launch.warm_cluster import is_running
 from raysim.engine.launch.watchdog import start_time
 from raysim.engine.pool.keeper import PoolKeeper
 
-pytestmark = pytest.mark.cluster
+# under pytest-xdist, every test that starts a cluster runs in one test process, one after
+# another (a port one of them found free is not taken by another's Ray meanwhile)
+pytestmark = [pytest.mark.cluster, pytest.mark.xdist_group("clusters")]
 
 
 def _raysim(args: list[str], environment: dict[str, str]) -> subprocess.CompletedProcess:
