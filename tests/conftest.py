@@ -30,6 +30,14 @@ os.environ.update(_SUITE_DIRS)
 if "PYTEST_XDIST_WORKER" in os.environ:  # two test processes share the CPUs: one thread each
     os.environ.setdefault("OMP_NUM_THREADS", "1")
 
+CLUSTER_TESTS = [pytest.mark.cluster, pytest.mark.xdist_group("clusters")]
+"""``pytestmark`` of a module whose tests start their own Ray or cluster: under pytest-xdist
+they run in one test process, one after another (a port one of them found free is not taken by
+another's Ray meanwhile)."""
+SIGNAL_TESTS = [pytest.mark.signals, pytest.mark.xdist_group("signals")]
+"""``pytestmark`` of a module whose tests interrupt, kill or starve a run: under pytest-xdist
+they run in one test process, one after another."""
+
 
 def _suite_ray_processes() -> list[str]:
     """Processes still running that belong to a Ray the tests started (their command line or
@@ -103,9 +111,14 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if "ray_session" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.engine)
+        for name, (kind, group) in {"CLUSTER_TESTS": CLUSTER_TESTS,
+                                    "SIGNAL_TESTS": SIGNAL_TESTS}.items():
+            if item.get_closest_marker(kind.name) and group.mark not in item.iter_markers():
+                raise pytest.UsageError(f"{item.nodeid} is marked {kind.name} without its "
+                                        f"xdist_group: give its module `pytestmark = {name}`")
     # the longest units of work first: the tests that share one test process under xdist
     items.sort(key=lambda item: item.get_closest_marker("xdist_group") is None)
-    under_xdist = "PYTEST_XDIST_WORKER" in os.environ  # (the test runs mypy on its process)
+    under_xdist = "PYTEST_XDIST_WORKER" in os.environ  # (then test_typing runs mypy itself)
     if not under_xdist and any(item.path.name == "test_typing.py" for item in items):
         import background_mypy
 

@@ -97,9 +97,12 @@ def test_the_startup_tables_show_the_newest_run_of_each_side_and_each_configurat
     old = {**common, "commit": "aaaaaaa", "date": "2026-01-01", "measured_at": "2026-01-01T00:00Z"}
     new = {**common, "commit": "bbbbbbb", "date": "2026-01-02", "measured_at": "2026-01-02T00:00Z"}
     peers = [{**old, "side": "raysim_2x1cpu", "wall_s": 99.0, "machine_cpu_s": 150.0},
-             {**new, "side": "raysim_2x1cpu", "wall_s": 10.0, "machine_cpu_s": 15.0},
-             {**new, "side": "raysim_2x1cpu", "wall_s": 12.0, "machine_cpu_s": 19.0},
-             {**new, "side": "pfl_research_2proc", "wall_s": 8.0, "machine_cpu_s": 12.0},
+             {**new, "side": "raysim_2x1cpu", "wall_s": 10.0, "machine_cpu_s": 15.0, "repeat": 0},
+             {**new, "side": "raysim_2x1cpu", "wall_s": 12.0, "machine_cpu_s": 19.0, "repeat": 1},
+             {**new, "side": "pfl_research_2proc", "wall_s": 8.0, "machine_cpu_s": 12.0,
+              "repeat": 0},
+             {**new, "side": "pfl_research_2proc", "wall_s": 8.0, "machine_cpu_s": 12.0,
+              "repeat": 1},
              {**new, "side": "plain_pytorch_loop", "rounds_per_s": 20.0}]  # no process: left out
     phases = {"imports": 1.0, "data": 2.0, "ray": 3.0, "workers": 4.0, "first_round": 9.0}
     startup = [{"suite": "startup", "label": "quickstart", "tree": "this", "command_s": 15.0,
@@ -114,6 +117,8 @@ def test_the_startup_tables_show_the_newest_run_of_each_side_and_each_configurat
     rows = [line for line in text.splitlines() if line.startswith("| MLP")]
     assert [row.split(" | ")[1] for row in rows] == ["pfl_research_2proc", "raysim_2x1cpu"]
     assert "| 11.0 (10.0-12.0) | 17.0 (15.0-19.0) | 1.54 |" in rows[1]  # the newest run only
+    assert "| 1.38 (t = 3.00, p = 0.20, 2 pairs) |" in rows[1]  # 10/8 and 12/8, by repeat
+    assert "| 1.50 | - |" in rows[0]  # (pfl-research against itself: no pairs)
     assert "99" not in text.split("| configuration")[0]
     quickstart = next(line for line in text.splitlines() if line.startswith("| quickstart"))
     assert "| 15.0 (15.0-15.0) | 1.0 (1.0-1.0) |" in quickstart and "99" not in quickstart

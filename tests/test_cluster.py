@@ -16,7 +16,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 import yaml
-from conftest import quickstart_raw, small_federation
+from conftest import CLUSTER_TESTS, quickstart_raw, small_federation
 from inprocess import simulate
 from test_feddc import feddc_raw
 from test_plugins import PLUGINS, moons_raw
@@ -26,9 +26,7 @@ from raysim.engine.runner import run_experiment
 from raysim.estimator.cluster_projection import ProbeTraffic, round_bytes
 from raysim.results import load
 
-# under pytest-xdist, every test that starts a cluster runs in one test process, one after
-# another (a port one of them found free is not taken by another's Ray meanwhile)
-pytestmark = [pytest.mark.cluster, pytest.mark.xdist_group("clusters")]
+pytestmark = CLUSTER_TESTS
 
 SCRIPT = Path(__file__).with_name("local_cluster.py")
 FOUR = {"num_workers": 4, "cpus_per_worker": 1, "placement": "spread"}
@@ -59,22 +57,11 @@ DEAD_NODE = "dead_node"
 """The config run last, in an invocation of its own, whose first worker's node is killed."""
 
 
-_CLUSTER_RUNS: dict[str, tuple[dict, dict]] = {}
-"""The cluster's runs once made (a test process that tears the module's fixtures down between
-its tests, as pytest-xdist's may, sets the fixture up again without a second cluster)."""
-
-
 @pytest.fixture(scope="module")
 def cluster_runs(tmp_path_factory):
     """Every config run on the three-node cluster in one invocation, then the dead-node run
     (:data:`DEAD_NODE`) in another on the same cluster: {name: (raw config, the script's
     line)}."""
-    if not _CLUSTER_RUNS:
-        _CLUSTER_RUNS.update(_run_on_a_cluster(tmp_path_factory))
-    return _CLUSTER_RUNS
-
-
-def _run_on_a_cluster(tmp_path_factory) -> dict[str, tuple[dict, dict]]:
     folder = tmp_path_factory.mktemp("cluster")
     plugin_dir = folder / "lab"  # beside its config, on no node's import path
     plugin_dir.mkdir()

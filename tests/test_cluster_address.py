@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import answer_ctrl_c
+from conftest import CLUSTER_TESTS, answer_ctrl_c
 
 from raysim.engine.launch import cluster_probe
 from raysim.engine.launch import local_ray as startup
@@ -26,9 +26,7 @@ from raysim.engine.launch.cluster_probe import accepts_connections
 from raysim.engine.launch.watchdog import descendants
 from raysim.errors import ConfigError
 
-# under pytest-xdist, every test that starts a cluster runs in one test process, one after
-# another (a port one of them found free is not taken by another's Ray meanwhile)
-pytestmark = [pytest.mark.cluster, pytest.mark.xdist_group("clusters")]
+pytestmark = CLUSTER_TESTS
 
 TINY = {"name": "tiny", "dataset": {"name": "breast-cancer"},
         "partition": {"scheme": "iid", "num_clients": 4}, "model": {"name": "mlp", "hidden": [8]},

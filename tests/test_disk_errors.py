@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import yaml
-from conftest import quickstart_raw
+from conftest import SIGNAL_TESTS, quickstart_raw
 
 from raysim.cli import main
 from raysim.errors import ResultsNotWritable
@@ -23,9 +23,7 @@ from raysim.results import atomic, manifest, sink
 from raysim.results.manifest import read_manifest, update_manifest, write_manifest
 from raysim.results.sink import ParquetSink
 
-# under pytest-xdist, every test that signals, kills or starves a run runs in one test process,
-# one after another
-pytestmark = [pytest.mark.signals, pytest.mark.xdist_group("signals")]
+pytestmark = SIGNAL_TESTS
 
 
 def _disk_error(code: int):

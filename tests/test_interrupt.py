@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import quickstart_raw
+from conftest import SIGNAL_TESTS, quickstart_raw
 from test_resilience import _same_metrics, _wait_for
 
 from raysim.cli import main
@@ -26,9 +26,7 @@ from raysim.results import load
 from raysim.rounds.checkpoint import CHECKPOINT_FILE, load_checkpoint
 from raysim.training.evaluation import METRICS
 
-# under pytest-xdist, every test that signals, kills or starves a run runs in one test process,
-# one after another
-pytestmark = [pytest.mark.signals, pytest.mark.xdist_group("signals")]
+pytestmark = SIGNAL_TESTS
 
 ROUNDS = 60
 

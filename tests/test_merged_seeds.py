@@ -10,7 +10,7 @@ import time
 import numpy as np
 import pytest
 import torch
-from conftest import quickstart_raw
+from conftest import SIGNAL_TESTS, quickstart_raw
 
 from raysim.configuration.experiment import parse_config
 from raysim.configuration.schema import DatasetConfig, OptimizerConfig
@@ -25,9 +25,7 @@ from raysim.training.merged_training import Rendezvous, VectorizedJob, train_mer
 from raysim.training.runtime import batch_plans
 from raysim.vectors.weights import get_weights
 
-# under pytest-xdist, every test that signals, kills or starves a run runs in one test process,
-# one after another
-pytestmark = [pytest.mark.signals, pytest.mark.xdist_group("signals")]
+pytestmark = SIGNAL_TESTS
 
 OPTIMIZER = OptimizerConfig(name="sgd", lr=0.05, momentum=0.9)
 

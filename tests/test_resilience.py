@@ -15,7 +15,7 @@ from typing import Any
 import pandas as pd
 import pytest
 import yaml
-from conftest import quickstart_raw
+from conftest import SIGNAL_TESTS, quickstart_raw
 
 from raysim.cli import main
 from raysim.configuration.experiment import parse_config
@@ -25,9 +25,7 @@ from raysim.engine.runner import run_experiment
 from raysim.results import load
 from raysim.rounds.checkpoint import CHECKPOINT_FILE, load_checkpoint
 
-# under pytest-xdist, every test that signals, kills or starves a run runs in one test process,
-# one after another
-pytestmark = [pytest.mark.signals, pytest.mark.xdist_group("signals")]
+pytestmark = SIGNAL_TESTS
 
 METRICS = ["round", "accuracy", "macro_f1", "auc", "loss", "train_loss", "bytes_up"]
 

@@ -9,14 +9,13 @@ import os
 import stat
 
 import pytest
+from conftest import CLUSTER_TESTS
 
 from raysim.engine.launch import cpu_slots, private_state, warm_cluster
 from raysim.engine.launch.cpu_slots import CpuSlots
 from raysim.errors import RaysimError
 
-# under pytest-xdist, every test that starts a cluster runs in one test process, one after
-# another (a port one of them found free is not taken by another's Ray meanwhile)
-pytestmark = [pytest.mark.cluster, pytest.mark.xdist_group("clusters")]
+pytestmark = CLUSTER_TESTS
 
 
 def test_a_lock_file_planted_as_a_link_is_refused_and_its_target_left_intact(tmp_path):

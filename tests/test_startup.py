@@ -13,15 +13,13 @@ import threading
 import numpy as np
 import pytest
 import yaml
-from conftest import quickstart_raw
+from conftest import CLUSTER_TESTS, quickstart_raw
 
 from raysim.cli import main
 from raysim.configuration.experiment import parse_config
 from raysim.engine.launch.parallel_runs import processes_at_start, runs_at_once
 
-# under pytest-xdist, every test that starts a cluster runs in one test process, one after
-# another (a port one of them found free is not taken by another's Ray meanwhile)
-pytestmark = [pytest.mark.cluster, pytest.mark.xdist_group("clusters")]
+pytestmark = CLUSTER_TESTS
 
 
 def test_first_runs_actors_start_while_the_data_is_prepared_and_serve_the_run(

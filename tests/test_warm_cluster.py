@@ -15,16 +15,14 @@ from pathlib import Path
 import pandas as pd
 import pytest
 import yaml
-from conftest import answer_ctrl_c, quickstart_raw, run_tables
+from conftest import CLUSTER_TESTS, answer_ctrl_c, quickstart_raw, run_tables
 
 from raysim.engine.launch import warm_cluster
 from raysim.engine.launch.warm_cluster import is_running
 from raysim.engine.launch.watchdog import start_time
 from raysim.engine.pool.keeper import PoolKeeper
 
-# under pytest-xdist, every test that starts a cluster runs in one test process, one after
-# another (a port one of them found free is not taken by another's Ray meanwhile)
-pytestmark = [pytest.mark.cluster, pytest.mark.xdist_group("clusters")]
+pytestmark = CLUSTER_TESTS
 
 
 def _raysim(args: list[str], environment: dict[str, str]) -> subprocess.CompletedProcess:

@@ -615,8 +615,9 @@ def render_startup(peer_records: list[dict], startup_records: list[dict]) -> str
     and CPU seconds, and the cores they kept busy); then per ``startup.py`` label (its newest
     run of this checkout), the command's seconds, its phases and the machine's CPU seconds."""
     head = ("| workload | side | whole process (s, median and range) | machine busy CPU-s "
-            "(median and range) | cores kept busy | device | commit, date | command |\n"
-            "| --- | --- | --- | --- | --- | --- | --- | --- |\n")
+            "(median and range) | cores kept busy | / pfl-research 2 proc (mean of alternated "
+            "pairs, t, p) | device | commit, date | command |\n"
+            "| --- | --- | --- | --- | --- | --- | --- | --- | --- |\n")
     with_cpu = [r for r in peer_records if r.get("machine_cpu_s") is not None
                 and r.get("device") == "CPU"]
     lines = []
@@ -637,8 +638,9 @@ def render_startup(peer_records: list[dict], startup_records: list[dict]) -> str
             cpus = [r["machine_cpu_s"] for r in runs if not r.get("error")]
             busy = (f"{statistics.median(c / w for c, w in zip(cpus, walls, strict=True)):.2f}"
                     if walls else "-")
+            against = _against_pairs(runs, sides.get("pfl_research_2proc", []))
             lines.append(f"| {WORKLOADS.get(workload, workload)}, {sample['rounds']} rounds | "
-                         f"{side} | {_spread(walls)} | {_spread(cpus)} | {busy} | "
+                         f"{side} | {_spread(walls)} | {_spread(cpus)} | {busy} | {against} | "
                          f"{sample['cpus']} CPUs | {sample['commit']}, {sample['date']} | "
                          f"{command} |")
     phases_head = ("| configuration | command (s) | imports | data | Ray | workers | first "
@@ -665,6 +667,23 @@ def render_startup(peer_records: list[dict], startup_records: list[dict]) -> str
             f"{device} | {sample['commit']}, {sample['date']} | `python experiments/"
             f"benchmarks/startup.py {chosen} --repeats {len(runs)}` |")
     return (head + "\n".join(lines) + "\n\n" + phases_head + "\n".join(phase_lines)).rstrip("\n")
+
+
+def _against_pairs(runs: list[dict], reference: list[dict]) -> str:
+    """A raysim side's whole-process seconds over a reference side's, paired by repeat (the
+    sides alternate within a repeat): the mean ratio, its t against 1 and the two-sided p."""
+    from scipy import stats
+
+    theirs = {r["repeat"]: r["wall_s"] for r in reference
+              if "repeat" in r and not r.get("error")}
+    pairs = [(theirs[r["repeat"]], r["wall_s"]) for r in runs
+             if r.get("repeat") in theirs and not r.get("error")]
+    if not runs[0]["side"].startswith("raysim") or len(pairs) < 2:
+        return "-"
+    ratios = [ours / reference_s for reference_s, ours in pairs]
+    test = stats.ttest_1samp(ratios, 1.0)
+    return (f"{statistics.fmean(ratios):.2f} (t = {test.statistic:.2f}, p = {test.pvalue:.2f}, "
+            f"{len(pairs)} pairs)")
 
 
 def render_headline(records: list[dict]) -> str:
