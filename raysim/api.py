@@ -149,6 +149,7 @@ def run_estimate(config: str | Path | dict[str, Any], *, rounds: int = 3,
         table_rows,
     )
     from raysim.estimator.extrapolation import Extrapolation
+    from raysim.estimator.stand_in import check_stand_ins
 
     if rounds < 2:
         raise RaysimError(f"Invalid --rounds {rounds}: the estimate needs at least 2 rounds "
@@ -159,8 +160,10 @@ def run_estimate(config: str | Path | dict[str, Any], *, rounds: int = 3,
                           "the config's own rounds.")
     extrapolation = None if extrapolate is None else Extrapolation.parse(extrapolate)
     experiments = _experiments(config, list(overrides), list(variants), list(plugins))
-    if not stand_in_data:
-        check_data(experiments, data_root)  # before Ray, and before waiting for CPUs
+    if stand_in_data:
+        check_stand_ins(experiments, data_root)  # before Ray, and before waiting for CPUs
+    else:
+        check_data(experiments, data_root)
     cpus = os.cpu_count() or 1
     if all(cluster_to_join(run.engine.address) is None and running_cluster() is None
            for run in experiments.values()):  # a local Ray: make the engine fit

@@ -160,8 +160,9 @@ def _estimate(commands: Any) -> argparse.ArgumentParser:
                           "rounds up to the config's clients per round (for configs whose full "
                           "rounds are too slow to probe here)")
     estimate.add_argument("--stand-in-data", action="store_true",
-                          help="probe on a generated file of the dataset's layout when its "
-                          "MedMNIST file is not under the data root (timing only)")
+                          help="probe on generated files of the dataset's layout where its "
+                          "files are not under the data root: a MedMNIST file, a polyp "
+                          "centre's site folder, Sleep-EDF-20's recordings (timing only)")
     estimate.add_argument("--extrapolate", metavar="KEY=LOW,HIGH",
                           help="probe each variant with this numeric config key at LOW and at "
                           "HIGH and extend the line through the two to the config's own value "

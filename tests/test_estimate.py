@@ -114,7 +114,7 @@ def test_a_sliced_probe_projects_the_configs_rounds():
 def test_a_missing_medmnist_file_is_stood_in_for_by_one_of_its_layout(tmp_path):
     import numpy as np
 
-    from raysim.estimator.estimate import stand_in_data
+    from raysim.estimator.stand_in import stand_in_data
 
     config = parse_config(quickstart_raw(dataset={"name": "breastmnist", "size": 64}))
     generated = stand_in_data(config, str(tmp_path / "empty"), tmp_path / "scratch")

@@ -1,7 +1,8 @@
-"""Small generated datasets in the MedMNIST npz layout: offline stand-ins for a subset's file
-(no download, no real data), for tests, benchmarks and trying a config before the real file is
-at hand. The images carry a class-dependent pattern on noise, so a model can learn them and
-one that learns nothing stays at chance."""
+"""Small generated datasets in the layouts raysim reads (MedMNIST npz files, site folders of
+images and masks, folders of recordings): offline stand-ins for real data (no download), for
+tests, benchmarks, estimates and trying a config before the real files are at hand. Each
+carries a learnable pattern on noise (a class's texture or tone, a disc to segment), so a model
+can learn it and one that learns nothing stays at chance."""
 
 from __future__ import annotations
 
@@ -122,7 +123,8 @@ def write_stand_in(root: Path, flag: str, size: int) -> Path:
                               **counts)
 
 
-__all__ = ["write_medmnist_npz", "write_multilabel_npz", "write_stand_in", "write_volume_npz"]
+__all__ = ["write_medmnist_npz", "write_multilabel_npz", "write_recordings",
+           "write_segmentation_sites", "write_site", "write_stand_in", "write_volume_npz"]
 
 
 def _save(root: Path, flag: str, size: int, arrays: dict[str, Any],
@@ -169,24 +171,28 @@ def write_segmentation_sites(root: Path, *, sites: int = 2, images: int = 12, si
     ``site<k>/masks/*.png``, masks 0/255): a bright disc of random centre and radius on noise,
     its mask the disc, each site with its own brightness and image size (``size`` + 8 k), so
     that a U-Net can learn them and sites differ in appearance and resolution."""
+    rng = np.random.default_rng(seed)
+    return [write_site(root / f"site{site}", images=images, size=size + 8 * site,
+                       brightness=70 + 20 * site, rng=rng) for site in range(sites)]
+
+
+def write_site(folder: Path, *, images: int, size: int, brightness: float,
+               rng: np.random.Generator, suffix: str = ".png") -> Path:
+    """Write one generated site folder (``images/`` and ``masks/``, pairs named by index;
+    images in ``suffix``'s format, masks 0/255 PNG): a bright disc of random centre and
+    radius on noise of mean ``brightness``, ``size`` pixels square, its mask the disc."""
     from PIL import Image
 
-    rng = np.random.default_rng(seed)
-    folders = []
-    for site in range(sites):
-        folder = root / f"site{site}"
-        (folder / "images").mkdir(parents=True, exist_ok=True)
-        (folder / "masks").mkdir(parents=True, exist_ok=True)
-        side = size + 8 * site
-        rows, cols = np.mgrid[0:side, 0:side]
-        for index in range(images):
-            centre = rng.uniform(0.3 * side, 0.7 * side, size=2)
-            radius = rng.uniform(0.12 * side, 0.25 * side)
-            disc = (rows - centre[0]) ** 2 + (cols - centre[1]) ** 2 < radius ** 2
-            picture = rng.normal(70 + 20 * site, 20, size=(side, side, 3)) + 100 * disc[..., None]
-            Image.fromarray(np.clip(picture, 0, 255).astype(np.uint8)).save(
-                folder / "images" / f"{index:03d}.png")
-            Image.fromarray((disc * 255).astype(np.uint8)).save(
-                folder / "masks" / f"{index:03d}.png")
-        folders.append(folder)
-    return folders
+    (folder / "images").mkdir(parents=True, exist_ok=True)
+    (folder / "masks").mkdir(parents=True, exist_ok=True)
+    rows, cols = np.mgrid[0:size, 0:size]
+    for index in range(images):
+        centre = rng.uniform(0.3 * size, 0.7 * size, size=2)
+        radius = rng.uniform(0.12 * size, 0.25 * size)
+        disc = (rows - centre[0]) ** 2 + (cols - centre[1]) ** 2 < radius ** 2
+        picture = rng.normal(brightness, 20, size=(size, size, 3)) + 100 * disc[..., None]
+        Image.fromarray(np.clip(picture, 0, 255).astype(np.uint8)).save(
+            folder / "images" / f"{index:03d}{suffix}")
+        Image.fromarray((disc * 255).astype(np.uint8)).save(
+            folder / "masks" / f"{index:03d}.png")
+    return folder

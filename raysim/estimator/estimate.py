@@ -19,9 +19,9 @@ Three slices make a paper-scale config measurable on a small machine:
   is projected by the clients each worker runs one after another: ``ceil(C / workers) /
   ceil(K / workers)`` (an evaluation of every client's model likewise). A client's own work is
   assumed unchanged by the slice.
-- ``stand_in``: a MedMNIST file that is not at hand is replaced by a generated file of its
-  layout (official split sizes, channels, classes, size; ``write_stand_in``): what a round
-  costs does not depend on the pixel values.
+- ``stand_in``: a MedMNIST file, segmentation site or folder of recordings that is not at hand
+  is replaced by generated files of its public set's layout (:mod:`raysim.estimator.stand_in`):
+  what a round costs does not depend on the values.
 
 - ``extrapolation`` (:mod:`raysim.estimator.extrapolation`): a variant with the given numeric key is
   probed at two small values of it and its seconds are extended along the line through the
@@ -54,10 +54,10 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from raysim.configuration.experiment import ExperimentConfig
-from raysim.configuration.schema import DatasetConfig
 from raysim.engine.progress import duration_text
 from raysim.estimator.cluster_projection import ProbeTraffic
 from raysim.estimator.extrapolation import DATA_SLICE, Extrapolation
+from raysim.estimator.stand_in import stand_in_data, users_dataset
 
 
 @dataclass(frozen=True)
@@ -226,7 +226,7 @@ def sliced(config: ExperimentConfig, clients: int | None, data_root: str | None 
     else:  # every client trains: fewer clients, each holding what one of the config's holds
         partition = config.partition
         config = config.model_copy(update={"partition": partition.model_copy(
-            update={"num_clients": clients})})
+            update={"num_clients": clients, **_per_site(config, clients)})})
         if partition.samples_per_client is None and partition.scheme != "replicate":
             kept = max(2, math.ceil(train_size(config, data_root) * clients / own))
             config = config.model_copy(update={"dataset": config.dataset.model_copy(
@@ -234,6 +234,25 @@ def sliced(config: ExperimentConfig, clients: int | None, data_root: str | None 
     workers = config.engine.num_workers
     scale = math.ceil(own / workers) / math.ceil(clients / workers)
     return config, scale, scale if config.evaluation.clients else 1.0
+
+
+def _per_site(config: ExperimentConfig, clients: int) -> dict[str, int]:
+    """The slice's clients per site under scheme ``sites`` (every site the same number; an
+    empty update for other schemes); a count that the sites do not split evenly is refused."""
+    partition = config.partition
+    if partition.scheme != "sites":
+        return {}
+    per_site = partition.clients_per_site
+    sites = len(per_site) if isinstance(per_site, list) else partition.num_clients // per_site
+    if clients % sites:
+        from raysim.errors import ConfigError
+
+        raise ConfigError(
+            f"Invalid --clients {clients}: scheme 'sites' splits each of the config's {sites} "
+            f"sites into clients (partition.clients_per_site = {per_site}), and a slice keeps "
+            f"every site with the same number of clients, so it holds a multiple of {sites}. "
+            f"Pass --clients {sites} (one client a site) or another multiple of {sites}.")
+    return {"clients_per_site": clients // sites}
 
 
 def train_size(config: ExperimentConfig, data_root: str | None = None) -> int:
@@ -248,40 +267,11 @@ def train_size(config: ExperimentConfig, data_root: str | None = None) -> int:
         return dataset.train_subset
     if dataset.name in BUILTIN_DATASETS:
         return len(load_builtin(dataset.name).train_y)
-    if _users_dataset(dataset) or dataset.sites is not None or dataset.medsegbench is not None:
+    if users_dataset(dataset) or dataset.sites is not None or dataset.medsegbench is not None:
         from raysim.data import load_dataset
 
         return len(load_dataset(dataset, data_root).train_y)
     return int(medmnist_info()[dataset.name]["n_samples"]["train"])
-
-
-def _users_dataset(dataset: DatasetConfig) -> bool:
-    """A dataset of the user's: a ``.npz`` path or a name a plug-in registered."""
-    from raysim.data.registry import DATASETS
-
-    return dataset.path is not None or dataset.name.lower() in DATASETS
-
-
-def stand_in_data(config: ExperimentConfig, data_root: str | None, scratch: Path
-                  ) -> ExperimentConfig | None:
-    """``config`` reading a generated file of its MedMNIST dataset's layout from ``scratch``
-    when the real file is not under its data root (None when it is, or the dataset is
-    built in)."""
-    from raysim.data.builtin import BUILTIN_DATASETS
-    from raysim.data.generated import write_stand_in
-    from raysim.data.medmnist_io import default_root, file_name
-
-    dataset = config.dataset
-    if dataset.name in BUILTIN_DATASETS or _users_dataset(dataset):
-        return None
-    name = file_name(dataset.name, dataset.size)
-    if (Path(data_root or dataset.root or default_root()).expanduser() / name).exists():
-        return None
-    root = scratch / "stand-in"
-    if not (root / name).exists():
-        write_stand_in(root, dataset.name, dataset.size)
-    return config.model_copy(update={"dataset": dataset.model_copy(update={
-        "root": str(root), "download": False, "verify_checksum": False})})
 
 
 def check_data(configs: Mapping[str, ExperimentConfig], data_root: str | None) -> None:
@@ -296,7 +286,7 @@ def check_data(configs: Mapping[str, ExperimentConfig], data_root: str | None) -
     checked: set[str] = set()
     for config in configs.values():
         dataset = config.dataset
-        if dataset.name in BUILTIN_DATASETS or _users_dataset(dataset):
+        if dataset.name in BUILTIN_DATASETS or users_dataset(dataset):
             continue
         path = Path(data_root or dataset.root or default_root()).expanduser() / file_name(
             dataset.name, dataset.size)
@@ -418,9 +408,9 @@ def _probe(label: str, config: ExperimentConfig, rounds: int, data_root: str | N
     from raysim.results import load
 
     measured = min(rounds, config.training.rounds)
-    probe_config, round_scale, evaluation_scale = sliced(config, clients, data_root)
-    generated = stand_in_data(probe_config, data_root, Path(scratch)) if stand_in else None
-    probe_config = (generated or probe_config).model_copy(update={
+    generated = stand_in_data(config, data_root, Path(scratch)) if stand_in else None
+    probe_config, round_scale, evaluation_scale = sliced(generated or config, clients, data_root)
+    probe_config = probe_config.model_copy(update={
         "seeds": config.seeds[:1],
         "engine": probe_config.engine.model_copy(update={"count_transfers": True}),
         "training": probe_config.training.model_copy(update={"rounds": measured}),
@@ -529,5 +519,5 @@ def table_rows(estimate: Estimate, machine: str) -> list[dict[str, object]]:
 
 __all__ = ["INTERRUPTED", "Estimate", "Probe", "VariantCost", "busy_notice", "describe",
            "evaluations", "extended", "fit_to_machine", "makespan", "measure", "own_value",
-           "phased", "project", "sliced", "stand_in_data", "table_rows", "tail_phase",
+           "phased", "project", "sliced", "table_rows", "tail_phase",
            "train_size"]
