@@ -123,3 +123,23 @@ def test_the_startup_tables_show_the_newest_run_of_each_side_and_each_configurat
     quickstart = next(line for line in text.splitlines() if line.startswith("| quickstart"))
     assert "| 15.0 (15.0-15.0) | 1.0 (1.0-1.0) |" in quickstart and "99" not in quickstart
     assert "2 CPUs" in quickstart and "--config experiments/quickstart.yaml" in quickstart
+
+
+def test_the_task_rounds_show_the_newest_summary_of_each_workload_and_device():
+    report = _report()
+    base = {"side": "summary", "rounds": 3, "threads": 1, "load_at_start": 0.5,
+            "date": "2026-12-04", "raysim_loop_over_plain_n": 3,
+            "plain_pytorch_loop_median_rounds_per_s": 2.0,
+            "raysim_loop_median_rounds_per_s": 2.0, "raysim_vectorized_median_rounds_per_s": 1.0,
+            "raysim_loop_over_plain_ratio_mean": 1.0, "raysim_loop_over_plain_ratio_t": 0.1,
+            "raysim_vectorized_over_plain_ratio_mean": 0.5,
+            "raysim_vectorized_over_plain_ratio_t": -9.0}
+    records = [{**base, "workload": "unet", "device": "cpu-2cores", "commit": "old"},
+               {**base, "workload": "unet", "device": "cpu-2cores", "commit": "new",
+                "description": "U-Net"},
+               {**base, "workload": "tcn", "device": "nvidia-h200", "commit": "gpu",
+                "threads": None, "raysim_vectorized_median_rounds_per_s": 8.0}]
+    rows = report.render_task_rounds(records).splitlines()[2:]
+    assert len(rows) == 2 and rows[0].startswith("| U-Net | cpu-2cores | 1 |") and "new" in rows[0]
+    assert "| tcn | nvidia-h200 | - |" in rows[1] and "8.00 rounds/s" in rows[1]
+    assert "--workloads tcn --device cuda --rounds 3 --repeats 3" in rows[1]

@@ -32,7 +32,7 @@ from workloads import WORKLOADS as ALL_WORKLOADS
 ROOT = Path(__file__).resolve().parents[2]
 RECORDS = Path(__file__).resolve().parent / "records"
 PAGES = {"BENCHMARKS.md": ["benchmarks", "gpu-profile", "speed-mechanisms", "cluster-bytes",
-                          "segmentation-speed", "worker-priority", "client-scale",
+                          "task-rounds", "worker-priority", "client-scale",
                           "speed-cpu", "startup"],
          "README.md": ["benchmarks-headline"]}
 
@@ -356,27 +356,28 @@ def render_mechanisms(records: list[dict]) -> str:
     return head + "\n".join(lines)
 
 
-def load_segmentation_records() -> list[dict]:
-    """Every summary record of ``segmentation_speed.py``, in file order."""
-    return [record for path in sorted(RECORDS.glob("segmentation_speed_*.jsonl"))
+def load_task_records() -> list[dict]:
+    """Every summary record of ``task_rounds.py``, in file order."""
+    return [record for path in sorted(RECORDS.glob("task_rounds_*.jsonl"))
             for line in path.read_text().splitlines() if line.strip()
             for record in [json.loads(line)] if record.get("side") == "summary"]
 
 
-def render_segmentation(records: list[dict]) -> str:
-    """BENCHMARKS.md's U-Net round: raysim's client runtime (per-client loop, vectorised)
-    against a plain PyTorch loop, one thread each, the newest summary per device."""
+def render_task_rounds(records: list[dict]) -> str:
+    """BENCHMARKS.md's task rounds: raysim's client runtime (per-client loop, vectorised)
+    against a plain PyTorch loop, the newest summary per workload and device."""
     head = ("| workload | device | threads | load at start | plain PyTorch loop | raysim, "
             "per-client loop | raysim, vectorised | loop / plain (mean of pairs, t) | "
             "vectorised / plain | commit, date | command |\n| --- | --- | --- | --- | --- | --- "
             "| --- | --- | --- | --- | --- |\n")
-    newest = {r["device"]: r for r in records}
+    newest = {(r["workload"], r["device"]): r for r in records}
     lines = []
-    for device, r in newest.items():
+    for (workload, device), r in newest.items():
         pairs = r["raysim_loop_over_plain_n"]
+        on = "" if device.startswith("cpu-") else " --device cuda"
         lines.append(
-            "| U-Net 8-64 channels (MONAI), 4 clients x 32 images at 64 px, Dice + CE, 1 epoch "
-            f"of batch 8, SGD | {device} | {r['threads']} | {r['load_at_start']} | "
+            f"| {r.get('description', workload)} | {device} | {r['threads'] or '-'} | "
+            f"{r['load_at_start']} | "
             f"{r['plain_pytorch_loop_median_rounds_per_s']:.2f} rounds/s | "
             f"{r['raysim_loop_median_rounds_per_s']:.2f} rounds/s | "
             f"{r['raysim_vectorized_median_rounds_per_s']:.2f} rounds/s | "
@@ -384,8 +385,8 @@ def render_segmentation(records: list[dict]) -> str:
             f"{r['raysim_loop_over_plain_ratio_t']:.2f}, {pairs} pairs) | "
             f"{r['raysim_vectorized_over_plain_ratio_mean']:.2f} (t = "
             f"{r['raysim_vectorized_over_plain_ratio_t']:.2f}) | {r['commit']}, {r['date']} | "
-            "`python experiments/benchmarks/segmentation_speed.py --rounds "
-            f"{r['rounds']} --repeats {pairs}` |")
+            f"`python experiments/benchmarks/task_rounds.py --workloads {workload}{on} "
+            f"--rounds {r['rounds']} --repeats {pairs}` |")
     return head + "\n".join(lines)
 
 
@@ -719,7 +720,7 @@ def rendered_blocks() -> dict[str, str]:
             "gpu-profile": render_profile(records),
             "speed-mechanisms": render_mechanisms(load_mechanism_records()),
             "cluster-bytes": render_cluster_bytes(load_cluster_records()),
-            "segmentation-speed": render_segmentation(load_segmentation_records()),
+            "task-rounds": render_task_rounds(load_task_records()),
             "worker-priority": render_priority(load_suite_records("worker_priority")),
             "client-scale": render_client_scale(load_suite_records("client_scale")),
             "speed-cpu": render_speed(load_suite_records("speed")),
