@@ -134,9 +134,10 @@ def test_the_task_rounds_show_the_newest_summary_of_each_workload_and_device():
             "raysim_loop_over_plain_ratio_mean": 1.0, "raysim_loop_over_plain_ratio_t": 0.1,
             "raysim_vectorized_over_plain_ratio_mean": 0.5,
             "raysim_vectorized_over_plain_ratio_t": -9.0}
-    records = [{**base, "workload": "unet", "device": "cpu-2cores", "commit": "old"},
-               {**base, "workload": "unet", "device": "cpu-2cores", "commit": "new",
-                "description": "U-Net"},
+    records = [{**base, "workload": "unet", "device": "cpu-2cores", "commit": "new",
+                "description": "U-Net"},  # (a file named before the older one)
+               {**base, "workload": "unet", "device": "cpu-2cores", "commit": "old",
+                "date": "2026-12-02"},
                {**base, "workload": "tcn", "device": "nvidia-h200", "commit": "gpu",
                 "threads": None, "raysim_vectorized_median_rounds_per_s": 8.0}]
     rows = report.render_task_rounds(records).splitlines()[2:]

@@ -367,10 +367,11 @@ def render_task_rounds(records: list[dict]) -> str:
     """BENCHMARKS.md's task rounds: raysim's client runtime (per-client loop, vectorised)
     against a plain PyTorch loop, the newest summary per workload and device."""
     head = ("| workload | device | threads | load at start | plain PyTorch loop | raysim, "
-            "per-client loop | raysim, vectorised | loop / plain (mean of pairs, t) | "
+            "per-client loop | raysim, vectorised | loop / plain (mean of pairs, t, p) | "
             "vectorised / plain | commit, date | command |\n| --- | --- | --- | --- | --- | --- "
             "| --- | --- | --- | --- | --- |\n")
-    newest = {(r["workload"], r["device"]): r for r in records}
+    newest = {(r["workload"], r["device"]): r  # (file order within a date)
+              for r in sorted(records, key=lambda record: record["date"])}
     lines = []
     for (workload, device), r in newest.items():
         pairs = r["raysim_loop_over_plain_n"]
@@ -381,13 +382,22 @@ def render_task_rounds(records: list[dict]) -> str:
             f"{r['plain_pytorch_loop_median_rounds_per_s']:.2f} rounds/s | "
             f"{r['raysim_loop_median_rounds_per_s']:.2f} rounds/s | "
             f"{r['raysim_vectorized_median_rounds_per_s']:.2f} rounds/s | "
-            f"{r['raysim_loop_over_plain_ratio_mean']:.2f} (t = "
-            f"{r['raysim_loop_over_plain_ratio_t']:.2f}, {pairs} pairs) | "
-            f"{r['raysim_vectorized_over_plain_ratio_mean']:.2f} (t = "
-            f"{r['raysim_vectorized_over_plain_ratio_t']:.2f}) | {r['commit']}, {r['date']} | "
+            f"{_ratio_cell(r, 'raysim_loop', pairs)}, {pairs} pairs) | "
+            f"{_ratio_cell(r, 'raysim_vectorized', pairs)}) | {r['commit']}, {r['date']} | "
             f"`python experiments/benchmarks/task_rounds.py --workloads {workload}{on} "
             f"--rounds {r['rounds']} --repeats {pairs}` |")
     return head + "\n".join(lines)
+
+
+def _ratio_cell(record: dict, side: str, pairs: int) -> str:
+    """``mean (t = T, p = P`` of a side's mean ratio over alternated pairs: the two-sided p of
+    its one-sample t against 1 on ``pairs - 1`` degrees of freedom (left open for what
+    follows)."""
+    from scipy import stats
+
+    t = record[f"{side}_over_plain_ratio_t"]
+    p = 2 * stats.t.sf(abs(t), pairs - 1) if pairs > 1 else float("nan")
+    return f"{record[f'{side}_over_plain_ratio_mean']:.2f} (t = {t:.2f}, p = {p:.2g}"
 
 
 def load_cluster_records() -> list[dict]:
