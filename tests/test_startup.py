@@ -349,6 +349,17 @@ def test_the_console_script_stops_its_ray_then_exits_without_python_finalisation
     assert "python finalised" not in done.stdout
 
 
+def test_python_dash_m_raysim_is_the_command(tmp_path):
+    config = tmp_path / "run.yaml"
+    config.write_text(yaml.safe_dump(quickstart_raw()))
+    done = subprocess.run([sys.executable, "-m", "raysim", "validate", str(config)],
+                          capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert done.returncode == 0 and "valid" in (done.stdout + done.stderr).lower(), done.stderr
+    bad = subprocess.run([sys.executable, "-m", "raysim", "validate", str(tmp_path / "no.yaml")],
+                         capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert bad.returncode == 2 and "Traceback" not in bad.stderr
+
+
 _BUILTIN_PROBE = """
 import sys
 from raysim.data.builtin import load_builtin

@@ -2,8 +2,9 @@
 # Build what raysim needs on a GPU machine (Python 3.12, torch there, no Ray, no internet)
 # into .gpu/ (git-ignored via .git/info/exclude; copy it to the GPU machine with the tree), small
 # enough to copy alongside the tree (under 64 MiB with the peers' wheels): Ray 2.60 without
-# jars/rllib/tune/serve/data/train/llm/tests and with its binaries stripped (104 MB -> a 27 MB xz tarball), plus jsonschema, pydantic and
-# medmnist (only its INFO table is used), and py-spy for profiles. Byte-compiled for 3.12.
+# jars/rllib/tune/serve/data/train/llm/tests and with its binaries stripped (104 MB -> a 27 MB xz tarball), plus jsonschema, pydantic,
+# medmnist (only its INFO table is used), MONAI (the segmentation networks and losses) and py-spy for
+# profiles. Byte-compiled for 3.12.
 #   bash experiments/benchmarks/device/make_site.sh   (from the repository root; needs python3.12)
 set -eu
 if [ -z "${PY:-}" ]; then  # a Python 3.12 that runs (a pyenv shim may not)
@@ -30,6 +31,6 @@ cd ../..
 # cold command (the CLI, Ray's agents, each worker) compiles Ray's sources it imports
 "$PY" -m compileall -q -j 0 site
 tar -cJf site.tar.xz site && rm -rf site wheels
-python3 -m pip download -q --no-deps --only-binary=:all: -d . medmnist==3.0.2
+python3 -m pip download -q --no-deps --only-binary=:all: -d . medmnist==3.0.2 monai==1.6.1
 download -d . py-spy
 ls -la
