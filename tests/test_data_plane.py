@@ -195,6 +195,24 @@ def test_blocked_sums_and_merges_give_the_whole_vector_bits(monkeypatch, block, 
     assert np.array_equal(mean["b"], expected_b)
 
 
+def test_the_driver_adds_read_only_roots_in_one_pass_with_the_bits_of_copy_then_add():
+    """The driver's merge of workers' roots read from the object store: a new vector holding
+    left + right (then + the rest), the same bits as copying the left and adding in place."""
+    rng = np.random.default_rng(5)
+    vectors = [rng.normal(size=300_001) for _ in range(3)]
+    copies = [v.copy() for v in vectors]
+    entries = (("w", (300_001,), "float32"),)
+    for vector in vectors:
+        vector.flags.writeable = False
+    roots = [WeightedSum(torch.from_numpy(v), 2.0, entries, owned=False) for v in vectors]
+    merged = roots[0].merge(roots[1]).merge(roots[2])
+    expected = torch.from_numpy(vectors[0]).clone().add_(torch.from_numpy(vectors[1]))
+    expected.add_(torch.from_numpy(vectors[2]))
+    assert torch.equal(merged.vector, expected) and merged.total_weight == 6.0
+    assert all(merged.vector.data_ptr() != torch.from_numpy(v).data_ptr() for v in vectors)
+    assert all(np.array_equal(v, c) for v, c in zip(vectors, copies, strict=True))  # unwritten
+
+
 @pytest.mark.parametrize("vectorize", ["never", "always"])
 def test_weights_cross_to_the_host_a_constant_number_of_times_per_worker_round(
         monkeypatch, vectorize):

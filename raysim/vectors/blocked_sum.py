@@ -159,11 +159,16 @@ def _evaluate_into(expression: Expression, start: int, stop: int, out: torch.Ten
     while isinstance(expression, Merge):
         rights.append(expression.right)
         expression = expression.left
+    rights.reverse()
     if isinstance(expression, Dense):
-        out.copy_(expression.vector[start:stop])
+        left = expression.vector[start:stop]
+        if rights and isinstance(rights[0], Dense):  # left + right in one pass, no copy first
+            torch.add(left, rights.pop(0).vector[start:stop], out=out)
+        elif left.data_ptr() != out.data_ptr():  # (a merge into this vector: already there)
+            out.copy_(left)
     else:
         _add_terms(expression, start, stop, out, buffers.scratch)
-    for right in reversed(rights):
+    for right in rights:
         if isinstance(right, Dense):  # (a computed partial: added from where it lies)
             out.add_(right.vector[start:stop])
             continue
