@@ -162,8 +162,10 @@ def _evaluate_into(expression: Expression, start: int, stop: int, out: torch.Ten
     rights.reverse()
     if isinstance(expression, Dense):
         left = expression.vector[start:stop]
-        if rights and isinstance(rights[0], Dense):  # left + right in one pass, no copy first
-            torch.add(left, rights.pop(0).vector[start:stop], out=out)
+        first = rights[0] if rights else None
+        if isinstance(first, Dense):  # left + right in one pass, no copy first
+            torch.add(left, first.vector[start:stop], out=out)
+            rights.pop(0)
         elif left.data_ptr() != out.data_ptr():  # (a merge into this vector: already there)
             out.copy_(left)
     else:
