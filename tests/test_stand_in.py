@@ -129,3 +129,26 @@ def test_the_cli_refuses_an_unknown_missing_site_before_anything_starts(real_sit
                         str(tmp_path), command="estimate")
     assert code == 2 and "Traceback" not in err and "site 'hospital_b'" in err
     assert "Ray" not in err  # refused before a Ray started
+
+
+def test_a_data_slice_is_extended_to_the_whole_split_of_the_stand_in(ray_session, real_site,
+                                                                      tmp_path,
+                                                                      monkeypatch):
+    """--extrapolate dataset.train_subset=LOW,HIGH extends to the stood-in sites' training
+    images when the real folders are not at hand (not to a folder that is missing)."""
+    from raysim.estimator import estimate
+    from raysim.estimator.extrapolation import Extrapolation
+
+    probed: list[int | None] = []
+
+    def probe(label, config, rounds, *args, **kwargs):
+        probed.append(config.dataset.train_subset)
+        return estimate.Probe(rounds, 1.0 + (config.dataset.train_subset or 0), 0.0, 1.0)
+
+    monkeypatch.setattr(estimate, "_probe", probe)
+    config = parse_config(polyp_config(real_site))
+    probes, _, _ = measure({"": config}, rounds=2, data_root=str(tmp_path), stand_in=True,
+                           extrapolation=Extrapolation.parse("dataset.train_subset=4,8"))
+    whole = len(load_dataset(stand_in_data(config, str(tmp_path), tmp_path).dataset).train_y)
+    assert probed == [4, 8] and whole > 8
+    assert probes[""].round_s == pytest.approx(1.0 + whole)  # the line through 5 and 9

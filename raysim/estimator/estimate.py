@@ -317,7 +317,9 @@ def measure(configs: Mapping[str, ExperimentConfig], rounds: int, data_root: str
     with tempfile.TemporaryDirectory(prefix="raysim-estimate-") as scratch:
         for label, config in configs.items():
             started = time.time()
-            own = None if extrapolation is None else own_value(extrapolation, config, data_root)
+            own = None if extrapolation is None else own_value(extrapolation, (
+                stand_in and stand_in_data(config, data_root, Path(scratch))) or config,
+                data_root)  # (the whole split of the stand-in where the data is not at hand)
             tail = tail_phase(config)
             try:
                 if tail is not None:  # (probed by kind of round; not extrapolated)
