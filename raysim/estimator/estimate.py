@@ -495,8 +495,11 @@ def describe(estimate: Estimate, machine: str,
         lines.append(f"not in the projection: {label or '(config)'}, whose probe could not run "
                      f"({reason})")
     if any(cost.probe.stand_in for cost in estimate.variants):
-        lines.append("data: the MedMNIST file is not here; the probes ran on a generated file "
-                     "of its layout (split sizes, channels, classes, size).")
+        lines.append("data: the dataset's files are not here; the probes ran on generated files "
+                     "of its public layout (a MedMNIST file's split sizes, channels, classes "
+                     "and size; a polyp centre's image count; Sleep-EDF-20's subjects and "
+                     "epochs): a round's cost depends on their number and shape, not their "
+                     "values.")
     return "\n".join(lines)
 
 
