@@ -42,7 +42,7 @@ def test_the_tables_hold_the_public_sets_sizes():
     assert site_layout("site0") is None
     assert recording_layout("sleep-edf-30s") == RecordingLayout(
         recording_layout("sleep-edf-30s").set_name, subjects=20, nights=2, epochs=42_308,
-        length=3_000, sampling_rate=100.0)
+        length=3_000)
     assert recording_layout("sleep-edf") is None  # (5-s epochs: not a public layout)
 
 
@@ -76,8 +76,7 @@ def test_a_missing_site_of_a_set_raysim_does_not_know_is_refused(real_site, tmp_
 
 
 def test_missing_recordings_are_stood_in_for_by_their_sets_layout(tmp_path, monkeypatch):
-    small = RecordingLayout("Sleep-EDF-20", subjects=6, nights=2, epochs=118, length=300,
-                            sampling_rate=100.0)
+    small = RecordingLayout("Sleep-EDF-20", subjects=6, nights=2, epochs=118, length=300)
     monkeypatch.setitem(public_layouts.RECORDING_LAYOUTS, "sleepedf20", small)
     raw = {"name": "sleep", "dataset": {"name": "Sleep-EDF-20", "path": "sleep_edf_30s",
                                         "test_subjects": 2, "public_subjects": 1},

@@ -20,15 +20,14 @@ class SiteLayout:
 
 @dataclass(frozen=True)
 class RecordingLayout:
-    """A public set of recordings: its subjects, the nights (files) of each, every file's
-    epochs together, the samples of one epoch and the sampling rate (Hz)."""
+    """A public set of recordings at 100 Hz: its subjects, the nights (files) of each, every
+    file's epochs together and the samples of one epoch."""
 
     set_name: str
     subjects: int
     nights: int
     epochs: int
     length: int
-    sampling_rate: float
 
 
 _KVASIR = SiteLayout("Kvasir-SEG", 1000)
@@ -43,8 +42,7 @@ SITE_LAYOUTS: dict[str, SiteLayout] = {
 case, spaces and punctuation ignored; image counts as their releases hold them."""
 
 _SLEEP_EDF_20 = RecordingLayout("Sleep-EDF-20 (EEG Fpz-Cz, 30-s epochs, DeepSleepNet's format)",
-                                subjects=20, nights=2, epochs=42_308, length=3_000,
-                                sampling_rate=100.0)
+                                subjects=20, nights=2, epochs=42_308, length=3_000)
 RECORDING_LAYOUTS: dict[str, RecordingLayout] = {
     "sleepedf20": _SLEEP_EDF_20, "sleepedf30s": _SLEEP_EDF_20}
 """Sets of recordings by a dataset's ``name`` (case and punctuation ignored). Sleep-EDF-20's

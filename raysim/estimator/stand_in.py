@@ -30,7 +30,14 @@ import numpy as np
 from raysim.cache import cache_root
 from raysim.configuration.experiment import ExperimentConfig
 from raysim.configuration.schema import DatasetConfig, SegmentationSiteConfig
-from raysim.data.public_layouts import RecordingLayout, SiteLayout, layout_key
+from raysim.data.public_layouts import (
+    RecordingLayout,
+    SiteLayout,
+    known_names,
+    layout_key,
+    recording_layout,
+    site_layout,
+)
 from raysim.errors import DataError
 
 
@@ -43,10 +50,11 @@ def users_dataset(dataset: DatasetConfig) -> bool:
 
 def stand_in_data(config: ExperimentConfig, data_root: str | None, scratch: Path
                   ) -> ExperimentConfig | None:
-    """``config`` reading generated files of its dataset's layout from ``scratch`` where its
-    real files are not under its data root (None when they all are, or the dataset is built
-    in or the user's own). Raises :class:`~raysim.errors.DataError` for a missing site or
-    folder of recordings whose public set raysim does not know."""
+    """``config`` reading generated files of its dataset's layout where its real files are not
+    under its data root (None when they all are, or the dataset is built in or the user's
+    own): MedMNIST files and recordings written under ``scratch``, sites into raysim's cache.
+    Raises :class:`~raysim.errors.DataError` for a missing site or folder of recordings whose
+    public set raysim does not know."""
     dataset = config.dataset
     if dataset.sites is not None:
         sites = _stand_in_sites(dataset, data_root)
@@ -66,8 +74,6 @@ def _under(path: str, data_root: str | None) -> Path:
 
 
 def _unknown(what: str, where: Path) -> DataError:
-    from raysim.data.public_layouts import known_names
-
     return DataError(
         f"--stand-in-data cannot stand in for {what}: there is nothing at {where}, and raysim "
         f"knows no public set of that name, so not how large it is. It stands in for MedMNIST "
@@ -91,8 +97,6 @@ def _site_layouts(dataset: DatasetConfig, data_root: str | None
                   ) -> list[tuple[Path, SiteLayout | None]]:
     """Each site's folder as the loader reads it, and its public set's layout where that
     folder is missing (None where it is at hand)."""
-    from raysim.data.public_layouts import site_layout
-
     assert dataset.sites is not None
     found: list[tuple[Path, SiteLayout | None]] = []
     for site in dataset.sites:
@@ -110,10 +114,10 @@ def _stand_in_sites(dataset: DatasetConfig, data_root: str | None
     a generated one of its public set's size (None when every folder is at hand)."""
     assert dataset.sites is not None
     sites, stood_in = [], False
-    for number, (site, (folder, layout)) in enumerate(
-            zip(dataset.sites, _site_layouts(dataset, data_root), strict=True)):
+    for site, (folder, layout) in zip(dataset.sites, _site_layouts(dataset, data_root),
+                                      strict=True):
         if layout is not None:
-            folder = _generated_site(layout, dataset.resize, number)
+            folder = _generated_site(layout, dataset.resize)
             site = site.model_copy(update={"mask": "threshold", "invert": False,
                                            "unpaired": "error"})
             stood_in = True
@@ -121,7 +125,7 @@ def _stand_in_sites(dataset: DatasetConfig, data_root: str | None
     return sites if stood_in else None
 
 
-def _generated_site(layout: SiteLayout, size: int, number: int) -> Path:
+def _generated_site(layout: SiteLayout, size: int) -> Path:
     """The generated folder of ``layout``'s images at ``size`` px, written once into raysim's
     cache (the site reader caches its decoded arrays by folder, so a stand-in kept in place
     is decoded once too); written beside it and renamed, so that estimates side by side
@@ -132,9 +136,8 @@ def _generated_site(layout: SiteLayout, size: int, number: int) -> Path:
     if not folder.is_dir():
         folder.parent.mkdir(parents=True, exist_ok=True)
         with tempfile.TemporaryDirectory(dir=folder.parent) as scratch:
-            write_site(Path(scratch) / "site", images=layout.images, size=size,
-                       brightness=70 + 20 * (number % 4), rng=np.random.default_rng(number),
-                       suffix=".jpg")
+            write_site(Path(scratch) / "site", images=layout.images, size=size, brightness=90,
+                       rng=np.random.default_rng(layout.images), suffix=".jpg")
             with contextlib.suppress(OSError):  # (another estimate wrote it first)
                 os.rename(Path(scratch) / "site", folder)
     return folder
@@ -144,8 +147,6 @@ def _recordings_layout(dataset: DatasetConfig, data_root: str | None
                        ) -> tuple[Path, RecordingLayout | None]:
     """Where ``dataset.path`` is read, and its public set's layout where nothing is there
     (None where a file or folder of the user's is)."""
-    from raysim.data.public_layouts import recording_layout
-
     assert dataset.path is not None
     path = _under(dataset.path, data_root)
     if path.exists():
