@@ -144,3 +144,33 @@ def test_the_task_rounds_show_the_newest_summary_of_each_workload_and_device():
     assert len(rows) == 2 and rows[0].startswith("| U-Net | cpu-2cores | 1 |") and "new" in rows[0]
     assert "| tcn | nvidia-h200 | - |" in rows[1] and "8.00 rounds/s" in rows[1]
     assert "--workloads tcn --device cuda --rounds 3 --repeats 3" in rows[1]
+
+
+def test_a_gpu_runs_files_are_filed_by_device_and_commit_once(tmp_path, monkeypatch):
+    import tarfile
+
+    spec = importlib.util.spec_from_file_location(
+        "device_unpack", ROOT / "experiments" / "benchmarks" / "device" / "unpack.py")
+    unpack = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(unpack)
+    monkeypatch.setattr(unpack, "RECORDS", tmp_path / "records")
+    monkeypatch.setattr(unpack, "ESTIMATES", tmp_path / "estimates")
+    (tmp_path / "records").mkdir()
+    (tmp_path / "estimates").mkdir()
+    back = tmp_path / "back"
+    (back / "estimates").mkdir(parents=True)
+    lines = [json.dumps({"suite": "task_rounds", "device": "nvidia-h200", "commit": "abc1234",
+                         "side": side}) for side in ("a", "b")]
+    (back / "task_rounds_gpu.jsonl").write_text("\n".join(lines) + "\n")
+    (back / "estimates" / "polyp_gpu.csv").write_text("variant,round_s\nfedavg,1.5\n")
+    with tarfile.open(back / "estimates.tar", "w") as tar:
+        tar.add(back / "estimates", arcname="estimates")
+    for _ in range(2):  # filed twice: the records once
+        target = unpack.file_records(back / "task_rounds_gpu.jsonl", "task_rounds")
+        filed = unpack.file_estimates(back / "estimates.tar")
+    assert target == tmp_path / "records" / "task_rounds_nvidia-h200_abc1234.jsonl"
+    assert target.read_text().splitlines() == lines
+    assert filed == [tmp_path / "estimates" / "polyp_gpu.csv"]
+    assert "fedavg,1.5" in filed[0].read_text()
+    assert unpack.file_records(back / "peers_gpu.jsonl", "peers") is None  # not brought back
+    assert unpack.slug("NVIDIA H200") == "nvidia-h200"

@@ -15,7 +15,8 @@
 #     120 rounds of both shapes beside pfl-research's 4 processes, and raysim against the
 #     reference over 20 rounds in three alternating repeats
 # From the repository root on the GPU machine, with the .gpu/ folder that make_site.sh and
-# peer_wheels.sh build beside it. Each step has its own time limit and is skipped when the
+# peer_wheels.sh build beside it; back here, `python experiments/benchmarks/device/unpack.py
+# FOLDER` files what came back (records, estimates) and re-renders BENCHMARKS.md. Each step has its own time limit and is skipped when the
 # call's BUDGET (seconds) would not hold it; the first compiled call's limits include its
 # compile time.
 set -u
