@@ -151,3 +151,20 @@ def test_a_data_slice_is_extended_to_the_whole_split_of_the_stand_in(ray_session
     whole = len(load_dataset(stand_in_data(config, str(tmp_path), tmp_path).dataset).train_y)
     assert probed == [4, 8] and whole > 8
     assert probes[""].round_s == pytest.approx(1.0 + whole)  # the line through 5 and 9
+
+
+def test_without_the_option_missing_sites_are_named_with_the_remedy_before_ray(real_site,
+                                                                               tmp_path,
+                                                                               capsys):
+    from test_bad_input import run_cli
+
+    code, err = run_cli(capsys, tmp_path, polyp_config(real_site), "--data-root",
+                        str(tmp_path), command="estimate")
+    assert code == 2 and "Traceback" not in err
+    assert f"site 'etis_larib': nothing at {tmp_path / 'polyp_etis_larib'}" in err
+    assert "add --stand-in-data" in err and "site 'discs'" not in err  # (that one is there)
+    raw = polyp_config(real_site)
+    raw["dataset"]["sites"][1] = {"name": "hospital_b", "path": "hospital_b"}
+    code, err = run_cli(capsys, tmp_path, raw, "--data-root", str(tmp_path),
+                        command="estimate")
+    assert code == 2 and "cannot stand in for site 'hospital_b'" in err

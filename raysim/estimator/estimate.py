@@ -57,7 +57,7 @@ from raysim.configuration.experiment import ExperimentConfig
 from raysim.engine.progress import duration_text
 from raysim.estimator.cluster_projection import ProbeTraffic
 from raysim.estimator.extrapolation import DATA_SLICE, Extrapolation
-from raysim.estimator.stand_in import stand_in_data, users_dataset
+from raysim.estimator.stand_in import missing_data, stand_in_data, users_dataset
 
 
 @dataclass(frozen=True)
@@ -276,8 +276,9 @@ def train_size(config: ExperimentConfig, data_root: str | None = None) -> int:
 
 def check_data(configs: Mapping[str, ExperimentConfig], data_root: str | None) -> None:
     """Before Ray starts: every variant's MedMNIST file is present, or fetched now where the
-    config allows downloads; otherwise one paragraph naming the file, ``--data-root`` and
-    ``--stand-in-data`` (an estimate can time a generated file of the dataset's layout)."""
+    config allows downloads, and its site folders or ``dataset.path`` exist; otherwise one
+    paragraph naming what is missing, ``--data-root`` and ``--stand-in-data`` (an estimate can
+    time generated files of the dataset's layout)."""
     from raysim.data import load_dataset
     from raysim.data.builtin import BUILTIN_DATASETS
     from raysim.data.medmnist_io import default_root, file_name
@@ -286,7 +287,12 @@ def check_data(configs: Mapping[str, ExperimentConfig], data_root: str | None) -
     checked: set[str] = set()
     for config in configs.values():
         dataset = config.dataset
-        if dataset.name in BUILTIN_DATASETS or users_dataset(dataset):
+        if dataset.sites is not None or dataset.path is not None:
+            missing = missing_data(dataset, data_root)
+            if missing is not None:
+                raise DataError(missing)
+            continue
+        if dataset.name in BUILTIN_DATASETS or users_dataset(dataset) or dataset.medsegbench:
             continue
         path = Path(data_root or dataset.root or default_root()).expanduser() / file_name(
             dataset.name, dataset.size)

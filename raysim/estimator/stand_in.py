@@ -93,6 +93,32 @@ def check_stand_ins(configs: Mapping[str, ExperimentConfig], data_root: str | No
             _recordings_layout(dataset, data_root)
 
 
+def missing_data(dataset: DatasetConfig, data_root: str | None) -> str | None:
+    """One paragraph naming the site folders or the ``dataset.path`` that are not at hand, and
+    whether ``--stand-in-data`` can stand in for them (None when everything is there, or the
+    dataset has neither sites nor a path)."""
+    missing: list[tuple[str, Path, bool]] = []  # (what, where, whether a stand-in is known)
+    if dataset.sites is not None:
+        missing = [(f"site {site.name!r}", folder, site_layout(site.name) is not None)
+                   for site in dataset.sites
+                   for folder in [_under(site.path, data_root)] if not folder.is_dir()]
+    elif dataset.path is not None:
+        path = _under(dataset.path, data_root)
+        if not path.exists():
+            missing = [(f"`dataset.path` of {dataset.name!r}", path,
+                        recording_layout(dataset.name) is not None)]
+    if not missing:
+        return None
+    named = "; ".join(f"{what}: nothing at {path}" for what, path, _ in missing)
+    unknown = [what for what, _, known in missing if not known]
+    remedy = ("To estimate without them, add --stand-in-data: the probes then time generated "
+              "files of their public sets' sizes." if not unknown else
+              f"--stand-in-data cannot stand in for {', '.join(unknown)} (raysim knows the "
+              f"sizes of {known_names()}).")
+    return (f"The data is not at hand: {named}. Point --data-root at the folder that holds "
+            f"them (relative paths are read under it). {remedy}")
+
+
 def _site_layouts(dataset: DatasetConfig, data_root: str | None
                   ) -> list[tuple[Path, SiteLayout | None]]:
     """Each site's folder as the loader reads it, and its public set's layout where that
