@@ -62,6 +62,10 @@ estimate 45 experiments/mhpflid/sleep_edf_paper_scale.yaml --variant mhpflid --r
 estimate 40 experiments/feddc/pneumonia_paper.yaml --variant feddc --rounds 11
 estimate 40 experiments/mhpflid/paper_scale.yaml --variant mhpflid --rounds 2
 estimate 50 experiments/fedvck/paper_scale.yaml --variant fedvck --rounds 2 --extrapolate algorithm.iterations=50,250
+# where time is left: FedSM's segmentation studies and its RetinaMNIST config
+estimate 60 experiments/segmentation/polyp_two_hospitals_paper_scale.yaml --variant fedavg --variant fedsm --rounds 2 --extrapolate dataset.train_subset=32,96
+estimate 40 experiments/segmentation/polyp_unseen_site_paper_scale.yaml --variant fedsm --rounds 2
+estimate 40 experiments/fedsm/fedsm_paper_scale.yaml --variant fedsm --rounds 2
 tar -cf $OUT/estimates.tar -C /tmp estimates
 ;;
 3)
