@@ -49,3 +49,19 @@ def test_every_script_imports(modules):
     finally:
         for name in set(sys.modules) - before:
             del sys.modules[name]
+
+
+def test_each_task_round_runs_three_ways_on_the_cpu(modules, tmp_path):
+    """task_rounds.py's workloads: the runtime's loop and vectorised path (the path it asks
+    for, not a fallback) and the plain loop each run a round of every workload."""
+    import torch
+
+    task_rounds = importlib.import_module("task_rounds")
+    cpu = torch.device("cpu")
+    for name in task_rounds.WORKLOADS:
+        config = task_rounds.workload_config(name, tmp_path / name)
+        for one_round in (task_rounds.raysim_round(config, "never", cpu),
+                          task_rounds.raysim_round(config, "always", cpu),
+                          task_rounds.plain_round(config, cpu)):
+            one_round()
+    assert task_rounds.device_label(cpu).startswith("cpu-")
