@@ -173,4 +173,4 @@ def test_a_gpu_runs_files_are_filed_by_device_and_commit_once(tmp_path, monkeypa
     assert filed == [tmp_path / "estimates" / "polyp_gpu.csv"]
     assert "fedavg,1.5" in filed[0].read_text()
     assert unpack.file_records(back / "peers_gpu.jsonl", "peers") is None  # not brought back
-    assert unpack.slug("NVIDIA H200") == "nvidia-h200"
+    assert unpack.device_slug("NVIDIA H200") == "nvidia-h200"

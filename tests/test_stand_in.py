@@ -119,15 +119,21 @@ def test_a_slice_of_site_clients_keeps_every_site_and_refuses_an_uneven_count(re
 
 
 def test_the_cli_refuses_an_unknown_missing_site_before_anything_starts(real_site, tmp_path,
-                                                                       capsys):
+                                                                       capsys, monkeypatch):
     from test_bad_input import run_cli
 
+    from raysim.engine import invocation
+
+    def no_ray(*args, **kwargs):
+        raise AssertionError("a Ray was started")
+
+    monkeypatch.setattr(invocation, "ray_for", no_ray)
     raw = polyp_config(real_site)
     raw["dataset"]["sites"][1] = {"name": "hospital_b", "path": "hospital_b"}
     code, err = run_cli(capsys, tmp_path, raw, "--stand-in-data", "--data-root",
                         str(tmp_path), command="estimate")
     assert code == 2 and "Traceback" not in err and "site 'hospital_b'" in err
-    assert "Ray" not in err  # refused before a Ray started
+    assert "a Ray was started" not in err  # refused before one started
 
 
 def test_a_data_slice_is_extended_to_the_whole_split_of_the_stand_in(ray_session, real_site,

@@ -103,6 +103,11 @@ def cpu_device() -> str:
     return f"cpu-{os.cpu_count()}cores"
 
 
+def device_slug(device: str) -> str:
+    """A device's name as record files name it: ``NVIDIA H200`` -> ``nvidia-h200``."""
+    return re.sub(r"[^a-z0-9]+", "-", device.lower()).strip("-")
+
+
 def record_path(suite: str, device: str, at_commit: str) -> Path:
     """Where a suite's records of one device and commit go."""
     return RECORDS / f"{suite}_{device}_{at_commit}.jsonl"

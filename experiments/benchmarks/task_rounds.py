@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import re
 import sys
 import tempfile
 from collections.abc import Callable
@@ -42,7 +41,14 @@ import torch
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 from baselines import rounds_per_second  # noqa: E402
-from harness import Records, commit, cpu_device, paired_ratios, record_path  # noqa: E402
+from harness import (  # noqa: E402
+    Records,
+    commit,
+    cpu_device,
+    device_slug,
+    paired_ratios,
+    record_path,
+)
 
 from raysim.configuration.experiment import ExperimentConfig, parse_config  # noqa: E402
 from raysim.data.generated import write_recordings, write_segmentation_sites  # noqa: E402
@@ -174,7 +180,7 @@ def device_label(device: torch.device) -> str:
     (``nvidia-h200``)."""
     if device.type != "cuda":
         return cpu_device()
-    return re.sub(r"[^a-z0-9]+", "-", torch.cuda.get_device_name(device).lower()).strip("-")
+    return device_slug(torch.cuda.get_device_name(device))
 
 
 def measure(name: str, device: torch.device, rounds: int, repeats: int,

@@ -25,6 +25,7 @@ import numpy as np
 
 from raysim.configuration.schema import DatasetConfig
 from raysim.data.dataset import ArrayDataset, DataInfo, Task
+from raysim.data.paths import under_data_root
 from raysim.data.recordings import is_recording_folder, load_recordings
 from raysim.errors import ConfigError
 
@@ -121,9 +122,7 @@ def load_path(config: DatasetConfig, data_root: str | None) -> ArrayDataset:
     folder of image files per class (the class names sorted give the labels), or a folder of
     recordings (:mod:`raysim.data.recordings`)."""
     assert config.path is not None
-    path = Path(config.path).expanduser()
-    if not path.is_absolute() and data_root is not None:
-        path = Path(data_root) / path
+    path = under_data_root(config.path, data_root)
     if path.is_dir() and is_recording_folder(path):
         return load_recordings(path, config)
     if path.is_dir():

@@ -29,6 +29,7 @@ import numpy as np
 from raysim.cache import cache_root
 from raysim.configuration.schema import DatasetConfig, SegmentationSiteConfig
 from raysim.data.dataset import ArrayDataset, DataInfo
+from raysim.data.paths import under_data_root
 from raysim.errors import ConfigError
 from raysim.seeding import numpy_rng
 
@@ -49,9 +50,7 @@ class SiteImages:
 
 def site_folder(site: SegmentationSiteConfig, data_root: str | None) -> Path:
     """A site's folder (relative paths under ``--data-root`` when given), which must exist."""
-    path = Path(site.path).expanduser()
-    if not path.is_absolute() and data_root is not None:
-        path = Path(data_root) / path
+    path = under_data_root(site.path, data_root)
     if not path.is_dir():
         raise ConfigError(
             f"Invalid config field `dataset.sites` (site {site.name!r}): no folder at {path}. "

@@ -292,7 +292,7 @@ def check_data(configs: Mapping[str, ExperimentConfig], data_root: str | None) -
             if missing is not None:
                 raise DataError(missing)
             continue
-        if dataset.name in BUILTIN_DATASETS or users_dataset(dataset) or dataset.medsegbench:
+        if dataset.name in BUILTIN_DATASETS or users_dataset(dataset):
             continue
         path = Path(data_root or dataset.root or default_root()).expanduser() / file_name(
             dataset.name, dataset.size)

@@ -23,6 +23,7 @@ import contextlib
 import os
 import tempfile
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -30,6 +31,7 @@ import numpy as np
 from raysim.cache import cache_root
 from raysim.configuration.experiment import ExperimentConfig
 from raysim.configuration.schema import DatasetConfig, SegmentationSiteConfig
+from raysim.data.paths import under_data_root
 from raysim.data.public_layouts import (
     RecordingLayout,
     SiteLayout,
@@ -56,29 +58,56 @@ def stand_in_data(config: ExperimentConfig, data_root: str | None, scratch: Path
     Raises :class:`~raysim.errors.DataError` for a missing site or folder of recordings whose
     public set raysim does not know."""
     dataset = config.dataset
+    if dataset.sites is None and dataset.path is None:
+        return _stand_in_medmnist(config, data_root, scratch / "stand-in")
+    missing = _missing(dataset, data_root)
+    _refuse_unknown(missing)
+    if not missing:
+        return None
     if dataset.sites is not None:
-        sites = _stand_in_sites(dataset, data_root)
-        return None if sites is None else config.model_copy(update={
-            "dataset": dataset.model_copy(update={"sites": sites})})
+        return config.model_copy(update={"dataset": dataset.model_copy(update={
+            "sites": _stand_in_sites(dataset, data_root, missing)})})
+    layout = missing[0].layout
+    assert isinstance(layout, RecordingLayout)
+    return config.model_copy(update={"dataset": dataset.model_copy(update={
+        "path": _generated_recordings(layout, scratch / "stand-in")})})
+
+
+@dataclass(frozen=True)
+class Missing:
+    """A site's folder or a ``dataset.path`` that is not at hand, and the public set's layout
+    a stand-in would take (None: raysim knows no set of that name)."""
+
+    what: str
+    where: Path
+    layout: SiteLayout | RecordingLayout | None
+    site: int | None = None
+    """The site's position in ``dataset.sites`` (None for a ``dataset.path``)."""
+
+
+def _missing(dataset: DatasetConfig, data_root: str | None) -> list[Missing]:
+    """What of the dataset's site folders or ``dataset.path`` is not at hand."""
+    if dataset.sites is not None:
+        return [Missing(f"site {site.name!r}", folder, site_layout(site.name), number)
+                for number, site in enumerate(dataset.sites)
+                for folder in [under_data_root(site.path, data_root)] if not folder.is_dir()]
     if dataset.path is not None:
-        path = _stand_in_recordings(dataset, data_root, scratch / "stand-in")
-        return None if path is None else config.model_copy(update={
-            "dataset": dataset.model_copy(update={"path": path})})
-    return _stand_in_medmnist(config, data_root, scratch / "stand-in")
+        path = under_data_root(dataset.path, data_root)
+        if not path.exists():
+            return [Missing(f"dataset {dataset.name!r} (`dataset.path`)", path,
+                            recording_layout(dataset.name))]
+    return []
 
 
-def _under(path: str, data_root: str | None) -> Path:
-    """A config's path as the loaders read it: relative paths under ``data_root`` when given."""
-    resolved = Path(path).expanduser()
-    return resolved if resolved.is_absolute() or data_root is None else Path(data_root) / resolved
-
-
-def _unknown(what: str, where: Path) -> DataError:
-    return DataError(
-        f"--stand-in-data cannot stand in for {what}: there is nothing at {where}, and raysim "
-        f"knows no public set of that name, so not how large it is. It stands in for MedMNIST "
-        f"files, {known_names()}. Point --data-root at the real files, or name the site or "
-        "dataset after the public set it holds.")
+def _refuse_unknown(missing: list[Missing]) -> None:
+    """The :class:`~raysim.errors.DataError` for the first missing item of an unknown set."""
+    unknown = next((item for item in missing if item.layout is None), None)
+    if unknown is not None:
+        raise DataError(
+            f"--stand-in-data cannot stand in for {unknown.what}: there is nothing at "
+            f"{unknown.where}, and raysim knows no public set of that name, so not how large "
+            f"it is. It stands in for MedMNIST files, {known_names()}. Point --data-root at "
+            "the real files, or name the site or dataset after the public set it holds.")
 
 
 def check_stand_ins(configs: Mapping[str, ExperimentConfig], data_root: str | None) -> None:
@@ -86,31 +115,18 @@ def check_stand_ins(configs: Mapping[str, ExperimentConfig], data_root: str | No
     set raysim can stand in for (else the :class:`~raysim.errors.DataError` of
     :func:`stand_in_data`); nothing is written."""
     for config in configs.values():
-        dataset = config.dataset
-        if dataset.sites is not None:
-            _site_layouts(dataset, data_root)
-        elif dataset.path is not None:
-            _recordings_layout(dataset, data_root)
+        _refuse_unknown(_missing(config.dataset, data_root))
 
 
 def missing_data(dataset: DatasetConfig, data_root: str | None) -> str | None:
     """One paragraph naming the site folders or the ``dataset.path`` that are not at hand, and
     whether ``--stand-in-data`` can stand in for them (None when everything is there, or the
     dataset has neither sites nor a path)."""
-    missing: list[tuple[str, Path, bool]] = []  # (what, where, whether a stand-in is known)
-    if dataset.sites is not None:
-        missing = [(f"site {site.name!r}", folder, site_layout(site.name) is not None)
-                   for site in dataset.sites
-                   for folder in [_under(site.path, data_root)] if not folder.is_dir()]
-    elif dataset.path is not None:
-        path = _under(dataset.path, data_root)
-        if not path.exists():
-            missing = [(f"`dataset.path` of {dataset.name!r}", path,
-                        recording_layout(dataset.name) is not None)]
+    missing = _missing(dataset, data_root)
     if not missing:
         return None
-    named = "; ".join(f"{what}: nothing at {path}" for what, path, _ in missing)
-    unknown = [what for what, _, known in missing if not known]
+    named = "; ".join(f"{item.what}: nothing at {item.where}" for item in missing)
+    unknown = [item.what for item in missing if item.layout is None]
     remedy = ("To estimate without them, add --stand-in-data: the probes then time generated "
               "files of their public sets' sizes." if not unknown else
               f"--stand-in-data cannot stand in for {', '.join(unknown)} (raysim knows the "
@@ -119,36 +135,23 @@ def missing_data(dataset: DatasetConfig, data_root: str | None) -> str | None:
             f"them (relative paths are read under it). {remedy}")
 
 
-def _site_layouts(dataset: DatasetConfig, data_root: str | None
-                  ) -> list[tuple[Path, SiteLayout | None]]:
-    """Each site's folder as the loader reads it, and its public set's layout where that
-    folder is missing (None where it is at hand)."""
-    assert dataset.sites is not None
-    found: list[tuple[Path, SiteLayout | None]] = []
-    for site in dataset.sites:
-        folder = _under(site.path, data_root)
-        layout = None if folder.is_dir() else site_layout(site.name)
-        if layout is None and not folder.is_dir():
-            raise _unknown(f"site {site.name!r}", folder)
-        found.append((folder, layout))
-    return found
-
-
-def _stand_in_sites(dataset: DatasetConfig, data_root: str | None
-                    ) -> list[SegmentationSiteConfig] | None:
+def _stand_in_sites(dataset: DatasetConfig, data_root: str | None, missing: list[Missing]
+                    ) -> list[SegmentationSiteConfig]:
     """Every site with its folder as an absolute path: the real one where it is at hand, else
-    a generated one of its public set's size (None when every folder is at hand)."""
+    a generated one of its public set's size."""
     assert dataset.sites is not None
-    sites, stood_in = [], False
-    for site, (folder, layout) in zip(dataset.sites, _site_layouts(dataset, data_root),
-                                      strict=True):
-        if layout is not None:
+    layouts = {item.site: item.layout for item in missing}
+    sites = []
+    for number, site in enumerate(dataset.sites):
+        layout = layouts.get(number)
+        if isinstance(layout, SiteLayout):
             folder = _generated_site(layout, dataset.resize)
             site = site.model_copy(update={"mask": "threshold", "invert": False,
                                            "unpaired": "error"})
-            stood_in = True
+        else:
+            folder = under_data_root(site.path, data_root)
         sites.append(site.model_copy(update={"path": str(folder.resolve())}))
-    return sites if stood_in else None
+    return sites
 
 
 def _generated_site(layout: SiteLayout, size: int) -> Path:
@@ -169,30 +172,12 @@ def _generated_site(layout: SiteLayout, size: int) -> Path:
     return folder
 
 
-def _recordings_layout(dataset: DatasetConfig, data_root: str | None
-                       ) -> tuple[Path, RecordingLayout | None]:
-    """Where ``dataset.path`` is read, and its public set's layout where nothing is there
-    (None where a file or folder of the user's is)."""
-    assert dataset.path is not None
-    path = _under(dataset.path, data_root)
-    if path.exists():
-        return path, None
-    layout = recording_layout(dataset.name)
-    if layout is None:
-        raise _unknown(f"dataset {dataset.name!r} (`dataset.path`)", path)
-    return path, layout
-
-
-def _stand_in_recordings(dataset: DatasetConfig, data_root: str | None, root: Path
-                         ) -> str | None:
-    """A generated folder of recordings of the dataset's public set where ``path`` is
-    missing (None where it exists)."""
+def _generated_recordings(layout: RecordingLayout, root: Path) -> str:
+    """A generated folder of ``layout``'s recordings under ``root`` (a probe's scratch; written
+    once there): its epochs spread evenly over its subjects' nights, rounded up."""
     from raysim.data.generated import write_recordings
 
-    _, layout = _recordings_layout(dataset, data_root)
-    if layout is None:
-        return None
-    folder = root / f"recordings-{layout_key(dataset.name)}"
+    folder = root / f"recordings-{layout_key(layout.set_name)}"
     if not folder.is_dir():
         files = layout.subjects * layout.nights
         write_recordings(folder, subjects=layout.subjects, nights=layout.nights,

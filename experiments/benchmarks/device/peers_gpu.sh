@@ -1,6 +1,6 @@
 #!/bin/bash
-# raysim on one GPU machine, in two commands of about six and seven minutes (BUDGET, seconds),
-# the second right after the first:
+# raysim on one GPU machine, in two commands held to time budgets of 370 and 420 s (BUDGET;
+# a step that would not fit is skipped and logged), the second right after the first:
 #   PART=1 BUDGET=370 bash experiments/benchmarks/device/peers_gpu.sh
 #     both peer shapes over 20 rounds: raysim eager and compiled (engine.compile_step), on the
 #     whole card and on 4 x 0.25 of it, beside Flower, pfl-research (1, 2 and 4 processes), the

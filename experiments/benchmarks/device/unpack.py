@@ -17,13 +17,15 @@ from __future__ import annotations
 
 import argparse
 import json
-import re
 import subprocess
 import sys
 import tarfile
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent))
+from harness import device_slug  # noqa: E402
+
 RECORDS = HERE.parent / "records"
 REPOSITORY = HERE.parents[2]
 ESTIMATES = REPOSITORY / "docs" / "results" / "estimates"
@@ -32,11 +34,6 @@ ESTIMATES = REPOSITORY / "docs" / "results" / "estimates"
 def _shown(path: Path) -> str:
     """``path`` relative to the repository where it lies inside it."""
     return str(path.relative_to(REPOSITORY)) if path.is_relative_to(REPOSITORY) else str(path)
-
-
-def slug(device: str) -> str:
-    """``NVIDIA H200`` -> ``nvidia-h200`` (the records' file names)."""
-    return re.sub(r"[^a-z0-9]+", "-", device.lower()).strip("-")
 
 
 def file_records(source: Path, suite: str) -> Path | None:
@@ -48,7 +45,7 @@ def file_records(source: Path, suite: str) -> Path | None:
     if not lines:
         return None
     first = json.loads(lines[0])
-    target = RECORDS / f"{suite}_{slug(first['device'])}_{first['commit']}.jsonl"
+    target = RECORDS / f"{suite}_{device_slug(first['device'])}_{first['commit']}.jsonl"
     known = set(target.read_text().splitlines()) if target.exists() else set()
     new = [line for line in lines if line not in known]
     with target.open("a") as out:
